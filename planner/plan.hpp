@@ -1,0 +1,57 @@
+// The Plan: the contract between planner and runtime (schedule, arena buffers, aliases), and its JSON.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "analysis/graph.hpp"
+#include "analysis/liveness.hpp"
+
+namespace memplan::planner {
+
+using analysis::Graph;
+using analysis::Interval;
+using analysis::OpId;
+using analysis::TensorId;
+
+inline constexpr std::uint64_t kNotInArena = std::numeric_limits<std::uint64_t>::max();
+
+// One region of the arena. Several tensors may be bound to it over time: a view and its source, an
+// in-place output and the input it overwrites. `interval` covers all of them.
+struct Buffer {
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;  // aligned
+  Interval interval;
+  std::vector<TensorId> tensors;  // sorted by id
+};
+
+enum class AliasKind : std::uint8_t { view, inplace };
+const char* alias_kind_name(AliasKind k) noexcept;
+
+// `tensor` shares `source`'s bytes: a view (Reshape, Identity, ...) for as long as both live, or an
+// in-place result written by `op` over `source`, which dies at that op.
+struct Alias {
+  TensorId tensor = analysis::kNoTensor;
+  TensorId source = analysis::kNoTensor;
+  AliasKind kind = AliasKind::view;
+  OpId op = analysis::kNoOp;
+};
+
+struct Plan {
+  static constexpr int kSchemaVersion = 1;
+  std::string model_name;
+  std::string model_fingerprint;  // Graph::fingerprint() of the graph the plan was made for
+  std::uint64_t alignment = 256;
+  std::uint64_t arena_bytes = 0;
+  std::string packer;                       // which packer produced the offsets
+  std::vector<OpId> schedule;               // topological order of all ops of the graph
+  std::vector<Buffer> buffers;              // sorted by (offset, first step)
+  std::vector<Alias> aliases;
+  std::vector<std::uint64_t> tensor_offset; // per tensor: arena offset, or kNotInArena
+  std::vector<std::uint32_t> tensor_buffer; // per tensor: index into buffers, or UINT32_MAX
+};
+
+}  // namespace memplan::planner
