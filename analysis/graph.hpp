@@ -78,6 +78,7 @@ struct Tensor {
   OpId producer = kNoOp;        // kNoOp for graph inputs, weights and constants
   std::vector<OpId> consumers;  // one entry per use, in op order
   bool is_graph_output = false;
+  bool on_host = false;  // lives in host memory (a swapped-out copy): never in the device arena
   std::shared_ptr<const TensorData> data;  // constant value, when known (small constants, folded shapes)
   bool external_data = false;              // weight stored outside the model file (never opened)
   std::string external_location;          // as written in the file, relative to the model's folder

@@ -6,7 +6,7 @@
 namespace memplan::analysis {
 
 bool occupies_arena(const Tensor& t) noexcept {
-  return t.role == TensorRole::activation && t.producer != kNoOp;
+  return t.role == TensorRole::activation && t.producer != kNoOp && !t.on_host;
 }
 
 Liveness analyze_liveness(const Graph& g, const std::vector<OpId>& schedule, std::uint64_t alignment) {

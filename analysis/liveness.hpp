@@ -16,7 +16,7 @@ struct Interval {
 };
 
 // A tensor lives in the activation arena when an op in the schedule produces it and its role is
-// activation: graph inputs, weights, constants, weight gradients and optimizer state live elsewhere.
+// activation and it is not a host copy: graph inputs, weights, constants, weight gradients and optimizer state live elsewhere.
 bool occupies_arena(const Tensor& t) noexcept;
 
 struct Liveness {
