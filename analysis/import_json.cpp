@@ -1,0 +1,325 @@
+// memplan's JSON graph format (docs/graph-format.md): import, export, and picking an importer by content.
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "analysis/import.hpp"
+
+namespace memplan::analysis {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int kGraphFormatVersion = 1;
+constexpr std::uint64_t kMaxInlineElements = 1u << 24;
+
+struct Reader {
+  std::string origin;
+  [[noreturn]] void bad(ErrorKind k, const std::string& msg) const { fail(k, origin + ": " + msg); }
+  const json& field(const json& obj, const char* key, const std::string& where) const {
+    if (!obj.is_object() || !obj.contains(key)) bad(ErrorKind::malformed, where + " has no '" + key + "'");
+    return obj.at(key);
+  }
+  std::string str(const json& obj, const char* key, const std::string& where, std::string fallback = {}, bool required = false) const {
+    if (!obj.contains(key)) {
+      if (required) bad(ErrorKind::malformed, where + " has no '" + key + "'");
+      return fallback;
+    }
+    if (!obj.at(key).is_string()) bad(ErrorKind::malformed, where + ": '" + key + "' must be a string");
+    return obj.at(key).get<std::string>();
+  }
+};
+
+std::shared_ptr<TensorData> data_from_json(const Reader& r, const json& j, DType dtype, std::vector<std::int64_t> dims,
+                                           const std::string& where) {
+  if (!j.is_array()) r.bad(ErrorKind::malformed, where + ": 'data' must be an array of numbers");
+  TensorData probe{dtype, dims, {}};
+  const std::uint64_t n = probe.element_count();
+  if (n > kMaxInlineElements) r.bad(ErrorKind::malformed, where + ": inline data too large");
+  if (j.size() != n) r.bad(ErrorKind::malformed, where + ": 'data' has " + std::to_string(j.size()) + " values, shape needs " + std::to_string(n));
+  if (dtype == DType::i64 || dtype == DType::u64 || dtype == DType::i32) {
+    std::vector<std::int64_t> v;
+    for (const auto& x : j) {
+      if (!x.is_number()) r.bad(ErrorKind::malformed, where + ": 'data' must hold numbers");
+      v.push_back(x.is_number_float() ? static_cast<std::int64_t>(x.get<double>()) : x.get<std::int64_t>());
+    }
+    return std::make_shared<TensorData>(TensorData::from_int64(dtype, std::move(dims), v));
+  }
+  std::vector<double> v;
+  for (const auto& x : j) {
+    if (!x.is_number()) r.bad(ErrorKind::malformed, where + ": 'data' must hold numbers");
+    v.push_back(x.get<double>());
+  }
+  return std::make_shared<TensorData>(TensorData::from_double(dtype, std::move(dims), v));
+}
+
+json data_to_json(const TensorData& d) {
+  json arr = json::array();
+  if (dtype_is_float(d.dtype)) {
+    for (double v : d.as_double()) arr.push_back(std::isfinite(v) ? json(v) : json(nullptr));
+  } else {
+    for (auto v : d.as_int64()) arr.push_back(v);
+  }
+  return arr;
+}
+
+Attribute attribute_from_json(const Reader& r, const json& v, const std::string& where) {
+  Attribute a;
+  if (v.is_object()) {  // typed form: {"ints": [...]}, {"floats": [...]}, {"tensor": {...}} ...
+    if (v.size() != 1) r.bad(ErrorKind::malformed, where + ": a typed attribute has exactly one key");
+    const auto& [kind, val] = *v.items().begin();
+    if (kind == "tensor") {
+      a.kind = Attribute::Kind::tensor;
+      auto dt = dtype_from_name(r.str(val, "dtype", where, {}, true));
+      if (!dt) r.bad(ErrorKind::unsupported, where + ": unknown dtype");
+      std::vector<std::int64_t> dims;
+      for (const auto& d : r.field(val, "dims", where)) {
+        if (!d.is_number_integer() || d.get<std::int64_t>() < 0) r.bad(ErrorKind::malformed, where + ": bad dims");
+        dims.push_back(d.get<std::int64_t>());
+      }
+      a.t = data_from_json(r, r.field(val, "data", where), *dt, dims, where);
+      return a;
+    }
+    if (!val.is_array()) r.bad(ErrorKind::malformed, where + ": typed list attribute must hold an array");
+    if (kind == "ints") {
+      a.kind = Attribute::Kind::ints;
+      for (const auto& x : val) {
+        if (!x.is_number_integer()) r.bad(ErrorKind::malformed, where + ": 'ints' must hold integers");
+        a.ints.push_back(x.get<std::int64_t>());
+      }
+    } else if (kind == "floats") {
+      a.kind = Attribute::Kind::floats;
+      for (const auto& x : val) {
+        if (!x.is_number()) r.bad(ErrorKind::malformed, where + ": 'floats' must hold numbers");
+        a.floats.push_back(x.get<double>());
+      }
+    } else if (kind == "strings") {
+      a.kind = Attribute::Kind::strings;
+      for (const auto& x : val) {
+        if (!x.is_string()) r.bad(ErrorKind::malformed, where + ": 'strings' must hold strings");
+        a.strings.push_back(x.get<std::string>());
+      }
+    } else {
+      r.bad(ErrorKind::malformed, where + ": unknown typed attribute '" + kind + "'");
+    }
+    return a;
+  }
+  if (v.is_number_integer()) { a.kind = Attribute::Kind::i; a.i = v.get<std::int64_t>(); return a; }
+  if (v.is_boolean()) { a.kind = Attribute::Kind::i; a.i = v.get<bool>() ? 1 : 0; return a; }
+  if (v.is_number_float()) { a.kind = Attribute::Kind::f; a.f = v.get<double>(); return a; }
+  if (v.is_string()) { a.kind = Attribute::Kind::s; a.s = v.get<std::string>(); return a; }
+  if (v.is_array()) {
+    bool any_float = false, any_string = false;
+    for (const auto& x : v) {
+      if (x.is_number_float()) any_float = true;
+      else if (x.is_string()) any_string = true;
+      else if (!x.is_number_integer()) r.bad(ErrorKind::malformed, where + ": list attributes hold numbers or strings");
+    }
+    if (any_string) {
+      a.kind = Attribute::Kind::strings;
+      for (const auto& x : v) {
+        if (!x.is_string()) r.bad(ErrorKind::malformed, where + ": mixed list");
+        a.strings.push_back(x.get<std::string>());
+      }
+    } else if (any_float) {
+      a.kind = Attribute::Kind::floats;
+      for (const auto& x : v) a.floats.push_back(x.get<double>());
+    } else {
+      a.kind = Attribute::Kind::ints;
+      for (const auto& x : v) a.ints.push_back(x.get<std::int64_t>());
+    }
+    return a;
+  }
+  r.bad(ErrorKind::malformed, where + ": unsupported attribute value");
+}
+
+json attribute_to_json(const Attribute& a) {
+  switch (a.kind) {
+    case Attribute::Kind::i: return a.i;
+    case Attribute::Kind::f: return a.f;
+    case Attribute::Kind::s: return a.s;
+    case Attribute::Kind::ints: return a.ints.empty() ? json{{"ints", json::array()}} : json(a.ints);
+    case Attribute::Kind::floats: return json{{"floats", a.floats}};
+    case Attribute::Kind::strings: return json{{"strings", a.strings}};
+    case Attribute::Kind::tensor: return json{{"tensor", {{"dtype", dtype_name(a.t->dtype)}, {"dims", a.t->dims}, {"data", data_to_json(*a.t)}}}};
+    case Attribute::Kind::graph: break;
+  }
+  return nullptr;
+}
+
+Tensor tensor_from_json(const Reader& r, const json& jt, std::size_t index) {
+  const std::string where = "tensors[" + std::to_string(index) + "]";
+  Tensor t;
+  t.name = r.str(jt, "name", where, {}, true);
+  const std::string w = "tensor '" + t.name + "'";
+  auto dt = dtype_from_name(r.str(jt, "dtype", w, "float32"));
+  if (!dt) r.bad(ErrorKind::unsupported, w + ": unknown dtype '" + r.str(jt, "dtype", w) + "'");
+  t.dtype = *dt;  // "undefined": to be inferred
+  auto role = role_from_name(r.str(jt, "role", w, "activation"));
+  if (!role) r.bad(ErrorKind::malformed, w + ": unknown role '" + r.str(jt, "role", w) + "'");
+  t.role = *role;
+  if (jt.contains("shape")) {
+    const json& s = jt.at("shape");
+    if (!s.is_array()) r.bad(ErrorKind::malformed, w + ": 'shape' must be an array");
+    t.rank_known = true;
+    for (const auto& d : s) {
+      if (d.is_number_integer()) {
+        if (d.get<std::int64_t>() < 0) r.bad(ErrorKind::overflow, w + ": negative dim " + d.dump());
+        t.dims.push_back(Dim::of(d.get<std::int64_t>()));
+      } else if (d.is_string() && !d.get<std::string>().empty()) {
+        t.dims.push_back(Dim::sym(d.get<std::string>()));
+      } else {
+        r.bad(ErrorKind::malformed, w + ": dims are non-negative integers or symbol names, got " + d.dump());
+      }
+    }
+    if (t.shape_known()) (void)t.element_count();  // overflow check
+  }
+  if (jt.contains("on_host")) t.on_host = jt.at("on_host").is_boolean() && jt.at("on_host").get<bool>();
+  if (jt.contains("external_location")) {
+    t.external_data = true;
+    t.external_location = r.str(jt, "external_location", w);
+  }
+  if (jt.contains("data")) {
+    if (!t.shape_known() || t.dtype == DType::undefined) r.bad(ErrorKind::malformed, w + ": 'data' needs a dtype and a concrete shape");
+    t.data = data_from_json(r, jt.at("data"), t.dtype, t.shape(), w);
+  }
+  return t;
+}
+
+}  // namespace
+
+Graph import_json(const json& doc, const std::string& origin) {
+  Reader r{origin};
+  if (!doc.is_object()) r.bad(ErrorKind::malformed, "a graph document must be a JSON object");
+  if (r.str(doc, "format", "document") != "memplan.graph")
+    r.bad(ErrorKind::plan_mismatch, "not a memplan graph (expected \"format\": \"memplan.graph\")");
+  const json& ver = r.field(doc, "version", "document");
+  if (!ver.is_number_integer() || ver.get<std::int64_t>() != kGraphFormatVersion)
+    r.bad(ErrorKind::plan_mismatch, "graph format version " + ver.dump() + " is not supported (expected " + std::to_string(kGraphFormatVersion) + ")");
+  Graph g;
+  g.name = r.str(doc, "name", "document", origin);
+  if (doc.contains("opset")) {
+    if (!doc.at("opset").is_number_integer()) r.bad(ErrorKind::malformed, "'opset' must be an integer");
+    g.opset = doc.at("opset").get<std::int64_t>();
+  } else {
+    g.opset = 17;
+  }
+  const json& tensors = r.field(doc, "tensors", "document");
+  const json& ops = r.field(doc, "ops", "document");
+  if (!tensors.is_array() || !ops.is_array()) r.bad(ErrorKind::malformed, "'tensors' and 'ops' must be arrays");
+  for (std::size_t i = 0; i < tensors.size(); ++i) g.add_tensor(tensor_from_json(r, tensors[i], i));
+  auto names = [&](const json& arr, const std::string& where, bool allow_empty) {
+    std::vector<TensorId> ids;
+    if (!arr.is_array()) r.bad(ErrorKind::malformed, where + " must be an array of tensor names");
+    for (const auto& n : arr) {
+      if (!n.is_string()) r.bad(ErrorKind::malformed, where + " must hold tensor names");
+      const auto s = n.get<std::string>();
+      if (s.empty() && allow_empty) {
+        ids.push_back(kNoTensor);
+        continue;
+      }
+      TensorId t = g.find(s);
+      if (t == kNoTensor) r.bad(ErrorKind::invalid_graph, where + " names '" + s + "', which is not in 'tensors'");
+      ids.push_back(t);
+    }
+    return ids;
+  };
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const json& jo = ops[i];
+    const std::string where = "ops[" + std::to_string(i) + "]";
+    Op op;
+    op.type = r.str(jo, "type", where, {}, true);
+    op.name = r.str(jo, "name", where, op.type + "_" + std::to_string(i));
+    op.domain = r.str(jo, "domain", where);
+    auto phase = phase_from_name(r.str(jo, "phase", where, "forward"));
+    if (!phase) r.bad(ErrorKind::malformed, where + ": unknown phase");
+    op.phase = *phase;
+    op.inputs = names(jo.contains("inputs") ? jo.at("inputs") : json::array(), "op '" + op.name + "' inputs", true);
+    op.outputs = names(r.field(jo, "outputs", where), "op '" + op.name + "' outputs", true);
+    if (jo.contains("attrs")) {
+      if (!jo.at("attrs").is_object()) r.bad(ErrorKind::malformed, "op '" + op.name + "': 'attrs' must be an object");
+      for (const auto& [k, v] : jo.at("attrs").items())
+        op.attrs[k] = attribute_from_json(r, v, "op '" + op.name + "' attribute '" + k + "'");
+    }
+    g.add_op(std::move(op));
+  }
+  if (doc.contains("inputs")) g.inputs = names(doc.at("inputs"), "'inputs'", false);
+  else
+    for (TensorId t = 0; t < g.tensors.size(); ++t)
+      if (g.tensors[t].role == TensorRole::input) g.inputs.push_back(t);
+  g.outputs = names(r.field(doc, "outputs", "document"), "'outputs'", false);
+  for (TensorId t : g.outputs) g.tensors[t].is_graph_output = true;
+  if (g.outputs.empty()) r.bad(ErrorKind::invalid_graph, "the graph has no outputs");
+  g.validate();
+  return g;
+}
+
+json export_json(const Graph& g, bool include_data) {
+  json doc;
+  doc["format"] = "memplan.graph";
+  doc["version"] = kGraphFormatVersion;
+  doc["name"] = g.name;
+  doc["opset"] = g.opset;
+  json inputs = json::array(), outputs = json::array(), tensors = json::array(), ops = json::array();
+  for (TensorId t : g.inputs) inputs.push_back(g.tensors[t].name);
+  for (TensorId t : g.outputs) outputs.push_back(g.tensors[t].name);
+  for (const auto& t : g.tensors) {
+    json jt{{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"role", role_name(t.role)}};
+    if (t.rank_known) {
+      json s = json::array();
+      for (const auto& d : t.dims) s.push_back(d.known() ? json(d.value) : json(d.symbol.empty() ? "?" : d.symbol));
+      jt["shape"] = s;
+    }
+    if (t.on_host) jt["on_host"] = true;
+    if (t.external_data) jt["external_location"] = t.external_location;
+    if (t.data && (include_data || t.data->element_count() <= 4096)) jt["data"] = data_to_json(*t.data);
+    tensors.push_back(std::move(jt));
+  }
+  auto tname = [&](TensorId t) { return t == kNoTensor ? std::string() : g.tensors[t].name; };
+  for (const auto& op : g.ops) {
+    json jo{{"name", op.name}, {"type", op.type}};
+    if (!op.domain.empty()) jo["domain"] = op.domain;
+    if (op.phase != Phase::forward) jo["phase"] = phase_name(op.phase);
+    json ins = json::array(), outs = json::array();
+    for (auto t : op.inputs) ins.push_back(tname(t));
+    for (auto t : op.outputs) outs.push_back(tname(t));
+    jo["inputs"] = ins;
+    jo["outputs"] = outs;
+    if (!op.attrs.empty()) {
+      json attrs = json::object();
+      for (const auto& [k, a] : op.attrs) attrs[k] = attribute_to_json(a);
+      jo["attrs"] = attrs;
+    }
+    ops.push_back(std::move(jo));
+  }
+  doc["inputs"] = inputs;
+  doc["outputs"] = outputs;
+  doc["tensors"] = tensors;
+  doc["ops"] = ops;
+  return doc;
+}
+
+Graph import_json_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(ErrorKind::io, "cannot open '" + path + "'");
+  json doc;
+  try {
+    doc = json::parse(f, nullptr, true, false);
+  } catch (const json::exception& e) {
+    fail(ErrorKind::malformed, path + ": not valid JSON (" + e.what() + ")");
+  }
+  return import_json(doc, path);
+}
+
+Graph import_model(const std::string& path, const ImportOptions& opts) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(ErrorKind::io, "cannot open '" + path + "'");
+  char c = 0;
+  while (f.get(c) && (c == ' ' || c == '\n' || c == '\r' || c == '\t')) {
+  }
+  if (f && c == '{') return import_json_file(path);
+  return import_onnx(path, opts);
+}
+
+}  // namespace memplan::analysis

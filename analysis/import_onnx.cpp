@@ -1,0 +1,331 @@
+// ONNX import: ModelProto -> Graph. External weight data is never opened; only dims and dtype are read.
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <onnx/onnx_pb.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <unordered_set>
+
+#include "analysis/import.hpp"
+
+namespace memplan::analysis {
+
+namespace {
+
+constexpr std::uint64_t kMaxModelFileBytes = 0x7fffffff;  // a protobuf message cannot exceed 2 GiB
+constexpr std::uint64_t kKeepSmallElements = 4096;
+constexpr std::int64_t kMinOpset = 7;
+constexpr std::int64_t kMaxOpset = 23;
+constexpr std::int64_t kMaxIrVersion = 11;
+
+struct Ctx {
+  std::string origin;
+  [[noreturn]] void bad(ErrorKind k, const std::string& msg) const { fail(k, origin + ": " + msg); }
+};
+
+DType to_dtype(const Ctx& c, int32_t elem_type, const std::string& what) {
+  if (elem_type <= 0 || elem_type > kMaxDType)
+    c.bad(ErrorKind::unsupported, what + " has unknown dtype " + std::to_string(elem_type));
+  return static_cast<DType>(elem_type);
+}
+
+std::vector<std::int64_t> checked_dims(const Ctx& c, const google::protobuf::RepeatedField<std::int64_t>& dims,
+                                       const std::string& what) {
+  std::vector<std::int64_t> out(dims.begin(), dims.end());
+  std::uint64_t n = 1;
+  for (auto d : out) {
+    if (d < 0) c.bad(ErrorKind::overflow, what + " has a negative dim " + std::to_string(d));
+    n = checked_mul(n, static_cast<std::uint64_t>(d), c.origin + ": " + what);
+  }
+  return out;
+}
+
+// Converts the inline payload of a TensorProto into raw little-endian bytes.
+TensorData tensor_data(const Ctx& c, const onnx::TensorProto& tp, DType dtype, std::vector<std::int64_t> dims,
+                       const std::string& what) {
+  TensorData d{dtype, std::move(dims), {}};
+  const std::uint64_t n = d.element_count();
+  const std::uint32_t bits = dtype_bits(dtype);
+  if (bits == 0) c.bad(ErrorKind::unsupported, what + ": dtype " + dtype_name(dtype) + " is not supported for constants");
+  const std::uint64_t nbytes = (checked_mul(n, bits, what) + 7) / 8;
+  if (tp.has_raw_data()) {
+    if (tp.raw_data().size() != nbytes)
+      c.bad(ErrorKind::malformed, what + ": raw_data has " + std::to_string(tp.raw_data().size()) + " bytes, dims need " +
+                                      std::to_string(nbytes));
+    d.bytes.resize(nbytes);
+    if (nbytes) std::memcpy(d.bytes.data(), tp.raw_data().data(), nbytes);
+    return d;
+  }
+  auto need = [&](std::uint64_t have) {
+    if (have != n) c.bad(ErrorKind::malformed, what + ": has " + std::to_string(have) + " values, dims need " + std::to_string(n));
+  };
+  d.bytes.resize(nbytes);
+  std::byte* p = d.bytes.data();
+  switch (dtype) {
+    case DType::f32:
+      need(static_cast<std::uint64_t>(tp.float_data_size()));
+      if (n) std::memcpy(p, tp.float_data().data(), nbytes);
+      break;
+    case DType::f64:
+      need(static_cast<std::uint64_t>(tp.double_data_size()));
+      if (n) std::memcpy(p, tp.double_data().data(), nbytes);
+      break;
+    case DType::i64:
+      need(static_cast<std::uint64_t>(tp.int64_data_size()));
+      if (n) std::memcpy(p, tp.int64_data().data(), nbytes);
+      break;
+    case DType::u32: case DType::u64: {
+      need(static_cast<std::uint64_t>(tp.uint64_data_size()));
+      for (std::uint64_t k = 0; k < n; ++k) {
+        std::uint64_t v = tp.uint64_data(static_cast<int>(k));
+        if (dtype == DType::u32) {
+          auto w = static_cast<std::uint32_t>(v);
+          std::memcpy(p + 4 * k, &w, 4);
+        } else {
+          std::memcpy(p + 8 * k, &v, 8);
+        }
+      }
+      break;
+    }
+    case DType::i32: case DType::i16: case DType::i8: case DType::u8: case DType::u16: case DType::boolean:
+    case DType::f16: case DType::bf16: {
+      need(static_cast<std::uint64_t>(tp.int32_data_size()));
+      const std::uint32_t width = bits / 8;
+      for (std::uint64_t k = 0; k < n; ++k) {
+        auto v = static_cast<std::uint32_t>(tp.int32_data(static_cast<int>(k)));
+        std::memcpy(p + width * k, &v, width);  // little-endian: low bytes first
+      }
+      break;
+    }
+    default:
+      c.bad(ErrorKind::unsupported, what + ": inline data of dtype " + std::string(dtype_name(dtype)) + " is not supported");
+  }
+  return d;
+}
+
+Tensor weight_from_proto(const Ctx& c, const onnx::TensorProto& tp, const ImportOptions& opts) {
+  const std::string what = "initializer '" + tp.name() + "'";
+  if (tp.name().empty()) c.bad(ErrorKind::malformed, "an initializer has no name");
+  Tensor t;
+  t.name = tp.name();
+  t.role = TensorRole::weight;
+  t.dtype = to_dtype(c, tp.data_type(), what);
+  auto dims = checked_dims(c, tp.dims(), what);
+  t.rank_known = true;
+  for (auto d : dims) t.dims.push_back(Dim::of(d));
+  if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
+    t.external_data = true;
+    for (const auto& kv : tp.external_data()) {
+      if (kv.key() == "location") t.external_location = kv.value();
+      else if (kv.key() == "offset" || kv.key() == "length") {
+        std::uint64_t v = 0;
+        try {
+          std::size_t used = 0;
+          v = std::stoull(kv.value(), &used);
+          if (used != kv.value().size()) throw std::invalid_argument("trailing");
+        } catch (const std::exception&) {
+          c.bad(ErrorKind::malformed, what + ": external data " + kv.key() + " '" + kv.value() + "' is not a number");
+        }
+        (kv.key() == "offset" ? t.external_offset : t.external_length) = v;
+      }
+    }
+    if (t.external_location.empty()) c.bad(ErrorKind::malformed, what + ": external data without a location");
+    return t;
+  }
+  const std::uint64_t n = t.element_count();
+  if (opts.keep_weight_data || n <= kKeepSmallElements) {
+    if (t.dtype == DType::string) return t;
+    t.data = std::make_shared<TensorData>(tensor_data(c, tp, t.dtype, dims, what));
+  }
+  return t;
+}
+
+Attribute attribute_from_proto(const Ctx& c, const onnx::NodeProto& node, const onnx::AttributeProto& a) {
+  Attribute out;
+  const std::string what = "node '" + node.name() + "' (" + node.op_type() + ") attribute '" + a.name() + "'";
+  switch (a.type()) {
+    case onnx::AttributeProto::INT: out.kind = Attribute::Kind::i; out.i = a.i(); break;
+    case onnx::AttributeProto::FLOAT: out.kind = Attribute::Kind::f; out.f = a.f(); break;
+    case onnx::AttributeProto::STRING: out.kind = Attribute::Kind::s; out.s = a.s(); break;
+    case onnx::AttributeProto::INTS: out.kind = Attribute::Kind::ints; out.ints.assign(a.ints().begin(), a.ints().end()); break;
+    case onnx::AttributeProto::FLOATS: out.kind = Attribute::Kind::floats; out.floats.assign(a.floats().begin(), a.floats().end()); break;
+    case onnx::AttributeProto::STRINGS: out.kind = Attribute::Kind::strings; out.strings.assign(a.strings().begin(), a.strings().end()); break;
+    case onnx::AttributeProto::TENSOR: {
+      out.kind = Attribute::Kind::tensor;
+      const auto& tp = a.t();
+      if (tp.data_location() == onnx::TensorProto::EXTERNAL) c.bad(ErrorKind::unsupported, what + ": external data in an attribute");
+      DType dt = to_dtype(c, tp.data_type(), what);
+      out.t = std::make_shared<TensorData>(tensor_data(c, tp, dt, checked_dims(c, tp.dims(), what), what));
+      break;
+    }
+    case onnx::AttributeProto::GRAPH: case onnx::AttributeProto::GRAPHS:
+      c.bad(ErrorKind::unsupported, "op '" + node.name() + "' (" + node.op_type() + "): subgraphs (If, Loop, Scan) are not supported");
+    default:
+      c.bad(ErrorKind::unsupported, what + " has an unsupported attribute type " + std::to_string(a.type()));
+  }
+  return out;
+}
+
+// A Constant node's value as TensorData (value, value_float(s), value_int(s)).
+TensorData constant_value(const Ctx& c, const onnx::NodeProto& node, const Op& op) {
+  if (const Attribute* a = op.attr("value"); a && a->kind == Attribute::Kind::tensor) return *a->t;
+  if (const Attribute* a = op.attr("value_float")) return TensorData::from_double(DType::f32, {}, {a->f});
+  if (const Attribute* a = op.attr("value_floats")) return TensorData::from_double(DType::f32, {static_cast<std::int64_t>(a->floats.size())}, a->floats);
+  if (const Attribute* a = op.attr("value_int")) return TensorData::from_int64(DType::i64, {}, {a->i});
+  if (const Attribute* a = op.attr("value_ints")) return TensorData::from_int64(DType::i64, {static_cast<std::int64_t>(a->ints.size())}, a->ints);
+  c.bad(ErrorKind::unsupported, "Constant node '" + node.name() + "' has no supported value attribute");
+}
+
+void add_value_info_input(const Ctx& c, Graph& g, const onnx::ValueInfoProto& vi) {
+  const std::string what = "graph input '" + vi.name() + "'";
+  if (!vi.type().has_tensor_type()) c.bad(ErrorKind::unsupported, what + " is not a tensor (sequence/map/optional types are not supported)");
+  const auto& tt = vi.type().tensor_type();
+  Tensor t;
+  t.name = vi.name();
+  t.role = TensorRole::input;
+  t.dtype = to_dtype(c, tt.elem_type(), what);
+  if (tt.has_shape()) {
+    t.rank_known = true;
+    int k = 0;
+    for (const auto& d : tt.shape().dim()) {
+      if (d.has_dim_value()) {
+        if (d.dim_value() < 0) c.bad(ErrorKind::overflow, what + " has a negative dim " + std::to_string(d.dim_value()));
+        t.dims.push_back(Dim::of(d.dim_value()));
+      } else if (d.has_dim_param() && !d.dim_param().empty()) {
+        t.dims.push_back(Dim::sym(d.dim_param()));
+      } else {
+        t.dims.push_back(Dim::sym(vi.name() + ":" + std::to_string(k)));  // unnamed: must be bound by name:axis
+      }
+      ++k;
+    }
+  }
+  g.inputs.push_back(g.add_tensor(std::move(t)));
+}
+
+}  // namespace
+
+Graph import_onnx_bytes(const std::string& bytes, const std::string& origin, const ImportOptions& opts) {
+  Ctx c{origin};
+  onnx::ModelProto model;
+  {
+    google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
+    google::protobuf::io::CodedInputStream in(&raw);
+    in.SetTotalBytesLimit(static_cast<int>(std::min<std::uint64_t>(bytes.size() + 1, 0x7fffffff)));
+    in.SetRecursionLimit(64);
+    if (!model.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
+      c.bad(ErrorKind::malformed, "not a valid ONNX model (protobuf parse failed: truncated, garbage or nested too deeply)");
+  }
+  if (!model.has_graph() || model.ir_version() <= 0)
+    c.bad(ErrorKind::malformed, "not an ONNX model (no graph or no IR version)");
+  if (model.ir_version() > kMaxIrVersion)
+    c.bad(ErrorKind::unsupported, "IR version " + std::to_string(model.ir_version()) + " is newer than supported (<= " + std::to_string(kMaxIrVersion) + ")");
+  Graph g;
+  g.ir_version = model.ir_version();
+  for (const auto& os : model.opset_import())
+    if (os.domain().empty() || os.domain() == "ai.onnx") g.opset = os.version();
+  if (g.opset < kMinOpset || g.opset > kMaxOpset)
+    c.bad(ErrorKind::unsupported, "default-domain opset " + std::to_string(g.opset) + " is outside the supported range " +
+                                      std::to_string(kMinOpset) + ".." + std::to_string(kMaxOpset));
+  const auto& gp = model.graph();
+  g.name = gp.name().empty() ? origin : gp.name();
+  if (gp.sparse_initializer_size() > 0) c.bad(ErrorKind::unsupported, "sparse initializers are not supported");
+
+  std::unordered_set<std::string> initializer_names;
+  for (const auto& tp : gp.initializer()) {
+    g.add_tensor(weight_from_proto(c, tp, opts));
+    initializer_names.insert(tp.name());
+  }
+  for (const auto& vi : gp.input()) {
+    if (initializer_names.count(vi.name())) continue;  // old exporters list weights as inputs too
+    if (vi.name().empty()) c.bad(ErrorKind::malformed, "a graph input has no name");
+    add_value_info_input(c, g, vi);
+  }
+
+  // Pass 1: every node output gets a tensor (nodes may come in any order; order is checked later).
+  std::vector<Op> ops;
+  ops.reserve(static_cast<std::size_t>(gp.node_size()));
+  std::vector<bool> is_constant;
+  std::unordered_set<std::string> node_names;
+  for (int ni = 0; ni < gp.node_size(); ++ni) {
+    const auto& node = gp.node(ni);
+    Op op;
+    op.name = node.name().empty() ? node.op_type() + "_" + std::to_string(ni) : node.name();
+    if (!node_names.insert(op.name).second) op.name += "#" + std::to_string(ni);
+    op.type = node.op_type();
+    op.domain = node.domain() == "ai.onnx" ? "" : node.domain();
+    if (op.type.empty()) c.bad(ErrorKind::malformed, "node " + std::to_string(ni) + " has no op type");
+    for (const auto& a : node.attribute()) {
+      if (a.name().empty()) c.bad(ErrorKind::malformed, "node '" + op.name + "' has an attribute without a name");
+      op.attrs[a.name()] = attribute_from_proto(c, node, a);
+    }
+    const bool constant = op.domain.empty() && op.type == "Constant";
+    if (constant && node.output_size() != 1) c.bad(ErrorKind::malformed, "Constant node '" + op.name + "' must have one output");
+    for (const auto& out : node.output()) {
+      if (out.empty()) continue;
+      if (g.find(out) != kNoTensor) {
+        const TensorId prior = g.find(out);
+        c.bad(ErrorKind::invalid_graph, "tensor '" + out + "' is produced by node '" + op.name + "' but is already " +
+                                            (g.tensors[prior].role == TensorRole::activation ? "produced by another node"
+                                                                                              : "a graph input or initializer"));
+      }
+      Tensor t;
+      t.name = out;
+      if (constant) {
+        auto value = std::make_shared<TensorData>(constant_value(c, node, op));
+        t.role = TensorRole::weight;
+        t.dtype = value->dtype;
+        t.rank_known = true;
+        for (auto d : value->dims) t.dims.push_back(Dim::of(d));
+        t.data = std::move(value);
+      }
+      g.add_tensor(std::move(t));
+    }
+    ops.push_back(std::move(op));
+    is_constant.push_back(constant);
+  }
+  // Pass 2: link inputs and outputs by name.
+  for (int ni = 0; ni < gp.node_size(); ++ni) {
+    if (is_constant[static_cast<std::size_t>(ni)]) continue;
+    const auto& node = gp.node(ni);
+    Op op = std::move(ops[static_cast<std::size_t>(ni)]);
+    for (const auto& in : node.input()) {
+      if (in.empty()) {
+        op.inputs.push_back(kNoTensor);
+        continue;
+      }
+      TensorId t = g.find(in);
+      if (t == kNoTensor)
+        c.bad(ErrorKind::invalid_graph, "node '" + op.name + "' (" + op.type + ") reads '" + in +
+                                            "', which no node produces and is not a graph input or initializer");
+      op.inputs.push_back(t);
+    }
+    for (const auto& out : node.output()) op.outputs.push_back(out.empty() ? kNoTensor : g.find(out));
+    g.add_op(std::move(op));
+  }
+  for (const auto& vi : gp.output()) {
+    TensorId t = g.find(vi.name());
+    if (t == kNoTensor) c.bad(ErrorKind::invalid_graph, "graph output '" + vi.name() + "' is produced by no node");
+    g.tensors[t].is_graph_output = true;
+    g.outputs.push_back(t);
+  }
+  if (g.outputs.empty()) c.bad(ErrorKind::invalid_graph, "the graph has no outputs");
+  g.validate();
+  return g;
+}
+
+Graph import_onnx(const std::string& path, const ImportOptions& opts) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) fail(ErrorKind::io, "cannot open '" + path + "'");
+  const std::streamoff size = f.tellg();
+  if (size < 0) fail(ErrorKind::io, "cannot read '" + path + "'");
+  if (static_cast<std::uint64_t>(size) > kMaxModelFileBytes)
+    fail(ErrorKind::malformed, path + ": file of " + std::to_string(size) + " bytes is larger than any ONNX protobuf (2 GiB)");
+  std::string bytes(static_cast<std::size_t>(size), '\0');
+  f.seekg(0);
+  if (size > 0 && !f.read(bytes.data(), size)) fail(ErrorKind::io, "cannot read '" + path + "'");
+  return import_onnx_bytes(bytes, path, opts);
+}
+
+}  // namespace memplan::analysis

@@ -1,0 +1,79 @@
+// Shared CLI helpers: model options, dim bindings, loading, human-readable units.
+#include "cli/common.hpp"
+
+#include <cstdio>
+#include <fstream>
+
+#include "analysis/import.hpp"
+
+namespace memplan::cli {
+
+void add_model_args(CLI::App* cmd, ModelArgs& args) {
+  cmd->add_option("MODEL", args.model, "model file: ONNX or memplan JSON graph")->required();
+  cmd->add_option("--dim", args.dims, "bind a symbolic dim, e.g. --dim batch=32 (repeatable)");
+}
+
+analysis::DimBindings parse_dims(const std::vector<std::string>& pairs) {
+  analysis::DimBindings out;
+  for (const auto& p : pairs) {
+    auto eq = p.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == p.size())
+      fail(ErrorKind::usage, "--dim expects NAME=VALUE, got '" + p + "'");
+    const std::string name = p.substr(0, eq), value = p.substr(eq + 1);
+    std::int64_t v = 0;
+    try {
+      std::size_t used = 0;
+      v = std::stoll(value, &used);
+      if (used != value.size()) throw std::invalid_argument("trailing characters");
+    } catch (const std::exception&) {
+      fail(ErrorKind::usage, "--dim " + name + ": '" + value + "' is not an integer");
+    }
+    if (v < 1 || v > (std::int64_t{1} << 40))
+      fail(ErrorKind::usage, "--dim " + name + "=" + value + " is out of range (1 .. 2^40)");
+    if (out.count(name)) fail(ErrorKind::usage, "--dim " + name + " is given twice");
+    out[name] = v;
+  }
+  return out;
+}
+
+analysis::Graph load_shaped_model(const ModelArgs& args, bool keep_weight_data) {
+  analysis::ImportOptions io;
+  io.keep_weight_data = keep_weight_data;
+  analysis::Graph g = analysis::import_model(args.model, io);
+  analysis::ShapeOptions so;
+  so.dims = parse_dims(args.dims);
+  return analysis::infer_shapes(g, so);
+}
+
+std::string human_bytes(std::uint64_t bytes) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 6) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  else std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+std::string human_count(double n) {
+  static const char* units[] = {"", "K", "M", "G", "T", "P", "E"};
+  int u = 0;
+  while (n >= 1000.0 && u < 6) {
+    n /= 1000.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f%s" : "%.2f %s", n, units[u]);
+  return buf;
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  if (!f || !(f << text)) fail(ErrorKind::io, "cannot write '" + path + "'");
+}
+
+}  // namespace memplan::cli

@@ -1,0 +1,31 @@
+// Pieces every subcommand shares: the MODEL and --dim options, loading a shaped graph, human units.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "analysis/graph.hpp"
+#include "analysis/shapes.hpp"
+
+namespace memplan::cli {
+
+struct ModelArgs {
+  std::string model;
+  std::vector<std::string> dims;  // "batch=32"
+};
+
+// Adds the positional MODEL and the repeatable --dim k=v option to `cmd`.
+void add_model_args(CLI::App* cmd, ModelArgs& args);
+// Parses "k=v" pairs; a bad pair or an absurd value is ErrorKind::usage.
+analysis::DimBindings parse_dims(const std::vector<std::string>& pairs);
+// Imports (ONNX or JSON) and infers shapes.
+analysis::Graph load_shaped_model(const ModelArgs& args, bool keep_weight_data = false);
+
+std::string human_bytes(std::uint64_t bytes);
+std::string human_count(double n);
+// Writes `text` to `path`, ErrorKind::io on failure.
+void write_text_file(const std::string& path, const std::string& text);
+
+}  // namespace memplan::cli
