@@ -1,0 +1,155 @@
+// `memplan analyze`: inference memory of a model: weights, lower bound, verified arena plan, peak tensors.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "analysis/liveness.hpp"
+#include "cli/common.hpp"
+#include "cli/registry.hpp"
+#include "planner/assign.hpp"
+#include "planner/inference.hpp"
+#include "planner/plan_json.hpp"
+
+namespace memplan::cli {
+namespace {
+
+struct AnalyzeArgs {
+  ModelArgs model;
+  bool json = false;
+  bool shapes = false;
+  std::string plan_file;
+  std::uint64_t alignment = 256;
+  std::string packer = "best";
+  int top = 12;
+};
+
+nlohmann::json shapes_json(const analysis::Graph& g) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& t : g.tensors)
+    out[t.name] = {{"dtype", analysis::dtype_name(t.dtype)}, {"shape", t.shape()}, {"role", analysis::role_name(t.role)}};
+  return out;
+}
+
+int run_analyze(const AnalyzeArgs& a) {
+  const auto t0 = std::chrono::steady_clock::now();
+  analysis::Graph g = load_shaped_model(a.model);
+  planner::AssignOptions ao;
+  ao.alignment = a.alignment;
+  ao.packer = a.packer;
+  planner::InferencePlan ip = planner::plan_inference(g, ao);
+  const double total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  std::uint64_t weights = 0, inputs = 0, naive = 0, params = 0;
+  std::size_t unresolved = 0;
+  for (analysis::TensorId t = 0; t < g.tensors.size(); ++t) {
+    const auto& x = g.tensors[t];
+    if (!x.shape_known()) {
+      ++unresolved;
+      continue;
+    }
+    if (x.role == analysis::TensorRole::weight) {
+      weights = checked_add(weights, x.bytes(), "weights");
+      if (analysis::dtype_is_float(x.dtype)) params += x.element_count();
+    } else if (x.role == analysis::TensorRole::input) {
+      inputs = checked_add(inputs, x.bytes(), "inputs");
+    }
+    naive = checked_add(naive, ip.liveness.bytes[t], "naive total");
+  }
+  const auto& l = ip.liveness;
+  const auto& p = ip.plan;
+  const std::uint32_t peak = l.peak_step;
+  const bool has_steps = !l.schedule.empty();
+  const analysis::Op* peak_op = has_steps ? &g.ops[l.schedule[peak]] : nullptr;
+
+  if (!a.plan_file.empty()) write_text_file(a.plan_file, planner::plan_to_json(g, p, true).dump(1) + "\n");
+
+  if (a.json) {
+    nlohmann::json j;
+    j["model"] = a.model.model;
+    j["ops"] = g.ops.size();
+    j["tensors"] = g.tensors.size();
+    j["unresolved_tensors"] = unresolved;
+    j["weights_bytes"] = weights;
+    j["parameters"] = params;
+    j["input_bytes"] = inputs;
+    j["lower_bound_bytes"] = l.lower_bound_bytes;
+    j["aliased_lower_bound_bytes"] = p.aliased_lower_bound_bytes;
+    j["arena_bytes"] = p.arena_bytes;
+    j["naive_bytes"] = naive;
+    j["saving_bytes"] = naive > p.arena_bytes ? naive - p.arena_bytes : 0;
+    j["alignment"] = p.alignment;
+    j["packer"] = p.packer;
+    j["buffers"] = p.buffers.size();
+    j["peak_step"] = peak;
+    j["peak_op"] = peak_op ? peak_op->name : "";
+    j["peak_op_type"] = peak_op ? peak_op->type : "";
+    j["plan_valid"] = ip.report.valid;
+    j["plan_seconds"] = ip.plan_seconds;
+    j["total_seconds"] = total_seconds;
+    nlohmann::json live = nlohmann::json::array();
+    if (has_steps)
+      for (auto t : analysis::live_at(l, peak)) {
+        const auto& x = g.tensors[t];
+        live.push_back({{"tensor", x.name}, {"bytes", l.bytes[t]}, {"producer", g.ops[x.producer].name},
+                        {"producer_type", g.ops[x.producer].type}, {"shape", x.shape()}});
+      }
+    j["live_at_peak"] = live;
+    if (a.shapes) j["tensor_shapes"] = shapes_json(g);
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+
+  auto ratio = [](std::uint64_t x, std::uint64_t y) { return y ? static_cast<double>(x) / static_cast<double>(y) : 0.0; };
+  std::printf("model              %s (%zu ops, %zu tensors)\n", a.model.model.c_str(), g.ops.size(), g.tensors.size());
+  std::printf("weights            %s (%s parameters)\n", human_bytes(weights).c_str(), human_count(static_cast<double>(params)).c_str());
+  std::printf("graph inputs       %s\n", human_bytes(inputs).c_str());
+  std::printf("activation peak    %s at step %u%s%s%s\n", human_bytes(l.lower_bound_bytes).c_str(), peak,
+              peak_op ? " (" : "", peak_op ? (peak_op->name + ", " + peak_op->type).c_str() : "", peak_op ? ")" : "");
+  std::printf("lower bound        %s (no sharing of live tensors); %s with in-place and views\n",
+              human_bytes(l.lower_bound_bytes).c_str(), human_bytes(p.aliased_lower_bound_bytes).c_str());
+  std::printf("planned arena      %s (%zu buffers, packer %s, %llu-byte aligned); arena / lower bound %.3f\n",
+              human_bytes(p.arena_bytes).c_str(), p.buffers.size(), p.packer.c_str(),
+              static_cast<unsigned long long>(p.alignment), ratio(p.arena_bytes, l.lower_bound_bytes));
+  std::printf("naive total        %s (every tensor its own buffer)\n", human_bytes(naive).c_str());
+  std::printf("saving             %s (naive / arena %.2fx)\n",
+              human_bytes(naive > p.arena_bytes ? naive - p.arena_bytes : 0).c_str(), ratio(naive, p.arena_bytes));
+  std::printf("plan               %s, planned in %.3f s\n", ip.report.valid ? "valid (verified)" : "INVALID", ip.plan_seconds);
+  if (has_steps) {
+    auto live = analysis::live_at(l, peak);
+    std::printf("\nlive at the peak (step %u): %zu tensors\n", peak, live.size());
+    std::printf("  %-40s %12s  %-28s %s\n", "tensor", "bytes", "made by", "shape");
+    int shown = 0;
+    for (auto t : live) {
+      if (shown++ == a.top) {
+        std::printf("  ... %zu more\n", live.size() - static_cast<std::size_t>(a.top));
+        break;
+      }
+      const auto& x = g.tensors[t];
+      std::string shape = "[";
+      for (std::size_t k = 0; k < x.dims.size(); ++k) shape += (k ? "," : "") + std::to_string(x.dims[k].value);
+      shape += "]";
+      std::printf("  %-40s %12s  %-28s %s\n", x.name.substr(0, 40).c_str(), human_bytes(l.bytes[t]).c_str(),
+                  (g.ops[x.producer].name + " (" + g.ops[x.producer].type + ")").substr(0, 28).c_str(), shape.c_str());
+    }
+  }
+  if (!a.plan_file.empty()) std::printf("\nplan written to %s\n", a.plan_file.c_str());
+  return 0;
+}
+
+void add_analyze(CLI::App& app, std::function<int()>& action) {
+  auto args = std::make_shared<AnalyzeArgs>();
+  CLI::App* cmd = app.add_subcommand("analyze", "inference memory: peak, lower bound and a verified arena plan");
+  add_model_args(cmd, args->model);
+  cmd->add_flag("--json", args->json, "print one JSON object");
+  cmd->add_flag("--shapes", args->shapes, "with --json: include every tensor's dtype and shape");
+  cmd->add_option("--plan", args->plan_file, "write the plan (JSON, graph embedded) to this file");
+  cmd->add_option("--alignment", args->alignment, "buffer alignment in bytes")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--packer", args->packer, "greedy_by_size | best_fit | best");
+  cmd->add_option("--top", args->top, "tensors to list at the peak")->check(CLI::Range(0, 100000));
+  cmd->callback([args, &action] { action = [args] { return run_analyze(*args); }; });
+}
+
+[[maybe_unused]] const int registered = register_command(10, &add_analyze);
+
+}  // namespace
+}  // namespace memplan::cli
