@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Packs built executables and the Debian shared libraries they link into .carry/ (git-ignored), so they
+# run on the GPU machine, which has no apt: there, `export LD_LIBRARY_PATH=$PWD/.carry/lib`.
+# Usage: scripts/device_carry.sh build/memplan [build/other_exe ...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p .carry/bin .carry/lib
+for exe in "$@"; do
+  cp -f "$exe" .carry/bin/
+  ldd "$exe" | awk '/=> \//{print $3}' | while read -r lib; do
+    case "$lib" in
+      */libc.so*|*/libm.so*|*/libpthread.so*|*/libdl.so*|*/librt.so*|*/ld-linux*|*/libcuda.so*) ;;
+      *) cp -fL "$lib" .carry/lib/ ;;
+    esac
+  done
+done
+du -sh .carry
