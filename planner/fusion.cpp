@@ -1,0 +1,197 @@
+// Elementwise fusion: grows maximal single-result groups of fusible ops and contracts each into one op.
+#include "planner/fusion.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace memplan::planner {
+
+using analysis::Graph;
+using analysis::kNoOp;
+using analysis::kNoTensor;
+using analysis::Op;
+using analysis::OpId;
+using analysis::TensorId;
+
+namespace {
+
+struct Group {
+  OpId root = kNoOp;
+  std::set<OpId> members;
+};
+
+// Grows a group from `root` by its producers: a producer joins when it is fusible and unclaimed and every
+// reader of its result is already in the group (so the result needs no buffer of its own).
+Group grow(const Graph& g, OpId root, const std::vector<bool>& fusible, const std::vector<bool>& claimed) {
+  Group grp;
+  grp.root = root;
+  grp.members.insert(root);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (OpId m : std::vector<OpId>(grp.members.begin(), grp.members.end())) {
+      for (TensorId t : g.ops[m].inputs) {
+        if (t == kNoTensor) continue;
+        const auto& x = g.tensors[t];
+        const OpId p = x.producer;
+        if (p == kNoOp || grp.members.count(p) || !fusible[p] || claimed[p] || x.is_graph_output) continue;
+        const bool inside = std::all_of(x.consumers.begin(), x.consumers.end(), [&](OpId c) { return grp.members.count(c) > 0; });
+        if (!inside) continue;
+        grp.members.insert(p);
+        changed = true;
+      }
+    }
+  }
+  return grp;
+}
+
+// Builds the group's expression over its external tensors (in first-use order).
+class ExprBuilder {
+ public:
+  ExprBuilder(const Graph& g, const Group& grp, const std::vector<FusedExpr>& exprs)
+      : g_(g), grp_(grp), exprs_(exprs) {}
+
+  FusedExpr build(std::vector<TensorId>& operands) {
+    value_of(g_.ops[grp_.root].outputs[0]);
+    e_.num_inputs = static_cast<std::uint32_t>(operands_.size());
+    operands = operands_;
+    return e_;
+  }
+
+ private:
+  std::uint32_t value_of(TensorId t) {
+    if (auto it = memo_.find(t); it != memo_.end()) return it->second;
+    const OpId p = g_.tensors[t].producer;
+    std::uint32_t v = 0;
+    if (p != kNoOp && grp_.members.count(p)) {
+      const FusedExpr& sub = exprs_[p];
+      std::vector<std::uint32_t> local(sub.nodes.size());
+      for (std::size_t i = 0; i < sub.nodes.size(); ++i) {
+        ExprNode n = sub.nodes[i];
+        if (n.op == ElemOp::input) {
+          local[i] = value_of(g_.ops[p].inputs[n.a]);
+          continue;
+        }
+        if (elem_op_arity(n.op) >= 1) n.a = local[n.a];
+        if (elem_op_arity(n.op) == 2) n.b = local[n.b];
+        local[i] = e_.add(n);
+      }
+      v = local.back();
+    } else {
+      auto pos = std::find(operands_.begin(), operands_.end(), t);
+      if (pos == operands_.end()) pos = operands_.insert(operands_.end(), t);
+      v = e_.add({ElemOp::input, static_cast<std::uint32_t>(pos - operands_.begin()), 0, 0.0, 0.0});
+    }
+    memo_.emplace(t, v);
+    return v;
+  }
+
+  const Graph& g_;
+  const Group& grp_;
+  const std::vector<FusedExpr>& exprs_;
+  FusedExpr e_;
+  std::vector<TensorId> operands_;
+  std::map<TensorId, std::uint32_t> memo_;
+};
+
+}  // namespace
+
+FusionResult fuse_elementwise(const Graph& g, const FusionOptions& opts) {
+  const std::size_t n = g.ops.size();
+  std::vector<FusedExpr> exprs(n);
+  std::vector<bool> fusible(n, false);
+  for (OpId o = 0; o < n; ++o) {
+    if (g.ops[o].type == kFusedOpType) continue;  // already fused: left alone
+    if (auto e = elementwise_expr(g, o)) {
+      exprs[o] = std::move(*e);
+      fusible[o] = true;
+    }
+  }
+  // Roots are taken latest first, so each group is grown from its final result.
+  const auto order = analysis::topological_order(g);
+  std::vector<bool> claimed(n, false);
+  std::vector<Group> groups;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    if (!fusible[*it] || claimed[*it]) continue;
+    Group grp = grow(g, *it, fusible, claimed);
+    if (grp.members.size() < std::max<std::size_t>(opts.min_group_ops, 2)) continue;
+    for (OpId m : grp.members) claimed[m] = true;
+    groups.push_back(std::move(grp));
+  }
+  std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) { return a.root < b.root; });
+
+  FusionResult res;
+  std::vector<bool> dropped_tensor(g.tensors.size(), false);
+  std::map<OpId, std::size_t> group_of_root;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    group_of_root[groups[i].root] = i;
+    for (OpId m : groups[i].members)
+      if (m != groups[i].root) dropped_tensor[g.ops[m].outputs[0]] = true;
+  }
+  // Rebuild: tensors without the intermediates (ids compacted, order kept), ops in their order with
+  // each group's members replaced by one fused op at its root's place.
+  Graph& out = res.graph;
+  out.name = g.name;
+  out.ir_version = g.ir_version;
+  out.opset = g.opset;
+  std::vector<TensorId> remap(g.tensors.size(), kNoTensor);
+  for (TensorId t = 0; t < g.tensors.size(); ++t) {
+    if (dropped_tensor[t]) continue;
+    analysis::Tensor copy = g.tensors[t];
+    copy.producer = kNoOp;
+    copy.consumers.clear();
+    remap[t] = out.add_tensor(std::move(copy));
+  }
+  auto mapped = [&](std::vector<TensorId> ids) {
+    for (auto& t : ids)
+      if (t != kNoTensor) t = remap[t];
+    return ids;
+  };
+  std::vector<bool> member(n, false);
+  for (const auto& grp : groups)
+    for (OpId m : grp.members) member[m] = true;
+  for (OpId o = 0; o < n; ++o) {
+    if (!member[o]) {
+      Op copy = g.ops[o];
+      copy.inputs = mapped(copy.inputs);
+      copy.outputs = mapped(copy.outputs);
+      out.add_op(std::move(copy));
+      continue;
+    }
+    auto gi = group_of_root.find(o);
+    if (gi == group_of_root.end()) continue;
+    const Group& grp = groups[gi->second];
+    std::vector<TensorId> operands;
+    FusedExpr e = ExprBuilder(g, grp, exprs).build(operands);
+    FusedGroup fg;
+    Op fused;
+    fused.name = g.ops[o].name + "/fused";
+    fused.type = kFusedOpType;
+    fused.domain = kMemplanDomain;
+    fused.phase = g.ops[o].phase;
+    fused.inputs = mapped(operands);
+    fused.outputs = mapped(g.ops[o].outputs);
+    analysis::Attribute expr_attr;
+    expr_attr.kind = analysis::Attribute::Kind::s;
+    expr_attr.s = e.to_string();
+    fused.attrs["expr"] = expr_attr;
+    analysis::Attribute names;
+    names.kind = analysis::Attribute::Kind::strings;
+    for (OpId m : grp.members) {
+      names.strings.push_back(g.ops[m].name);
+      if (m != grp.root)
+        fg.intermediate_bytes = checked_add(fg.intermediate_bytes, g.tensors[g.ops[m].outputs[0]].bytes(), "fused intermediates");
+    }
+    fg.members = names.strings;
+    fused.attrs["fused_ops"] = std::move(names);
+    fg.op = out.add_op(std::move(fused));
+    res.intermediate_bytes_removed = checked_add(res.intermediate_bytes_removed, fg.intermediate_bytes, "fused intermediates");
+    res.groups.push_back(std::move(fg));
+  }
+  for (TensorId t : g.inputs) out.inputs.push_back(remap[t]);
+  for (TensorId t : g.outputs) out.outputs.push_back(remap[t]);
+  out.relink();
+  return res;
+}
+
+}  // namespace memplan::planner

@@ -1,0 +1,232 @@
+// Fused elementwise expressions: text form, float32 evaluation, and the expression of one ONNX op.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "planner/fusion.hpp"
+
+namespace memplan::planner {
+
+using analysis::DType;
+using analysis::Graph;
+using analysis::Op;
+using analysis::OpId;
+using analysis::TensorId;
+
+namespace {
+
+constexpr std::array<const char*, 22> kNames = {
+    "in",  "const", "add", "sub",  "mul",     "div", "pow", "max",  "min",        "neg",      "abs",
+    "relu", "sigmoid", "tanh", "erf", "exp", "log", "sqrt", "reciprocal", "identity", "clip", "leaky_relu",
+};
+
+// Reads a double written by fmt_double ("inf", "-inf" and "nan" included, which >> rejects).
+bool read_double(std::istream& in, double& v) {
+  std::string tok;
+  if (!(in >> tok)) return false;
+  char* end = nullptr;
+  v = std::strtod(tok.c_str(), &end);
+  return end == tok.c_str() + tok.size();
+}
+
+std::string fmt_double(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+}  // namespace
+
+const char* elem_op_name(ElemOp op) noexcept { return kNames[static_cast<std::size_t>(op)]; }
+
+int elem_op_arity(ElemOp op) noexcept {
+  if (op == ElemOp::input || op == ElemOp::constant) return 0;
+  if (op >= ElemOp::add && op <= ElemOp::min) return 2;
+  return 1;
+}
+
+std::uint32_t FusedExpr::add(ExprNode n) {
+  nodes.push_back(n);
+  return static_cast<std::uint32_t>(nodes.size() - 1);
+}
+
+std::size_t FusedExpr::op_count() const {
+  return static_cast<std::size_t>(std::count_if(nodes.begin(), nodes.end(), [](const ExprNode& n) {
+    return elem_op_arity(n.op) > 0;
+  }));
+}
+
+std::string FusedExpr::to_string() const {
+  std::string s;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const ExprNode& n = nodes[i];
+    if (i) s += ';';
+    s += elem_op_name(n.op);
+    switch (n.op) {
+      case ElemOp::input: s += ' ' + std::to_string(n.a); break;
+      case ElemOp::constant: s += ' ' + fmt_double(n.p0); break;
+      case ElemOp::clip: s += ' ' + std::to_string(n.a) + ' ' + fmt_double(n.p0) + ' ' + fmt_double(n.p1); break;
+      case ElemOp::leaky_relu: s += ' ' + std::to_string(n.a) + ' ' + fmt_double(n.p0); break;
+      default:
+        s += ' ' + std::to_string(n.a);
+        if (elem_op_arity(n.op) == 2) s += ' ' + std::to_string(n.b);
+    }
+  }
+  return s;
+}
+
+FusedExpr FusedExpr::parse(std::string_view text) {
+  FusedExpr e;
+  std::stringstream all{std::string(text)};
+  std::string item;
+  auto bad = [&](const std::string& why) -> void {
+    fail(ErrorKind::malformed, "fused expression '" + std::string(text) + "': " + why);
+  };
+  while (std::getline(all, item, ';')) {
+    std::stringstream in(item);
+    std::string name;
+    in >> name;
+    auto it = std::find_if(kNames.begin(), kNames.end(), [&](const char* n) { return name == n; });
+    if (it == kNames.end()) bad("unknown operation '" + name + "'");
+    ExprNode n;
+    n.op = static_cast<ElemOp>(it - kNames.begin());
+    const auto here = static_cast<std::uint32_t>(e.nodes.size());
+    bool ok = true;
+    if (n.op == ElemOp::constant) {
+      ok = read_double(in, n.p0);
+    } else {
+      ok = static_cast<bool>(in >> n.a);
+      if (elem_op_arity(n.op) == 2) ok = ok && static_cast<bool>(in >> n.b);
+      if (n.op == ElemOp::clip) ok = ok && read_double(in, n.p0) && read_double(in, n.p1);
+      if (n.op == ElemOp::leaky_relu) ok = ok && read_double(in, n.p0);
+    }
+    if (!ok) bad("cannot read node " + std::to_string(here) + " '" + item + "'");
+    if (n.op == ElemOp::input) {
+      e.num_inputs = std::max(e.num_inputs, n.a + 1);
+    } else if (elem_op_arity(n.op) > 0 && (n.a >= here || (elem_op_arity(n.op) == 2 && n.b >= here))) {
+      bad("node " + std::to_string(here) + " refers to a later node");
+    }
+    e.nodes.push_back(n);
+  }
+  if (e.nodes.empty()) bad("no nodes");
+  return e;
+}
+
+float FusedExpr::evaluate(const float* operand_values, float* v) const {
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const ExprNode& n = nodes[i];
+    const float x = elem_op_arity(n.op) > 0 ? v[n.a] : 0.0f;
+    const float y = elem_op_arity(n.op) == 2 ? v[n.b] : 0.0f;
+    float r = 0.0f;
+    switch (n.op) {
+      case ElemOp::input: r = operand_values[n.a]; break;
+      case ElemOp::constant: r = static_cast<float>(n.p0); break;
+      case ElemOp::add: r = x + y; break;
+      case ElemOp::sub: r = x - y; break;
+      case ElemOp::mul: r = x * y; break;
+      case ElemOp::div: r = x / y; break;
+      case ElemOp::pow: r = std::pow(x, y); break;
+      case ElemOp::max: r = std::fmax(x, y); break;
+      case ElemOp::min: r = std::fmin(x, y); break;
+      case ElemOp::neg: r = -x; break;
+      case ElemOp::abs: r = std::fabs(x); break;
+      case ElemOp::relu: r = x > 0.0f ? x : 0.0f; break;
+      case ElemOp::sigmoid: r = 1.0f / (1.0f + std::exp(-x)); break;
+      case ElemOp::tanh: r = std::tanh(x); break;
+      case ElemOp::erf: r = std::erf(x); break;
+      case ElemOp::exp: r = std::exp(x); break;
+      case ElemOp::log: r = std::log(x); break;
+      case ElemOp::sqrt: r = std::sqrt(x); break;
+      case ElemOp::reciprocal: r = 1.0f / x; break;
+      case ElemOp::identity: r = x; break;
+      case ElemOp::clip: r = std::fmin(std::fmax(x, static_cast<float>(n.p0)), static_cast<float>(n.p1)); break;
+      case ElemOp::leaky_relu: r = x >= 0.0f ? x : x * static_cast<float>(n.p0); break;
+    }
+    v[i] = r;
+  }
+  return v[nodes.size() - 1];
+}
+
+namespace {
+
+// A known single float value (a scalar constant), if `t` is one.
+std::optional<double> scalar_constant(const Graph& g, TensorId t) {
+  if (t == analysis::kNoTensor) return std::nullopt;
+  const auto& x = g.tensors[t];
+  if (!x.data || x.data->element_count() != 1 || !analysis::dtype_is_float(x.data->dtype)) return std::nullopt;
+  return x.data->as_double().front();
+}
+
+bool all_f32(const Graph& g, const Op& op) {
+  for (TensorId t : op.inputs)
+    if (t != analysis::kNoTensor && (g.tensors[t].dtype != DType::f32 || !g.tensors[t].shape_known())) return false;
+  for (TensorId t : op.outputs)
+    if (t == analysis::kNoTensor || g.tensors[t].dtype != DType::f32 || !g.tensors[t].shape_known()) return false;
+  return op.outputs.size() == 1;
+}
+
+// Operand i of the op: its scalar constant value inlined, otherwise an input node.
+std::uint32_t operand(FusedExpr& e, const Graph& g, const Op& op, std::size_t i) {
+  if (auto c = scalar_constant(g, op.inputs[i])) return e.add({ElemOp::constant, 0, 0, *c, 0.0});
+  return e.add({ElemOp::input, static_cast<std::uint32_t>(i), 0, 0.0, 0.0});
+}
+
+std::optional<ElemOp> simple_op(const std::string& type) {
+  static const std::pair<const char*, ElemOp> table[] = {
+      {"Add", ElemOp::add},       {"Sub", ElemOp::sub},         {"Mul", ElemOp::mul},   {"Div", ElemOp::div},
+      {"Pow", ElemOp::pow},       {"Max", ElemOp::max},         {"Min", ElemOp::min},   {"Neg", ElemOp::neg},
+      {"Abs", ElemOp::abs},       {"Relu", ElemOp::relu},       {"Sigmoid", ElemOp::sigmoid},
+      {"Tanh", ElemOp::tanh},     {"Erf", ElemOp::erf},         {"Exp", ElemOp::exp},   {"Log", ElemOp::log},
+      {"Sqrt", ElemOp::sqrt},     {"Reciprocal", ElemOp::reciprocal}, {"Cast", ElemOp::identity},
+      {"LeakyRelu", ElemOp::leaky_relu}, {"Clip", ElemOp::clip},
+  };
+  for (const auto& [name, op] : table)
+    if (type == name) return op;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<FusedExpr> elementwise_expr(const Graph& g, OpId id) {
+  const Op& op = g.ops[id];
+  if (op.domain == kMemplanDomain && op.type == kFusedOpType) return FusedExpr::parse(op.attr_string("expr", ""));
+  if (!op.domain.empty() && op.domain != "ai.onnx") return std::nullopt;
+  if (!all_f32(g, op) || op.inputs.empty()) return std::nullopt;
+  FusedExpr e;
+  e.num_inputs = static_cast<std::uint32_t>(op.inputs.size());
+  if (op.type == "Gelu") {  // opset 20, exact form: x * 0.5 * (1 + erf(x / sqrt(2)))
+    if (op.attr_string("approximate", "none") != "none") return std::nullopt;
+    const auto x = operand(e, g, op, 0);
+    const auto r2 = e.add({ElemOp::constant, 0, 0, 1.4142135623730951, 0.0});
+    const auto er = e.add({ElemOp::erf, e.add({ElemOp::div, x, r2, 0, 0}), 0, 0, 0});
+    const auto one = e.add({ElemOp::add, er, e.add({ElemOp::constant, 0, 0, 1.0, 0}), 0, 0});
+    e.add({ElemOp::mul, e.add({ElemOp::mul, x, e.add({ElemOp::constant, 0, 0, 0.5, 0}), 0, 0}), one, 0, 0});
+    return e;
+  }
+  auto kind = simple_op(op.type);
+  if (!kind) return std::nullopt;
+  const int arity = elem_op_arity(*kind);
+  if (op.inputs[0] == analysis::kNoTensor) return std::nullopt;
+  if (arity == 2 && (op.inputs.size() != 2 || op.inputs[1] == analysis::kNoTensor)) return std::nullopt;
+  if (arity == 1 && *kind != ElemOp::clip && op.inputs.size() != 1) return std::nullopt;
+  ExprNode n{*kind, operand(e, g, op, 0), 0, 0.0, 0.0};
+  if (arity == 2) n.b = operand(e, g, op, 1);
+  if (*kind == ElemOp::leaky_relu) n.p0 = op.attr_float("alpha", 0.01);
+  if (*kind == ElemOp::clip) {
+    n.p0 = op.attr_float("min", -HUGE_VAL);
+    n.p1 = op.attr_float("max", HUGE_VAL);
+    for (std::size_t i = 1; i < op.inputs.size() && i < 3; ++i) {
+      if (op.inputs[i] == analysis::kNoTensor) continue;
+      auto c = scalar_constant(g, op.inputs[i]);
+      if (!c) return std::nullopt;  // a bound computed at run time cannot be inlined
+      (i == 1 ? n.p0 : n.p1) = *c;
+    }
+  }
+  e.add(n);
+  return e;
+}
+
+}  // namespace memplan::planner
