@@ -1,0 +1,344 @@
+# Hostile inputs: each case must end with its documented exit code (docs/errors.md) and a message, never a crash.
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+try:
+    import onnx
+    from onnx import TensorProto, helper
+except ImportError:
+    print("skip: the onnx Python package is not installed")
+    sys.exit(77)
+
+CRASH_CODES = {70, 134, 139}  # internal error, abort, segfault
+OK, USAGE, IO, MALFORMED, UNSUPPORTED, INVALID, SHAPE, OVERFLOW, INFEASIBLE, MISMATCH = 0, 2, 3, 4, 5, 6, 7, 8, 9, 10
+
+
+# ---- model builders ------------------------------------------------------------------------------
+
+def model(nodes, inputs, outputs, inits=(), opset=17, ir=8):
+    g = helper.make_graph(list(nodes), "hostile", list(inputs), list(outputs), list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = ir
+    return m.SerializeToString()
+
+
+def vi(name, shape, elem=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def relu_model(shape=(2, 4), elem=TensorProto.FLOAT):
+    return model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [vi("x", list(shape), elem)], [vi("y", None)])
+
+
+def varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def field(num, payload):  # a length-delimited protobuf field
+    return varint(num << 3 | 2) + varint(len(payload)) + payload
+
+
+def nested_bomb(depth):
+    # ModelProto.graph -> GraphProto.node -> NodeProto.attribute -> AttributeProto.g -> GraphProto ... `depth` times.
+    inner = field(4, b"Relu")  # NodeProto.op_type
+    for _ in range(depth):
+        inner = field(1, field(5, field(6, field(1, inner))))  # node.attribute.g.node
+    return varint(1 << 3 | 0) + varint(8) + field(7, inner)  # ir_version 8, graph
+
+
+def oversized_length():
+    # A graph field that claims 3 GiB while the file holds a few bytes.
+    return varint(1 << 3 | 0) + varint(8) + varint(7 << 3 | 2) + varint(3 << 30) + b"\x0a\x00"
+
+
+def huge_initializer_mismatch():
+    # 200,000 float values for dims [2]: the inline data does not match its dims.
+    t = helper.make_tensor("w", TensorProto.FLOAT, [2], [0.0] * 200000)
+    return model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [vi("x", [2])], [vi("y", None)], [t])
+
+
+def wide_node(n):
+    # One Sum node with n inputs: a huge repeated field that is still a valid graph.
+    return model([helper.make_node("Sum", ["x"] * n, ["y"], name="sum")], [vi("x", [4])], [vi("y", None)])
+
+
+def external_model(location):
+    w = helper.make_tensor("w", TensorProto.FLOAT, [1024, 4], [])
+    w.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", location), ("offset", "0"), ("length", str(1024 * 4 * 4))):
+        e = w.external_data.add()
+        e.key, e.value = k, v
+    w.ClearField("float_data")
+    return model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], [vi("x", [2, 1024])], [vi("y", None)], [w])
+
+
+def json_graph(**over):
+    doc = {"format": "memplan.graph", "version": 1, "name": "j", "inputs": ["x"], "outputs": ["y"],
+           "tensors": [{"name": "x", "shape": [2, 4], "role": "input"}, {"name": "y"}],
+           "ops": [{"name": "relu", "type": "Relu", "inputs": ["x"], "outputs": ["y"]}]}
+    doc.update(over)
+    return json.dumps(doc).encode()
+
+
+# ---- the cases -----------------------------------------------------------------------------------
+# (name, file bytes or a callable(dir) -> path, extra args, accepted exit codes, words stderr must contain)
+
+def onnx_cases(samples):
+    tiny = open(os.path.join(samples, "models", "tiny_mlp.onnx"), "rb").read()
+    rng = random.Random(20261123)
+    two = [helper.make_node("Relu", ["x"], ["y"], name="a"), helper.make_node("Sigmoid", ["x"], ["y"], name="b")]
+    cycle = [helper.make_node("Add", ["x", "b"], ["a"], name="first"), helper.make_node("Relu", ["a"], ["b"], name="second")]
+    return [
+        ("truncated onnx", tiny[: len(tiny) // 2], [], {MALFORMED}, ["protobuf"]),
+        ("truncated onnx (10 bytes)", tiny[:10], [], {MALFORMED}, []),
+        ("empty file", b"", [], {MALFORMED}, []),
+        ("random garbage", bytes(rng.getrandbits(8) for _ in range(4096)), [], {MALFORMED}, []),
+        ("protobuf nested 5000 deep", nested_bomb(5000), [], {MALFORMED}, ["nested"]),
+        ("protobuf nested 30 deep (subgraphs)", nested_bomb(30), [], {MALFORMED, UNSUPPORTED, INVALID}, []),
+        ("length field claiming 3 GiB", oversized_length(), [], {MALFORMED}, []),
+        ("200k values for dims [2]", huge_initializer_mismatch(), [], {MALFORMED}, ["'w'"]),
+        ("Sum with 100k inputs", wide_node(100000), [], {OK}, []),
+        ("cycle between nodes", model(cycle, [vi("x", [2])], [vi("b", None)]), [], {INVALID}, ["cycle"]),
+        ("input no one produces",
+         model([helper.make_node("Add", ["x", "ghost"], ["y"], name="add")], [vi("x", [2])], [vi("y", None)]),
+         [], {INVALID}, ["ghost"]),
+        ("two nodes produce one tensor", model(two, [vi("x", [2])], [vi("y", None)]), [], {INVALID}, ["'y'"]),
+        ("initializer and node output share a name",
+         model([helper.make_node("Relu", ["x"], ["w"], name="relu")], [vi("x", [2])], [vi("w", None)],
+               [helper.make_tensor("w", TensorProto.FLOAT, [2], [1.0, 2.0])]), [], {INVALID}, ["'w'"]),
+        ("graph output nobody produces", model([], [vi("x", [2])], [vi("nowhere", None)]), [], {INVALID}, ["nowhere"]),
+        ("negative input dim", relu_model((2, -3)), [], {OVERFLOW}, ["negative"]),
+        ("negative initializer dim",
+         model([helper.make_node("Relu", ["w"], ["y"], name="relu")], [], [vi("y", None)],
+               [helper.make_tensor("w", TensorProto.FLOAT, [-1], [])]), [], {OVERFLOW}, ["negative"]),
+        ("bytes beyond 2^63", relu_model((1 << 30, 1 << 30, 16)), [], {OVERFLOW}, []),
+        ("elements beyond 2^64", relu_model((1 << 40, 1 << 40)), [], {OVERFLOW}, []),
+        ("unknown dtype 99", relu_model((2, 4), 99), [], {UNSUPPORTED}, ["99"]),
+        ("unknown op type",
+         model([helper.make_node("Frobnicate", ["x"], ["y"], name="frob")], [vi("x", [2])], [vi("y", None)]),
+         [], {UNSUPPORTED}, ["Frobnicate"]),
+        ("If with subgraphs", if_model(), [], {UNSUPPORTED}, ["If"]),
+        ("Loop with a body", loop_model("Loop"), [], {UNSUPPORTED}, ["Loop"]),
+        ("Scan with a body", loop_model("Scan"), [], {UNSUPPORTED}, ["Scan"]),
+        ("opset 99", model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [2])], [vi("y", None)], opset=99),
+         [], {UNSUPPORTED}, ["opset"]),
+        ("external data '../../etc/passwd' (never opened)", external_model("../../etc/passwd"), [], {OK}, []),
+        ("external data in a FIFO (would hang if opened)", fifo_case, [], {OK}, []),
+        ("json of another format", json_graph(format="tensorflow.graph"), [], {MISMATCH}, ["memplan.graph"]),
+        ("json of version 2", json_graph(version=2), [], {MISMATCH}, ["version"]),
+        ("json version as a string", json_graph(version="1"), [], {MISMATCH}, ["version"]),
+        ("invalid json", b'{"format": "memplan.graph", "version": 1, "tensors": [', [], {MALFORMED}, ["JSON"]),
+        ("json op reads a tensor not listed",
+         json_graph(ops=[{"type": "Relu", "inputs": ["nope"], "outputs": ["y"]}]), [], {INVALID}, ["nope"]),
+        ("json negative dim", json_graph(tensors=[{"name": "x", "shape": [2, -4], "role": "input"}, {"name": "y"}]),
+         [], {OVERFLOW}, ["negative"]),
+        ("json duplicate tensor", json_graph(tensors=[{"name": "x", "shape": [2], "role": "input"}, {"name": "y"},
+                                                      {"name": "y"}]), [], {INVALID}, ["'y'"]),
+        ("json deeply nested", b"[" * 100000 + b"]" * 100000, [], {MALFORMED}, []),
+    ]
+
+
+def if_model():
+    branch = helper.make_graph([helper.make_node("Relu", ["x"], ["z"])], "b", [], [vi("z", [2])])
+    node = helper.make_node("If", ["c"], ["y"], name="cond", then_branch=branch, else_branch=branch)
+    return model([node], [vi("c", [], TensorProto.BOOL), vi("x", [2])], [vi("y", None)])
+
+
+def loop_model(kind):
+    body = helper.make_graph([helper.make_node("Identity", ["s"], ["s2"])], "body", [vi("s", [2])], [vi("s2", [2])])
+    if kind == "Loop":
+        node = helper.make_node("Loop", ["", "", "x"], ["y"], name="loop", body=body)
+    else:
+        node = helper.make_node("Scan", ["x"], ["y"], name="scan", body=body, num_scan_inputs=1)
+    return model([node], [vi("x", [2])], [vi("y", None)])
+
+
+def fifo_case(d):
+    os.mkfifo(os.path.join(d, "weights.fifo"))
+    path = os.path.join(d, "fifo.onnx")
+    with open(path, "wb") as f:
+        f.write(external_model("weights.fifo"))
+    return path
+
+
+def dyn_model():
+    return model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [vi("x", ["batch", 4])], [vi("y", None)])
+
+
+def dim_cases():
+    return [
+        ("--dim batch=0", dyn_model(), ["--dim", "batch=0"], {USAGE}, ["batch"]),
+        ("--dim batch=-1", dyn_model(), ["--dim", "batch=-1"], {USAGE}, ["batch"]),
+        ("--dim batch=2^62", dyn_model(), ["--dim", "batch=%d" % (1 << 62)], {USAGE}, ["batch"]),
+        ("--dim batch=2^64 (not an int64)", dyn_model(), ["--dim", "batch=%d" % (1 << 64)], {USAGE}, ["batch"]),
+        ("--dim batch=abc", dyn_model(), ["--dim", "batch=abc"], {USAGE}, ["abc"]),
+        ("--dim without =", dyn_model(), ["--dim", "batch"], {USAGE}, ["NAME=VALUE"]),
+        ("--dim given twice", dyn_model(), ["--dim", "batch=2", "--dim", "batch=3"], {USAGE}, ["twice"]),
+        ("unbound symbolic dim", dyn_model(), [], {SHAPE}, ["batch"]),
+        ("missing model file", None, [], {IO}, ["cannot open"]),
+        ("model is a directory", lambda d: d, [], {IO, MALFORMED}, []),
+    ]
+
+
+# ---- running -------------------------------------------------------------------------------------
+
+class Runner:
+    def __init__(self, memplan, tmp):
+        self.memplan, self.tmp, self.failures, self.count = memplan, tmp, [], 0
+
+    def run(self, args, timeout=30):
+        t0 = time.time()
+        try:
+            p = subprocess.run([self.memplan] + args, capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None, "", time.time() - t0
+        return p.returncode, p.stderr.decode(errors="replace"), time.time() - t0
+
+    def check(self, name, rc, err, accepted, words, secs):
+        self.count += 1
+        problems = []
+        if rc is None:
+            problems.append("hung (timed out)")
+        elif rc < 0 or rc in CRASH_CODES:
+            problems.append("crashed with %s" % (("signal %s" % signal.Signals(-rc).name) if rc < 0 else rc))
+        elif rc not in accepted:
+            problems.append("exit %d, expected %s" % (rc, sorted(accepted)))
+        if rc not in (None, 0):
+            if "memplan: error" not in err and "Error" not in err and "error" not in err.lower():
+                problems.append("no error message on stderr")
+            for w in words:
+                if w.lower() not in err.lower():
+                    problems.append("stderr does not mention %r" % w)
+        status = "ok  " if not problems else "FAIL"
+        print("%s %-52s exit %-4s %.2fs  %s" % (status, name, rc, secs, err.strip().splitlines()[-1][:110] if err.strip() else ""))
+        if problems:
+            self.failures.append("%s: %s\n    stderr: %s" % (name, "; ".join(problems), err.strip()[:400]))
+
+    def case(self, name, content, args, accepted, words, cmd=("analyze",)):
+        d = tempfile.mkdtemp(dir=self.tmp)
+        if content is None:
+            path = os.path.join(d, "does-not-exist.onnx")
+        elif callable(content):
+            path = content(d)
+        else:
+            path = os.path.join(d, "model.json" if content[:1] in (b"{", b"[") else "model.onnx")
+            with open(path, "wb") as f:
+                f.write(content)
+        rc, err, secs = self.run(list(cmd) + [path] + list(args))
+        self.check(name, rc, err, accepted, words, secs)
+        return path
+
+
+def commands(memplan):
+    out = subprocess.run([memplan, "--help"], capture_output=True, text=True).stdout
+    return out
+
+
+def plan_cases(r, samples):
+    # Plans are written by `analyze --plan`; a command that reads them gets a wrong version and another model's plan.
+    help_text = commands(r.memplan)
+    readers = []
+    for cmd in ("run", "viz", "plan"):
+        if (" %s " % cmd) in help_text or ("\n  %s" % cmd) in help_text:
+            h = subprocess.run([r.memplan, cmd, "--help"], capture_output=True, text=True).stdout
+            if "--plan" in h:
+                readers.append(cmd)
+    d = tempfile.mkdtemp(dir=r.tmp)
+    a = os.path.join(d, "a.onnx")
+    b = os.path.join(d, "b.onnx")
+    with open(a, "wb") as f:
+        f.write(relu_model((2, 4)))
+    with open(b, "wb") as f:
+        f.write(model([helper.make_node("Sigmoid", ["x"], ["y"], name="sig")], [vi("x", [8, 8])], [vi("y", None)]))
+    plan = os.path.join(d, "a.plan.json")
+    rc, err, secs = r.run(["analyze", a, "--plan", plan])
+    r.check("analyze --plan writes a plan", rc, err, {OK}, [], secs)
+    if rc != 0 or not os.path.exists(plan):
+        return
+    doc = json.load(open(plan))
+    if not readers:
+        print("skip plan readers: no command reads --plan yet (help lists none)")
+        return
+    wrong_version = os.path.join(d, "v99.plan.json")
+    doc99 = dict(doc)
+    doc99["version"] = 99
+    json.dump(doc99, open(wrong_version, "w"))
+    truncated = os.path.join(d, "trunc.plan.json")
+    open(truncated, "w").write(json.dumps(doc)[:100])
+    for cmd in readers:
+        for name, model_path, plan_path, accepted, words in [
+            ("plan of version 99", a, wrong_version, {MISMATCH}, ["version"]),
+            ("plan for another model", b, plan, {MISMATCH}, []),
+            ("truncated plan", a, truncated, {MALFORMED}, []),
+            ("plan file missing", a, os.path.join(d, "none.json"), {IO}, []),
+        ]:
+            rc, err, secs = r.run([cmd, model_path, "--plan", plan_path])
+            r.check("%s --plan: %s" % (cmd, name), rc, err, accepted, words, secs)
+
+
+def budget_cases(r):
+    help_text = commands(r.memplan)
+    if "plan" not in help_text:
+        print("skip infeasible --budget: no `plan` command yet")
+        return
+    h = subprocess.run([r.memplan, "plan", "--help"], capture_output=True, text=True).stdout
+    if "--train" not in h or "--budget" not in h:
+        print("skip infeasible --budget: `plan` has no --train/--budget yet")
+        return
+    d = tempfile.mkdtemp(dir=r.tmp)
+    path = os.path.join(d, "mlp.onnx")
+    w1 = helper.make_tensor("w1", TensorProto.FLOAT, [64, 256], [0.01] * (64 * 256))
+    w2 = helper.make_tensor("w2", TensorProto.FLOAT, [256, 10], [0.01] * 2560)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"), helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
+    with open(path, "wb") as f:
+        f.write(model(nodes, [vi("x", [32, 64])], [vi("y", None)], [w1, w2]))
+    for budget, accepted, words in (("1", {INFEASIBLE}, ["budget"]), ("-5", {USAGE}, []), ("lots", {USAGE}, []),
+                                    ("99999999999999999999999", {USAGE}, [])):
+        rc, err, secs = r.run(["plan", "--train", path, "--budget", budget])
+        r.check("plan --train --budget %s" % budget, rc, err, accepted, words, secs)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--memplan", required=True)
+    ap.add_argument("--samples", required=True)
+    ap.add_argument("--keep", help="also write every hostile file into this folder (fuzzer seeds)")
+    a = ap.parse_args()
+    t0 = time.time()
+    tmp = tempfile.mkdtemp(prefix="memplan-hostile-")
+    try:
+        r = Runner(os.path.abspath(a.memplan), tmp)
+        for c in onnx_cases(a.samples) + dim_cases():
+            path = r.case(*c)
+            if a.keep and os.path.isfile(path) and not path.endswith("fifo.onnx"):
+                os.makedirs(a.keep, exist_ok=True)
+                safe = "".join(ch if ch.isalnum() else "_" for ch in c[0])
+                shutil.copy(path, os.path.join(a.keep, safe + os.path.splitext(path)[1]))
+        plan_cases(r, a.samples)
+        budget_cases(r)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("%d cases in %.1f s, %d failed" % (r.count, time.time() - t0, len(r.failures)))
+    for f in r.failures:
+        print("FAILED " + f)
+    return 1 if r.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
