@@ -1,0 +1,134 @@
+// Tests of the remat transforms and checkpoint segment selection on random hand-built training graphs.
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "analysis/liveness.hpp"
+#include "planner/remat_segments.hpp"
+#include "planner/swap.hpp"
+#include "tests/planner/test_remat_graphs.hpp"
+
+using namespace memplan;
+using namespace memplan::planner;
+using memplan::testing::random_training;
+
+namespace {
+
+std::uint32_t last_forward_step(const analysis::Graph& g, const analysis::Liveness& l, TensorId t) {
+  std::uint32_t s = l.step_of_op[g.tensors[t].producer];
+  for (auto c : g.tensors[t].consumers)
+    if (g.ops[c].phase == analysis::Phase::forward) s = std::max(s, l.step_of_op[c]);
+  return s;
+}
+
+std::uint64_t real_peak(const analysis::Graph& g, const std::vector<OpId>& sched, const RematChoice& c) {
+  auto tr = apply_remat(g, sched, c);
+  return analysis::analyze_liveness(tr.graph, tr.schedule, 1).lower_bound_bytes;
+}
+
+}  // namespace
+
+TEST_CASE("keeping every saved tensor changes nothing") {
+  for (std::uint32_t seed = 1; seed <= 10; ++seed) {
+    auto r = random_training(seed, 12);
+    auto tr = apply_remat(r.graph, r.schedule, RematChoice::keep_all(r.graph));
+    CHECK(tr.graph.ops.size() == r.graph.ops.size());
+    CHECK(tr.recompute_ops == 0);
+    CHECK(analysis::analyze_liveness(tr.graph, tr.schedule, 1).lower_bound_bytes ==
+          analysis::analyze_liveness(r.graph, r.schedule, 1).lower_bound_bytes);
+  }
+}
+
+TEST_CASE("recomputed tensors die at their last forward use and backward readers read clones") {
+  for (std::uint32_t seed = 1; seed <= 30; ++seed) {
+    CAPTURE(seed);
+    auto r = random_training(seed, 15);
+    std::mt19937 rng(seed);
+    RematChoice c = RematChoice::keep_all(r.graph);
+    for (TensorId t : find_saved_for_backward(r.graph))
+      if (rng() % 2) {
+        c.action[t] = RematAction::recompute;
+        c.group[t] = static_cast<std::uint32_t>(rng() % 3);
+      }
+    auto tr = apply_remat(r.graph, r.schedule, c);
+    tr.graph.validate();
+    REQUIRE(analysis::is_topological(tr.graph, tr.schedule));
+    auto l = analysis::analyze_liveness(tr.graph, tr.schedule, 1);
+    for (TensorId t : find_saved_for_backward(r.graph)) {
+      if (c.action[t] != RematAction::recompute) continue;
+      CHECK(l.interval[t].last == last_forward_step(tr.graph, l, t));
+      for (auto reader : tr.graph.tensors[t].consumers)
+        CHECK(tr.graph.ops[reader].phase != analysis::Phase::backward);
+    }
+    for (OpId o = 0; o < tr.graph.ops.size(); ++o)
+      if (tr.graph.ops[o].phase == analysis::Phase::recompute) CHECK(tr.graph.ops[tr.origin[o]].phase == analysis::Phase::forward);
+  }
+}
+
+TEST_CASE("the segment DP finds the brute-force optimum on random graphs of up to 20 ops") {
+  int compared = 0;
+  for (std::uint32_t seed = 1; seed <= 60; ++seed) {
+    CAPTURE(seed);
+    auto r = random_training(seed, 6 + static_cast<int>(seed % 13));  // up to 18 forward ops + loss
+    auto st = find_forward_stages(r.graph, r.schedule, r.flops, 1);
+    if (st.size() > 12) continue;
+    std::uint64_t none = evaluate_segments(st, {{0, static_cast<std::uint32_t>(st.size() - 1), false}}).peak_bytes;
+    std::uint64_t lo = min_segment_peak(st);
+    for (int k = 0; k <= 4; ++k) {
+      const std::uint64_t budget = lo + (none - lo) * static_cast<std::uint64_t>(k) / 4;
+      auto dp = optimal_segments(st, budget);
+      auto bf = brute_force_segments(st, budget);
+      REQUIRE(dp.empty() == bf.empty());
+      if (dp.empty()) continue;
+      auto cd = evaluate_segments(st, dp), cb = evaluate_segments(st, bf);
+      CHECK(cd.peak_bytes <= budget);
+      CHECK(cd.recompute_flops == doctest::Approx(cb.recompute_flops));
+      ++compared;
+    }
+  }
+  CHECK(compared > 100);
+}
+
+TEST_CASE("sqrt segments reach clearly less memory than keeping everything on a long chain") {
+  auto r = random_training(7, 64, 0.0);
+  auto st = find_forward_stages(r.graph, r.schedule, r.flops, 1);
+  CHECK(st.size() >= 60);
+  const std::uint64_t none = real_peak(r.graph, r.schedule, RematChoice::keep_all(r.graph));
+  const std::uint64_t sq = real_peak(r.graph, r.schedule, choice_from_segments(r.graph, st, sqrt_segments(st)));
+  CHECK(sq * 3 < none);
+}
+
+TEST_CASE("greedy segments under a smaller threshold never need more model memory than one segment") {
+  auto r = random_training(11, 40, 0.1);
+  auto st = find_forward_stages(r.graph, r.schedule, r.flops, 1);
+  const auto all = evaluate_segments(st, {{0, static_cast<std::uint32_t>(st.size() - 1), false}});
+  for (std::uint64_t th : {std::uint64_t{512}, std::uint64_t{4096}, std::uint64_t{16384}}) {
+    auto c = evaluate_segments(st, greedy_segments(st, th));
+    CHECK(c.peak_bytes <= all.peak_bytes);
+  }
+}
+
+TEST_CASE("swaps that hide free memory over the peak and only add SwapOut/SwapIn ops") {
+  for (std::uint32_t seed = 1; seed <= 10; ++seed) {
+    CAPTURE(seed);
+    auto r = random_training(seed, 30, 0.1);
+    std::vector<double> secs(r.graph.ops.size(), 1e-3);
+    SwapLinks links{1e9, 1e9};  // 256..2048-byte tensors: microseconds against millisecond ops
+    const std::uint64_t none = real_peak(r.graph, r.schedule, RematChoice::keep_all(r.graph));
+    RematChoice c = swap_to_budget(r.graph, r.schedule, RematChoice::keep_all(r.graph), secs, links, none / 3, 1);
+    auto tr = apply_remat(r.graph, r.schedule, c);
+    tr.graph.validate();
+    CHECK(tr.swap_ops > 0);
+    CHECK(tr.recompute_ops == 0);
+    CHECK(analysis::analyze_liveness(tr.graph, tr.schedule, 1).lower_bound_bytes < none);
+    for (auto& t : tr.graph.tensors)
+      if (t.name.find("@host") != std::string::npos) CHECK(t.on_host);
+  }
+}
+
+TEST_CASE("no swap is placed when the link is too slow to hide it") {
+  auto r = random_training(3, 20);
+  std::vector<double> secs(r.graph.ops.size(), 1e-9);
+  RematChoice c = swap_to_budget(r.graph, r.schedule, RematChoice::keep_all(r.graph), secs, SwapLinks{1e3, 1e3}, 0, 1);
+  for (auto a : c.action) CHECK(a != RematAction::swap);
+}
