@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "analysis/graph.hpp"
@@ -56,6 +57,10 @@ struct RematTransform {
 // forward use. Errors: ErrorKind::invalid_graph when a swap position is not between the forward use
 // and the backward use.
 RematTransform apply_remat(const Graph& g, const std::vector<OpId>& schedule, const RematChoice& choice);
+
+// "16GiB", "512MB", "1e9", "300 KiB": bytes (KiB MiB GiB TiB are powers of 1024, KB MB GB TB of
+// 1000, B or nothing bytes). Bad text is ErrorKind::usage.
+std::uint64_t parse_size(std::string_view text);
 
 // Sum of `op_flops` over the recompute clones of a transform (by origin).
 double recompute_flops(const RematTransform& t, const std::vector<double>& op_flops);
