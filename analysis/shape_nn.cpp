@@ -1,0 +1,243 @@
+// Shape rules of neural-network ops: MatMul, Gemm, Conv, ConvTranspose, pooling, normalization, Flatten, Resize.
+#include <cmath>
+
+#include "analysis/shape_rules.hpp"
+
+namespace memplan::analysis::shape_detail {
+namespace {
+
+void matmul_op(OpContext& c) {
+  Shape a = c.in_shape(0), b = c.in_shape(1);
+  if (a.empty() || b.empty()) c.fail_shape("MatMul needs inputs of rank >= 1, got " + shape_str(a) + " and " + shape_str(b));
+  const bool a_vec = a.size() == 1, b_vec = b.size() == 1;
+  if (a_vec) a.insert(a.begin(), 1);
+  if (b_vec) b.push_back(1);
+  if (a[a.size() - 1] != b[b.size() - 2])
+    c.fail_shape("inner dims differ: " + shape_str(c.in_shape(0)) + " x " + shape_str(c.in_shape(1)));
+  Shape batch = broadcast(c, Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
+  if (!a_vec) batch.push_back(a[a.size() - 2]);
+  if (!b_vec) batch.push_back(b.back());
+  c.set_output(0, c.in_dtype(0), batch);
+}
+
+void gemm_op(OpContext& c) {
+  Shape a = c.in_shape(0), b = c.in_shape(1);
+  if (a.size() != 2 || b.size() != 2) c.fail_shape("Gemm needs 2-D inputs, got " + shape_str(a) + " and " + shape_str(b));
+  if (c.op().attr_int("transA", 0)) std::swap(a[0], a[1]);
+  if (c.op().attr_int("transB", 0)) std::swap(b[0], b[1]);
+  if (a[1] != b[0])
+    c.fail_shape("inner dims differ: A " + shape_str(a) + " x B " + shape_str(b) + " (after transA/transB)");
+  const Shape out{a[0], b[1]};
+  if (c.has_input(2) && broadcast(c, out, c.in_shape(2)) != out)
+    c.fail_shape("C " + shape_str(c.in_shape(2)) + " does not broadcast to " + shape_str(out));
+  c.set_output(0, c.in_dtype(0), out);
+}
+
+// Per spatial axis: kernel, strides, dilations, pads (begin..., end...) and how padding is chosen.
+struct Window {
+  Shape kernel, strides, dilations, pads;
+  std::string auto_pad;
+  bool ceil_mode = false;
+};
+
+Window read_window(const OpContext& c, std::size_t spatial, const Shape& kernel_default) {
+  Window w;
+  w.kernel = c.op().attr_ints("kernel_shape", kernel_default);
+  w.strides = c.op().attr_ints("strides", Shape(spatial, 1));
+  w.dilations = c.op().attr_ints("dilations", Shape(spatial, 1));
+  w.pads = c.op().attr_ints("pads", Shape(2 * spatial, 0));
+  w.auto_pad = c.op().attr_string("auto_pad", "NOTSET");
+  w.ceil_mode = c.op().attr_int("ceil_mode", 0) != 0;
+  if (w.kernel.size() != spatial || w.strides.size() != spatial || w.dilations.size() != spatial ||
+      w.pads.size() != 2 * spatial)
+    c.fail_shape("kernel_shape/strides/dilations/pads do not match " + std::to_string(spatial) + " spatial dims");
+  for (std::size_t k = 0; k < spatial; ++k)
+    if (w.kernel[k] < 1 || w.strides[k] < 1 || w.dilations[k] < 1 || w.pads[k] < 0 || w.pads[k + spatial] < 0)
+      c.fail_shape("kernel, strides and dilations must be >= 1 and pads >= 0");
+  if (w.auto_pad != "NOTSET" && w.auto_pad != "SAME_UPPER" && w.auto_pad != "SAME_LOWER" && w.auto_pad != "VALID")
+    c.fail_shape("unknown auto_pad '" + w.auto_pad + "'");
+  return w;
+}
+
+// Output extent of a sliding window (Conv and pooling), ONNX semantics including ceil_mode's rule that
+// the last window must start inside the input or its left padding.
+Shape window_output(const OpContext& c, const Shape& in, const Window& w) {
+  Shape out(in.size());
+  for (std::size_t k = 0; k < in.size(); ++k) {
+    const std::int64_t s = w.strides[k];
+    if (w.auto_pad == "SAME_UPPER" || w.auto_pad == "SAME_LOWER") {
+      out[k] = in[k] / s + (in[k] % s ? 1 : 0);
+      continue;
+    }
+    const std::int64_t extent = c.add(c.mul(w.kernel[k] - 1, w.dilations[k]), 1);
+    const std::int64_t pb = w.auto_pad == "VALID" ? 0 : w.pads[k];
+    const std::int64_t pe = w.auto_pad == "VALID" ? 0 : w.pads[k + in.size()];
+    const std::int64_t room = c.add(c.add(in[k], pb), pe) - extent;
+    if (room < 0)
+      c.fail_shape("window of extent " + std::to_string(extent) + " does not fit spatial dim " + std::to_string(in[k]) +
+                   " with pads " + std::to_string(pb) + "+" + std::to_string(pe));
+    std::int64_t o = room / s + (w.ceil_mode && room % s ? 1 : 0) + 1;
+    if (w.ceil_mode && (o - 1) * s >= in[k] + pb) --o;
+    out[k] = o;
+  }
+  return out;
+}
+
+void conv_op(OpContext& c) {
+  const Shape x = c.in_shape(0), wt = c.in_shape(1);
+  if (x.size() < 3 || wt.size() != x.size())
+    c.fail_shape("needs X of rank >= 3 and W of the same rank, got " + shape_str(x) + " and " + shape_str(wt));
+  const std::int64_t group = c.op().attr_int("group", 1);
+  if (group < 1 || x[1] != c.mul(wt[1], group) || wt[0] % group != 0)
+    c.fail_shape("channels disagree: X " + shape_str(x) + ", W " + shape_str(wt) + ", group " + std::to_string(group));
+  const Window w = read_window(c, x.size() - 2, Shape(wt.begin() + 2, wt.end()));
+  Shape out = window_output(c, Shape(x.begin() + 2, x.end()), w);
+  out.insert(out.begin(), {x[0], wt[0]});
+  c.set_output(0, c.in_dtype(0), out);
+}
+
+void conv_transpose_op(OpContext& c) {
+  const Shape x = c.in_shape(0), wt = c.in_shape(1);
+  if (x.size() < 3 || wt.size() != x.size())
+    c.fail_shape("needs X of rank >= 3 and W of the same rank, got " + shape_str(x) + " and " + shape_str(wt));
+  const std::int64_t group = c.op().attr_int("group", 1);
+  if (group < 1 || x[1] != wt[0])
+    c.fail_shape("channels disagree: X " + shape_str(x) + ", W " + shape_str(wt));
+  const std::size_t spatial = x.size() - 2;
+  const Window w = read_window(c, spatial, Shape(wt.begin() + 2, wt.end()));
+  const Shape out_pad = c.op().attr_ints("output_padding", Shape(spatial, 0));
+  Shape out = c.op().attr_ints("output_shape");
+  if (out.size() == x.size()) out.erase(out.begin(), out.begin() + 2);
+  if (out_pad.size() != spatial || (!out.empty() && out.size() != spatial))
+    c.fail_shape("output_padding/output_shape do not match " + std::to_string(spatial) + " spatial dims");
+  if (out.empty()) {
+    for (std::size_t k = 0; k < spatial; ++k) {
+      const std::int64_t in = x[k + 2], s = w.strides[k];
+      if (w.auto_pad == "SAME_UPPER" || w.auto_pad == "SAME_LOWER") {
+        out.push_back(c.mul(in, s));
+        continue;
+      }
+      const bool valid = w.auto_pad == "VALID";
+      const std::int64_t extent = c.add(c.mul(w.kernel[k] - 1, w.dilations[k]), 1);
+      std::int64_t o = c.add(c.add(c.mul(s, in - 1), out_pad[k]), extent);
+      if (!valid) o -= w.pads[k] + w.pads[k + spatial];
+      out.push_back(o);
+    }
+  }
+  out.insert(out.begin(), {x[0], c.mul(wt[1], group)});
+  c.set_output(0, c.in_dtype(0), out);
+}
+
+void pool_op(OpContext& c) {
+  const Shape x = c.in_shape(0);
+  if (x.size() < 3) c.fail_shape("needs an input of rank >= 3, got " + shape_str(x));
+  if (!c.op().attr("kernel_shape")) c.fail_shape("attribute 'kernel_shape' is required");
+  const Window w = read_window(c, x.size() - 2, {});
+  Shape out = window_output(c, Shape(x.begin() + 2, x.end()), w);
+  out.insert(out.begin(), {x[0], x[1]});
+  c.set_output(0, c.in_dtype(0), out);
+  c.set_output(1, DType::i64, out);  // MaxPool's Indices
+}
+
+void global_pool_op(OpContext& c) {
+  Shape x = c.in_shape(0);
+  if (x.size() < 3) c.fail_shape("needs an input of rank >= 3, got " + shape_str(x));
+  for (std::size_t k = 2; k < x.size(); ++k) x[k] = 1;
+  c.set_output(0, c.in_dtype(0), x);
+}
+
+void flatten_op(OpContext& c) {
+  const Shape x = c.in_shape(0);
+  const std::int64_t a = c.op().attr_int("axis", 1);
+  const std::size_t axis = a == static_cast<std::int64_t>(x.size()) ? x.size() : c.axis(a, x.size(), "axis");
+  c.set_output(0, c.in_dtype(0), {c.product(x, 0, axis), c.product(x, axis)});
+}
+
+void layer_norm_op(OpContext& c) {
+  const Shape x = c.in_shape(0);
+  const std::size_t axis = c.axis(c.op().attr_int("axis", -1), x.size(), "axis");
+  Shape stats = x;
+  for (std::size_t k = axis; k < x.size(); ++k) stats[k] = 1;
+  const std::int64_t stash = c.op().attr_int("stash_type", 1);
+  if (stash <= 0 || stash > kMaxDType) c.fail_shape("attribute 'stash_type' is not a dtype");
+  c.set_output(0, c.in_dtype(0), x);
+  c.set_output(1, static_cast<DType>(stash), stats);
+  c.set_output(2, static_cast<DType>(stash), stats);
+}
+
+// Inference: Y only. Training (training_mode=1, or the old opsets' extra outputs): running or saved
+// mean and variance, each of shape [C].
+void batch_norm_op(OpContext& c) {
+  const Shape x = c.in_shape(0);
+  if (x.size() < 2) c.fail_shape("needs an input of rank >= 2, got " + shape_str(x));
+  for (std::size_t i = 1; i < 5 && i < c.num_inputs(); ++i)
+    if (c.has_input(i) && c.in_shape(i) != Shape{x[1]})
+      c.fail_shape("input '" + c.input(i).name + "' has shape " + shape_str(c.in_shape(i)) + ", expected [" +
+                   std::to_string(x[1]) + "]");
+  c.set_output(0, c.in_dtype(0), x);
+  const DType stat = c.has_input(3) ? c.in_dtype(3) : c.in_dtype(0);
+  for (std::size_t k = 1; k < c.num_outputs(); ++k) c.set_output(k, stat, {x[1]});
+}
+
+bool present(const OpContext& c, std::size_t i) { return c.has_input(i) && c.input(i).element_count() > 0; }
+
+void resize_op(OpContext& c) {
+  const Shape x = c.in_shape(0);
+  const bool v10 = c.op().type == "Upsample" || (c.num_inputs() == 2 && c.opset() < 11);
+  const std::size_t scales_in = v10 ? 1 : 2, sizes_in = 3;
+  Shape axes_attr = c.op().attr_ints("axes");
+  std::vector<std::size_t> axes;
+  for (auto a : axes_attr) axes.push_back(c.axis(a, x.size(), "axis"));
+  if (axes.empty())
+    for (std::size_t k = 0; k < x.size(); ++k) axes.push_back(k);
+  Shape out = x;
+  if (!v10 && present(c, sizes_in)) {
+    const Shape sizes = c.in_ints(sizes_in, "sizes");
+    if (sizes.size() != axes.size()) c.fail_shape("sizes has " + std::to_string(sizes.size()) + " values for " + std::to_string(axes.size()) + " axes");
+    const std::string policy = c.op().attr_string("keep_aspect_ratio_policy", "stretch");
+    if (policy == "stretch") {
+      for (std::size_t k = 0; k < axes.size(); ++k) out[axes[k]] = sizes[k];
+    } else {
+      double scale = policy == "not_larger" ? HUGE_VAL : 0.0;
+      for (std::size_t k = 0; k < axes.size(); ++k) {
+        const double r = static_cast<double>(sizes[k]) / static_cast<double>(x[axes[k]]);
+        scale = policy == "not_larger" ? std::min(scale, r) : std::max(scale, r);
+      }
+      for (auto a : axes) out[a] = static_cast<std::int64_t>(std::llround(scale * static_cast<double>(x[a])));
+    }
+  } else {
+    std::vector<double> scales;
+    if (c.op().attr("scales")) {
+      for (double f : c.op().attr("scales")->floats) scales.push_back(f);
+    } else {
+      if (!present(c, scales_in)) c.fail_shape("needs scales or sizes");
+      (void)c.in_ints(scales_in, "scales");  // fails with the standard message when not constant
+      scales = c.in_value(scales_in)->as_double();
+    }
+    if (scales.size() != axes.size()) c.fail_shape("scales has " + std::to_string(scales.size()) + " values for " + std::to_string(axes.size()) + " axes");
+    for (std::size_t k = 0; k < axes.size(); ++k) {
+      const double v = std::floor(static_cast<double>(x[axes[k]]) * scales[k]);
+      if (!(v >= 0.0 && v < 9.0e18)) c.fail_shape("scale " + std::to_string(scales[k]) + " gives an invalid size");
+      out[axes[k]] = static_cast<std::int64_t>(v);
+    }
+  }
+  c.set_output(0, c.in_dtype(0), out);
+}
+
+}  // namespace
+
+void add_nn_rules(RuleTable& t) {
+  t["MatMul"].shape = &matmul_op;
+  t["Gemm"].shape = &gemm_op;
+  t["Conv"].shape = &conv_op;
+  t["ConvTranspose"].shape = &conv_transpose_op;
+  for (const char* name : {"MaxPool", "AveragePool", "LpPool"}) t[name].shape = &pool_op;
+  for (const char* name : {"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}) t[name].shape = &global_pool_op;
+  t["Flatten"].shape = &flatten_op;
+  t["LayerNormalization"].shape = &layer_norm_op;
+  t["BatchNormalization"].shape = &batch_norm_op;
+  t["Resize"].shape = &resize_op;
+  t["Upsample"].shape = &resize_op;
+}
+
+}  // namespace memplan::analysis::shape_detail

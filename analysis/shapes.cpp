@@ -1,0 +1,192 @@
+// Shape inference driver: binds symbolic dims, visits ops in topological order, folds constant ops.
+#include "analysis/shapes.hpp"
+
+#include <algorithm>
+
+#include "analysis/shape_rules.hpp"
+
+namespace memplan::analysis {
+
+using shape_detail::OpContext;
+using shape_detail::OpRule;
+using shape_detail::RuleTable;
+using shape_detail::Shape;
+using shape_detail::Values;
+
+namespace {
+
+// Integer values up to this many elements are tracked (not folded) even when fold_max_elements is
+// smaller, so that shape arithmetic still resolves.
+constexpr std::uint64_t kTrackElements = 4096;
+constexpr std::int64_t kMaxBoundDim = std::int64_t{1} << 40;
+
+const RuleTable& rules() {
+  static const RuleTable table = [] {
+    RuleTable t;
+    shape_detail::add_elementwise_rules(t);
+    shape_detail::add_nn_rules(t);
+    shape_detail::add_tensor_rules(t);
+    shape_detail::add_reduce_rules(t);
+    shape_detail::add_fold_rules(t);
+    return t;
+  }();
+  return table;
+}
+
+// Values of these dtypes can be folded: whole bytes, and numbers TensorData can read and write.
+bool foldable(DType t) {
+  const std::uint32_t bits = dtype_bits(t);
+  return bits > 0 && bits % 8 == 0 && t != DType::c64 && t != DType::c128 && !(bits == 8 && dtype_is_float(t));
+}
+
+bool is_default_domain(const Op& op) { return op.domain.empty() || op.domain == "ai.onnx"; }
+
+void check_bindings(const ShapeOptions& opts) {
+  for (const auto& [name, value] : opts.dims)
+    if (value < 1 || value > kMaxBoundDim)
+      fail(ErrorKind::usage, "dim '" + name + "' is bound to " + std::to_string(value) + ", outside 1 .. 2^40");
+}
+
+// Graph inputs get concrete dims from the bindings; weights and constants must already have them.
+void bind_sources(Graph& g, const ShapeOptions& opts) {
+  for (auto& t : g.tensors) {
+    if (t.producer != kNoOp) continue;
+    if (!t.rank_known)
+      fail(ErrorKind::shape, "tensor '" + t.name + "' (" + role_name(t.role) + ") has no declared rank");
+    for (std::size_t k = 0; k < t.dims.size(); ++k) {
+      Dim& d = t.dims[k];
+      if (d.known()) continue;
+      if (d.symbol.empty())
+        fail(ErrorKind::shape, "dim " + std::to_string(k) + " of '" + t.name + "' is unknown and has no symbol to bind");
+      auto it = opts.dims.find(d.symbol);
+      if (it == opts.dims.end())
+        fail(ErrorKind::shape, "symbolic dim '" + d.symbol + "' of input '" + t.name + "' is not bound (pass --dim " +
+                                   d.symbol + "=N)");
+      d = Dim::of(it->second);
+    }
+    if (t.dtype == DType::undefined) fail(ErrorKind::shape, "tensor '" + t.name + "' has no dtype");
+    if (t.data && (t.data->dtype != t.dtype || t.data->dims != t.shape() ||
+                   t.data->bytes.size() * 8 < checked_mul(t.element_count(), dtype_bits(t.dtype), t.name)))
+      fail(ErrorKind::malformed, "the value of '" + t.name + "' does not match its dtype and shape");
+    (void)t.element_count();  // overflow check on the bound shape
+    if (dtype_bits(t.dtype) > 0) (void)t.bytes();
+  }
+}
+
+// Runs one op's rule; returns true when its outputs were evaluated and may be folded.
+bool visit(Graph& g, OpId o, Values& values, const ShapeOptions& opts) {
+  const Op& op = g.ops[o];
+  const std::string where = "op '" + op.name + "' (" + op.type + ")";
+  if (op.type == "If" || op.type == "Loop" || op.type == "Scan" || op.type == "SequenceMap")
+    fail(ErrorKind::unsupported, where + ": subgraphs are not supported");
+  if (!is_default_domain(op)) {
+    // Ops of other domains (memplan's own) carry their output shapes; nothing to infer from.
+    for (TensorId t : op.outputs)
+      if (t != kNoTensor && (!g.tensors[t].shape_known() || g.tensors[t].dtype == DType::undefined))
+        fail(ErrorKind::unsupported, where + " of domain '" + op.domain + "' has no shape rule and output '" +
+                                         g.tensors[t].name + "' has no declared shape");
+    return false;
+  }
+  auto it = rules().find(op.type);
+  if (it == rules().end()) fail(ErrorKind::unsupported, where + ": unknown op type");
+  for (TensorId t : op.inputs)
+    if (t != kNoTensor && !g.tensors[t].shape_known())
+      fail(ErrorKind::shape, where + ": input '" + g.tensors[t].name + "' has no known shape");
+  // Declared dims of intermediates are only hints: always infer.
+  for (TensorId t : op.outputs)
+    if (t != kNoTensor) {
+      g.tensors[t].rank_known = false;
+      g.tensors[t].dims.clear();
+      g.tensors[t].dtype = DType::undefined;
+    }
+  OpContext c(g, o, values);
+  it->second.shape(c);
+  std::uint64_t largest = 0;
+  bool evaluable = true;
+  for (TensorId t : op.outputs) {
+    if (t == kNoTensor) continue;
+    const Tensor& x = g.tensors[t];
+    if (!x.shape_known() || x.dtype == DType::undefined)
+      fail(ErrorKind::shape, where + ": the shape of output '" + x.name + "' cannot be derived");
+    if (dtype_bits(x.dtype) > 0) (void)x.bytes();
+    largest = std::max(largest, x.element_count());
+    evaluable = evaluable && foldable(x.dtype);
+  }
+  const OpRule& rule = it->second;
+  if (!rule.eval || !evaluable || largest > std::max(opts.fold_max_elements, kTrackElements)) return false;
+  if (rule.eval_needs_data)
+    for (TensorId t : op.inputs)
+      if (t != kNoTensor && (!values[t] || !foldable(g.tensors[t].dtype))) return false;
+  std::vector<TensorData> out = rule.eval(c);
+  for (std::size_t k = 0; k < op.outputs.size(); ++k) {
+    const TensorId t = op.outputs[k];
+    if (t == kNoTensor) continue;
+    if (k >= out.size() || out[k].dims != g.tensors[t].shape() || out[k].dtype != g.tensors[t].dtype)
+      fail(ErrorKind::shape, where + ": evaluated value of '" + g.tensors[t].name + "' disagrees with its shape");
+    values[t] = std::make_shared<const TensorData>(std::move(out[k]));
+  }
+  return largest <= opts.fold_max_elements;
+}
+
+// Drops folded ops and the tensors only they touched; keeps the order of everything else.
+Graph compact(Graph g, const std::vector<bool>& folded) {
+  const std::size_t nt = g.tensors.size();
+  std::vector<bool> used(nt, false), touched_by_folded(nt, false);
+  for (TensorId t : g.inputs) used[t] = true;
+  for (TensorId t : g.outputs) used[t] = true;
+  for (OpId o = 0; o < g.ops.size(); ++o)
+    for (const auto* list : {&g.ops[o].inputs, &g.ops[o].outputs})
+      for (TensorId t : *list)
+        if (t != kNoTensor) (folded[o] ? touched_by_folded : used)[t] = true;
+  std::vector<TensorId> remap(nt, kNoTensor);
+  std::vector<Tensor> kept;
+  for (TensorId t = 0; t < nt; ++t) {
+    if (!used[t] && touched_by_folded[t]) continue;
+    remap[t] = static_cast<TensorId>(kept.size());
+    kept.push_back(std::move(g.tensors[t]));
+  }
+  std::vector<Op> ops;
+  for (OpId o = 0; o < g.ops.size(); ++o) {
+    if (folded[o]) continue;
+    Op op = std::move(g.ops[o]);
+    for (auto* list : {&op.inputs, &op.outputs})
+      for (TensorId& t : *list)
+        if (t != kNoTensor) t = remap[t];
+    ops.push_back(std::move(op));
+  }
+  for (TensorId& t : g.inputs) t = remap[t];
+  for (TensorId& t : g.outputs) t = remap[t];
+  g.tensors = std::move(kept);
+  g.ops = std::move(ops);
+  g.relink();
+  return g;
+}
+
+}  // namespace
+
+Graph infer_shapes(const Graph& in, const ShapeOptions& opts) {
+  check_bindings(opts);
+  Graph g = in;
+  g.relink();
+  bind_sources(g, opts);
+  Values values(g.tensors.size());
+  for (TensorId t = 0; t < g.tensors.size(); ++t) values[t] = g.tensors[t].data;
+
+  std::vector<bool> folded(g.ops.size(), false);
+  for (OpId o : topological_order(g)) {
+    if (!visit(g, o, values, opts)) continue;
+    folded[o] = true;
+    for (TensorId t : g.ops[o].outputs) {
+      if (t == kNoTensor) continue;
+      g.tensors[t].data = values[t];
+      g.tensors[t].role = TensorRole::weight;
+    }
+  }
+  Graph out = compact(std::move(g), folded);
+  for (const auto& t : out.tensors)
+    if (!t.shape_known() || t.dtype == DType::undefined)
+      fail(ErrorKind::shape, "tensor '" + t.name + "' has no inferred shape (no op produces it)");
+  return out;
+}
+
+}  // namespace memplan::analysis
