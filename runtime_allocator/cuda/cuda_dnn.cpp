@@ -1,0 +1,270 @@
+// The CUDA executor's library-backed ops: MatMul/Gemm through cuBLAS; Conv, pooling and BatchNorm
+// through cuDNN (float32 FMA math: no TF32, so results match the CPU reference).
+#include <algorithm>
+
+#include "runtime_allocator/cuda/cuda_state.hpp"
+#include "runtime_allocator/cuda/kernels.hpp"
+
+namespace memplan::runtime::cuda {
+
+using analysis::kNoTensor;
+using analysis::Op;
+using analysis::OpId;
+using analysis::TensorId;
+
+namespace {
+
+std::int64_t prod(const std::vector<std::int64_t>& d, std::size_t from, std::size_t to) {
+  std::int64_t p = 1;
+  for (std::size_t i = from; i < to && i < d.size(); ++i) p *= d[i];
+  return p;
+}
+
+int as_int(std::int64_t v, const Op& op) {
+  if (v < 0 || v > 0x7fffffff) fail(ErrorKind::unsupported, "op '" + op.name + "': a dimension beyond cuBLAS's int range");
+  return static_cast<int>(v);
+}
+
+void run_matmul(ExecState& s, const Op& op) {
+  auto a = s.dims(op.inputs[0]), b = s.dims(op.inputs[1]);
+  if (a.size() == 1) a.insert(a.begin(), 1);
+  if (b.size() == 1) b.push_back(1);
+  const std::int64_t m = a[a.size() - 2], k = a.back(), n = b.back();
+  if (b[b.size() - 2] != k) fail(ErrorKind::shape, "op '" + op.name + "': MatMul inner dimensions differ");
+  const std::int64_t batch_a = prod(a, 0, a.size() - 2), batch_b = prod(b, 0, b.size() - 2);
+  const float one = 1.0f, zero = 0.0f;
+  const float *pa = s.f32(op.inputs[0]), *pb = s.f32(op.inputs[1]);
+  float* pc = s.f32(op.outputs[0]);
+  const std::string what = "MatMul '" + op.name + "'";
+  if (batch_b == 1) {  // B shared by every batch: one product with the batches stacked into M
+    check(cublasSgemm(s.ctx.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, as_int(n, op), as_int(batch_a * m, op), as_int(k, op), &one,
+                      pb, as_int(n, op), pa, as_int(k, op), &zero, pc, as_int(n, op)),
+          what);
+    return;
+  }
+  const std::vector<std::int64_t> ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
+  if (batch_a == 1 || ab == bb) {
+    check(cublasSgemmStridedBatched(s.ctx.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, as_int(n, op), as_int(m, op), as_int(k, op),
+                                    &one, pb, as_int(n, op), k * n, pa, as_int(k, op), batch_a == 1 ? 0 : m * k, &zero, pc,
+                                    as_int(n, op), m * n, as_int(batch_b, op)),
+          what);
+    return;
+  }
+  // General broadcast of batch dims: one product per output batch.
+  const auto out = s.dims(op.outputs[0]);
+  const std::size_t rank = out.size() - (s.dims(op.outputs[0]).size() >= 2 ? 2 : 0);
+  const std::int64_t batches = prod(out, 0, rank);
+  for (std::int64_t i = 0; i < batches; ++i) {
+    std::int64_t r = i, oa = 0, ob = 0, sa = 1, sb = 1;
+    for (std::size_t d = rank; d-- > 0;) {
+      const std::int64_t q = r % out[d];
+      r /= out[d];
+      const std::size_t da = d + ab.size() - rank, db = d + bb.size() - rank;
+      if (d + ab.size() >= rank && ab[da] != 1) oa += q * sa;
+      if (d + bb.size() >= rank && bb[db] != 1) ob += q * sb;
+      if (d + ab.size() >= rank) sa *= ab[da];
+      if (d + bb.size() >= rank) sb *= bb[db];
+    }
+    check(cublasSgemm(s.ctx.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, as_int(n, op), as_int(m, op), as_int(k, op), &one,
+                      pb + ob * k * n, as_int(n, op), pa + oa * m * k, as_int(k, op), &zero, pc + i * m * n, as_int(n, op)),
+          what);
+  }
+}
+
+void run_gemm(ExecState& s, const Op& op) {
+  const auto a = s.dims(op.inputs[0]), b = s.dims(op.inputs[1]);
+  const bool ta = op.attr_int("transA", 0) != 0, tb = op.attr_int("transB", 0) != 0;
+  const std::int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1], n = tb ? b[0] : b[1];
+  const float alpha = static_cast<float>(op.attr_float("alpha", 1.0));
+  float beta = static_cast<float>(op.attr_float("beta", 1.0));
+  float* y = s.f32(op.outputs[0]);
+  if (op.input(2) != kNoTensor && beta != 0.0f) {  // Y = C broadcast, then Y = alpha*A*B + beta*Y
+    const auto c = s.dims(op.input(2));
+    StridedCopy cp;
+    cp.rank = 2;
+    cp.dims[0] = m;
+    cp.dims[1] = n;
+    const std::int64_t c0 = c.size() == 2 ? c[0] : 1, c1 = c.empty() ? 1 : c.back();
+    cp.src_strides[0] = c0 == 1 ? 0 : c1;
+    cp.src_strides[1] = c1 == 1 ? 0 : 1;
+    cp.dst_strides[0] = n;
+    cp.dst_strides[1] = 1;
+    cp.src = s.ptr[op.input(2)];
+    cp.dst = y;
+    strided_copy(cp, s.ctx.stream());
+  } else {
+    beta = 0.0f;
+  }
+  check(cublasSgemm(s.ctx.cublas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, as_int(n, op),
+                    as_int(m, op), as_int(k, op), &alpha, s.f32(op.inputs[1]), as_int(tb ? k : n, op), s.f32(op.inputs[0]),
+                    as_int(ta ? m : k, op), &beta, y, as_int(n, op)),
+        "Gemm '" + op.name + "'");
+}
+
+#ifdef MEMPLAN_HAVE_CUDNN
+struct TensorDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  explicit TensorDesc(std::vector<std::int64_t> dims, const Op& op) {
+    check(cudnnCreateTensorDescriptor(&d), "cudnnCreateTensorDescriptor");
+    while (dims.size() < 4) dims.push_back(1);  // 1-D convolutions and pools run as 2-D ones
+    if (dims.size() > 4) fail(ErrorKind::unsupported, "op '" + op.name + "': cuDNN path handles 1-D and 2-D only");
+    check(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, as_int(dims[0], op), as_int(dims[1], op),
+                                     as_int(dims[2], op), as_int(dims[3], op)),
+          "tensor descriptor of '" + op.name + "'");
+  }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
+};
+
+// kernel, pads (symmetric), strides, dilations as two spatial values each.
+struct Window {
+  int k[2] = {1, 1}, pad[2] = {0, 0}, stride[2] = {1, 1}, dil[2] = {1, 1};
+};
+
+Window window_of(ExecState& s, const Op& op, const std::vector<std::int64_t>& kernel) {
+  Window w;
+  const auto in = s.dims(op.inputs[0]), out = s.dims(op.outputs[0]);
+  const auto pads = op.attr_ints("pads"), strides = op.attr_ints("strides"), dil = op.attr_ints("dilations");
+  const std::string auto_pad = op.attr_string("auto_pad", "NOTSET");
+  const std::size_t nsp = kernel.size();
+  for (std::size_t i = 0; i < nsp; ++i) {
+    w.k[i] = as_int(kernel[i], op);
+    w.stride[i] = strides.empty() ? 1 : as_int(strides[i], op);
+    w.dil[i] = dil.empty() ? 1 : as_int(dil[i], op);
+    std::int64_t lo = pads.empty() ? 0 : pads[i], hi = pads.empty() ? 0 : pads[i + nsp];
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      const std::int64_t total = std::max<std::int64_t>(
+          0, (out[2 + i] - 1) * w.stride[i] + (kernel[i] - 1) * w.dil[i] + 1 - in[2 + i]);
+      lo = total / 2;
+      hi = total - lo;
+    }
+    if (lo != hi) fail(ErrorKind::unsupported, "op '" + op.name + "': asymmetric padding");
+    w.pad[i] = as_int(lo, op);
+  }
+  return w;
+}
+
+struct ConvSetup {
+  cudnnFilterDescriptor_t filter = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  std::size_t workspace = 0;
+  ~ConvSetup() {
+    if (filter) cudnnDestroyFilterDescriptor(filter);
+    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+  }
+};
+
+void setup_conv(ExecState& s, const Op& op, const TensorDesc& x, const TensorDesc& y, ConvSetup& c, std::uint64_t limit) {
+  auto wd = s.dims(op.inputs[1]);
+  const std::vector<std::int64_t> kernel(wd.begin() + 2, wd.end());
+  const Window w = window_of(s, op, kernel);
+  while (wd.size() < 4) wd.push_back(1);
+  check(cudnnCreateFilterDescriptor(&c.filter), "cudnnCreateFilterDescriptor");
+  check(cudnnSetFilter4dDescriptor(c.filter, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, as_int(wd[0], op), as_int(wd[1], op),
+                                   as_int(wd[2], op), as_int(wd[3], op)),
+        "filter of '" + op.name + "'");
+  check(cudnnCreateConvolutionDescriptor(&c.conv), "cudnnCreateConvolutionDescriptor");
+  check(cudnnSetConvolution2dDescriptor(c.conv, w.pad[0], w.pad[1], w.stride[0], w.stride[1], w.dil[0], w.dil[1],
+                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+        "convolution of '" + op.name + "'");
+  check(cudnnSetConvolutionGroupCount(c.conv, as_int(op.attr_int("group", 1), op)), "group count");
+  check(cudnnSetConvolutionMathType(c.conv, CUDNN_FMA_MATH), "math type");  // no TF32
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int found = 0;
+  check(cudnnGetConvolutionForwardAlgorithm_v7(s.ctx.cudnn(), x.d, c.filter, c.conv, y.d, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                               &found, perf),
+        "algorithm choice for '" + op.name + "'");
+  for (int i = 0; i < found; ++i) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > limit || perf[i].mathType != CUDNN_FMA_MATH) continue;
+    c.algo = perf[i].algo;
+    c.workspace = perf[i].memory;
+    return;
+  }
+  check(cudnnGetConvolutionForwardWorkspaceSize(s.ctx.cudnn(), x.d, c.filter, c.conv, y.d, c.algo, &c.workspace),
+        "workspace of '" + op.name + "'");
+}
+
+constexpr std::uint64_t kWorkspaceLimit = 256ull << 20;
+
+void run_conv(ExecState& s, const Op& op) {
+  TensorDesc x(s.dims(op.inputs[0]), op), y(s.dims(op.outputs[0]), op);
+  ConvSetup c;
+  setup_conv(s, op, x, y, c, std::min(s.workspace_bytes, kWorkspaceLimit));
+  const float one = 1.0f, zero = 0.0f;
+  check(cudnnConvolutionForward(s.ctx.cudnn(), &one, x.d, s.ptr[op.inputs[0]], c.filter, s.ptr[op.inputs[1]], c.conv, c.algo,
+                                s.workspace, c.workspace, &zero, y.d, s.ptr[op.outputs[0]]),
+        "Conv '" + op.name + "'");
+  if (op.input(2) != kNoTensor) {
+    TensorDesc bias({1, s.dims(op.outputs[0])[1]}, op);
+    check(cudnnAddTensor(s.ctx.cudnn(), &one, bias.d, s.ptr[op.input(2)], &one, y.d, s.ptr[op.outputs[0]]),
+          "bias of '" + op.name + "'");
+  }
+}
+
+void run_pool(ExecState& s, const Op& op, bool max) {
+  if (op.output(1) != kNoTensor) fail(ErrorKind::unsupported, "op '" + op.name + "': MaxPool indices output");
+  const Window w = window_of(s, op, op.attr_ints("kernel_shape"));
+  TensorDesc x(s.dims(op.inputs[0]), op), y(s.dims(op.outputs[0]), op);
+  cudnnPoolingDescriptor_t p = nullptr;
+  check(cudnnCreatePoolingDescriptor(&p), "cudnnCreatePoolingDescriptor");
+  const auto mode = max ? CUDNN_POOLING_MAX_DETERMINISTIC
+                        : op.attr_int("count_include_pad", 0) ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+                                                              : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+  cudnnStatus_t st = cudnnSetPooling2dDescriptor(p, mode, CUDNN_PROPAGATE_NAN, w.k[0], w.k[1], w.pad[0], w.pad[1],
+                                                 w.stride[0], w.stride[1]);
+  int n = 0, c = 0, h = 0, wd = 0;
+  if (st == CUDNN_STATUS_SUCCESS) st = cudnnGetPooling2dForwardOutputDim(p, x.d, &n, &c, &h, &wd);
+  auto out = s.dims(op.outputs[0]);
+  while (out.size() < 4) out.push_back(1);
+  const bool same = st == CUDNN_STATUS_SUCCESS && h == out[2] && wd == out[3];
+  const float one = 1.0f, zero = 0.0f;
+  if (same) st = cudnnPoolingForward(s.ctx.cudnn(), p, &one, x.d, s.ptr[op.inputs[0]], &zero, y.d, s.ptr[op.outputs[0]]);
+  cudnnDestroyPoolingDescriptor(p);
+  if (!same && st == CUDNN_STATUS_SUCCESS) fail(ErrorKind::unsupported, "op '" + op.name + "': ceil_mode pooling");
+  check(st, "pooling '" + op.name + "'");
+}
+
+void run_batchnorm(ExecState& s, const Op& op) {
+  for (std::size_t i = 1; i < op.outputs.size(); ++i)
+    if (op.outputs[i] != kNoTensor) fail(ErrorKind::unsupported, "op '" + op.name + "': training-mode BatchNormalization");
+  const auto d = s.dims(op.inputs[0]);
+  TensorDesc x(d, op), bn({1, d[1]}, op);
+  const float one = 1.0f, zero = 0.0f;
+  check(cudnnBatchNormalizationForwardInference(
+            s.ctx.cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x.d, s.ptr[op.inputs[0]], x.d, s.ptr[op.outputs[0]], bn.d,
+            s.ptr[op.inputs[1]], s.ptr[op.inputs[2]], s.ptr[op.inputs[3]], s.ptr[op.inputs[4]],
+            std::max(op.attr_float("epsilon", 1e-5), CUDNN_BN_MIN_EPSILON)),
+        "BatchNormalization '" + op.name + "'");
+}
+#endif
+
+}  // namespace
+
+std::uint64_t op_workspace_bytes(ExecState& s, OpId id) {
+#ifdef MEMPLAN_HAVE_CUDNN
+  const Op& op = s.g.ops[id];
+  if (op.type != "Conv" || !op.domain.empty()) return 0;
+  TensorDesc x(s.dims(op.inputs[0]), op), y(s.dims(op.outputs[0]), op);
+  ConvSetup c;
+  setup_conv(s, op, x, y, c, kWorkspaceLimit);
+  return c.workspace;
+#else
+  (void)s;
+  (void)id;
+  return 0;
+#endif
+}
+
+bool run_dnn_op(ExecState& s, const Op& op) {
+  if (op.type == "MatMul") return run_matmul(s, op), true;
+  if (op.type == "Gemm") return run_gemm(s, op), true;
+#ifdef MEMPLAN_HAVE_CUDNN
+  if (op.type == "Conv") return run_conv(s, op), true;
+  if (op.type == "MaxPool") return run_pool(s, op, true), true;
+  if (op.type == "AveragePool") return run_pool(s, op, false), true;
+  if (op.type == "BatchNormalization") return run_batchnorm(s, op), true;
+#endif
+  return false;
+}
+
+}  // namespace memplan::runtime::cuda

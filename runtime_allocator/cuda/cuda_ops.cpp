@@ -1,0 +1,241 @@
+// The CUDA executor's ops other than cuBLAS/cuDNN ones: elementwise (NVRTC), data movement, softmax,
+// layer norm, reductions.
+#include <algorithm>
+#include <numeric>
+
+#include "planner/fusion.hpp"
+#include "runtime_allocator/cuda/cuda_state.hpp"
+#include "runtime_allocator/cuda/kernels.hpp"
+
+namespace memplan::runtime::cuda {
+
+using analysis::kNoTensor;
+using analysis::Op;
+using analysis::OpId;
+using analysis::TensorId;
+
+namespace {
+
+std::int64_t product(const std::vector<std::int64_t>& d, std::size_t from = 0, std::size_t to = SIZE_MAX) {
+  std::int64_t p = 1;
+  for (std::size_t i = from; i < std::min(to, d.size()); ++i) p *= d[i];
+  return p;
+}
+
+std::size_t norm_axis(std::int64_t axis, std::size_t rank, const Op& op) {
+  const auto r = static_cast<std::int64_t>(rank);
+  if (axis < -r || axis >= std::max<std::int64_t>(r, 1)) fail(ErrorKind::shape, "op '" + op.name + "': axis out of range");
+  return static_cast<std::size_t>(axis < 0 ? axis + r : axis);
+}
+
+std::vector<std::int64_t> contiguous_strides(const std::vector<std::int64_t>& d) {
+  std::vector<std::int64_t> s(d.size(), 1);
+  for (std::size_t i = d.size(); i-- > 1;) s[i - 1] = s[i] * d[i];
+  return s;
+}
+
+int elem_bytes(const ExecState& s, TensorId t) { return static_cast<int>(analysis::dtype_bits(s.tensor(t).dtype) / 8); }
+
+void need_f32(const ExecState& s, const Op& op) {
+  for (TensorId t : op.inputs)
+    if (t != kNoTensor && s.tensor(t).dtype != analysis::DType::f32)
+      fail(ErrorKind::unsupported, "op '" + op.name + "' (" + op.type + "): the CUDA backend computes float32 only");
+}
+
+// Copies `dims` elements from src (strides src_strides) to dst (strides dst_strides).
+void copy_region(ExecState& s, int eb, const std::vector<std::int64_t>& dims, const void* src,
+                 const std::vector<std::int64_t>& src_strides, void* dst, const std::vector<std::int64_t>& dst_strides) {
+  if (dims.size() > static_cast<std::size_t>(kMaxRank)) fail(ErrorKind::unsupported, "a copy of rank above 8");
+  StridedCopy c;
+  c.rank = static_cast<int>(dims.size());
+  c.elem_bytes = eb;
+  for (std::size_t k = 0; k < dims.size(); ++k) {
+    c.dims[k] = dims[k];
+    c.src_strides[k] = src_strides[k];
+    c.dst_strides[k] = dst_strides[k];
+  }
+  c.src = src;
+  c.dst = dst;
+  strided_copy(c, s.ctx.stream());
+}
+
+std::vector<std::int64_t> const_ints(const ExecState& s, const Op& op, std::size_t input, const char* attr) {
+  if (op.attr(attr)) return op.attr_ints(attr);
+  const TensorId t = op.input(input);
+  if (t == kNoTensor) return {};
+  if (!s.tensor(t).data) fail(ErrorKind::unsupported, "op '" + op.name + "': input " + std::to_string(input) + " must be a constant");
+  return s.tensor(t).data->as_int64();
+}
+
+void run_elementwise(ExecState& s, const Op& op, const planner::FusedExpr& e) {
+  std::vector<std::vector<std::int64_t>> dims;
+  std::vector<const float*> ptrs;
+  for (std::uint32_t k = 0; k < e.num_inputs; ++k) {
+    const TensorId t = op.input(k);
+    dims.push_back(t == kNoTensor ? std::vector<std::int64_t>{1} : s.dims(t));
+    ptrs.push_back(t == kNoTensor ? nullptr : s.f32(t));
+  }
+  auto sig = make_signature(e, dims, s.dims(op.outputs[0]));
+  s.fused.launch(sig, ptrs, s.f32(op.outputs[0]), s.ctx.stream());
+}
+
+void run_view(ExecState& s, const Op& op) {
+  const TensorId in = op.inputs[0], out = op.outputs[0];
+  if (s.ptr[in] != s.ptr[out])
+    check(cudaMemcpyAsync(s.ptr[out], s.ptr[in], s.tensor(out).bytes(), cudaMemcpyDeviceToDevice, s.ctx.stream()),
+          "copy for op '" + op.name + "'");
+}
+
+void run_transpose(ExecState& s, const Op& op) {
+  const auto in = s.dims(op.inputs[0]);
+  std::vector<std::int64_t> perm = op.attr_ints("perm");
+  if (perm.empty())
+    for (std::size_t i = in.size(); i-- > 0;) perm.push_back(static_cast<std::int64_t>(i));
+  const auto in_strides = contiguous_strides(in);
+  std::vector<std::int64_t> dims, src;
+  for (auto p : perm) {
+    dims.push_back(in[static_cast<std::size_t>(p)]);
+    src.push_back(in_strides[static_cast<std::size_t>(p)]);
+  }
+  copy_region(s, elem_bytes(s, op.inputs[0]), dims, s.ptr[op.inputs[0]], src, s.ptr[op.outputs[0]], contiguous_strides(dims));
+}
+
+// Split and Concat: one strided copy per part along `axis`.
+void run_split_concat(ExecState& s, const Op& op, bool split) {
+  const TensorId whole = split ? op.inputs[0] : op.outputs[0];
+  const auto wd = s.dims(whole);
+  const std::size_t axis = norm_axis(op.attr_int("axis", 0), wd.size(), op);
+  const auto ws = contiguous_strides(wd);
+  const int eb = elem_bytes(s, whole);
+  std::int64_t at = 0;
+  for (TensorId part : split ? op.outputs : op.inputs) {
+    if (part == kNoTensor) continue;
+    const auto pd = s.dims(part);
+    std::byte* base = s.ptr[whole] + at * ws[axis] * eb;
+    if (split) copy_region(s, eb, pd, base, ws, s.ptr[part], contiguous_strides(pd));
+    else copy_region(s, eb, pd, s.ptr[part], contiguous_strides(pd), base, ws);
+    at += pd[axis];
+  }
+}
+
+void run_slice(ExecState& s, const Op& op) {
+  const auto in = s.dims(op.inputs[0]);
+  const auto starts = const_ints(s, op, 1, "starts"), ends = const_ints(s, op, 2, "ends");
+  auto axes = const_ints(s, op, 3, "axes"), steps = const_ints(s, op, 4, "steps");
+  if (axes.empty())
+    for (std::size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<std::int64_t>(i));
+  const auto ins = contiguous_strides(in);
+  std::vector<std::int64_t> src = ins;
+  std::int64_t offset = 0;
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    const std::size_t a = norm_axis(axes[i], in.size(), op);
+    const std::int64_t step = steps.empty() ? 1 : steps[i], d = in[a];
+    std::int64_t b = starts[i] < 0 ? starts[i] + d : starts[i];
+    b = step > 0 ? std::clamp<std::int64_t>(b, 0, d) : std::clamp<std::int64_t>(b, 0, d - 1);
+    offset += b * ins[a];
+    src[a] = ins[a] * step;
+  }
+  const auto out = s.dims(op.outputs[0]);
+  const int eb = elem_bytes(s, op.inputs[0]);
+  copy_region(s, eb, out, s.ptr[op.inputs[0]] + offset * eb, src, s.ptr[op.outputs[0]], contiguous_strides(out));
+}
+
+void run_expand(ExecState& s, const Op& op) {
+  const auto in = s.dims(op.inputs[0]), out = s.dims(op.outputs[0]);
+  const auto ins = contiguous_strides(in);
+  std::vector<std::int64_t> src(out.size(), 0);
+  for (std::size_t k = 0; k < in.size(); ++k)
+    if (in[in.size() - 1 - k] != 1) src[out.size() - 1 - k] = ins[in.size() - 1 - k];
+  copy_region(s, elem_bytes(s, op.inputs[0]), out, s.ptr[op.inputs[0]], src, s.ptr[op.outputs[0]], contiguous_strides(out));
+}
+
+void run_gather(ExecState& s, const Op& op) {
+  const auto data = s.dims(op.inputs[0]);
+  if (s.tensor(op.inputs[1]).dtype != analysis::DType::i64) fail(ErrorKind::unsupported, "op '" + op.name + "': int64 indices only");
+  const std::size_t axis = norm_axis(op.attr_int("axis", 0), data.size(), op);
+  const std::int64_t count = static_cast<std::int64_t>(s.tensor(op.inputs[1]).element_count());
+  gather(s.ptr[op.inputs[0]], reinterpret_cast<const std::int64_t*>(s.ptr[op.inputs[1]]), s.ptr[op.outputs[0]],
+         product(data, 0, axis), data[axis], product(data, axis + 1), count, elem_bytes(s, op.inputs[0]), s.ctx.stream());
+}
+
+void run_softmax(ExecState& s, const Op& op, bool log) {
+  need_f32(s, op);
+  const auto d = s.dims(op.inputs[0]);
+  const bool legacy = s.g.opset > 0 && s.g.opset < 13;  // before opset 13 the input is flattened at axis
+  const std::size_t axis = norm_axis(op.attr_int("axis", legacy ? 1 : -1), d.size(), op);
+  const std::int64_t n = legacy ? product(d, axis) : d[axis], inner = legacy ? 1 : product(d, axis + 1);
+  softmax(s.f32(op.inputs[0]), s.f32(op.outputs[0]), product(d, 0, axis), n, inner, log, s.ctx.stream());
+}
+
+void run_layer_norm(ExecState& s, const Op& op) {
+  need_f32(s, op);
+  for (std::size_t i = 1; i < op.outputs.size(); ++i)
+    if (op.outputs[i] != kNoTensor) fail(ErrorKind::unsupported, "op '" + op.name + "': LayerNormalization mean/inv-std outputs");
+  const auto d = s.dims(op.inputs[0]);
+  const std::size_t axis = norm_axis(op.attr_int("axis", -1), d.size(), op);
+  const std::int64_t n = product(d, axis);
+  for (std::size_t i = 1; i < 3; ++i)
+    if (op.input(i) != kNoTensor && static_cast<std::int64_t>(s.tensor(op.input(i)).element_count()) != n)
+      fail(ErrorKind::unsupported, "op '" + op.name + "': broadcast LayerNormalization scale/bias");
+  layer_norm(s.f32(op.inputs[0]), op.input(1) == kNoTensor ? nullptr : s.f32(op.input(1)),
+             op.input(2) == kNoTensor ? nullptr : s.f32(op.input(2)), s.f32(op.outputs[0]), product(d, 0, axis), n,
+             static_cast<float>(op.attr_float("epsilon", 1e-5)), s.ctx.stream());
+}
+
+void run_reduce(ExecState& s, const Op& op, ReduceSpec::Kind kind, bool global_pool) {
+  need_f32(s, op);
+  const auto d = s.dims(op.inputs[0]);
+  std::vector<bool> reduced(d.size(), false);
+  if (global_pool) {
+    for (std::size_t k = 2; k < d.size(); ++k) reduced[k] = true;
+  } else {
+    const auto axes = const_ints(s, op, 1, "axes");
+    if (axes.empty() && op.attr_int("noop_with_empty_axes", 0)) return run_view(s, op);
+    for (auto a : axes) reduced[norm_axis(a, d.size(), op)] = true;
+    if (axes.empty()) reduced.assign(d.size(), true);
+  }
+  if (d.size() > static_cast<std::size_t>(kMaxRank)) fail(ErrorKind::unsupported, "op '" + op.name + "': rank above 8");
+  const auto st = contiguous_strides(d);
+  ReduceSpec spec;
+  spec.kind = kind;
+  for (std::size_t k = 0; k < d.size(); ++k) {
+    if (reduced[k]) {
+      spec.red_dims[spec.red_rank] = d[k];
+      spec.red_strides[spec.red_rank++] = st[k];
+    } else {
+      spec.out_dims[spec.out_rank] = d[k];
+      spec.out_strides[spec.out_rank++] = st[k];
+    }
+  }
+  reduce(s.f32(op.inputs[0]), s.f32(op.outputs[0]), spec, s.ctx.stream());
+}
+
+}  // namespace
+
+void run_op(ExecState& s, OpId id) {
+  const Op& op = s.g.ops[id];
+  if (auto e = planner::elementwise_expr(s.g, id)) return run_elementwise(s, op, *e);
+  const std::string& t = op.type;
+  if (t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze" || t == "Identity" ||
+      (t == "Dropout" && op.output(1) == kNoTensor))
+    return run_view(s, op);
+  if (t == "Transpose") return run_transpose(s, op);
+  if (t == "Split") return run_split_concat(s, op, true);
+  if (t == "Concat") return run_split_concat(s, op, false);
+  if (t == "Slice") return run_slice(s, op);
+  if (t == "Expand") return run_expand(s, op);
+  if (t == "Gather") return run_gather(s, op);
+  if (t == "Softmax" || t == "LogSoftmax") return run_softmax(s, op, t == "LogSoftmax");
+  if (t == "LayerNormalization") return run_layer_norm(s, op);
+  if (t == "ReduceMean") return run_reduce(s, op, ReduceSpec::mean, false);
+  if (t == "ReduceSum") return run_reduce(s, op, ReduceSpec::sum, false);
+  if (t == "ReduceMax") return run_reduce(s, op, ReduceSpec::max, false);
+  if (t == "ReduceMin") return run_reduce(s, op, ReduceSpec::min, false);
+  if (t == "GlobalAveragePool") return run_reduce(s, op, ReduceSpec::mean, true);
+  if (t == "GlobalMaxPool") return run_reduce(s, op, ReduceSpec::max, true);
+  if (run_dnn_op(s, op)) return;
+  fail(ErrorKind::unsupported, "op '" + op.name + "' (" + (op.domain.empty() ? "" : op.domain + ".") + t +
+                                   ") has no CUDA implementation");
+}
+
+}  // namespace memplan::runtime::cuda

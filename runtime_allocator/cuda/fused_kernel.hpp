@@ -1,0 +1,60 @@
+// Fused elementwise kernels: CUDA source generated from a FusedExpr, compiled once by NVRTC, launched.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "planner/fusion.hpp"
+
+namespace memplan::runtime::cuda {
+
+// How each operand is read: element i of the output reads operand element offset(i) under numpy
+// broadcasting. `full` operands have the output's shape, `scalar` ones a single element.
+struct OperandLayout {
+  enum class Kind : std::uint8_t { full, scalar, strided };
+  Kind kind = Kind::full;
+  std::vector<std::int64_t> strides;  // per output dim, in elements (0 where broadcast); for strided
+};
+
+struct FusedSignature {
+  planner::FusedExpr expr;
+  std::vector<std::int64_t> out_dims;
+  std::vector<OperandLayout> operands;  // one per expr.num_inputs
+};
+
+// Derives the operand layouts from the operand shapes and the output shape (numpy broadcasting).
+FusedSignature make_signature(const planner::FusedExpr& expr, const std::vector<std::vector<std::int64_t>>& operand_dims,
+                              const std::vector<std::int64_t>& out_dims);
+
+// The CUDA source of the kernel `memplan_fused` for a signature (deterministic text).
+std::string fused_kernel_source(const FusedSignature& sig);
+
+// Compiles kernels with NVRTC for the current device and keeps them, keyed by source text, for the life
+// of the cache (one per process in practice: the executor and the benchmark each own one).
+class FusedKernelCache {
+ public:
+  FusedKernelCache();
+  FusedKernelCache(const FusedKernelCache&) = delete;
+  FusedKernelCache& operator=(const FusedKernelCache&) = delete;
+  ~FusedKernelCache();
+
+  // Launches out[i] = expr(operands...) for every i < product(out_dims) on `stream`.
+  void launch(const FusedSignature& sig, const std::vector<const float*>& operands, float* out, cudaStream_t stream);
+  std::size_t compiled_count() const noexcept { return modules_.size(); }
+  double compile_seconds() const noexcept { return compile_seconds_; }
+
+ private:
+  CUfunction get(const std::string& source);
+  std::map<std::string, std::pair<CUmodule, CUfunction>> modules_;
+  std::string arch_;
+  int sm_count_ = 0;
+  double compile_seconds_ = 0.0;
+};
+
+}  // namespace memplan::runtime::cuda

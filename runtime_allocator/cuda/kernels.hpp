@@ -1,0 +1,52 @@
+// Hand-written CUDA kernels of the executor: data movement, softmax, layer norm, reductions, gather.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace memplan::runtime::cuda {
+
+inline constexpr int kMaxRank = 8;
+
+// Copies a `dims`-shaped region element by element: dst[sum i_k*dst_strides[k]] = src[sum i_k*src_strides[k]].
+// Covers transpose, slice, split, concat (one copy per part), expand and broadcasting (stride 0).
+struct StridedCopy {
+  int rank = 0;
+  int elem_bytes = 4;  // 1, 2, 4 or 8
+  std::int64_t dims[kMaxRank] = {};
+  std::int64_t src_strides[kMaxRank] = {};
+  std::int64_t dst_strides[kMaxRank] = {};
+  const void* src = nullptr;
+  void* dst = nullptr;
+};
+void strided_copy(const StridedCopy& c, cudaStream_t stream);
+
+// Softmax (or log-softmax) over the middle axis of x viewed as [outer, n, inner].
+void softmax(const float* x, float* y, std::int64_t outer, std::int64_t n, std::int64_t inner, bool log_softmax,
+             cudaStream_t stream);
+
+// Layer normalisation of each row of x [rows, n]; scale and bias (either may be null) have n elements.
+void layer_norm(const float* x, const float* scale, const float* bias, float* y, std::int64_t rows, std::int64_t n,
+                float epsilon, cudaStream_t stream);
+
+// Reduces x over some axes: out element j sits at multi-index (out_dims) whose input base offset uses
+// out_strides; the reduced elements are at red_dims/red_strides from that base.
+struct ReduceSpec {
+  enum Kind : int { sum = 0, mean = 1, max = 2, min = 3 };
+  Kind kind = sum;
+  int out_rank = 0;
+  std::int64_t out_dims[kMaxRank] = {};
+  std::int64_t out_strides[kMaxRank] = {};
+  int red_rank = 0;
+  std::int64_t red_dims[kMaxRank] = {};
+  std::int64_t red_strides[kMaxRank] = {};
+};
+void reduce(const float* x, float* y, const ReduceSpec& spec, cudaStream_t stream);
+
+// Gather along an axis: data viewed as [outer, axis_dim, inner] (elements of elem_bytes), int64 indices
+// (negative ones count from the end) -> out [outer, count, inner].
+void gather(const void* data, const std::int64_t* indices, void* out, std::int64_t outer, std::int64_t axis_dim,
+            std::int64_t inner, std::int64_t count, int elem_bytes, cudaStream_t stream);
+
+}  // namespace memplan::runtime::cuda
