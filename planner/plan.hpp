@@ -46,6 +46,9 @@ struct Plan {
   std::string model_fingerprint;  // Graph::fingerprint() of the graph the plan was made for
   std::uint64_t alignment = 256;
   std::uint64_t arena_bytes = 0;
+  // Largest sum of live buffer sizes at one step once views and in-place results share buffers: no
+  // packing of these buffers can be smaller (the plain bound, without sharing, is Liveness's).
+  std::uint64_t aliased_lower_bound_bytes = 0;
   std::string packer;                       // which packer produced the offsets
   std::vector<OpId> schedule;               // topological order of all ops of the graph
   std::vector<Buffer> buffers;              // sorted by (offset, first step)

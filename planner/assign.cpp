@@ -1,0 +1,201 @@
+// Arena assignment: buffers from view and in-place aliasing (one schedule pass), offsets from a packer.
+#include "planner/assign.hpp"
+
+#include <algorithm>
+#include <array>
+#include <numeric>
+#include <string_view>
+
+#include "planner/pack.hpp"
+
+namespace memplan::planner {
+namespace {
+
+using analysis::Op;
+using analysis::Tensor;
+constexpr std::uint32_t kNoBuffer = UINT32_MAX;
+
+bool one_of(std::string_view type, std::initializer_list<std::string_view> names) {
+  return std::find(names.begin(), names.end(), type) != names.end();
+}
+
+// A buffer under construction: every tensor bound to it and the union of their lifetimes.
+struct Draft {
+  std::uint64_t size = 0;
+  Interval interval;
+  std::vector<TensorId> tensors;
+  bool holds_graph_output = false;
+};
+
+struct Aliasing {
+  std::vector<std::uint32_t> buffer_of;  // per tensor
+  std::vector<bool> outside;             // per tensor: a view of memory outside the arena
+  std::vector<Draft> drafts;
+  std::vector<Alias> aliases;
+};
+
+class AliasBuilder {
+ public:
+  AliasBuilder(const Graph& g, const analysis::Liveness& l, const AssignOptions& o) : g_(g), l_(l), o_(o) {
+    a_.buffer_of.assign(g.tensors.size(), kNoBuffer);
+    a_.outside.assign(g.tensors.size(), false);
+  }
+
+  Aliasing run() {
+    for (std::uint32_t s = 0; s < l_.schedule.size(); ++s) {
+      const OpId id = l_.schedule[s];
+      const Op& op = g_.ops[id];
+      const TensorId out = op.output(0);
+      if (out != analysis::kNoTensor && l_.in_arena[out]) {
+        if (!(o_.views && try_view(op, id, out))) {
+          if (o_.inplace) try_inplace(op, id, out, s);
+        }
+      }
+      for (TensorId t : op.outputs)
+        if (t != analysis::kNoTensor && l_.in_arena[t] && a_.buffer_of[t] == kNoBuffer && !a_.outside[t]) {
+          a_.drafts.push_back(Draft{0, l_.interval[t], {}, false});
+          bind(t, static_cast<std::uint32_t>(a_.drafts.size() - 1));
+        }
+    }
+    return std::move(a_);
+  }
+
+ private:
+  void bind(TensorId t, std::uint32_t b) {
+    Draft& d = a_.drafts[b];
+    a_.buffer_of[t] = b;
+    d.tensors.push_back(t);
+    d.interval.last = std::max(d.interval.last, l_.interval[t].last);
+    d.size = std::max(d.size, align_up(g_.tensors[t].bytes(), o_.alignment));
+    d.holds_graph_output = d.holds_graph_output || g_.tensors[t].is_graph_output;
+  }
+
+  bool try_view(const Op& op, OpId id, TensorId out) {
+    const TensorId in = op.input(0);
+    if (!is_view_op(op) || in == analysis::kNoTensor) return false;
+    const Tensor& x = g_.tensors[in];
+    if (!x.shape_known() || x.bytes() != g_.tensors[out].bytes()) return false;
+    if (a_.buffer_of[in] != kNoBuffer) {
+      bind(out, a_.buffer_of[in]);
+    } else if (a_.outside[in] || (!l_.in_arena[in] && !x.on_host)) {
+      a_.outside[out] = true;
+    } else {
+      return false;
+    }
+    a_.aliases.push_back(Alias{out, in, AliasKind::view, id});
+    return true;
+  }
+
+  void try_inplace(const Op& op, OpId id, TensorId out, std::uint32_t step) {
+    const Tensor& y = g_.tensors[out];
+    for (std::size_t pos : inplace_candidates(op)) {
+      const TensorId in = op.input(pos);
+      if (in == analysis::kNoTensor || a_.buffer_of[in] == kNoBuffer) continue;
+      const Draft& d = a_.drafts[a_.buffer_of[in]];
+      const Tensor& x = g_.tensors[in];
+      const bool same_type = x.dtype == y.dtype ||
+                             (op.type == "Cast" && analysis::dtype_bits(x.dtype) == analysis::dtype_bits(y.dtype));
+      if (d.interval.last != step || d.holds_graph_output || !same_type || x.bytes() != y.bytes()) continue;
+      bind(out, a_.buffer_of[in]);
+      a_.aliases.push_back(Alias{out, in, AliasKind::inplace, id});
+      return;
+    }
+  }
+
+  const Graph& g_;
+  const analysis::Liveness& l_;
+  const AssignOptions& o_;
+  Aliasing a_;
+};
+
+Packing best_packing(const std::vector<PackItem>& items, std::uint32_t steps, const std::string& packer, std::string& chosen) {
+  const std::vector<std::string> names = packer == "best" ? packer_names() : std::vector<std::string>{packer};
+  Packing best;
+  for (const auto& name : names) {  // names are in name order: the first smallest wins ties
+    Packing p = pack(name, items, steps);
+    if (chosen.empty() || p.arena_bytes < best.arena_bytes) {
+      best = std::move(p);
+      chosen = name;
+    }
+  }
+  return best;
+}
+
+std::uint64_t max_live_bytes(const std::vector<PackItem>& items, std::uint32_t steps) {
+  std::vector<std::uint64_t> add(static_cast<std::size_t>(steps) + 1, 0), drop(static_cast<std::size_t>(steps) + 1, 0);
+  for (const auto& it : items) {
+    add[it.interval.first] = checked_add(add[it.interval.first], it.size, "live bytes");
+    drop[it.interval.last + 1] = checked_add(drop[it.interval.last + 1], it.size, "live bytes");
+  }
+  std::uint64_t live = 0, peak = 0;
+  for (std::uint32_t s = 0; s < steps; ++s) {
+    live = checked_add(live - drop[s], add[s], "live bytes");
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+}  // namespace
+
+bool is_view_op(const Op& op) noexcept {
+  return op.domain.empty() && one_of(op.type, {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"});
+}
+
+std::vector<std::size_t> inplace_candidates(const Op& op) {
+  if (op.domain == "memplan" && op.type == "FusedElementwise") {
+    std::vector<std::size_t> all(op.inputs.size());
+    std::iota(all.begin(), all.end(), std::size_t{0});
+    return all;
+  }
+  if (!op.domain.empty()) return {};
+  if (one_of(op.type, {"Add", "Mul", "Div", "Sub", "Pow", "PRelu", "Max", "Min"})) return {0, 1};
+  if (op.type == "BatchNormalization")
+    return op.attr_int("training_mode", 0) == 0 && op.output(1) == analysis::kNoTensor ? std::vector<std::size_t>{0} : std::vector<std::size_t>{};
+  if (one_of(op.type, {"Relu", "Clip", "Sigmoid", "Tanh", "Erf", "Sqrt", "Neg", "Gelu", "Dropout", "LeakyRelu", "Cast",
+                       "Exp", "Log", "Abs", "Reciprocal", "Elu", "Selu", "HardSigmoid", "HardSwish", "Softplus",
+                       "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Mish", "Not", "Celu"}))
+    return {0};
+  return {};
+}
+
+Plan assign(const Graph& g, const analysis::Liveness& l, const AssignOptions& o) {
+  if (o.alignment == 0) fail(ErrorKind::usage, "the arena alignment must be at least 1 byte");
+  if (l.in_arena.size() != g.tensors.size() || l.schedule.size() != g.ops.size())
+    fail(ErrorKind::invalid_graph, "the liveness was computed for another graph than '" + g.name + "'");
+  const auto steps = static_cast<std::uint32_t>(l.schedule.size());
+  Aliasing a = AliasBuilder(g, l, o).run();
+
+  std::vector<PackItem> items;
+  items.reserve(a.drafts.size());
+  for (const auto& d : a.drafts) items.push_back(PackItem{d.size, d.interval});
+  Plan p;
+  const Packing packing = best_packing(items, steps, o.packer, p.packer);
+  p.model_name = g.name;
+  p.model_fingerprint = g.fingerprint();
+  p.alignment = o.alignment;
+  p.arena_bytes = packing.arena_bytes;
+  p.aliased_lower_bound_bytes = max_live_bytes(items, steps);
+  p.schedule = l.schedule;
+  p.aliases = std::move(a.aliases);
+
+  std::vector<std::uint32_t> order(a.drafts.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::stable_sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) {
+    if (packing.offsets[x] != packing.offsets[y]) return packing.offsets[x] < packing.offsets[y];
+    return a.drafts[x].interval.first < a.drafts[y].interval.first;
+  });
+  p.tensor_offset.assign(g.tensors.size(), kNotInArena);
+  p.tensor_buffer.assign(g.tensors.size(), UINT32_MAX);
+  for (std::uint32_t d : order) {
+    Buffer b{packing.offsets[d], a.drafts[d].size, a.drafts[d].interval, std::move(a.drafts[d].tensors)};
+    std::sort(b.tensors.begin(), b.tensors.end());
+    for (TensorId t : b.tensors) {
+      p.tensor_offset[t] = b.offset;
+      p.tensor_buffer[t] = static_cast<std::uint32_t>(p.buffers.size());
+    }
+    p.buffers.push_back(std::move(b));
+  }
+  return p;
+}
+
+}  // namespace memplan::planner

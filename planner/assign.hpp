@@ -1,0 +1,35 @@
+// Arena assignment for a scheduled graph: view and in-place aliasing, then offsets from the packers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "analysis/liveness.hpp"
+#include "planner/plan.hpp"
+
+namespace memplan::planner {
+
+struct AssignOptions {
+  std::uint64_t alignment = 256;  // every buffer offset and size is a multiple of this
+  bool views = true;              // Reshape/Flatten/Squeeze/Unsqueeze/Identity outputs alias their input
+  bool inplace = true;            // elementwise outputs overwrite an input that dies at that op
+  std::string packer = "best";    // a name from packer_names(), or "best": all, smallest arena kept
+};
+
+// Ops whose output 0 is its input 0 reinterpreted (same bytes, no copy).
+bool is_view_op(const analysis::Op& op) noexcept;
+// Inputs whose buffer op's output 0 may overwrite: the positions an elementwise kernel reads at the
+// same index it writes (empty for every other op, and for BatchNormalization in training mode).
+std::vector<std::size_t> inplace_candidates(const analysis::Op& op);
+
+// Plans the arena for `g` on `l`'s schedule (l from analyze_liveness on the same graph):
+// 1. a view of an arena tensor shares its buffer (chains of views reach the root); a view of a tensor
+//    outside the arena (graph input, weight) takes no arena bytes at all;
+// 2. an elementwise op writes output 0 into an input's buffer when every tensor bound to that buffer
+//    has its last use at this op, the byte size matches (and the dtype, except for Cast), and the
+//    buffer holds no graph output (graph inputs and weights have no buffer);
+// 3. the buffers are packed by o.packer. The Plan is complete (see plan.hpp) but not verified.
+// Errors: ErrorKind::usage for alignment 0 or an unknown packer.
+Plan assign(const Graph& g, const analysis::Liveness& l, const AssignOptions& o = {});
+
+}  // namespace memplan::planner

@@ -1,0 +1,22 @@
+// Inference planning end to end: file order schedule, liveness, aliasing and packing, verification.
+#pragma once
+
+#include "analysis/liveness.hpp"
+#include "planner/assign.hpp"
+#include "planner/plan.hpp"
+#include "planner/verify.hpp"
+
+namespace memplan::planner {
+
+struct InferencePlan {
+  analysis::Liveness liveness;  // on the plan's schedule, sizes aligned as the plan's buffers
+  Plan plan;
+  VerifyReport report;          // always valid: an invalid plan throws
+  double plan_seconds = 0.0;    // liveness + assignment, without verification
+};
+
+// `shaped_graph` must have every shape known (analysis::infer_shapes). The schedule is
+// analysis::topological_order. A plan that fails the verifier is ErrorKind::verification.
+InferencePlan plan_inference(const Graph& shaped_graph, const AssignOptions& o = {});
+
+}  // namespace memplan::planner

@@ -1,0 +1,154 @@
+// Plan <-> JSON, version 1: names for ops and tensors, per-tensor tables rebuilt from the buffers.
+#include "planner/plan_json.hpp"
+
+#include <unordered_map>
+
+#include "analysis/import.hpp"
+
+namespace memplan::planner {
+namespace {
+
+using nlohmann::json;
+
+const json& field(const json& obj, const char* key, const char* where) {
+  if (!obj.is_object() || !obj.contains(key)) fail(ErrorKind::malformed, std::string("plan: ") + where + " has no \"" + key + "\"");
+  return obj.at(key);
+}
+
+template <typename T>
+T get(const json& obj, const char* key, const char* where) {
+  const json& v = field(obj, key, where);
+  try {
+    return v.get<T>();
+  } catch (const json::exception&) {
+    fail(ErrorKind::malformed, std::string("plan: ") + where + " field \"" + key + "\" has the wrong type: " + v.dump().substr(0, 80));
+  }
+}
+
+const json& array_field(const json& obj, const char* key, const char* where) {
+  const json& v = field(obj, key, where);
+  if (!v.is_array()) fail(ErrorKind::malformed, std::string("plan: ") + where + " field \"" + key + "\" is not an array");
+  return v;
+}
+
+class Names {
+ public:
+  explicit Names(const Graph& g) : g_(g) {
+    for (OpId i = 0; i < g.ops.size(); ++i)
+      if (!ops_.emplace(g.ops[i].name, i).second)
+        fail(ErrorKind::invalid_graph, "op name '" + g.ops[i].name + "' is not unique, and plans name ops by name");
+  }
+  OpId op(const std::string& name) const {
+    auto it = ops_.find(name);
+    if (it == ops_.end()) fail(ErrorKind::plan_mismatch, "the plan names op '" + name + "', which graph '" + g_.name + "' does not have");
+    return it->second;
+  }
+  TensorId tensor(const std::string& name) const {
+    const TensorId t = g_.find(name);
+    if (t == analysis::kNoTensor)
+      fail(ErrorKind::plan_mismatch, "the plan names tensor '" + name + "', which graph '" + g_.name + "' does not have");
+    return t;
+  }
+
+ private:
+  const Graph& g_;
+  std::unordered_map<std::string, OpId> ops_;
+};
+
+Buffer read_buffer(const json& j, std::size_t index, const Names& names) {
+  if (get<std::size_t>(j, "id", "a buffer") != index)
+    fail(ErrorKind::malformed, "plan: buffer " + std::to_string(index) + " has id " + j.at("id").dump());
+  Buffer b;
+  b.offset = get<std::uint64_t>(j, "offset", "a buffer");
+  b.size = get<std::uint64_t>(j, "size", "a buffer");
+  b.interval.first = get<std::uint32_t>(j, "first", "a buffer");
+  b.interval.last = get<std::uint32_t>(j, "last", "a buffer");
+  for (const auto& t : array_field(j, "tensors", "a buffer")) {
+    if (!t.is_string()) fail(ErrorKind::malformed, "plan: buffer " + std::to_string(index) + " lists a tensor that is not a name");
+    b.tensors.push_back(names.tensor(t.get<std::string>()));
+  }
+  return b;
+}
+
+Alias read_alias(const json& j, const Names& names) {
+  Alias a;
+  a.tensor = names.tensor(get<std::string>(j, "tensor", "an alias"));
+  a.source = names.tensor(get<std::string>(j, "source", "an alias"));
+  a.op = names.op(get<std::string>(j, "op", "an alias"));
+  const auto kind = get<std::string>(j, "kind", "an alias");
+  if (kind != "view" && kind != "inplace") fail(ErrorKind::malformed, "plan: alias kind '" + kind + "' is neither view nor inplace");
+  a.kind = kind == "view" ? AliasKind::view : AliasKind::inplace;
+  return a;
+}
+
+}  // namespace
+
+json plan_to_json(const Graph& g, const Plan& p, bool embed_graph) {
+  json j;
+  j["schema"] = kPlanSchema;
+  j["version"] = Plan::kSchemaVersion;
+  j["model"] = p.model_name;
+  j["fingerprint"] = p.model_fingerprint;
+  j["alignment"] = p.alignment;
+  j["arena_bytes"] = p.arena_bytes;
+  j["aliased_lower_bound_bytes"] = p.aliased_lower_bound_bytes;
+  j["packer"] = p.packer;
+  json schedule = json::array();
+  for (OpId op : p.schedule) schedule.push_back(g.ops.at(op).name);
+  j["schedule"] = std::move(schedule);
+  json buffers = json::array();
+  for (std::size_t i = 0; i < p.buffers.size(); ++i) {
+    const Buffer& b = p.buffers[i];
+    json names = json::array();
+    for (TensorId t : b.tensors) names.push_back(g.tensors.at(t).name);
+    buffers.push_back({{"id", i}, {"offset", b.offset}, {"size", b.size}, {"first", b.interval.first},
+                       {"last", b.interval.last}, {"tensors", std::move(names)}});
+  }
+  j["buffers"] = std::move(buffers);
+  json aliases = json::array();
+  for (const Alias& a : p.aliases)
+    aliases.push_back({{"tensor", g.tensors.at(a.tensor).name}, {"source", g.tensors.at(a.source).name},
+                       {"kind", alias_kind_name(a.kind)}, {"op", g.ops.at(a.op).name}});
+  j["aliases"] = std::move(aliases);
+  if (embed_graph) j["graph"] = analysis::export_json(g);
+  return j;
+}
+
+Plan plan_from_json(const Graph& g, const json& doc) {
+  if (!doc.is_object()) fail(ErrorKind::malformed, "plan: the document is not a JSON object");
+  const auto schema = get<std::string>(doc, "schema", "the plan");
+  if (schema != kPlanSchema) fail(ErrorKind::plan_mismatch, "not a memplan plan: schema is '" + schema + "', expected '" + kPlanSchema + "'");
+  const auto version = get<int>(doc, "version", "the plan");
+  if (version != Plan::kSchemaVersion)
+    fail(ErrorKind::plan_mismatch, "plan schema version " + std::to_string(version) + " is not supported (this build reads version " +
+                                       std::to_string(Plan::kSchemaVersion) + ")");
+  Plan p;
+  p.model_name = get<std::string>(doc, "model", "the plan");
+  p.model_fingerprint = get<std::string>(doc, "fingerprint", "the plan");
+  if (p.model_fingerprint != g.fingerprint())
+    fail(ErrorKind::plan_mismatch, "the plan was made for model '" + p.model_name + "' (fingerprint " + p.model_fingerprint +
+                                       "), not for '" + g.name + "' (fingerprint " + g.fingerprint() + ")");
+  p.alignment = get<std::uint64_t>(doc, "alignment", "the plan");
+  p.arena_bytes = get<std::uint64_t>(doc, "arena_bytes", "the plan");
+  p.aliased_lower_bound_bytes = get<std::uint64_t>(doc, "aliased_lower_bound_bytes", "the plan");
+  p.packer = get<std::string>(doc, "packer", "the plan");
+  const Names names(g);
+  for (const auto& op : array_field(doc, "schedule", "the plan")) {
+    if (!op.is_string()) fail(ErrorKind::malformed, "plan: a schedule entry is not an op name");
+    p.schedule.push_back(names.op(op.get<std::string>()));
+  }
+  p.tensor_offset.assign(g.tensors.size(), kNotInArena);
+  p.tensor_buffer.assign(g.tensors.size(), UINT32_MAX);
+  for (const auto& b : array_field(doc, "buffers", "the plan")) {
+    p.buffers.push_back(read_buffer(b, p.buffers.size(), names));
+    for (TensorId t : p.buffers.back().tensors) {
+      if (p.tensor_buffer[t] != UINT32_MAX) fail(ErrorKind::malformed, "plan: tensor '" + g.tensors[t].name + "' is in two buffers");
+      p.tensor_offset[t] = p.buffers.back().offset;
+      p.tensor_buffer[t] = static_cast<std::uint32_t>(p.buffers.size() - 1);
+    }
+  }
+  for (const auto& a : array_field(doc, "aliases", "the plan")) p.aliases.push_back(read_alias(a, names));
+  return p;
+}
+
+}  // namespace memplan::planner
