@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <functional>
+#include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
