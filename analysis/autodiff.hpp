@@ -1,0 +1,100 @@
+// Internal interface between the training-graph builder (training.cpp) and the per-family backward rules.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "analysis/graph.hpp"
+#include "analysis/training.hpp"
+
+namespace memplan::analysis::autodiff {
+
+using Shape = std::vector<std::int64_t>;
+
+// The builder's state while backward ops are emitted (defined in training.cpp).
+struct State;
+
+// What one backward rule sees: the forward op, the gradients of its outputs, which inputs want a
+// gradient; it emits backward ops and hands each wanted input exactly one gradient contribution.
+class GradContext {
+ public:
+  GradContext(State& s, OpId fwd);
+
+  const Op& fwd() const;  // a copy: stays valid while ops are emitted
+  // Tensor references are invalidated by the next new tensor: copy what is needed first.
+  const Graph& graph() const;
+  const Tensor& tensor(TensorId t) const;
+  TensorId in(std::size_t i) const { return fwd().input(i); }
+  TensorId out(std::size_t i) const { return fwd().output(i); }
+  Shape shape(TensorId t) const { return tensor(t).shape(); }
+  std::string where() const;  // "op 'name' (Type)"
+  [[noreturn]] void unsupported(const std::string& what) const;
+
+  TensorId dy(std::size_t i = 0) const;  // accumulated gradient of output i; kNoTensor when none
+  bool wants(std::size_t i) const;       // input i takes a gradient from this op
+
+  // A new tensor of input i's dtype and shape that will be its gradient contribution.
+  TensorId grad_tensor(std::size_t i);
+  // A new intermediate backward tensor (role activation).
+  TensorId temp(const std::string& hint, DType dtype, const Shape& shape);
+  // A new int64 constant (role weight, with data) for shape and split operands.
+  TensorId int_constant(const std::string& hint, const std::vector<std::int64_t>& values);
+
+  // Emits a backward op (phase backward) named after the forward op.
+  void emit(const std::string& type, const std::string& domain, std::vector<TensorId> inputs,
+            std::vector<TensorId> outputs, std::map<std::string, Attribute> attrs = {});
+  // Hands input i a contribution. `g` must have input i's shape.
+  void give(std::size_t i, TensorId g);
+  // `full` has the forward output's (broadcast) shape: sum it down to input i's shape with
+  // memplan ReduceSumTo (times `scale`), or hand it over as it is when the shapes agree and scale is 1.
+  void give_reduced(std::size_t i, TensorId full, double scale = 1.0);
+  // A tensor to write input i's gradient into at the shape `full_shape`: grad_tensor(i) when that is
+  // input i's shape (give_reduced then hands it over directly), otherwise a temp.
+  TensorId full_or_grad(std::size_t i, const Shape& full_shape);
+
+ private:
+  State& s_;
+  Op op_;
+  int emitted_ = 0;
+};
+
+using GradFn = void (*)(GradContext&);
+struct GradRule {
+  GradFn fn = nullptr;
+  std::uint32_t diff_inputs = 0;   // bit i: input i can take a gradient
+  std::uint32_t diff_outputs = 0;  // bit i: output i carries a gradient back
+};
+using GradTable = std::unordered_map<std::string, GradRule>;  // key: forward op type (default domain)
+
+inline constexpr std::uint32_t kAll = 0xffffffffu;
+void add_elementwise_grads(GradTable& t);
+void add_nn_grads(GradTable& t);
+void add_tensor_grads(GradTable& t);
+const GradTable& grad_table();
+
+// Appends the MSE loss of the first float graph output against a new input "target"; returns the loss.
+TensorId add_loss(Graph& g);
+// Appends the optimizer's ops and state after the backward ops; sets the graph outputs.
+void add_optimizer(Graph& g, const TrainingOptions& opts, TrainingGraph& tg);
+
+// Ops whose float outputs carry no gradient (constants from shapes, random numbers, comparisons).
+bool non_differentiable(const Op& op);
+
+// `base`, or `base#k` for the first k that no tensor of `g` is named yet.
+std::string unique_name(const Graph& g, const std::string& base);
+// Rewrites the forward ops so that they output what backward reads (training_forward.cpp).
+void prepare_forward(Graph& g);
+
+// Attribute helpers.
+Attribute attr_i(std::int64_t v);
+Attribute attr_f(double v);
+Attribute attr_ints(std::vector<std::int64_t> v);
+Attribute attr_s(std::string v);
+
+// Conv/pool geometry with auto_pad resolved to explicit pads (ONNX semantics), from input/output shapes.
+std::vector<std::int64_t> explicit_pads(const Op& op, const Shape& x, const Shape& y,
+                                        const std::vector<std::int64_t>& kernel);
+
+}  // namespace memplan::analysis::autodiff

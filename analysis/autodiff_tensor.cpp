@@ -1,0 +1,104 @@
+// Backward rules of data-movement ops: views, Transpose, Concat/Split, Slice, Gather.
+#include <numeric>
+
+#include "analysis/autodiff.hpp"
+
+namespace memplan::analysis::autodiff {
+namespace {
+
+std::int64_t axis_of(const GradContext& c, std::size_t rank) {
+  const auto r = static_cast<std::int64_t>(rank);
+  const std::int64_t a = c.fwd().attr_int("axis", 0);
+  if (a < -r || a >= r) c.unsupported("axis " + std::to_string(a) + " is out of range");
+  return a < 0 ? a + r : a;
+}
+
+void single(GradContext& c, const char* type, const char* domain, std::vector<TensorId> inputs,
+            std::map<std::string, Attribute> attrs = {}) {
+  TensorId g = c.grad_tensor(0);
+  c.emit(type, domain, std::move(inputs), {g}, std::move(attrs));
+  c.give(0, g);
+}
+
+// Reshape, Flatten, Squeeze, Unsqueeze: the gradient is dY viewed in X's shape (a plain Reshape).
+void view(GradContext& c) {
+  TensorId shape = c.int_constant("shape", c.shape(c.in(0)));
+  single(c, "Reshape", "", {c.dy(), shape});
+}
+
+void transpose(GradContext& c) {
+  const std::size_t rank = c.shape(c.in(0)).size();
+  std::vector<std::int64_t> perm = c.fwd().attr_ints("perm");
+  if (perm.empty())
+    for (std::size_t k = rank; k-- > 0;) perm.push_back(static_cast<std::int64_t>(k));
+  std::vector<std::int64_t> inverse(rank, 0);
+  for (std::size_t k = 0; k < perm.size() && k < rank; ++k) inverse.at(static_cast<std::size_t>(perm[k])) = static_cast<std::int64_t>(k);
+  single(c, "Transpose", "", {c.dy()}, {{"perm", attr_ints(inverse)}});
+}
+
+// Concat's gradient is a plain Split of dY at the inputs' extents.
+void concat(GradContext& c) {
+  const auto& f = c.fwd();
+  const std::int64_t axis = axis_of(c, c.shape(c.out(0)).size());
+  std::vector<std::int64_t> sizes;
+  std::vector<TensorId> outs;
+  for (std::size_t i = 0; i < f.inputs.size(); ++i) {
+    const Shape s = c.shape(f.inputs[i]);
+    sizes.push_back(s.at(static_cast<std::size_t>(axis)));
+    outs.push_back(c.wants(i) ? c.grad_tensor(i) : c.temp("unused" + std::to_string(i), c.tensor(c.out(0)).dtype, s));
+  }
+  std::map<std::string, Attribute> at{{"axis", attr_i(axis)}};
+  std::vector<TensorId> ins{c.dy()};
+  if (c.graph().opset > 0 && c.graph().opset < 13) at["split"] = attr_ints(sizes);
+  else ins.push_back(c.int_constant("split", sizes));
+  c.emit("Split", "", std::move(ins), outs, std::move(at));
+  for (std::size_t i = 0; i < f.inputs.size(); ++i)
+    if (c.wants(i)) c.give(i, outs[i]);
+}
+
+// Split's gradient: a plain Concat of the outputs' gradients, or memplan SplitGrad when some have none.
+void split(GradContext& c) {
+  const auto& f = c.fwd();
+  const std::int64_t axis = axis_of(c, c.shape(c.in(0)).size());
+  std::vector<TensorId> dys;
+  std::vector<std::int64_t> sizes;
+  bool all = true;
+  for (std::size_t i = 0; i < f.outputs.size(); ++i) {
+    dys.push_back(c.dy(i));
+    all = all && dys.back() != kNoTensor;
+    sizes.push_back(c.shape(f.outputs[i]).at(static_cast<std::size_t>(axis)));
+  }
+  if (all) return single(c, "Concat", "", dys, {{"axis", attr_i(axis)}});
+  single(c, "SplitGrad", "memplan", dys, {{"axis", attr_i(axis)}, {"split", attr_ints(sizes)}});
+}
+
+void slice(GradContext& c) {
+  const auto& f = c.fwd();
+  std::vector<TensorId> ins{c.dy()};
+  for (std::size_t i = 1; i < 5; ++i) ins.push_back(f.input(i));
+  while (ins.back() == kNoTensor) ins.pop_back();
+  std::map<std::string, Attribute> at;  // opset < 10 keeps starts/ends/axes as attributes
+  for (const char* k : {"starts", "ends", "axes"})
+    if (const Attribute* a = f.attr(k)) at[k] = *a;
+  single(c, "SliceGrad", "memplan", std::move(ins), std::move(at));
+}
+
+void gather(GradContext& c) {
+  const std::int64_t axis = axis_of(c, c.shape(c.in(0)).size());
+  const char* type = c.fwd().type == "Gather" ? "GatherGrad" : "GatherElementsGrad";
+  single(c, type, "memplan", {c.dy(), c.in(1)}, {{"axis", attr_i(axis)}});
+}
+
+}  // namespace
+
+void add_tensor_grads(GradTable& t) {
+  for (const char* v : {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}) t[v] = {view, 1u, 1u};
+  t["Transpose"] = {transpose, 1u, 1u};
+  t["Concat"] = {concat, kAll, 1u};
+  t["Split"] = {split, 1u, kAll};
+  t["Slice"] = {slice, 1u, 1u};
+  t["Gather"] = {gather, 1u, 1u};
+  t["GatherElements"] = {gather, 1u, 1u};
+}
+
+}  // namespace memplan::analysis::autodiff

@@ -1,0 +1,162 @@
+// The forward half of a training graph: which weights train, and forward ops made to output what backward saves.
+#include <algorithm>
+#include <set>
+
+#include "analysis/autodiff.hpp"
+#include "analysis/training.hpp"
+
+namespace memplan::analysis {
+namespace {
+
+bool is_op(const Op& op, std::string_view type) { return op.type == type && (op.domain.empty() || op.domain == "ai.onnx"); }
+
+// Input slots that hold a layer's parameters (PyTorch nn.Parameter in the exported module).
+bool parameter_slot(const Graph& g, const Op& op, std::size_t i) {
+  const std::string& t = op.type;
+  if (t == "Conv" || t == "ConvTranspose" || t == "Gemm" || t == "LayerNormalization" ||
+      t == "BatchNormalization" || t == "BatchNormTraining" || t == "InstanceNormalization")
+    return i == 1 || i == 2;
+  if (t == "MatMul") return true;
+  if (t == "Gather") return i == 0;  // an embedding table
+  if (t == "Add" || t == "Mul") {    // a Linear bias or a per-channel scale: rank 1
+    const Tensor& x = g.tensors[op.inputs[i]];
+    return x.rank_known && x.dims.size() == 1;
+  }
+  return false;
+}
+
+// Input slots that hold constants or buffers that never train, whatever their size.
+bool frozen_slot(const Op& op, std::size_t i) {
+  const std::string& t = op.type;
+  if (t == "BatchNormalization" || t == "BatchNormTraining") return i == 3 || i == 4;  // running statistics
+  if (t == "Clip" || t == "Dropout" || t == "Pow") return i >= 1;
+  if (t == "Where") return i == 0;
+  return false;
+}
+
+using autodiff::unique_name;
+
+TensorId new_output(Graph& g, const std::string& base, DType dtype, const std::vector<std::int64_t>& shape) {
+  Tensor t;
+  t.name = unique_name(g, base);
+  t.dtype = dtype;
+  for (auto d : shape) t.dims.push_back(Dim::of(d));
+  t.rank_known = true;
+  return g.add_tensor(std::move(t));
+}
+
+// Keeps a present optional output, or makes a new tensor for it.
+void ensure_output(Graph& g, Op& op, std::size_t i, const std::string& suffix, DType dtype,
+                   const std::vector<std::int64_t>& shape) {
+  if (op.outputs.size() <= i) op.outputs.resize(i + 1, kNoTensor);
+  if (op.outputs[i] != kNoTensor) return;
+  op.outputs[i] = new_output(g, g.tensors[op.outputs[0]].name + suffix, dtype, shape);
+}
+
+// ONNX Dropout runs in training mode when input 2 is true; unknown (computed) counts as training.
+bool dropout_training(const Graph& g, const Op& op) {
+  TensorId m = op.input(2);
+  if (m == kNoTensor) return false;
+  const Tensor& t = g.tensors[m];
+  if (!t.data) return true;
+  auto v = t.data->as_int64();
+  return !v.empty() && v[0] != 0;
+}
+
+}  // namespace
+
+std::vector<bool> trainable_weights(const Graph& g, const TrainingOptions& opts) {
+  const std::set<std::string> frozen(opts.frozen.begin(), opts.frozen.end());
+  std::vector<bool> param(g.tensors.size(), false), never(g.tensors.size(), false);
+  for (const Op& op : g.ops)
+    for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+      TensorId t = op.inputs[i];
+      if (t == kNoTensor) continue;
+      if (frozen_slot(op, i)) never[t] = true;
+      else if (parameter_slot(g, op, i)) param[t] = true;
+    }
+  std::vector<bool> out(g.tensors.size(), false);
+  for (TensorId t = 0; t < g.tensors.size(); ++t) {
+    const Tensor& x = g.tensors[t];
+    if (x.role != TensorRole::weight || x.producer != kNoOp || !dtype_is_float(x.dtype) || never[t] ||
+        x.consumers.empty() || frozen.count(x.name) || !x.shape_known())
+      continue;
+    // A float constant with its value in the graph (a Constant node, a folded shape computation) only
+    // trains in a parameter slot; an initializer whose bytes stayed on disk trains when it is not a scalar.
+    const bool value_in_graph = x.data != nullptr && !x.external_data;
+    out[t] = param[t] || (!value_in_graph && x.element_count() > 1);
+  }
+  return out;
+}
+
+namespace autodiff {
+
+std::string unique_name(const Graph& g, const std::string& base) {
+  if (g.find(base) == kNoTensor) return base;
+  for (int k = 1;; ++k)
+    if (std::string n = base + "#" + std::to_string(k); g.find(n) == kNoTensor) return n;
+}
+
+// Rewrites the forward ops in place (docs/saved-tensors.md): Identity of a weight becomes a weight of
+// its own (exporters re-create deduplicated parameters that way, and each has its own gradient);
+// BatchNormalization in training mode becomes memplan BatchNormTraining with saved mean and invstd;
+// LayerNormalization, MaxPool and training Dropout get their optional Mean/InvStdDev, Indices, mask.
+void prepare_forward(Graph& g) {
+  std::vector<bool> drop(g.ops.size(), false);
+  for (OpId o = 0; o < g.ops.size(); ++o) {
+    Op& op = g.ops[o];
+    if (!(op.domain.empty() || op.domain == "ai.onnx")) continue;
+    if (op.type == "Identity" && op.input(0) != kNoTensor && op.output(0) != kNoTensor) {
+      const Tensor& src = g.tensors[op.inputs[0]];
+      if (src.role == TensorRole::weight && src.producer == kNoOp && dtype_is_float(src.dtype)) {
+        Tensor& dst = g.tensors[op.outputs[0]];
+        dst.role = TensorRole::weight;
+        dst.data = src.data;
+        dst.external_data = src.external_data;
+        dst.external_location = src.external_location;
+        dst.external_offset = src.external_offset;
+        dst.external_length = src.external_length;
+        drop[o] = true;
+      }
+      continue;
+    }
+    if (op.output(0) == kNoTensor) continue;
+    const Tensor& y = g.tensors[op.outputs[0]];
+    if (is_op(op, "BatchNormalization") && op.attr_int("training_mode", 0) != 0) {
+      const Tensor& x = g.tensors[op.inputs.at(0)];
+      const std::vector<std::int64_t> c{x.shape().at(1)};
+      const DType dt = x.dtype;
+      op.type = "BatchNormTraining";
+      op.domain = "memplan";
+      op.attrs.erase("training_mode");
+      ensure_output(g, op, 1, "/running_mean", dt, c);
+      ensure_output(g, op, 2, "/running_var", dt, c);
+      ensure_output(g, op, 3, "/saved_mean", dt, c);
+      ensure_output(g, op, 4, "/saved_invstd", dt, c);
+      // Running statistics are module buffers updated in place: persistent, never arena.
+      g.tensors[op.outputs[1]].role = TensorRole::weight;
+      g.tensors[op.outputs[2]].role = TensorRole::weight;
+    } else if (is_op(op, "LayerNormalization")) {
+      auto s = g.tensors[op.inputs.at(0)].shape();
+      const auto axis = op.attr_int("axis", -1);
+      const auto a = static_cast<std::size_t>(axis < 0 ? axis + static_cast<std::int64_t>(s.size()) : axis);
+      for (std::size_t k = a; k < s.size(); ++k) s[k] = 1;
+      const DType stash = op.attr_int("stash_type", 1) == 1 ? DType::f32 : y.dtype;
+      ensure_output(g, op, 1, "/mean", stash, s);
+      ensure_output(g, op, 2, "/invstd", stash, s);
+    } else if (is_op(op, "MaxPool")) {
+      ensure_output(g, op, 1, "/indices", DType::i64, y.shape());
+    } else if (is_op(op, "Dropout") && dropout_training(g, op)) {
+      ensure_output(g, op, 1, "/mask", DType::boolean, g.tensors[op.inputs.at(0)].shape());
+    }
+  }
+  std::vector<Op> kept;
+  kept.reserve(g.ops.size());
+  for (OpId o = 0; o < g.ops.size(); ++o)
+    if (!drop[o]) kept.push_back(std::move(g.ops[o]));
+  g.ops = std::move(kept);
+  g.relink();
+}
+
+}  // namespace autodiff
+}  // namespace memplan::analysis
