@@ -133,6 +133,15 @@ std::uint16_t float_to_half(float f) {
   if (mant & 0x1000u) ++half;
   return static_cast<std::uint16_t>(half);
 }
+// Float to integer without undefined behaviour: NaN is 0, values beyond the range clamp to it; narrower
+// integer types then wrap as numpy's casts do.
+std::int64_t to_int64(double v) {
+  if (std::isnan(v)) return 0;
+  if (v <= -0x1p63) return std::numeric_limits<std::int64_t>::min();
+  if (v >= 0x1p63) return std::numeric_limits<std::int64_t>::max();
+  return static_cast<std::int64_t>(v);
+}
+std::uint64_t to_uint64(double v) { return v >= 0x1p64 ? std::numeric_limits<std::uint64_t>::max() : static_cast<std::uint64_t>(v); }
 }  // namespace
 
 std::vector<double> TensorData::as_double() const {
@@ -228,15 +237,15 @@ TensorData TensorData::from_double(DType dtype, std::vector<std::int64_t> dims, 
         store<std::uint16_t>(p + 2 * k, static_cast<std::uint16_t>(w >> 16));
         break;
       }
-      case DType::u8: store<std::uint8_t>(p + k, static_cast<std::uint8_t>(static_cast<std::int64_t>(v))); break;
-      case DType::i8: store<std::int8_t>(p + k, static_cast<std::int8_t>(v)); break;
+      case DType::u8: store<std::uint8_t>(p + k, static_cast<std::uint8_t>(to_int64(v))); break;
+      case DType::i8: store<std::int8_t>(p + k, static_cast<std::int8_t>(to_int64(v))); break;
       case DType::boolean: store<std::uint8_t>(p + k, v != 0.0 ? 1 : 0); break;
-      case DType::u16: store<std::uint16_t>(p + 2 * k, static_cast<std::uint16_t>(static_cast<std::int64_t>(v))); break;
-      case DType::i16: store<std::int16_t>(p + 2 * k, static_cast<std::int16_t>(v)); break;
-      case DType::i32: store<std::int32_t>(p + 4 * k, static_cast<std::int32_t>(v)); break;
-      case DType::u32: store<std::uint32_t>(p + 4 * k, static_cast<std::uint32_t>(static_cast<std::int64_t>(v))); break;
-      case DType::i64: store<std::int64_t>(p + 8 * k, static_cast<std::int64_t>(v)); break;
-      case DType::u64: store<std::uint64_t>(p + 8 * k, static_cast<std::uint64_t>(v)); break;
+      case DType::u16: store<std::uint16_t>(p + 2 * k, static_cast<std::uint16_t>(to_int64(v))); break;
+      case DType::i16: store<std::int16_t>(p + 2 * k, static_cast<std::int16_t>(to_int64(v))); break;
+      case DType::i32: store<std::int32_t>(p + 4 * k, static_cast<std::int32_t>(to_int64(v))); break;
+      case DType::u32: store<std::uint32_t>(p + 4 * k, static_cast<std::uint32_t>(to_int64(v))); break;
+      case DType::i64: store<std::int64_t>(p + 8 * k, to_int64(v)); break;
+      case DType::u64: store<std::uint64_t>(p + 8 * k, v >= 0x1p63 ? to_uint64(v) : static_cast<std::uint64_t>(to_int64(v))); break;
       default: break;
     }
   }

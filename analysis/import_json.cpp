@@ -31,6 +31,19 @@ struct Reader {
   }
 };
 
+// A constant an integer dtype cannot hold would make its conversion undefined: it is malformed instead.
+void check_fits(const Reader& r, const json& x, DType dtype, const std::string& where) {
+  if (dtype_is_float(dtype) || dtype == DType::boolean) return;
+  const bool is_signed = dtype == DType::i8 || dtype == DType::i16 || dtype == DType::i32 || dtype == DType::i64;
+  const int bits = static_cast<int>(dtype_bits(dtype));
+  const long double lo = is_signed ? -std::ldexp(1.0L, bits - 1) : 0.0L;
+  const long double hi = std::ldexp(1.0L, is_signed ? bits - 1 : bits) - 1.0L;
+  const long double v = x.is_number_unsigned() ? static_cast<long double>(x.get<std::uint64_t>())
+                        : x.is_number_integer() ? static_cast<long double>(x.get<std::int64_t>())
+                                                : static_cast<long double>(x.get<double>());
+  if (!(v >= lo && v <= hi)) r.bad(ErrorKind::malformed, where + ": value " + x.dump() + " does not fit " + dtype_name(dtype));
+}
+
 std::shared_ptr<TensorData> data_from_json(const Reader& r, const json& j, DType dtype, std::vector<std::int64_t> dims,
                                            const std::string& where) {
   if (!j.is_array()) r.bad(ErrorKind::malformed, where + ": 'data' must be an array of numbers");
@@ -42,13 +55,17 @@ std::shared_ptr<TensorData> data_from_json(const Reader& r, const json& j, DType
     std::vector<std::int64_t> v;
     for (const auto& x : j) {
       if (!x.is_number()) r.bad(ErrorKind::malformed, where + ": 'data' must hold numbers");
-      v.push_back(x.is_number_float() ? static_cast<std::int64_t>(x.get<double>()) : x.get<std::int64_t>());
+      check_fits(r, x, dtype, where);
+      if (!x.is_number_float()) v.push_back(x.get<std::int64_t>());
+      else if (dtype == DType::u64) v.push_back(static_cast<std::int64_t>(static_cast<std::uint64_t>(x.get<double>())));
+      else v.push_back(static_cast<std::int64_t>(x.get<double>()));
     }
     return std::make_shared<TensorData>(TensorData::from_int64(dtype, std::move(dims), v));
   }
   std::vector<double> v;
   for (const auto& x : j) {
     if (!x.is_number()) r.bad(ErrorKind::malformed, where + ": 'data' must hold numbers");
+    check_fits(r, x, dtype, where);
     v.push_back(x.get<double>());
   }
   return std::make_shared<TensorData>(TensorData::from_double(dtype, std::move(dims), v));
@@ -68,7 +85,9 @@ Attribute attribute_from_json(const Reader& r, const json& v, const std::string&
   Attribute a;
   if (v.is_object()) {  // typed form: {"ints": [...]}, {"floats": [...]}, {"tensor": {...}} ...
     if (v.size() != 1) r.bad(ErrorKind::malformed, where + ": a typed attribute has exactly one key");
-    const auto& [kind, val] = *v.items().begin();
+    const auto first = v.begin();  // not *v.items().begin(): that binds to a destroyed temporary proxy
+    const std::string& kind = first.key();
+    const json& val = first.value();
     if (kind == "tensor") {
       a.kind = Attribute::Kind::tensor;
       auto dt = dtype_from_name(r.str(val, "dtype", where, {}, true));

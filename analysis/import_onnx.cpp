@@ -58,11 +58,13 @@ TensorData tensor_data(const Ctx& c, const onnx::TensorProto& tp, DType dtype, s
     if (nbytes) std::memcpy(d.bytes.data(), tp.raw_data().data(), nbytes);
     return d;
   }
+  std::byte* p = nullptr;
+  // Allocates only once the file is seen to hold the values: dims alone may promise terabytes.
   auto need = [&](std::uint64_t have) {
     if (have != n) c.bad(ErrorKind::malformed, what + ": has " + std::to_string(have) + " values, dims need " + std::to_string(n));
+    d.bytes.resize(nbytes);
+    p = d.bytes.data();
   };
-  d.bytes.resize(nbytes);
-  std::byte* p = d.bytes.data();
   switch (dtype) {
     case DType::f32:
       need(static_cast<std::uint64_t>(tp.float_data_size()));

@@ -72,6 +72,13 @@ def huge_initializer_mismatch():
     return model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [vi("x", [2])], [vi("y", None)], [t])
 
 
+def huge_constant():
+    # A Constant node whose dims promise 4 TiB and whose file holds no values: malformed, nothing allocated.
+    t = TensorProto(name="v", data_type=TensorProto.FLOAT, dims=[1 << 20, 1 << 20])
+    nodes = [helper.make_node("Constant", [], ["c"], name="const", value=t), helper.make_node("Add", ["x", "c"], ["y"], name="add")]
+    return model(nodes, [vi("x", [1])], [vi("y", None)])
+
+
 def wide_node(n):
     # One Sum node with n inputs: a huge repeated field that is still a valid graph.
     return model([helper.make_node("Sum", ["x"] * n, ["y"], name="sum")], [vi("x", [4])], [vi("y", None)])
@@ -112,6 +119,7 @@ def onnx_cases(samples):
         ("protobuf nested 30 deep (subgraphs)", nested_bomb(30), [], {MALFORMED, UNSUPPORTED, INVALID}, []),
         ("length field claiming 3 GiB", oversized_length(), [], {MALFORMED}, []),
         ("200k values for dims [2]", huge_initializer_mismatch(), [], {MALFORMED}, ["'w'"]),
+        ("Constant promising 4 TiB, holding nothing", huge_constant(), [], {MALFORMED}, ["const"]),
         ("Sum with 100k inputs", wide_node(100000), [], {OK}, []),
         ("cycle between nodes", model(cycle, [vi("x", [2])], [vi("b", None)]), [], {INVALID}, ["cycle"]),
         ("input no one produces",
@@ -149,6 +157,9 @@ def onnx_cases(samples):
          [], {OVERFLOW}, ["negative"]),
         ("json duplicate tensor", json_graph(tensors=[{"name": "x", "shape": [2], "role": "input"}, {"name": "y"},
                                                       {"name": "y"}]), [], {INVALID}, ["'y'"]),
+        ("json int8 constant 1e10",
+         json_graph(tensors=[{"name": "x", "shape": [1], "dtype": "int8", "role": "weight", "data": [1e10]}, {"name": "y"}]),
+         [], {MALFORMED}, ["int8"]),
         ("json deeply nested", b"[" * 100000 + b"]" * 100000, [], {MALFORMED}, []),
     ]
 
