@@ -1,0 +1,96 @@
+// Device profiles (FLOP/s, HBM and host-link bandwidth, launch cost) in JSON, and roofline timing.
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "analysis/cost.hpp"
+
+namespace memplan::analysis {
+
+DeviceProfile default_device_profile() {
+  DeviceProfile p;
+  p.name = "h100-placeholder";
+  p.peak_flops = 60e12;                 // FP32 (non-tensor-core) datasheet 67 TFLOP/s, derated
+  p.hbm_bytes_per_s = 3.0e12;           // HBM3 datasheet 3.35 TB/s, derated
+  p.host_to_device_bytes_per_s = 50e9;  // PCIe Gen5 x16 pinned, datasheet 64 GB/s, derated
+  p.device_to_host_bytes_per_s = 50e9;
+  p.kernel_launch_seconds = 5e-6;
+  p.measured = false;
+  p.notes = "placeholder from datasheet values; to be replaced by measurements on the GPU machine";
+  return p;
+}
+
+namespace {
+
+double positive(const nlohmann::json& j, const char* key, const std::string& origin) {
+  if (!j.contains(key)) fail(ErrorKind::malformed, origin + ": device profile lacks \"" + key + "\"");
+  const auto& v = j.at(key);
+  if (!v.is_number()) fail(ErrorKind::malformed, origin + ": device profile field \"" + key + "\" is not a number");
+  const double d = v.get<double>();
+  if (!(d > 0.0) || d > 1e30) fail(ErrorKind::malformed, origin + ": device profile field \"" + key + "\" must be positive and finite");
+  return d;
+}
+
+}  // namespace
+
+DeviceProfile device_profile_from_json(const nlohmann::json& j, const std::string& origin) {
+  if (!j.is_object()) fail(ErrorKind::malformed, origin + ": a device profile is a JSON object");
+  DeviceProfile p;
+  if (!j.contains("name") || !j.at("name").is_string()) fail(ErrorKind::malformed, origin + ": device profile lacks a string \"name\"");
+  p.name = j.at("name").get<std::string>();
+  p.peak_flops = positive(j, "peak_flops", origin);
+  p.hbm_bytes_per_s = positive(j, "hbm_bytes_per_s", origin);
+  p.host_to_device_bytes_per_s = positive(j, "host_to_device_bytes_per_s", origin);
+  p.device_to_host_bytes_per_s = positive(j, "device_to_host_bytes_per_s", origin);
+  if (!j.contains("kernel_launch_seconds") || !j.at("kernel_launch_seconds").is_number() ||
+      !(j.at("kernel_launch_seconds").get<double>() >= 0.0))
+    fail(ErrorKind::malformed, origin + ": device profile field \"kernel_launch_seconds\" must be a number >= 0");
+  p.kernel_launch_seconds = j.at("kernel_launch_seconds").get<double>();
+  if (j.contains("measured")) {
+    if (!j.at("measured").is_boolean()) fail(ErrorKind::malformed, origin + ": \"measured\" must be true or false");
+    p.measured = j.at("measured").get<bool>();
+  }
+  if (j.contains("notes")) {
+    if (!j.at("notes").is_string()) fail(ErrorKind::malformed, origin + ": \"notes\" must be a string");
+    p.notes = j.at("notes").get<std::string>();
+  }
+  return p;
+}
+
+DeviceProfile read_device_profile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(ErrorKind::io, path + ": cannot open the device profile");
+  std::stringstream s;
+  s << f.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(s.str(), nullptr, false);
+  if (j.is_discarded()) fail(ErrorKind::malformed, path + ": not valid JSON");
+  return device_profile_from_json(j, path);
+}
+
+nlohmann::json device_profile_to_json(const DeviceProfile& p) {
+  return nlohmann::json{{"name", p.name},
+                        {"peak_flops", p.peak_flops},
+                        {"hbm_bytes_per_s", p.hbm_bytes_per_s},
+                        {"host_to_device_bytes_per_s", p.host_to_device_bytes_per_s},
+                        {"device_to_host_bytes_per_s", p.device_to_host_bytes_per_s},
+                        {"kernel_launch_seconds", p.kernel_launch_seconds},
+                        {"measured", p.measured},
+                        {"notes", p.notes}};
+}
+
+double op_seconds(const OpCost& c, const DeviceProfile& p) {
+  if (!c.launches) return 0.0;
+  const double compute = p.peak_flops > 0 ? c.flops / p.peak_flops : 0.0;
+  const double bytes = static_cast<double>(c.bytes_read) + static_cast<double>(c.bytes_written);
+  const double memory = p.hbm_bytes_per_s > 0 ? bytes / p.hbm_bytes_per_s : 0.0;
+  return std::max(compute, memory) + p.kernel_launch_seconds;
+}
+
+double host_to_device_seconds(std::uint64_t bytes, const DeviceProfile& p) {
+  return static_cast<double>(bytes) / p.host_to_device_bytes_per_s;
+}
+double device_to_host_seconds(std::uint64_t bytes, const DeviceProfile& p) {
+  return static_cast<double>(bytes) / p.device_to_host_bytes_per_s;
+}
+
+}  // namespace memplan::analysis
