@@ -1,0 +1,99 @@
+// Tests of the plan's JSON form: exact round trip, and each way a document can be wrong.
+#include <doctest/doctest.h>
+
+#include "bench/gen_graph.hpp"
+#include "planner/plan_json.hpp"
+#include "tests/planner/planner_fixtures.hpp"
+
+using namespace memplan;
+using namespace memplan::planner;
+using nlohmann::json;
+
+namespace {
+
+ErrorKind kind_of_reading(const analysis::Graph& g, const json& doc) {
+  try {
+    plan_from_json(g, doc);
+  } catch (const Error& e) {
+    return e.kind();
+  }
+  return ErrorKind::runtime;  // stands for "no error"
+}
+
+analysis::Graph sample_graph(std::uint32_t seed) {
+  synthetic::GraphOptions o;
+  o.ops = 60;
+  o.seed = seed;
+  return synthetic::random_graph(o);
+}
+
+}  // namespace
+
+TEST_CASE("a plan written, read and written again gives the same bytes and the same Plan") {
+  for (std::uint32_t seed = 1; seed <= 10; ++seed) {
+    const auto g = sample_graph(seed);
+    const Plan p = testing::plan_checked(g);
+    const std::string first = plan_to_json(g, p).dump();
+    const Plan back = plan_from_json(g, json::parse(first));
+    CHECK(plan_to_json(g, back).dump() == first);
+    CHECK(back.schedule == p.schedule);
+    CHECK(back.tensor_offset == p.tensor_offset);
+    CHECK(back.tensor_buffer == p.tensor_buffer);
+    CHECK(back.arena_bytes == p.arena_bytes);
+    CHECK(back.aliased_lower_bound_bytes == p.aliased_lower_bound_bytes);
+    REQUIRE(back.aliases.size() == p.aliases.size());
+    for (std::size_t i = 0; i < p.aliases.size(); ++i) {
+      CHECK(back.aliases[i].tensor == p.aliases[i].tensor);
+      CHECK(back.aliases[i].source == p.aliases[i].source);
+      CHECK(back.aliases[i].op == p.aliases[i].op);
+      CHECK(back.aliases[i].kind == p.aliases[i].kind);
+    }
+    CHECK(verify_plan(g, back).valid);
+  }
+}
+
+TEST_CASE("an embedded graph is written under \"graph\" and ignored when reading") {
+  const auto g = sample_graph(3);
+  const Plan p = testing::plan_checked(g);
+  const json doc = plan_to_json(g, p, true);
+  REQUIRE(doc.contains("graph"));
+  CHECK(doc["graph"].is_object());
+  CHECK(plan_to_json(g, plan_from_json(g, doc)).dump() == plan_to_json(g, p).dump());
+}
+
+TEST_CASE("a document of another schema, version or model is a plan mismatch") {
+  const auto g = sample_graph(4);
+  const json doc = plan_to_json(g, testing::plan_checked(g));
+  json wrong_schema = doc;
+  wrong_schema["schema"] = "memplan.graph";
+  CHECK(kind_of_reading(g, wrong_schema) == ErrorKind::plan_mismatch);
+  json wrong_version = doc;
+  wrong_version["version"] = 2;
+  CHECK(kind_of_reading(g, wrong_version) == ErrorKind::plan_mismatch);
+  CHECK(kind_of_reading(sample_graph(5), doc) == ErrorKind::plan_mismatch);
+  json unknown_tensor = doc;
+  unknown_tensor["buffers"][0]["tensors"][0] = "no_such_tensor";
+  CHECK(kind_of_reading(g, unknown_tensor) == ErrorKind::plan_mismatch);
+  json unknown_op = doc;
+  unknown_op["schedule"][0] = "no_such_op";
+  CHECK(kind_of_reading(g, unknown_op) == ErrorKind::plan_mismatch);
+}
+
+TEST_CASE("a document with missing fields or wrong types is malformed") {
+  const auto g = sample_graph(6);
+  const json doc = plan_to_json(g, testing::plan_checked(g));
+  CHECK(kind_of_reading(g, json::array()) == ErrorKind::malformed);
+  json no_buffers = doc;
+  no_buffers.erase("buffers");
+  CHECK(kind_of_reading(g, no_buffers) == ErrorKind::malformed);
+  json bad_offset = doc;
+  bad_offset["buffers"][0]["offset"] = "zero";
+  CHECK(kind_of_reading(g, bad_offset) == ErrorKind::malformed);
+  json bad_kind = doc;
+  REQUIRE(!bad_kind["aliases"].empty());
+  bad_kind["aliases"][0]["kind"] = "copy";
+  CHECK(kind_of_reading(g, bad_kind) == ErrorKind::malformed);
+  json bad_id = doc;
+  bad_id["buffers"][0]["id"] = 7;
+  CHECK(kind_of_reading(g, bad_id) == ErrorKind::malformed);
+}
