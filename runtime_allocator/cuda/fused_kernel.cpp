@@ -22,13 +22,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;  // float4 loads in flight per thread and operand
 
-void check_cu(CUresult r, const std::string& what) {
-  if (r == CUDA_SUCCESS) return;
-  const char* name = nullptr;
-  cuGetErrorName(r, &name);
-  fail(ErrorKind::runtime, "CUDA driver error in " + what + ": " + (name ? name : "unknown"));
-}
-
 void check_nvrtc(nvrtcResult r, const std::string& what) {
   if (r != NVRTC_SUCCESS) fail(ErrorKind::runtime, "NVRTC error in " + what + ": " + nvrtcGetErrorString(r));
 }
@@ -187,10 +180,10 @@ FusedKernelCache::FusedKernelCache() {
 }
 
 FusedKernelCache::~FusedKernelCache() {
-  for (auto& [src, mod] : modules_) (void)cuModuleUnload(mod.first);
+  for (auto& [src, mod] : modules_) (void)cudaLibraryUnload(mod.first);
 }
 
-CUfunction FusedKernelCache::get(const std::string& source) {
+cudaKernel_t FusedKernelCache::get(const std::string& source) {
   if (auto it = modules_.find(source); it != modules_.end()) return it->second.second;
   const auto t0 = std::chrono::steady_clock::now();
   nvrtcProgram prog = nullptr;
@@ -210,10 +203,10 @@ CUfunction FusedKernelCache::get(const std::string& source) {
   std::string cubin(size, '\0');
   check_nvrtc(nvrtcGetCUBIN(prog, cubin.data()), "nvrtcGetCUBIN");
   nvrtcDestroyProgram(&prog);
-  CUmodule mod = nullptr;
-  CUfunction fn = nullptr;
-  check_cu(cuModuleLoadData(&mod, cubin.data()), "cuModuleLoadData");
-  check_cu(cuModuleGetFunction(&fn, mod, "memplan_fused"), "cuModuleGetFunction");
+  cudaLibrary_t mod = nullptr;
+  cudaKernel_t fn = nullptr;
+  check(cudaLibraryLoadData(&mod, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), "cudaLibraryLoadData");
+  check(cudaLibraryGetKernel(&fn, mod, "memplan_fused"), "cudaLibraryGetKernel");
   modules_.emplace(source, std::make_pair(mod, fn));
   compile_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return fn;
@@ -225,7 +218,7 @@ void FusedKernelCache::launch(const FusedSignature& sig, const std::vector<const
   unsigned long long n = 1;
   for (auto d : sig.out_dims) n *= static_cast<unsigned long long>(d);
   if (n == 0) return;
-  CUfunction fn = get(fused_kernel_source(sig));
+  cudaKernel_t fn = get(fused_kernel_source(sig));
   auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
   int vec = n % 4 == 0 && aligned(out);
   for (std::size_t k = 0; k < operands.size(); ++k)
@@ -233,13 +226,14 @@ void FusedKernelCache::launch(const FusedSignature& sig, const std::vector<const
   const unsigned long long per_block = static_cast<unsigned long long>(kThreads) * (vec ? 4 * kUnroll : 1);
   const unsigned long long want = (n + per_block - 1) / per_block;
   const unsigned blocks = static_cast<unsigned>(std::min<unsigned long long>(want, static_cast<unsigned long long>(sm_count_) * 8));
-  std::vector<const float*> ptrs = operands;  // cuLaunchKernel takes the address of each argument
+  std::vector<const float*> ptrs = operands;  // cudaLaunchKernel takes the address of each argument
   std::vector<void*> args;
   for (const float*& p : ptrs) args.push_back(&p);
   args.push_back(&out);
   args.push_back(&n);
   args.push_back(&vec);
-  check_cu(cuLaunchKernel(fn, blocks, 1, 1, kThreads, 1, 1, 0, stream, args.data(), nullptr), "launch of a fused kernel");
+  check(cudaLaunchKernel(reinterpret_cast<const void*>(fn), dim3(blocks), dim3(kThreads), args.data(), 0, stream),
+        "launch of a fused kernel");
 }
 
 }  // namespace memplan::runtime::cuda

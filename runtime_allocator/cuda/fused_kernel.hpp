@@ -1,7 +1,6 @@
 // Fused elementwise kernels: CUDA source generated from a FusedExpr, compiled once by NVRTC, launched.
 #pragma once
 
-#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -50,8 +49,9 @@ class FusedKernelCache {
   double compile_seconds() const noexcept { return compile_seconds_; }
 
  private:
-  CUfunction get(const std::string& source);
-  std::map<std::string, std::pair<CUmodule, CUfunction>> modules_;
+  cudaKernel_t get(const std::string& source);
+  // Runtime-API libraries (no link to the driver library, so binaries load on machines without one).
+  std::map<std::string, std::pair<cudaLibrary_t, cudaKernel_t>> modules_;
   std::string arch_;
   int sm_count_ = 0;
   double compile_seconds_ = 0.0;

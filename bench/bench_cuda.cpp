@@ -1,0 +1,222 @@
+// CUDA benchmark: fused vs per-op elementwise bandwidth, and tiny models vs references and the CPU kernels.
+// Usage: bench_cuda fused [bytes]  |  bench_cuda tiny SAMPLES_DIR   (prints one JSON object)
+#ifdef MEMPLAN_HAVE_CUDA
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "analysis/import.hpp"
+#include "analysis/shapes.hpp"
+#include "planner/fusion.hpp"
+#include "planner/inference.hpp"
+#include "runtime_allocator/backend.hpp"
+#include "runtime_allocator/cuda/cuda_context.hpp"
+#include "runtime_allocator/cuda/cuda_executor.hpp"
+#include "runtime_allocator/fused_cpu.hpp"
+#include "runtime_allocator/npy.hpp"
+
+using namespace memplan;
+using namespace memplan::runtime::cuda;
+using analysis::DType;
+using analysis::Graph;
+using nlohmann::json;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// x -> Mul -> Add -> Tanh -> Mul -> Sigmoid -> Sub -> Abs -> Sqrt: 8 elementwise ops with scalar constants.
+Graph chain_graph(std::int64_t n) {
+  Graph g;
+  auto tensor = [&](const std::string& name, analysis::TensorRole role, std::int64_t len) {
+    analysis::Tensor t;
+    t.name = name;
+    t.dtype = DType::f32;
+    t.rank_known = true;
+    t.dims = {analysis::Dim::of(len)};
+    t.role = role;
+    return g.add_tensor(std::move(t));
+  };
+  analysis::TensorId cur = tensor("x", analysis::TensorRole::input, n);
+  g.inputs.push_back(cur);
+  const std::pair<const char*, double> ops[] = {{"Mul", 1.5}, {"Add", 0.25}, {"Tanh", 0}, {"Mul", 2.0},
+                                                {"Sigmoid", 0}, {"Sub", 0.5}, {"Abs", 0}, {"Sqrt", 0}};
+  int i = 0;
+  for (const auto& [type, c] : ops) {
+    analysis::Op op;
+    op.name = std::string(type) + std::to_string(i);
+    op.type = type;
+    op.inputs = {cur};
+    if (std::string(type) == "Mul" || std::string(type) == "Add" || std::string(type) == "Sub") {
+      auto k = tensor("c" + std::to_string(i), analysis::TensorRole::weight, 1);
+      g.tensors[k].data = std::make_shared<analysis::TensorData>(analysis::TensorData::from_double(DType::f32, {1}, {c}));
+      op.inputs.push_back(k);
+    }
+    cur = tensor("t" + std::to_string(i++), analysis::TensorRole::activation, n);
+    op.outputs = {cur};
+    g.add_op(std::move(op));
+  }
+  g.outputs.push_back(cur);
+  g.tensors[cur].is_graph_output = true;
+  return g;
+}
+
+json bench_fused(std::uint64_t bytes) {
+  const auto n = static_cast<std::int64_t>(bytes / 4);
+  const Graph plain = chain_graph(n);
+  const auto fr = planner::fuse_elementwise(plain);
+  const auto plan_plain = planner::plan_inference(plain), plan_fused = planner::plan_inference(fr.graph);
+  CudaExecutor unfused(plain, plan_plain.plan), fused(fr.graph, plan_fused.plan);
+  HostValue x{DType::f32, {n}, std::vector<std::byte>(bytes)};
+  auto* xf = reinterpret_cast<float*>(x.bytes.data());
+  for (std::int64_t i = 0; i < n; ++i) xf[i] = static_cast<float>((i * 2654435761u) % 20011) * 1e-4f - 1.0f;
+  const auto want = unfused.run({{"x", x}});  // also compiles the kernels
+  const auto got = fused.run({{"x", x}});
+  double diff = 0.0;
+  const auto *a = reinterpret_cast<const float*>(want[0].bytes.data()), *b = reinterpret_cast<const float*>(got[0].bytes.data());
+  for (std::int64_t i = 0; i < n; ++i) diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+  std::vector<double> tu, tf;
+  for (int r = 0; r < 10; ++r) {
+    tu.push_back(unfused.run_device());
+    tf.push_back(fused.run_device());
+  }
+  // The ceiling: a device-to-device copy of the same size (bytes read plus bytes written).
+  Buffer src(bytes, Buffer::Kind::device, "copy source"), dst(bytes, Buffer::Kind::device, "copy destination");
+  check(cudaMemset(src.data(), 1, bytes), "memset");
+  cudaEvent_t e0, e1;
+  check(cudaEventCreate(&e0), "event");
+  check(cudaEventCreate(&e1), "event");
+  std::vector<double> tc;
+  for (int r = 0; r < 11; ++r) {
+    check(cudaEventRecord(e0), "record");
+    check(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice), "copy");
+    check(cudaEventRecord(e1), "record");
+    check(cudaEventSynchronize(e1), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+    if (r) tc.push_back(ms / 1e3);
+  }
+  const double copy_bw = 2.0 * static_cast<double>(bytes) / median(tc);
+  const double fused_bw = 2.0 * static_cast<double>(bytes) / median(tf);
+  return {{"tensor_bytes", bytes},
+          {"ops", 8},
+          {"fused_groups", fr.groups.size()},
+          {"unfused_seconds", median(tu)},
+          {"fused_seconds", median(tf)},
+          {"speedup", median(tu) / median(tf)},
+          {"copy_bandwidth_bytes_per_s", copy_bw},
+          {"fused_bandwidth_bytes_per_s", fused_bw},
+          {"fused_bandwidth_fraction", fused_bw / copy_bw},
+          {"unfused_bandwidth_fraction", 16.0 * static_cast<double>(bytes) / median(tu) / copy_bw},
+          {"intermediate_bytes_removed", fr.intermediate_bytes_removed},
+          {"planned_arena_bytes_unfused", plan_plain.plan.arena_bytes},
+          {"planned_arena_bytes_fused", plan_fused.plan.arena_bytes},
+          {"max_abs_diff_fused_vs_unfused", diff},
+          {"nvrtc_kernels", fused.stats().fused_kernels + unfused.stats().fused_kernels}};
+}
+
+// The CPU kernels over the schedule, each tensor in its own host vector (the reference for the GPU).
+std::vector<float> run_cpu(const Graph& g, const std::vector<analysis::OpId>& schedule, const analysis::TensorData& input) {
+  auto kernels = runtime::make_cpu_kernels();
+  std::vector<std::vector<std::byte>> mem(g.tensors.size());
+  std::vector<runtime::TensorRef> ref(g.tensors.size());
+  for (analysis::TensorId t = 0; t < g.tensors.size(); ++t) {
+    const auto& x = g.tensors[t];
+    mem[t] = x.data ? x.data->bytes : std::vector<std::byte>(x.bytes());
+    if (t == g.inputs[0]) mem[t] = input.bytes;
+    ref[t] = {mem[t].data(), x.dtype, x.shape(), x.bytes()};
+  }
+  for (auto o : schedule) {
+    const auto& op = g.ops[o];
+    std::vector<runtime::TensorRef> in, out;
+    for (auto t : op.inputs) in.push_back(t == analysis::kNoTensor ? runtime::TensorRef{} : ref[t]);
+    for (auto t : op.outputs) out.push_back(t == analysis::kNoTensor ? runtime::TensorRef{} : ref[t]);
+    if (op.type == planner::kFusedOpType) runtime::run_fused_cpu(op, in, out);
+    else kernels->run(op, in, out);
+  }
+  const auto& o = mem[g.outputs[0]];
+  std::vector<float> f(o.size() / 4);
+  std::memcpy(f.data(), o.data(), f.size() * 4);
+  return f;
+}
+
+double max_abs(const std::vector<float>& a, const float* b, std::size_t n) {
+  double m = a.size() == n ? 0.0 : INFINITY;
+  for (std::size_t i = 0; i < n && i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return m;
+}
+
+json bench_tiny(const std::string& dir) {
+  json out = json::object();
+  double worst = 0.0;
+  for (const char* name : {"tiny_mlp", "tiny_cnn", "tiny_gpt"}) {
+    for (bool fuse : {false, true}) {
+      analysis::ImportOptions io;
+      io.keep_weight_data = true;
+      Graph g = analysis::infer_shapes(analysis::import_onnx(dir + "/" + name + ".onnx", io), {});
+      std::size_t groups = 0;
+      if (fuse) {
+        auto fr = planner::fuse_elementwise(g);
+        groups = fr.groups.size();
+        g = std::move(fr.graph);
+      }
+      const auto ip = planner::plan_inference(g);
+      const auto input = runtime::read_npy(dir + "/" + name + ".input.npy");
+      const auto want = runtime::read_npy(dir + "/" + name + ".output.npy");
+      CudaExecutor ex(g, ip.plan);
+      const auto got = ex.run({{g.tensors[g.inputs[0]].name, HostValue{input.dtype, input.dims, input.bytes}}});
+      std::vector<float> gpu(got[0].bytes.size() / 4);
+      std::memcpy(gpu.data(), got[0].bytes.data(), gpu.size() * 4);
+      const double vs_ref = max_abs(gpu, reinterpret_cast<const float*>(want.bytes.data()), want.bytes.size() / 4);
+      json row = {{"max_abs_error_vs_reference", vs_ref}, {"arena_bytes", ip.plan.arena_bytes},
+                  {"fused_groups", groups}, {"run_seconds", ex.run_device()}};
+      try {
+        const auto cpu = run_cpu(g, ip.plan.schedule, input);
+        row["max_abs_error_vs_cpu"] = max_abs(gpu, cpu.data(), cpu.size());
+      } catch (const Error& e) {
+        row["cpu_error"] = e.what();
+      }
+      worst = std::max(worst, vs_ref);
+      out[std::string(name) + (fuse ? "_fused" : "")] = row;
+    }
+  }
+  out["tiny_max_abs_error"] = worst;
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const std::string mode = argc > 1 ? argv[1] : "fused";
+    if (!cuda_available()) {
+      std::cerr << "bench_cuda: no CUDA device\n";
+      return 77;
+    }
+    json r;
+    if (mode == "fused") r = bench_fused(argc > 2 ? std::stoull(argv[2]) : (1ull << 30));
+    else if (mode == "tiny") r = bench_tiny(argc > 2 ? argv[2] : "samples/models");
+    else {
+      std::cerr << "usage: bench_cuda fused [bytes] | bench_cuda tiny [samples_dir]\n";
+      return 2;
+    }
+    std::cout << r.dump(2) << "\n";
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "bench_cuda: " << e.what() << "\n";
+    return 1;
+  }
+}
+#else
+#include <iostream>
+int main() {
+  std::cerr << "bench_cuda: built without the CUDA backend\n";
+  return 77;
+}
+#endif

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# CUDA benchmark in one command. `bench/cuda_bench.sh pack` (on the build machine) copies the test and
+# bench executables with their Debian libraries into .carry/; `bench/cuda_bench.sh run [OUTDIR]` (on the
+# GPU machine) runs the CUDA tests, compute-sanitizer memcheck and racecheck, the tiny models and the
+# fusion bandwidth bench, and writes OUTDIR/cuda.json (default bench/results).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ "${1:-run}" == pack ]]; then
+  set -e
+  rm -rf .carry && mkdir -p .carry/bin .carry/lib
+  for exe in build/test_runtime_allocator build/bench_cuda; do
+    cp -f "$exe" .carry/bin/
+    ldd "$exe" | awk '/=> \//{print $3}' | while read -r lib; do
+      case "$lib" in  # glibc and the CUDA toolkit's own libraries are on the GPU machine already
+        */libc.so*|*/libm.so*|*/libpthread.so*|*/libdl.so*|*/librt.so*|*/ld-linux*|*/libcuda.so*|/usr/local/cuda*) ;;
+        *) cp -fL "$lib" .carry/lib/ ;;
+      esac
+    done
+  done
+  strip --strip-debug .carry/bin/* 2>/dev/null || true
+  du -sh .carry
+  exit 0
+fi
+
+OUT_DIR="${2:-bench/results}"
+mkdir -p "$OUT_DIR"
+LOG="$OUT_DIR/cuda_log.txt"
+: > "$LOG"
+# The CUDA libraries: the toolkit's, else those of the pip wheels beside PyTorch (cuDNN lives there).
+extra=$(python3 - <<'EOF' 2>/dev/null
+import importlib, os
+dirs = []
+for m in ("nvidia.cudnn", "nvidia.cublas", "nvidia.cuda_nvrtc", "nvidia.cuda_runtime", "nvidia.cu13"):
+    try:
+        p = importlib.import_module(m).__path__[0]
+        for sub in ("lib", "lib64"):
+            if os.path.isdir(os.path.join(p, sub)): dirs.append(os.path.join(p, sub))
+    except Exception:
+        pass
+print(":".join(dirs))
+EOF
+)
+export LD_LIBRARY_PATH="$PWD/.carry/lib:/usr/local/cuda/lib64:${extra}:${LD_LIBRARY_PATH:-}"
+# The tests read the samples through the source path they were built with.
+src=$(strings .carry/bin/test_runtime_allocator | grep -m1 -o '^/[^ ]*/samples/models/' | sed 's#/samples/models/##' || true)
+[[ -n "$src" && ! -e "$src" ]] && mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$LOG"
+T=.carry/bin/test_runtime_allocator
+CASES='NVRTC*,tiny models run on the GPU*'
+$T -tc="$CASES" 2>&1 | tee -a "$LOG"; test_rc=${PIPESTATUS[0]}
+sanitize() {  # tool -> number of errors compute-sanitizer reports
+  compute-sanitizer --tool "$1" "$T" -tc="$CASES" > "$OUT_DIR/cuda_$1.txt" 2>&1
+  grep -o 'ERROR SUMMARY: [0-9]*' "$OUT_DIR/cuda_$1.txt" | tail -1 | awk '{print $3}'
+}
+memcheck=$(sanitize memcheck); racecheck=$(sanitize racecheck)
+echo "memcheck errors: $memcheck, racecheck errors: $racecheck" | tee -a "$LOG"
+.carry/bin/bench_cuda tiny samples/models > "$OUT_DIR/cuda_tiny.json" 2>>"$LOG"
+.carry/bin/bench_cuda fused $((1 << 30)) > "$OUT_DIR/cuda_fused.json" 2>>"$LOG"
+
+python3 - "$OUT_DIR" "$test_rc" "${memcheck:-null}" "${racecheck:-null}" <<'EOF' | tee -a "$LOG"
+import json, subprocess, sys, datetime
+out, test_rc, mem, race = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+def load(name):
+    try:
+        return json.load(open(f"{out}/{name}"))
+    except Exception as e:
+        return {"error": str(e)}
+gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                     capture_output=True, text=True).stdout.strip()
+fused, tiny = load("cuda_fused.json"), load("cuda_tiny.json")
+res = {
+    "device": gpu,
+    "date": datetime.date.today().isoformat(),
+    "cuda_tests_exit_code": test_rc,
+    "fused_bandwidth_fraction": fused.get("fused_bandwidth_fraction"),
+    "fused": fused,
+    "tiny_max_abs_error": tiny.get("tiny_max_abs_error"),
+    "tiny": tiny,
+    "sanitizer_errors": {"memcheck": None if mem == "null" else int(mem), "racecheck": None if race == "null" else int(race)},
+    "training": "not measured: the CUDA backend has no backward-op kernels yet",
+}
+json.dump(res, open(f"{out}/cuda.json", "w"), indent=2)
+print(json.dumps({k: res[k] for k in ("device", "fused_bandwidth_fraction", "tiny_max_abs_error", "sanitizer_errors")}, indent=1))
+EOF
