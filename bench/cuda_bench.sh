@@ -42,9 +42,7 @@ print(":".join(dirs))
 EOF
 )
 export LD_LIBRARY_PATH="$PWD/.carry/lib:/usr/local/cuda/lib64:${extra}:${LD_LIBRARY_PATH:-}"
-# The tests read the samples through the source path they were built with.
-src=$(strings .carry/bin/test_runtime_allocator | grep -m1 -o '^/[^ ]*/samples/models/' | sed 's#/samples/models/##' || true)
-[[ -n "$src" && ! -e "$src" ]] && mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"
+export MEMPLAN_SOURCE_DIR="$PWD"  # the tests read samples/ from here
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$LOG"
 T=.carry/bin/test_runtime_allocator
