@@ -6,10 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .carry/bin .carry/lib
 for exe in "$@"; do
-  cp -f "$exe" .carry/bin/
+  cp -f "$exe" .carry/bin/ && strip --strip-debug ".carry/bin/$(basename "$exe")"
   ldd "$exe" | awk '/=> \//{print $3}' | while read -r lib; do
     case "$lib" in
-      */libc.so*|*/libm.so*|*/libpthread.so*|*/libdl.so*|*/librt.so*|*/ld-linux*|*/libcuda.so*) ;;
+      */libc.so*|*/libstdc++.so*|*/libgcc_s.so*|*/libm.so*|*/libpthread.so*|*/libdl.so*|*/librt.so*|*/ld-linux*|*/libcuda.so*) ;;
       *) cp -fL "$lib" .carry/lib/ ;;
     esac
   done
