@@ -25,7 +25,10 @@ def build(name):
         return torchvision.models.mobilenet_v2(), (3, 224, 224), "image"
     if name == "bert_base":
         from transformers import BertConfig, BertModel
-        return BertModel(BertConfig()), (128,), "tokens"
+        # As the ONNX export: eager attention (explicit scores and softmax) and no dropout (eval export).
+        cfg = BertConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        cfg._attn_implementation = "eager"
+        return BertModel(cfg), (128,), "tokens"
     raise ValueError(name)
 
 

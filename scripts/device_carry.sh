@@ -4,14 +4,15 @@
 # Usage: scripts/device_carry.sh build/memplan [build/other_exe ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mkdir -p .carry/bin .carry/lib
+dest="${CARRY_DIR:-.carry}"
+mkdir -p "$dest/bin" "$dest/lib"
 for exe in "$@"; do
-  cp -f "$exe" .carry/bin/ && strip --strip-debug ".carry/bin/$(basename "$exe")"
+  cp -f "$exe" $dest/bin/ && strip --strip-debug "$dest/bin/$(basename "$exe")"
   ldd "$exe" | awk '/=> \//{print $3}' | while read -r lib; do
     case "$lib" in
       */libc.so*|*/libstdc++.so*|*/libgcc_s.so*|*/libm.so*|*/libpthread.so*|*/libdl.so*|*/librt.so*|*/ld-linux*|*/libcuda.so*) ;;
-      *) cp -fL "$lib" .carry/lib/ ;;
+      *) cp -fL "$lib" $dest/lib/ ;;
     esac
   done
 done
-du -sh .carry
+du -sh "$dest"
