@@ -1,0 +1,133 @@
+// `memplan run`: executes a model on the CPU backend with a verified arena plan (or unshared), .npy in and out.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "analysis/liveness.hpp"
+#include "cli/common.hpp"
+#include "cli/registry.hpp"
+#include "planner/inference.hpp"
+#include "planner/plan_json.hpp"
+#include "planner/verify.hpp"
+#include "runtime_allocator/executor.hpp"
+#include "runtime_allocator/npy.hpp"
+#include "runtime_allocator/weights.hpp"
+
+namespace memplan::cli {
+namespace {
+
+struct RunArgs {
+  ModelArgs model;
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  std::string plan_file;
+  bool unshared = false;
+  bool json = false;
+  std::uint64_t alignment = 256;
+};
+
+nlohmann::json summary(const analysis::TensorData& t) {
+  nlohmann::json j{{"dtype", analysis::dtype_name(t.dtype)}, {"shape", t.dims}};
+  if (t.dtype == analysis::DType::f32 && !t.bytes.empty()) {
+    const auto v = t.as_double();
+    j["min"] = *std::min_element(v.begin(), v.end());
+    j["max"] = *std::max_element(v.begin(), v.end());
+    double s = 0.0;
+    for (double x : v) s += x;
+    j["mean"] = s / static_cast<double>(v.size());
+  }
+  return j;
+}
+
+int run_model(const RunArgs& a) {
+  analysis::Graph g = load_shaped_model(a.model, true);
+  runtime::load_external_weights(g, a.model.model);
+  if (a.inputs.size() != g.inputs.size())
+    fail(ErrorKind::usage, "model '" + a.model.model + "' takes " + std::to_string(g.inputs.size()) + " input(s), " +
+                               std::to_string(a.inputs.size()) + " --input given");
+  if (a.outputs.size() > g.outputs.size())
+    fail(ErrorKind::usage, std::to_string(a.outputs.size()) + " --output given, the model has " + std::to_string(g.outputs.size()));
+  std::vector<analysis::TensorData> inputs;
+  for (const auto& path : a.inputs) inputs.push_back(runtime::read_npy(path));
+
+  planner::Plan plan;
+  if (!a.plan_file.empty()) {
+    std::ifstream f(a.plan_file);
+    if (!f) fail(ErrorKind::io, "cannot open plan '" + a.plan_file + "'");
+    nlohmann::json doc;
+    try {
+      doc = nlohmann::json::parse(f);
+    } catch (const nlohmann::json::exception& e) {
+      fail(ErrorKind::malformed, "plan '" + a.plan_file + "': " + e.what());
+    }
+    plan = planner::plan_from_json(g, doc);
+  } else if (!a.unshared) {
+    planner::AssignOptions o;
+    o.alignment = a.alignment;
+    plan = planner::plan_inference(g, o).plan;
+  }
+  if (!a.unshared) planner::require_valid(g, plan);
+
+  runtime::HostBackend backend;
+  runtime::ExecOptions eo;
+  eo.unshared = a.unshared;
+  runtime::Executor ex(g, plan, backend, eo);
+  const auto outputs = ex.run(inputs);
+  for (std::size_t k = 0; k < a.outputs.size(); ++k) runtime::write_npy(a.outputs[k], outputs[k]);
+
+  const auto& s = ex.stats();
+  if (a.json) {
+    nlohmann::json j{{"model", a.model.model},         {"backend", backend.name()},
+                     {"mode", a.unshared ? "unshared" : "planned"},
+                     {"arena_bytes", s.arena_bytes},   {"touched_bytes", s.touched_bytes},
+                     {"separate_bytes", s.separate_bytes}, {"pool_peak_bytes", s.pool_peak_bytes},
+                     {"ops", s.ops_run},                {"views_elided", s.views_elided},
+                     {"inplace_ops", s.inplace_ops},    {"staged_ops", s.staged_ops},
+                     {"seconds", s.seconds}};
+    nlohmann::json outs = nlohmann::json::array();
+    for (std::size_t k = 0; k < outputs.size(); ++k) {
+      auto o = summary(outputs[k]);
+      o["name"] = g.tensors[g.outputs[k]].name;
+      outs.push_back(o);
+    }
+    j["outputs"] = outs;
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("model      %s (%zu ops) on %s, %s\n", a.model.model.c_str(), s.ops_run, backend.name().c_str(),
+              a.unshared ? "unshared (every tensor its own buffer)" : "planned arena (verified)");
+  if (!a.unshared)
+    std::printf("arena      %s planned, %s touched; %zu views without a copy, %zu ops in place\n",
+                human_bytes(s.arena_bytes).c_str(), human_bytes(s.touched_bytes).c_str(), s.views_elided, s.inplace_ops);
+  std::printf("buffers    %s outside the arena (inputs, weights%s)\n", human_bytes(s.separate_bytes).c_str(),
+              a.unshared ? ", every tensor" : "");
+  std::printf("time       %.3f ms\n", s.seconds * 1e3);
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    const auto j = summary(outputs[k]);
+    std::printf("output     %s %s %s", g.tensors[g.outputs[k]].name.c_str(), j["dtype"].get<std::string>().c_str(),
+                j["shape"].dump().c_str());
+    if (j.contains("mean"))
+      std::printf(" min %.6g max %.6g mean %.6g", j["min"].get<double>(), j["max"].get<double>(), j["mean"].get<double>());
+    std::printf("%s\n", k < a.outputs.size() ? (" -> " + a.outputs[k]).c_str() : "");
+  }
+  return 0;
+}
+
+void add_run(CLI::App& app, std::function<int()>& action) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* cmd = app.add_subcommand("run", "run a model on the CPU with its verified arena plan (.npy in and out)");
+  add_model_args(cmd, args->model);
+  cmd->add_option("--input", args->inputs, "an input .npy, one per graph input in order (repeatable)")->required();
+  cmd->add_option("--output", args->outputs, "write the outputs, in order, to these .npy files (repeatable)");
+  cmd->add_option("--plan", args->plan_file, "a plan JSON (from `memplan plan` or `analyze --plan`); default: plan now");
+  cmd->add_flag("--unshared", args->unshared, "every tensor its own buffer, no plan (the reference)");
+  cmd->add_option("--alignment", args->alignment, "buffer alignment when planning now")->check(CLI::Range(1, 1 << 20));
+  cmd->add_flag("--json", args->json, "print one JSON object");
+  cmd->callback([args, &action] { action = [args] { return run_model(*args); }; });
+}
+
+[[maybe_unused]] const int registered = register_command(50, &add_run);
+
+}  // namespace
+}  // namespace memplan::cli

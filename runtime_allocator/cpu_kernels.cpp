@@ -1,0 +1,101 @@
+// The CPU KernelSet: builds the table from each op family and dispatches; shared kernel helpers.
+#include "runtime_allocator/cpu_kernels.hpp"
+
+#include <algorithm>
+
+namespace memplan::runtime {
+namespace cpu {
+
+void unsupported(const Op& op, const std::string& what) {
+  fail(ErrorKind::unsupported, "CPU kernel for op '" + op.name + "' (" + op.type + "): " + what);
+}
+
+std::int64_t normalize_axis(const Op& op, std::int64_t axis, std::size_t rank) {
+  const auto r = static_cast<std::int64_t>(rank);
+  if (axis < -r || axis >= std::max<std::int64_t>(r, 1)) unsupported(op, "axis " + std::to_string(axis) + " out of range");
+  return axis < 0 ? axis + r : axis;
+}
+
+std::int64_t product(const std::vector<std::int64_t>& dims, std::size_t from, std::size_t to) {
+  std::int64_t n = 1;
+  for (std::size_t k = from; k < std::min(to, dims.size()); ++k) n *= dims[k];
+  return n;
+}
+
+const TensorRef& required(const Op& op, const Refs& in, std::size_t i) {
+  if (i >= in.size() || !in[i].data) unsupported(op, "input " + std::to_string(i) + " is required");
+  return in[i];
+}
+
+std::vector<std::int64_t> int_values(const Op& op, const TensorRef& t) {
+  std::vector<std::int64_t> v(static_cast<std::size_t>(t.elements()));
+  if (t.dtype == DType::i64) std::copy_n(t.as<std::int64_t>(), v.size(), v.begin());
+  else if (t.dtype == DType::i32) std::copy_n(t.as<std::int32_t>(), v.size(), v.begin());
+  else unsupported(op, std::string("expected int64 or int32 values, got ") + analysis::dtype_name(t.dtype));
+  return v;
+}
+
+float scalar_value(const Op& op, const Refs& in, std::size_t i, float fallback) {
+  if (i >= in.size() || !in[i].data) return fallback;
+  if (in[i].dtype != DType::f32 || in[i].elements() != 1) unsupported(op, "input " + std::to_string(i) + " must be a float32 scalar");
+  return *in[i].as<float>();
+}
+
+void copy_if_moved(std::byte* dst, const std::byte* src, std::uint64_t bytes) {
+  if (dst != src && bytes) std::memmove(dst, src, bytes);
+}
+
+std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& in, const std::vector<std::int64_t>& out) {
+  std::vector<std::int64_t> s(out.size(), 0);
+  std::int64_t stride = 1;
+  for (std::size_t k = 0; k < in.size() && k < out.size(); ++k) {
+    const std::size_t di = in.size() - 1 - k, dout = out.size() - 1 - k;
+    s[dout] = in[di] == 1 ? 0 : stride;
+    stride *= in[di];
+  }
+  return s;
+}
+
+std::vector<std::int64_t> contiguous_strides(const std::vector<std::int64_t>& dims) {
+  std::vector<std::int64_t> s(dims.size(), 1);
+  for (std::size_t k = dims.size(); k-- > 1;) s[k - 1] = s[k] * dims[k];
+  return s;
+}
+
+namespace {
+class CpuKernels final : public KernelSet {
+ public:
+  CpuKernels() {
+    add_elementwise_kernels(table_);
+    add_linalg_kernels(table_);
+    add_conv_kernels(table_);
+    add_reduce_kernels(table_);
+    add_shape_kernels(table_);
+    add_training_kernels(table_);
+  }
+  bool supports(const Op& op) const override { return find(op) != nullptr; }
+  bool alias_safe(const Op& op) const override {
+    const Kernel* k = find(op);
+    return k && k->alias_safe;
+  }
+  void run(const Op& op, const Refs& in, const Refs& out) override {
+    const Kernel* k = find(op);
+    if (!k) fail(ErrorKind::unsupported, "no CPU kernel for op '" + op.name + "' of type " +
+                                             (op.domain.empty() ? "" : op.domain + "::") + op.type);
+    k->fn(op, in, out);
+  }
+
+ private:
+  const Kernel* find(const Op& op) const {
+    const std::string key = op.domain.empty() || op.domain == "ai.onnx" ? op.type : op.domain + "::" + op.type;
+    auto it = table_.find(key);
+    return it == table_.end() ? nullptr : &it->second;
+  }
+  KernelTable table_;
+};
+}  // namespace
+}  // namespace cpu
+
+std::unique_ptr<KernelSet> make_cpu_kernels() { return std::make_unique<cpu::CpuKernels>(); }
+
+}  // namespace memplan::runtime

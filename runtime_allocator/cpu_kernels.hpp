@@ -1,0 +1,100 @@
+// Internal to the CPU kernels: the op table, numpy broadcasting loops and attribute helpers.
+#pragma once
+
+#include <array>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime_allocator/backend.hpp"
+
+namespace memplan::runtime::cpu {
+
+using analysis::DType;
+using analysis::Op;
+using Refs = std::vector<TensorRef>;
+using KernelFn = void (*)(const Op& op, const Refs& in, const Refs& out);
+
+struct Kernel {
+  KernelFn fn = nullptr;
+  bool alias_safe = false;  // correct when an output shares the bytes of a same-shaped input
+};
+// Key: op type for the default ONNX domain, "memplan::<type>" for memplan's own ops.
+using KernelTable = std::map<std::string, Kernel>;
+
+void add_elementwise_kernels(KernelTable& t);
+void add_linalg_kernels(KernelTable& t);
+void add_conv_kernels(KernelTable& t);
+void add_reduce_kernels(KernelTable& t);
+void add_shape_kernels(KernelTable& t);
+void add_training_kernels(KernelTable& t);
+
+[[noreturn]] void unsupported(const Op& op, const std::string& what);
+std::int64_t normalize_axis(const Op& op, std::int64_t axis, std::size_t rank);
+std::int64_t product(const std::vector<std::int64_t>& dims, std::size_t from = 0, std::size_t to = SIZE_MAX);
+// The input must be present (ErrorKind::unsupported naming the op and input otherwise).
+const TensorRef& required(const Op& op, const Refs& in, std::size_t i);
+// Values of a small int64/int32 tensor (shape arguments: axes, starts, split sizes).
+std::vector<std::int64_t> int_values(const Op& op, const TensorRef& t);
+// A float scalar input (Clip's min and max), `fallback` when absent.
+float scalar_value(const Op& op, const Refs& in, std::size_t i, float fallback);
+// Copies `bytes` unless source and destination already coincide (a view bound over its input).
+void copy_if_moved(std::byte* dst, const std::byte* src, std::uint64_t bytes);
+
+// Element strides of `in` read under numpy broadcasting against `out` (0 on broadcast dims).
+std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& in, const std::vector<std::int64_t>& out);
+std::vector<std::int64_t> contiguous_strides(const std::vector<std::int64_t>& dims);
+
+inline constexpr std::size_t kMaxOperands = 16;
+using Offsets = std::array<std::int64_t, kMaxOperands>;
+
+// Calls f(i, offsets) for every element i of `out` in order; offsets[k] indexes operand k, read with
+// `strides[k]` (one element stride per output dim).
+template <class F>
+void strided_loop(const std::vector<std::int64_t>& out, const std::vector<std::vector<std::int64_t>>& strides, F&& f) {
+  const std::size_t r = out.size(), n = strides.size();
+  const std::int64_t total = product(out);
+  if (total == 0) return;
+  const std::int64_t inner = r ? out[r - 1] : 1;
+  Offsets base{}, step{}, p{};
+  for (std::size_t k = 0; k < n; ++k) step[k] = r ? strides[k][r - 1] : 0;
+  std::vector<std::int64_t> idx(r, 0);
+  for (std::int64_t o = 0; o < total; o += inner) {
+    p = base;
+    for (std::int64_t j = 0; j < inner; ++j) {
+      f(o + j, p);
+      for (std::size_t k = 0; k < n; ++k) p[k] += step[k];
+    }
+    for (std::size_t d = r > 0 ? r - 1 : 0; d-- > 0;) {
+      ++idx[d];
+      for (std::size_t k = 0; k < n; ++k) base[k] += strides[k][d];
+      if (idx[d] < out[d]) break;
+      for (std::size_t k = 0; k < n; ++k) base[k] -= strides[k][d] * out[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+template <class F>
+void broadcast_loop(const std::vector<std::int64_t>& out, const std::vector<const std::vector<std::int64_t>*>& ins, F&& f) {
+  std::vector<std::vector<std::int64_t>> strides;
+  for (const auto* s : ins) strides.push_back(broadcast_strides(*s, out));
+  strided_loop(out, strides, f);
+}
+
+// Calls f(T{}) with T the C++ type of `dtype` (float, double, int64, int32, bool, uint8).
+template <class F>
+void visit_dtype(const Op& op, DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+    case DType::i64: return f(std::int64_t{});
+    case DType::i32: return f(std::int32_t{});
+    case DType::boolean: return f(bool{});
+    case DType::u8: return f(std::uint8_t{});
+    default: unsupported(op, std::string("dtype ") + analysis::dtype_name(dtype));
+  }
+}
+
+}  // namespace memplan::runtime::cpu

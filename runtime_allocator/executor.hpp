@@ -1,0 +1,76 @@
+// The executor: runs a plan's schedule op by op on a backend, every arena tensor at its planned offset.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "analysis/graph.hpp"
+#include "planner/plan.hpp"
+#include "runtime_allocator/arena.hpp"
+#include "runtime_allocator/backend.hpp"
+#include "runtime_allocator/pool.hpp"
+
+namespace memplan::runtime {
+
+struct ExecOptions {
+  // Every tensor in its own buffer, the plan's offsets and aliases ignored (only its schedule is used,
+  // or the graph's topological order when the plan has none): the reference a plan must reproduce.
+  bool unshared = false;
+  bool check_bounds = true;  // arena bounds checks in release builds too
+  PoolOptions pool;          // for tensors outside the arena and staging buffers
+};
+
+struct ExecStats {
+  std::uint64_t arena_bytes = 0;     // the plan's arena (0 unshared)
+  std::uint64_t touched_bytes = 0;   // highest arena byte the last run wrote
+  std::uint64_t separate_bytes = 0;  // tensors in their own buffers: inputs, weights, (unshared) everything
+  std::uint64_t pool_peak_bytes = 0; // tensors outside the arena (gradients, host copies) and staging
+  std::size_t ops_run = 0;           // per run
+  std::size_t views_elided = 0;      // view ops whose output is their input's bytes: nothing copied
+  std::size_t inplace_ops = 0;       // ops that wrote over an input, as planned
+  std::size_t staged_ops = 0;        // ops whose outputs overlapped inputs unsafely: computed aside, then copied
+  double seconds = 0.0;              // the last run, inputs and outputs copied included
+};
+
+// Built once (the arena, weights and buffers are allocated here), then `run` may be called for many
+// steps. The graph must be shaped (analysis::infer_shapes) and every weight it reads must carry data
+// (ImportOptions::keep_weight_data, load_external_weights). The plan is NOT verified here: callers run
+// planner::require_valid first (a test runs a broken plan on purpose). Errors: ErrorKind::plan_mismatch
+// for a plan of another graph, ErrorKind::unsupported for an op without a kernel (before anything runs),
+// ErrorKind::usage for inputs of the wrong number, dtype or shape, ErrorKind::runtime from the backend.
+class Executor {
+ public:
+  Executor(const analysis::Graph& g, const planner::Plan& plan, Backend& backend, ExecOptions options = {});
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // One value per graph input (g.inputs order); returns one per graph output (g.outputs order).
+  std::vector<analysis::TensorData> run(const std::vector<analysis::TensorData>& inputs);
+  const ExecStats& stats() const noexcept { return stats_; }
+  // Where tensor t lives on the backend (null for a tensor nothing reads or writes).
+  std::byte* address(analysis::TensorId t) const noexcept { return addr_[t]; }
+
+ private:
+  enum class Mode : std::uint8_t { direct, view, inplace, staged };
+  void bind_planned(const planner::Plan& plan);
+  void bind_unshared();
+  std::byte* own_buffer(analysis::TensorId t);
+  void prepare_ops();
+  TensorRef ref(analysis::TensorId t, std::byte* at) const;
+
+  const analysis::Graph& g_;
+  Backend& backend_;
+  ExecOptions options_;
+  std::vector<analysis::OpId> schedule_;
+  std::unique_ptr<Arena> arena_;
+  std::unique_ptr<PoolAllocator> pool_;
+  std::vector<DeviceBuffer> buffers_;
+  std::vector<std::byte*> addr_;
+  std::vector<std::byte*> staging_;  // per op: one block for all outputs when staged
+  std::vector<Mode> mode_;           // per op
+  ExecStats stats_;
+};
+
+}  // namespace memplan::runtime

@@ -1,0 +1,170 @@
+// CPU data-movement kernels: views (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout), Transpose,
+// Split, Concat, Slice, Gather, Expand, Tile, Shape, ConstantOfShape.
+#include <algorithm>
+
+#include "runtime_allocator/cpu_kernels.hpp"
+
+namespace memplan::runtime::cpu {
+namespace {
+
+std::int64_t esize(const TensorRef& t) { return static_cast<std::int64_t>(analysis::dtype_bits(t.dtype) / 8); }
+
+// dst (contiguous, `out` shape) gets src read at base + sum idx[k] * src_strides[k] (in elements).
+void gather_strided(const TensorRef& src, std::int64_t base, const std::vector<std::int64_t>& src_strides, const TensorRef& dst) {
+  const std::int64_t es = esize(dst);
+  strided_loop(dst.shape, {src_strides}, [&](std::int64_t i, const Offsets& o) {
+    std::memcpy(dst.data + i * es, src.data + (base + o[0]) * es, static_cast<std::size_t>(es));
+  });
+}
+
+// Views: the output holds the input's bytes; nothing moves when the plan binds both to one address.
+void k_view(const Op& op, const Refs& in, const Refs& out) {
+  copy_if_moved(out[0].data, required(op, in, 0).data, out[0].bytes);
+}
+
+void k_dropout(const Op& op, const Refs& in, const Refs& out) {
+  if (in.size() > 2 && in[2].data && *in[2].as<bool>())
+    unsupported(op, "training-mode Dropout is not deterministic; the executor runs it as inference (identity)");
+  k_view(op, in, out);
+  if (out.size() > 1 && out[1].data) std::fill_n(out[1].as<bool>(), out[1].elements(), true);
+}
+
+void k_transpose(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& x = required(op, in, 0);
+  const std::size_t r = x.shape.size();
+  std::vector<std::int64_t> perm = op.attr_ints("perm");
+  if (perm.empty())
+    for (std::size_t k = 0; k < r; ++k) perm.push_back(static_cast<std::int64_t>(r - 1 - k));
+  if (perm.size() != r) unsupported(op, "perm has the wrong length");
+  const auto xs = contiguous_strides(x.shape);
+  std::vector<std::int64_t> s(r);
+  for (std::size_t k = 0; k < r; ++k) s[k] = xs[static_cast<std::size_t>(normalize_axis(op, perm[k], r))];
+  gather_strided(x, 0, s, out[0]);
+}
+
+// Copies each part of a concatenation along `axis` into (or, for split, out of) the whole.
+void k_split(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& x = required(op, in, 0);
+  const auto axis = static_cast<std::size_t>(normalize_axis(op, op.attr_int("axis", 0), x.shape.size()));
+  const std::int64_t outer = product(x.shape, 0, axis), row = product(x.shape, axis) * esize(x);
+  std::int64_t at = 0;
+  for (const auto& y : out) {
+    const std::int64_t part = product(y.shape, axis) * esize(y);
+    if (y.data)
+      for (std::int64_t o = 0; o < outer; ++o) std::memcpy(y.data + o * part, x.data + o * row + at, static_cast<std::size_t>(part));
+    at += part;
+  }
+}
+
+void k_concat(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& y = out[0];
+  const auto axis = static_cast<std::size_t>(normalize_axis(op, op.attr_int("axis", 0), y.shape.size()));
+  const std::int64_t outer = product(y.shape, 0, axis), row = product(y.shape, axis) * esize(y);
+  std::int64_t at = 0;
+  for (const auto& x : in) {
+    if (!x.data) continue;
+    const std::int64_t part = product(x.shape, axis) * esize(x);
+    for (std::int64_t o = 0; o < outer; ++o) std::memcpy(y.data + o * row + at, x.data + o * part, static_cast<std::size_t>(part));
+    at += part;
+  }
+}
+
+void k_slice(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& x = required(op, in, 0);
+  const std::size_t r = x.shape.size();
+  const auto starts = in.size() > 1 && in[1].data ? int_values(op, in[1]) : op.attr_ints("starts");
+  const auto ends = in.size() > 2 && in[2].data ? int_values(op, in[2]) : op.attr_ints("ends");
+  std::vector<std::int64_t> axes = in.size() > 3 && in[3].data ? int_values(op, in[3]) : op.attr_ints("axes");
+  const auto steps = in.size() > 4 && in[4].data ? int_values(op, in[4]) : std::vector<std::int64_t>(starts.size(), 1);
+  if (axes.empty())
+    for (std::size_t k = 0; k < starts.size(); ++k) axes.push_back(static_cast<std::int64_t>(k));
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    unsupported(op, "starts, ends, axes and steps differ in length");
+  const auto xs = contiguous_strides(x.shape);
+  std::vector<std::int64_t> s = xs;
+  std::int64_t base = 0;
+  for (std::size_t k = 0; k < starts.size(); ++k) {
+    const auto a = static_cast<std::size_t>(normalize_axis(op, axes[k], r));
+    const std::int64_t dim = x.shape[a], step = steps[k];
+    if (step == 0) unsupported(op, "step 0");
+    std::int64_t st = starts[k] < 0 ? starts[k] + dim : starts[k];
+    st = step > 0 ? std::clamp<std::int64_t>(st, 0, dim) : std::clamp<std::int64_t>(st, 0, dim - 1);
+    base += st * xs[a];
+    s[a] = xs[a] * step;
+  }
+  gather_strided(x, base, s, out[0]);
+}
+
+void k_gather(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& x = required(op, in, 0);
+  const auto idx = int_values(op, required(op, in, 1));
+  const auto axis = static_cast<std::size_t>(normalize_axis(op, op.attr_int("axis", 0), x.shape.size()));
+  const std::int64_t outer = product(x.shape, 0, axis), dim = x.shape[axis], inner = product(x.shape, axis + 1) * esize(x);
+  const auto count = static_cast<std::int64_t>(idx.size());
+  for (std::int64_t o = 0; o < outer; ++o)
+    for (std::int64_t j = 0; j < count; ++j) {
+      std::int64_t i = idx[static_cast<std::size_t>(j)];
+      if (i < -dim || i >= dim) fail(ErrorKind::runtime, "op '" + op.name + "' (Gather): index " + std::to_string(i) + " out of range for a dim of " + std::to_string(dim));
+      if (i < 0) i += dim;
+      std::memcpy(out[0].data + (o * count + j) * inner, x.data + (o * dim + i) * inner, static_cast<std::size_t>(inner));
+    }
+}
+
+void k_expand(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& x = required(op, in, 0);
+  gather_strided(x, 0, broadcast_strides(x.shape, out[0].shape), out[0]);
+}
+
+void k_tile(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& x = required(op, in, 0);
+  const std::int64_t es = esize(x);
+  const auto xs = contiguous_strides(x.shape);
+  const auto ys = contiguous_strides(out[0].shape);
+  const std::int64_t n = out[0].elements();
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::int64_t src = 0, rest = i;
+    for (std::size_t k = 0; k < ys.size(); ++k) {
+      src += (rest / ys[k]) % x.shape[k] * xs[k];
+      rest %= ys[k];
+    }
+    std::memcpy(out[0].data + i * es, x.data + src * es, static_cast<std::size_t>(es));
+  }
+}
+
+void k_shape(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& x = required(op, in, 0);
+  const auto r = static_cast<std::int64_t>(x.shape.size());
+  std::int64_t start = op.attr_int("start", 0), end = op.attr_int("end", r);
+  start = std::clamp<std::int64_t>(start < 0 ? start + r : start, 0, r);
+  end = std::clamp<std::int64_t>(end < 0 ? end + r : end, 0, r);
+  for (std::int64_t k = start; k < end; ++k) out[0].as<std::int64_t>()[k - start] = x.shape[static_cast<std::size_t>(k)];
+}
+
+void k_constant_of_shape(const Op& op, const Refs&, const Refs& out) {
+  const analysis::Attribute* v = op.attr("value");
+  const std::int64_t es = esize(out[0]), n = out[0].elements();
+  std::vector<std::byte> one(static_cast<std::size_t>(es), std::byte{0});
+  if (v && v->t) {
+    if (v->t->bytes.size() != one.size()) unsupported(op, "value must be one element of the output dtype");
+    one = v->t->bytes;
+  }
+  for (std::int64_t i = 0; i < n; ++i) std::memcpy(out[0].data + i * es, one.data(), one.size());
+}
+
+}  // namespace
+
+void add_shape_kernels(KernelTable& t) {
+  for (const char* v : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}) t[v] = {k_view, true};
+  t["Dropout"] = {k_dropout, true};
+  t["Transpose"] = {k_transpose, false};
+  t["Split"] = {k_split, false};
+  t["Concat"] = {k_concat, false};
+  t["Slice"] = {k_slice, false};
+  t["Gather"] = {k_gather, false};
+  t["Expand"] = {k_expand, false};
+  t["Tile"] = {k_tile, false};
+  t["Shape"] = {k_shape, false};
+  t["ConstantOfShape"] = {k_constant_of_shape, false};
+}
+
+}  // namespace memplan::runtime::cpu

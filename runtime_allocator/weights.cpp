@@ -1,0 +1,77 @@
+// External weight data: path containment checks, bounded reads, size checks against the tensor.
+#include "runtime_allocator/weights.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+namespace memplan::runtime {
+
+namespace fs = std::filesystem;
+
+namespace {
+// The file `location` names, refused when it leaves `dir`.
+fs::path contained_path(const fs::path& dir, const std::string& location, const std::string& tensor) {
+  const fs::path rel(location);
+  if (location.empty() || rel.is_absolute() || rel.has_root_name())
+    fail(ErrorKind::malformed, "tensor '" + tensor + "': external data location '" + location + "' is not a relative path");
+  std::error_code ec;
+  const fs::path root = fs::weakly_canonical(dir, ec);
+  const fs::path full = fs::weakly_canonical(dir / rel, ec);
+  if (ec) fail(ErrorKind::io, "tensor '" + tensor + "': cannot resolve external data '" + location + "': " + ec.message());
+  auto r = root.begin();
+  auto f = full.begin();
+  for (; r != root.end() && !r->empty(); ++r, ++f)
+    if (f == full.end() || *r != *f)
+      fail(ErrorKind::malformed, "tensor '" + tensor + "': external data location '" + location +
+                                     "' escapes the model's folder " + root.string());
+  return full;
+}
+}  // namespace
+
+void load_external_weights(analysis::Graph& g, const std::string& model_path) {
+  const fs::path dir = fs::path(model_path).parent_path().empty() ? fs::path(".") : fs::path(model_path).parent_path();
+  for (auto& t : g.tensors) {
+    if (!t.external_data || t.data) continue;
+    const fs::path file = contained_path(dir, t.external_location, t.name);
+    std::error_code ec;
+    const std::uint64_t file_size = fs::file_size(file, ec);
+    if (ec) fail(ErrorKind::io, "tensor '" + t.name + "': cannot open external data '" + file.string() + "'");
+    const std::uint64_t expected = t.bytes();
+    const std::uint64_t length = t.external_length ? t.external_length : (file_size > t.external_offset ? file_size - t.external_offset : 0);
+    if (length != expected)
+      fail(ErrorKind::malformed, "tensor '" + t.name + "': external data length " + std::to_string(length) +
+                                     " does not match its dtype and shape (" + std::to_string(expected) + " bytes)");
+    if (t.external_offset > file_size || length > file_size - t.external_offset)
+      fail(ErrorKind::io, "tensor '" + t.name + "': external data '" + file.string() + "' is truncated (" +
+                              std::to_string(file_size) + " bytes, needs " + std::to_string(t.external_offset) + " + " +
+                              std::to_string(length) + ")");
+    auto data = std::make_shared<analysis::TensorData>();
+    data->dtype = t.dtype;
+    data->dims = t.shape();
+    data->bytes.resize(length);
+    std::ifstream in(file, std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(t.external_offset));
+    if (!in || !in.read(reinterpret_cast<char*>(data->bytes.data()), static_cast<std::streamsize>(length)))
+      fail(ErrorKind::io, "tensor '" + t.name + "': cannot read external data '" + file.string() + "'");
+    t.data = std::move(data);
+  }
+}
+
+void require_weight_data(const analysis::Graph& g) {
+  std::vector<bool> fed(g.tensors.size(), false);
+  for (auto t : g.inputs) fed[t] = true;
+  for (analysis::TensorId t = 0; t < g.tensors.size(); ++t) {
+    const auto& x = g.tensors[t];
+    if (x.producer != analysis::kNoOp || fed[t] || x.consumers.empty()) continue;
+    if (!x.data)
+      fail(ErrorKind::io, "tensor '" + x.name + "' (" + analysis::role_name(x.role) + ") has no data: " +
+                              (x.external_data ? "its external file '" + x.external_location + "' was not loaded"
+                                               : std::string("import the model with its weight data")));
+    if (x.data->bytes.size() != x.bytes())
+      fail(ErrorKind::malformed, "tensor '" + x.name + "' holds " + std::to_string(x.data->bytes.size()) +
+                                     " bytes of data, its dtype and shape need " + std::to_string(x.bytes()));
+  }
+}
+
+}  // namespace memplan::runtime

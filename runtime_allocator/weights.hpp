@@ -1,0 +1,20 @@
+// Weight bytes for execution: external-data initializers read from files beside the model.
+#pragma once
+
+#include <string>
+
+#include "analysis/graph.hpp"
+
+namespace memplan::runtime {
+
+// Gives every external-data tensor of `g` its bytes (Tensor::data), read from external_location relative
+// to the folder of `model_path`. Errors: a location that is absolute or escapes that folder (through
+// "..", or a symbolic link) is ErrorKind::malformed; a missing file or one shorter than offset + length
+// is ErrorKind::io; a length that does not match the tensor's dtype and shape is ErrorKind::malformed.
+void load_external_weights(analysis::Graph& g, const std::string& model_path);
+
+// Throws ErrorKind::io naming the first tensor the executor needs bytes for and has none: a weight or
+// constant that no op produces and that carries no data (e.g. imported without keep_weight_data).
+void require_weight_data(const analysis::Graph& g);
+
+}  // namespace memplan::runtime
