@@ -339,7 +339,8 @@ OpId Graph::add_op(Op op) {
     if (tensors[t].producer != kNoOp)
       fail(ErrorKind::invalid_graph, "tensor '" + tensors[t].name + "' is produced by two ops ('" +
                                          ops[tensors[t].producer].name + "' and '" + op.name + "')");
-    if (tensors[t].role == TensorRole::input || tensors[t].role == TensorRole::weight)
+    // Only memplan's own ops may write a weight: updated parameters and BatchNorm running statistics.
+    if (tensors[t].role == TensorRole::input || (tensors[t].role == TensorRole::weight && op.domain != "memplan"))
       fail(ErrorKind::invalid_graph, "op '" + op.name + "' writes '" + tensors[t].name + "', which is a graph input or weight");
     tensors[t].producer = id;
   }

@@ -96,3 +96,14 @@ TEST_CASE("training exports keep BatchNorm statistics and Dropout masks for back
     }
   CHECK(dropout_grads == 2);
 }
+
+TEST_CASE("a training graph survives a JSON round trip with the same fingerprint") {
+  Case c{"resnet18.train.onnx", {{"batch", 2}}};
+  TrainingOptions to;
+  to.optimizer = Optimizer::adam;
+  TrainingGraph tg = build_training_graph(shaped(c), to);
+  Graph back = import_json(export_json(tg.graph));
+  CHECK(back.fingerprint() == tg.graph.fingerprint());
+  CHECK(back.ops.size() == tg.graph.ops.size());
+  for (OpId o = 0; o < back.ops.size(); ++o) CHECK(back.ops[o].phase == tg.graph.ops[o].phase);
+}
