@@ -56,6 +56,8 @@ void bind_sources(Graph& g, const ShapeOptions& opts) {
     for (std::size_t k = 0; k < t.dims.size(); ++k) {
       Dim& d = t.dims[k];
       if (d.known()) continue;
+      if (d.value < -1 && d.symbol.empty())
+        fail(ErrorKind::overflow, "dim " + std::to_string(k) + " of '" + t.name + "' is negative (" + std::to_string(d.value) + ")");
       if (d.symbol.empty())
         fail(ErrorKind::shape, "dim " + std::to_string(k) + " of '" + t.name + "' is unknown and has no symbol to bind");
       auto it = opts.dims.find(d.symbol);

@@ -22,6 +22,17 @@ struct ShapeOptions {
 // removed. Errors name the problem: an unbound symbolic dim (ErrorKind::shape, naming the symbol and
 // the input), an op that cannot be inferred (ErrorKind::shape, naming node and op type), an unknown
 // op (ErrorKind::unsupported), a bound value that is negative or absurd (ErrorKind::usage).
+//
+// Details the other stages rely on:
+// - Ops are visited in topological_order(g); the returned graph keeps the file's op order, minus folded ops.
+// - Tensors that only folded ops touched (their constant inputs, intermediate shape values) are dropped,
+//   so tensor ids of the result differ from `g`'s: look tensors up by name. Graph inputs and outputs stay.
+// - Declared dims of op outputs (value_info, JSON) are hints only: every op output is re-inferred.
+// - Integer/float values of up to max(fold_max_elements, 4096) elements are tracked while inferring even
+//   when not folded, so Shape->Gather->Concat->Reshape chains resolve with folding turned down.
+// - Only the shape-arithmetic ops have evaluators (Shape, Gather, Slice, Concat, Cast, Range, Where,
+//   integer arithmetic, ...); an op without one (Erf, MatMul, ...) is never folded, whatever its inputs.
+// - Ops of other domains (memplan's own) are not inferred: their outputs must already carry a shape.
 Graph infer_shapes(const Graph& g, const ShapeOptions& opts);
 
 }  // namespace memplan::analysis
