@@ -26,7 +26,8 @@ def build(name):
     if name == "bert_base":
         from transformers import BertConfig, BertModel
         # As the ONNX export: eager attention (explicit scores and softmax) and no dropout (eval export).
-        cfg = BertConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        # GELU as the exported Erf formula (gelu_python), so both run the same ops.
+        cfg = BertConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, hidden_act="gelu_python")
         cfg._attn_implementation = "eager"
         return BertModel(cfg), (128,), "tokens"
     raise ValueError(name)

@@ -1,0 +1,24 @@
+// What an eager framework (PyTorch's caching allocator) would hold at its peak running a plan's schedule.
+#pragma once
+
+#include <cstdint>
+
+#include "analysis/graph.hpp"
+#include "planner/plan.hpp"
+
+namespace memplan::planner {
+
+struct EagerPeak {
+  std::uint64_t peak_bytes = 0;       // resident + activations + gradients at the worst step
+  std::uint64_t resident_bytes = 0;   // weights, optimizer state and graph inputs: held for the whole step
+  std::uint32_t peak_step = 0;
+};
+
+// An eager framework allocates each tensor when its op runs and frees it after its last use; it shares
+// storage only for views and in-place ops (the plan's aliases); weight gradients are allocated when the
+// backward produces them and held to the end of the step (gradients set to None between steps). So
+// live(s) = bytes of the plan's buffers live at step s + gradients produced up to s. Used to predict
+// PyTorch's measured peak from the same schedule.
+EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan);
+
+}  // namespace memplan::planner
