@@ -55,8 +55,9 @@ TEST_CASE("JSON constants that their integer dtype cannot hold are malformed") {
       {"float32", 1e300, true},
   };
   for (const auto& c : cases) {
-    CAPTURE(c.dtype);
-    CAPTURE(c.value.dump());
+    const std::string dtype = c.dtype, value = c.value.dump();
+    CAPTURE(dtype);
+    CAPTURE(value);
     json doc = relu_graph({{{"name", "k"}, {"dtype", c.dtype}, {"shape", {1}}, {"role", "weight"}, {"data", {c.value}}},
                            {{"name", "y"}}});
     if (c.fits) {

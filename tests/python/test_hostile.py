@@ -55,9 +55,9 @@ def field(num, payload):  # a length-delimited protobuf field
 
 def nested_bomb(depth):
     # ModelProto.graph -> GraphProto.node -> NodeProto.attribute -> AttributeProto.g -> GraphProto ... `depth` times.
-    inner = field(4, b"Relu")  # NodeProto.op_type
+    inner = field(1, field(4, b"Relu"))  # GraphProto { node { op_type } }
     for _ in range(depth):
-        inner = field(1, field(5, field(6, field(1, inner))))  # node.attribute.g.node
+        inner = field(1, field(5, field(6, inner)))  # GraphProto { node { attribute { g { inner } } } }
     return varint(1 << 3 | 0) + varint(8) + field(7, inner)  # ir_version 8, graph
 
 
@@ -68,7 +68,8 @@ def oversized_length():
 
 def huge_initializer_mismatch():
     # 200,000 float values for dims [2]: the inline data does not match its dims.
-    t = helper.make_tensor("w", TensorProto.FLOAT, [2], [0.0] * 200000)
+    t = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[2])
+    t.float_data.extend([0.0] * 200000)
     return model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [vi("x", [2])], [vi("y", None)], [t])
 
 
@@ -85,12 +86,10 @@ def wide_node(n):
 
 
 def external_model(location):
-    w = helper.make_tensor("w", TensorProto.FLOAT, [1024, 4], [])
-    w.data_location = TensorProto.EXTERNAL
+    w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[1024, 4], data_location=TensorProto.EXTERNAL)
     for k, v in (("location", location), ("offset", "0"), ("length", str(1024 * 4 * 4))):
         e = w.external_data.add()
         e.key, e.value = k, v
-    w.ClearField("float_data")
     return model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], [vi("x", [2, 1024])], [vi("y", None)], [w])
 
 
@@ -116,7 +115,7 @@ def onnx_cases(samples):
         ("empty file", b"", [], {MALFORMED}, []),
         ("random garbage", bytes(rng.getrandbits(8) for _ in range(4096)), [], {MALFORMED}, []),
         ("protobuf nested 5000 deep", nested_bomb(5000), [], {MALFORMED}, ["nested"]),
-        ("protobuf nested 30 deep (subgraphs)", nested_bomb(30), [], {MALFORMED, UNSUPPORTED, INVALID}, []),
+        ("protobuf nested 10 deep (subgraphs)", nested_bomb(10), [], {MALFORMED, UNSUPPORTED, INVALID}, []),
         ("length field claiming 3 GiB", oversized_length(), [], {MALFORMED}, []),
         ("200k values for dims [2]", huge_initializer_mismatch(), [], {MALFORMED}, ["'w'"]),
         ("Constant promising 4 TiB, holding nothing", huge_constant(), [], {MALFORMED}, ["const"]),
@@ -133,7 +132,7 @@ def onnx_cases(samples):
         ("negative input dim", relu_model((2, -3)), [], {OVERFLOW}, ["negative"]),
         ("negative initializer dim",
          model([helper.make_node("Relu", ["w"], ["y"], name="relu")], [], [vi("y", None)],
-               [helper.make_tensor("w", TensorProto.FLOAT, [-1], [])]), [], {OVERFLOW}, ["negative"]),
+               [TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[-1])]), [], {OVERFLOW}, ["negative"]),
         ("bytes beyond 2^63", relu_model((1 << 30, 1 << 30, 16)), [], {OVERFLOW}, []),
         ("elements beyond 2^64", relu_model((1 << 40, 1 << 40)), [], {OVERFLOW}, []),
         ("unknown dtype 99", relu_model((2, 4), 99), [], {UNSUPPORTED}, ["99"]),
@@ -236,7 +235,8 @@ class Runner:
                 if w.lower() not in err.lower():
                     problems.append("stderr does not mention %r" % w)
         status = "ok  " if not problems else "FAIL"
-        print("%s %-52s exit %-4s %.2fs  %s" % (status, name, rc, secs, err.strip().splitlines()[-1][:110] if err.strip() else ""))
+        last = err.strip().splitlines()[-1][:110] if err.strip() else ""
+        print("%s %-52s exit %-4s %.2fs  %s" % (status, name, rc, secs, last))
         if problems:
             self.failures.append("%s: %s\n    stderr: %s" % (name, "; ".join(problems), err.strip()[:400]))
 
@@ -260,46 +260,118 @@ def commands(memplan):
     return out
 
 
+def plan_reader_args(memplan, cmd, model_path, plan_path, out_dir):
+    h = subprocess.run([memplan, cmd, "--help"], capture_output=True, text=True).stdout
+    args = [cmd, model_path, "--plan", plan_path]
+    if "--input" in h:  # run: one .npy per graph input
+        import numpy as np
+        x = os.path.join(out_dir, "x.npy")
+        np.save(x, np.ones((2, 64), dtype=np.float32))
+        args += ["--input", x]
+    elif "--output" in h:
+        args += ["-o", os.path.join(out_dir, "out.svg")]
+    return args
+
+
 def plan_cases(r, samples):
-    # Plans are written by `analyze --plan`; a command that reads them gets a wrong version and another model's plan.
+    # Plans are written by `analyze --plan` (graph embedded); every command that reads one gets hostile plans.
     help_text = commands(r.memplan)
     readers = []
-    for cmd in ("run", "viz", "plan"):
-        if (" %s " % cmd) in help_text or ("\n  %s" % cmd) in help_text:
+    for cmd in ("run", "viz", "trace"):  # graph reads plans through the same loader as viz and trace
+        if ("\n  %s " % cmd) in help_text:
             h = subprocess.run([r.memplan, cmd, "--help"], capture_output=True, text=True).stdout
             if "--plan" in h:
                 readers.append(cmd)
     d = tempfile.mkdtemp(dir=r.tmp)
-    a = os.path.join(d, "a.onnx")
-    b = os.path.join(d, "b.onnx")
+    a, b = os.path.join(d, "a.onnx"), os.path.join(d, "b.onnx")
     with open(a, "wb") as f:
-        f.write(relu_model((2, 4)))
+        # h and s are live together: a plan that puts both at offset 0 is wrong.
+        f.write(model([helper.make_node("Relu", ["x"], ["h"], name="relu"), helper.make_node("Sigmoid", ["h"], ["s"], name="sig"),
+                       helper.make_node("Add", ["h", "s"], ["y"], name="add")], [vi("x", [2, 64])], [vi("y", None)]))
     with open(b, "wb") as f:
         f.write(model([helper.make_node("Sigmoid", ["x"], ["y"], name="sig")], [vi("x", [8, 8])], [vi("y", None)]))
-    plan = os.path.join(d, "a.plan.json")
-    rc, err, secs = r.run(["analyze", a, "--plan", plan])
-    r.check("analyze --plan writes a plan", rc, err, {OK}, [], secs)
-    if rc != 0 or not os.path.exists(plan):
-        return
-    doc = json.load(open(plan))
+    plan_a, plan_b = os.path.join(d, "a.plan.json"), os.path.join(d, "b.plan.json")
+    for m, p in ((a, plan_a), (b, plan_b)):
+        rc, err, secs = r.run(["analyze", m, "--plan", p])
+        r.check("analyze --plan writes a plan", rc, err, {OK}, [], secs)
+        if rc != 0 or not os.path.exists(p):
+            return
     if not readers:
-        print("skip plan readers: no command reads --plan yet (help lists none)")
+        print("skip plan readers: no command reads --plan yet")
         return
-    wrong_version = os.path.join(d, "v99.plan.json")
-    doc99 = dict(doc)
-    doc99["version"] = 99
-    json.dump(doc99, open(wrong_version, "w"))
-    truncated = os.path.join(d, "trunc.plan.json")
-    open(truncated, "w").write(json.dumps(doc)[:100])
+    doc, other = json.load(open(plan_a)), json.load(open(plan_b))
+    hostile = []
+
+    def variant(name, mutate, accepted, words):
+        path = os.path.join(d, name.replace(" ", "_") + ".json")
+        x = json.loads(json.dumps(doc))
+        text = mutate(x)
+        with open(path, "w") as f:
+            f.write(text if isinstance(text, str) else json.dumps(x))
+        hostile.append((name, path, accepted, words))
+
+    variant("plan of version 99", lambda x: x.update(version=99), {MISMATCH}, ["version"])
+    variant("plan of another schema", lambda x: x.update(schema="other.plan"), {MISMATCH}, [])
+    variant("plan for another model", lambda x: x.update(graph=other["graph"]), {MISMATCH}, [])
+    variant("plan without its graph", lambda x: x.pop("graph"), {MISMATCH}, ["graph"])
+    variant("truncated plan", lambda x: json.dumps(x)[:200], {MALFORMED}, [])
+    variant("plan naming an unknown tensor", lambda x: rename_tensor(x), {MISMATCH, MALFORMED}, [])
+    variant("plan with overlapping offsets", lambda x: overlap_offsets(x), {MISMATCH, MALFORMED, 11}, [])
+    variant("plan with offsets near 2^64", lambda x: huge_offsets(x), {MISMATCH, MALFORMED, OVERFLOW, 11}, [])
+    hostile.append(("plan file missing", os.path.join(d, "none.json"), {IO}, []))
+    # Readers of the embedded graph (viz, trace) ignore MODEL; those that read the plan against MODEL (run) ignore
+    # the embedded graph: each gets the hostile plans its kind can notice.
+    embedded_only = {"plan for another model", "plan without its graph"}
+    model_only = {"plan of another model file"}
+    hostile.append(("plan of another model file", plan_b, {MISMATCH}, []))
     for cmd in readers:
-        for name, model_path, plan_path, accepted, words in [
-            ("plan of version 99", a, wrong_version, {MISMATCH}, ["version"]),
-            ("plan for another model", b, plan, {MISMATCH}, []),
-            ("truncated plan", a, truncated, {MALFORMED}, []),
-            ("plan file missing", a, os.path.join(d, "none.json"), {IO}, []),
-        ]:
-            rc, err, secs = r.run([cmd, model_path, "--plan", plan_path])
+        h = subprocess.run([r.memplan, cmd, "--help"], capture_output=True, text=True).stdout
+        skip = model_only if "graph embedded" in h else embedded_only
+        for name, path, accepted, words in hostile:
+            if name in skip:
+                continue
+            rc, err, secs = r.run(plan_reader_args(r.memplan, cmd, a, path, d))
             r.check("%s --plan: %s" % (cmd, name), rc, err, accepted, words, secs)
+
+
+def walk(x, fn):
+    # Applies fn to every dict in a JSON value, depth first.
+    if isinstance(x, dict):
+        fn(x)
+        for v in list(x.values()):
+            walk(v, fn)
+    elif isinstance(x, list):
+        for v in x:
+            walk(v, fn)
+
+
+def rename_tensor(doc):
+    def fn(o):
+        if "tensor" in o and isinstance(o["tensor"], str):
+            o["tensor"] = "no_such_tensor"
+        if "tensors" in o and isinstance(o["tensors"], list) and o["tensors"] and isinstance(o["tensors"][0], str):
+            o["tensors"][0] = "no_such_tensor"
+    plan_only = {k: v for k, v in doc.items() if k != "graph"}
+    walk(plan_only, fn)
+    doc.update(plan_only)
+
+
+def overlap_offsets(doc):
+    def fn(o):
+        if "offset" in o and isinstance(o["offset"], int):
+            o["offset"] = 0
+    plan_only = {k: v for k, v in doc.items() if k != "graph"}
+    walk(plan_only, fn)
+    doc.update(plan_only)
+
+
+def huge_offsets(doc):
+    def fn(o):
+        if "offset" in o and isinstance(o["offset"], int):
+            o["offset"] = (1 << 64) - 256
+    plan_only = {k: v for k, v in doc.items() if k != "graph"}
+    walk(plan_only, fn)
+    doc.update(plan_only)
 
 
 def budget_cases(r):
