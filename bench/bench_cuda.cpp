@@ -31,8 +31,20 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// x -> Mul -> Add -> Tanh -> Mul -> Sigmoid -> Sub -> Abs -> Sqrt: 8 elementwise ops with scalar constants.
-Graph chain_graph(std::int64_t n) {
+struct Step {
+  const char* type;
+  bool binary;  // with a scalar constant as second input
+  double constant;
+};
+using Chain = std::vector<Step>;
+// With transcendentals: x -> Mul -> Add -> Tanh -> Mul -> Sigmoid -> Sub -> Abs -> Sqrt.
+const Chain kTranscendental = {{"Mul", true, 1.5},    {"Add", true, 0.25}, {"Tanh", false, 0}, {"Mul", true, 2.0},
+                               {"Sigmoid", false, 0}, {"Sub", true, 0.5},  {"Abs", false, 0},  {"Sqrt", false, 0}};
+// Arithmetic only: x -> Mul -> Add -> Relu -> Mul -> Min -> Sub -> Abs -> Max.
+const Chain kArithmetic = {{"Mul", true, 1.5}, {"Add", true, 0.25}, {"Relu", false, 0}, {"Mul", true, 2.0},
+                           {"Min", true, 3.0}, {"Sub", true, 0.5},  {"Abs", false, 0},  {"Max", true, -1.0}};
+
+Graph chain_graph(std::int64_t n, const Chain& ops) {
   Graph g;
   auto tensor = [&](const std::string& name, analysis::TensorRole role, std::int64_t len) {
     analysis::Tensor t;
@@ -45,15 +57,13 @@ Graph chain_graph(std::int64_t n) {
   };
   analysis::TensorId cur = tensor("x", analysis::TensorRole::input, n);
   g.inputs.push_back(cur);
-  const std::pair<const char*, double> ops[] = {{"Mul", 1.5}, {"Add", 0.25}, {"Tanh", 0}, {"Mul", 2.0},
-                                                {"Sigmoid", 0}, {"Sub", 0.5}, {"Abs", 0}, {"Sqrt", 0}};
   int i = 0;
-  for (const auto& [type, c] : ops) {
+  for (const auto& [type, binary, c] : ops) {
     analysis::Op op;
     op.name = std::string(type) + std::to_string(i);
     op.type = type;
     op.inputs = {cur};
-    if (std::string(type) == "Mul" || std::string(type) == "Add" || std::string(type) == "Sub") {
+    if (binary) {
       auto k = tensor("c" + std::to_string(i), analysis::TensorRole::weight, 1);
       g.tensors[k].data = std::make_shared<analysis::TensorData>(analysis::TensorData::from_double(DType::f32, {1}, {c}));
       op.inputs.push_back(k);
@@ -67,9 +77,9 @@ Graph chain_graph(std::int64_t n) {
   return g;
 }
 
-json bench_fused(std::uint64_t bytes) {
+json bench_chain(std::uint64_t bytes, const Chain& chain) {
   const auto n = static_cast<std::int64_t>(bytes / 4);
-  const Graph plain = chain_graph(n);
+  const Graph plain = chain_graph(n, chain);
   const auto fr = planner::fuse_elementwise(plain);
   const auto plan_plain = planner::plan_inference(plain), plan_fused = planner::plan_inference(fr.graph);
   CudaExecutor unfused(plain, plan_plain.plan), fused(fr.graph, plan_fused.plan);
@@ -119,6 +129,14 @@ json bench_fused(std::uint64_t bytes) {
           {"planned_arena_bytes_fused", plan_fused.plan.arena_bytes},
           {"max_abs_diff_fused_vs_unfused", diff},
           {"nvrtc_kernels", fused.stats().fused_kernels + unfused.stats().fused_kernels}};
+}
+
+json bench_fused(std::uint64_t bytes) {
+  json heavy = bench_chain(bytes, kTranscendental), light = bench_chain(bytes, kArithmetic);
+  return {{"fused_bandwidth_fraction", heavy["fused_bandwidth_fraction"]},
+          {"fused_bandwidth_fraction_arithmetic", light["fused_bandwidth_fraction"]},
+          {"transcendental_chain", heavy},
+          {"arithmetic_chain", light}};
 }
 
 // The CPU kernels over the schedule, each tensor in its own host vector (the reference for the GPU).

@@ -50,7 +50,8 @@ CASES='NVRTC*,tiny models run on the GPU*'
 $T -tc="$CASES" 2>&1 | tee -a "$LOG"; test_rc=${PIPESTATUS[0]}
 sanitize() {  # tool -> number of errors compute-sanitizer reports
   compute-sanitizer --tool "$1" "$T" -tc="$CASES" > "$OUT_DIR/cuda_$1.txt" 2>&1
-  grep -o 'ERROR SUMMARY: [0-9]*' "$OUT_DIR/cuda_$1.txt" | tail -1 | awk '{print $3}'
+  # memcheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK SUMMARY: ... (N errors, M warnings)"
+  grep -oE 'ERROR SUMMARY: [0-9]+|\(([0-9]+) errors' "$OUT_DIR/cuda_$1.txt" | tail -1 | grep -oE '[0-9]+'
 }
 memcheck=$(sanitize memcheck); racecheck=$(sanitize racecheck)
 echo "memcheck errors: $memcheck, racecheck errors: $racecheck" | tee -a "$LOG"
@@ -73,6 +74,7 @@ res = {
     "date": datetime.date.today().isoformat(),
     "cuda_tests_exit_code": test_rc,
     "fused_bandwidth_fraction": fused.get("fused_bandwidth_fraction"),
+    "fused_bandwidth_fraction_arithmetic": fused.get("fused_bandwidth_fraction_arithmetic"),
     "fused": fused,
     "tiny_max_abs_error": tiny.get("tiny_max_abs_error"),
     "tiny": tiny,
@@ -80,5 +82,5 @@ res = {
     "training": "not measured: the CUDA backend has no backward-op kernels yet",
 }
 json.dump(res, open(f"{out}/cuda.json", "w"), indent=2)
-print(json.dumps({k: res[k] for k in ("device", "fused_bandwidth_fraction", "tiny_max_abs_error", "sanitizer_errors")}, indent=1))
+print(json.dumps({k: res[k] for k in ("device", "fused_bandwidth_fraction", "fused_bandwidth_fraction_arithmetic", "tiny_max_abs_error", "sanitizer_errors")}, indent=1))
 EOF

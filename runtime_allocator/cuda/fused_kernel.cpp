@@ -139,19 +139,30 @@ std::string fused_kernel_source(const FusedSignature& sig) {
     return c + ")";
   };
   if (vectorisable) {
-    // The caller sets vec only when n % 4 == 0 and every pointer is 16-byte aligned.
-    s << "  if (vec) {\n    const unsigned long long n4 = n >> 2;\n";
-    s << "    for (unsigned long long base = tid; base < n4; base += " << kUnroll << " * stride) {\n";
+    // The caller sets vec only when n % 4 == 0 and every pointer is 16-byte aligned. Each thread keeps
+    // kUnroll float4 per operand in flight, and loads the next tile before computing the current one,
+    // so long expressions overlap their arithmetic with the following loads.
+    auto load = [&](const std::string& arr, const std::string& at) {
+      for (std::uint32_t k = 0; k < e.num_inputs; ++k)
+        if (used[k] && sig.operands[k].kind == OperandLayout::Kind::full)
+          s << "      #pragma unroll\n      for (int u = 0; u < " << kUnroll << "; ++u) { const unsigned long long i = " << at
+            << " + u * stride; if (i < n4) " << arr << k << "[u] = reinterpret_cast<const float4*>(in" << k << ")[i]; }\n";
+    };
+    s << "  if (vec) {\n    const unsigned long long n4 = n >> 2, step = " << kUnroll << " * stride;\n";
     for (std::uint32_t k = 0; k < e.num_inputs; ++k)
-      if (used[k] && sig.operands[k].kind == OperandLayout::Kind::full) {
-        s << "      float4 a" << k << "[" << kUnroll << "];\n      #pragma unroll\n      for (int u = 0; u < " << kUnroll
-          << "; ++u) { const unsigned long long i = base + u * stride; if (i < n4) a" << k
-          << "[u] = reinterpret_cast<const float4*>(in" << k << ")[i]; }\n";
-      }
+      if (used[k] && sig.operands[k].kind == OperandLayout::Kind::full)
+        s << "    float4 a" << k << "[" << kUnroll << "], b" << k << "[" << kUnroll << "];\n";
+    load("a", "tid");
+    s << "    for (unsigned long long base = tid; base < n4; base += step) {\n";
+    load("b", "base + step");
     s << "      #pragma unroll\n      for (int u = 0; u < " << kUnroll << "; ++u) {\n";
     s << "        const unsigned long long i = base + u * stride;\n        if (i >= n4) break;\n        float4 r;\n";
     for (const char* lane : {"x", "y", "z", "w"}) s << "        r." << lane << " = " << call(lane, "") << ";\n";
-    s << "        reinterpret_cast<float4*>(out)[i] = r;\n      }\n    }\n    return;\n  }\n";
+    s << "        reinterpret_cast<float4*>(out)[i] = r;\n      }\n";
+    for (std::uint32_t k = 0; k < e.num_inputs; ++k)
+      if (used[k] && sig.operands[k].kind == OperandLayout::Kind::full)
+        s << "      #pragma unroll\n      for (int u = 0; u < " << kUnroll << "; ++u) a" << k << "[u] = b" << k << "[u];\n";
+    s << "    }\n    return;\n  }\n";
   }
   s << "  for (unsigned long long i = tid; i < n; i += stride) {\n";
   if (any_strided) {
