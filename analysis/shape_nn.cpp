@@ -120,7 +120,7 @@ void conv_transpose_op(OpContext& c) {
       const bool valid = w.auto_pad == "VALID";
       const std::int64_t extent = c.add(c.mul(w.kernel[k] - 1, w.dilations[k]), 1);
       std::int64_t o = c.add(c.add(c.mul(s, in - 1), out_pad[k]), extent);
-      if (!valid) o -= w.pads[k] + w.pads[k + spatial];
+      if (!valid) o -= c.add(w.pads[k], w.pads[k + spatial]);
       out.push_back(o);
     }
   }
@@ -203,7 +203,11 @@ void resize_op(OpContext& c) {
         const double r = static_cast<double>(sizes[k]) / static_cast<double>(x[axes[k]]);
         scale = policy == "not_larger" ? std::min(scale, r) : std::max(scale, r);
       }
-      for (auto a : axes) out[a] = static_cast<std::int64_t>(std::llround(scale * static_cast<double>(x[a])));
+      for (auto a : axes) {
+        const double v = std::round(scale * static_cast<double>(x[a]));
+        if (!(v >= 0.0 && v < 9.0e18)) c.fail_shape("sizes " + shape_str(sizes) + " give no valid output for " + shape_str(x));
+        out[a] = static_cast<std::int64_t>(v);
+      }
     }
   } else {
     std::vector<double> scales;

@@ -248,7 +248,10 @@ SlicePlan slice_plan(const OpContext& c) {
     if (step == 0) c.fail_shape("step is 0");
     std::int64_t s = starts[i] < 0 ? starts[i] + dim : starts[i];
     std::int64_t e = ends[i] < 0 ? ends[i] + dim : ends[i];
-    if (step > 0) {
+    if (dim == 0) {  // nothing to take; also keeps the clamps below well-formed (dim - 1 < 0)
+      s = 0;
+      p.out[a] = 0;
+    } else if (step > 0) {
       s = std::clamp<std::int64_t>(s, 0, dim);
       e = std::clamp<std::int64_t>(e, 0, dim);
       p.out[a] = e > s ? (e - s - 1) / step + 1 : 0;

@@ -71,6 +71,7 @@ TEST_CASE("Slice: negative starts, INT64 sentinels, negative steps, attribute fo
   CHECK(y(one("Slice", {10, 20}, {{-3}, {kMax}, {1}})) == Shape{10, 3});
   CHECK(y(one("Slice", {10, 20}, {{-1}, {kMin}, {0}, {-2}})) == Shape{5, 20});
   CHECK(y(one("Slice", {10, 20}, {{4, 2}, {2, 100}})) == Shape{0, 18});  // empty range
+  CHECK(y(one("Slice", {0, 4}, {{-1}, {kMin}, {0}, {-1}})) == Shape{0, 4});  // empty axis, reversed
   CHECK(y(one("Slice", {10, 20}, {}, {{"starts", ais({1})}, {"ends", ais({-1})}, {"axes", ais({1})}})) == Shape{10, 18});
   CHECK(kind_of([] { one("Slice", {10}, {{0}, {5}, {0}, {0}}); }) == ErrorKind::shape);  // step 0
 }
