@@ -44,16 +44,18 @@ std::string render_dag_svg(const DagModel& m, const DagOptions& opts) {
   if (!gvc) fail(ErrorKind::runtime, "Graphviz: cannot create a context");
   std::string name = "memplan";
   std::unique_ptr<Agraph_t, int (*)(Agraph_t*)> g(agopen(name.data(), Agdirected, nullptr), agclose);
-  const bool big = m.nodes.size() > 600;
+  const bool big = m.nodes.size() > 150;
   set_default(g.get(), AGRAPH, "rankdir", "TB");
   set_default(g.get(), AGRAPH, "nodesep", "0.15");
   set_default(g.get(), AGRAPH, "ranksep", "0.25");
   set_default(g.get(), AGRAPH, "fontname", "Helvetica");
   set_default(g.get(), AGRAPH, "labelloc", "t");
+  set_default(g.get(), AGRAPH, "fontsize", "11");
   if (big) {  // dot's crossing minimisation and network simplex dominate on thousands of nodes
-    set_default(g.get(), AGRAPH, "mclimit", "0.2");
-    set_default(g.get(), AGRAPH, "nslimit", "2");
-    set_default(g.get(), AGRAPH, "nslimit1", "2");
+    set_default(g.get(), AGRAPH, "mclimit", "0.05");
+    set_default(g.get(), AGRAPH, "nslimit", "0.5");
+    set_default(g.get(), AGRAPH, "nslimit1", "0.5");
+    set_default(g.get(), AGRAPH, "remincross", "false");
     set_default(g.get(), AGRAPH, "splines", "line");
   }
   set_default(g.get(), AGNODE, "shape", "box");
@@ -87,8 +89,8 @@ std::string render_dag_svg(const DagModel& m, const DagOptions& opts) {
     set(v, "label", n.label);
     set(v, "tooltip", n.tooltip);
     set(v, "fillcolor", node_decision_colour(n.decision));
-    set(v, "width", num(0.75 + 2.25 * r));
-    set(v, "height", num(0.3 + 0.7 * r));
+    set(v, "width", num(0.75 + 2.0 * r));
+    set(v, "height", num(0.3 + 0.45 * r));
     set(v, "id", "node-" + std::to_string(i));
     set(v, "class", std::string("op ") + node_decision_name(n.decision));
     nodes.push_back(v);

@@ -56,17 +56,20 @@ std::string bytes_label(std::uint64_t bytes) {
 
 namespace {
 
-// The smallest of {1,2,5} x unit x 10^k that is >= raw, where unit is a power of 1024 when base1024.
+// The smallest round step >= raw: 1, 2, 5 x 10^k; in binary units (base1024) 1, 2, 5, 10, 20, 50, 100,
+// 256, 512 of the largest power of 1024 below raw, so that steps of MiB add up to round GiB.
 std::uint64_t nice_step(double raw, bool base1024) {
   if (raw <= 1.0) return 1;
-  double unit = 1.0;
-  if (base1024)
+  if (base1024) {
+    double unit = 1.0;
     while (raw / unit >= 1024.0) unit *= 1024.0;
-  const double r = raw / unit;
-  double p = std::pow(10.0, std::floor(std::log10(r)));
+    for (double m : {1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 256.0, 512.0, 1024.0})
+      if (m * unit >= raw) return static_cast<std::uint64_t>(std::llround(m * unit));
+  }
+  double p = std::pow(10.0, std::floor(std::log10(raw)));
   for (;;) {
     for (double m : {1.0, 2.0, 5.0})
-      if (m * p >= r) return static_cast<std::uint64_t>(std::llround(m * p * unit));
+      if (m * p >= raw) return static_cast<std::uint64_t>(std::llround(m * p));
     p *= 10.0;
   }
 }

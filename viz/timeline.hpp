@@ -12,8 +12,9 @@
 
 namespace memplan::viz {
 
-// What a buffer holds, for its colour: the role of its first tensor, unless the op that made it was a
-// recomputation or a swap copy; an activation nobody reads is scratch (an op's workspace).
+// What a buffer holds, for its colour: by the op that made its first tensor when that op is a swap copy,
+// a recomputation, a backward op (gradient) or an optimizer op; else by the tensor's role; an
+// activation nobody reads is scratch (an op's workspace).
 enum class BufferKind : std::uint8_t { weight, activation, gradient, optimizer_state, recomputed, swapped, scratch };
 inline constexpr int kBufferKinds = 7;
 const char* buffer_kind_name(BufferKind k) noexcept;
@@ -45,6 +46,8 @@ struct TimelinePanel {
   std::uint64_t budget_bytes = 0;       // 0: no budget line
   std::uint64_t lower_bound_bytes = 0;  // 0: no lower bound line
   std::string note;                     // one more line under the title (e.g. persistent bytes)
+  std::string budget_label;             // text by the budget lines; empty: "budget <bytes>"
+  std::string lower_bound_label;        // text by the lower bound line; empty: "lower bound <bytes>"
 };
 
 struct TimelineOptions {

@@ -54,6 +54,9 @@ BufferKind classify_buffer(const Graph& g, const planner::Buffer& b, const std::
     const auto& op = g.ops[x.producer];
     if (is_swap_op(op)) return BufferKind::swapped;
     if (op.phase == Phase::recompute) return BufferKind::recomputed;
+    // The arena holds activations only; what backward ops make there are activation gradients.
+    if (op.phase == Phase::backward) return BufferKind::gradient;
+    if (op.phase == Phase::optimizer) return BufferKind::optimizer_state;
   }
   switch (x.role) {
     case TensorRole::weight: return BufferKind::weight;

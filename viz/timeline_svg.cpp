@@ -40,6 +40,10 @@ std::string buffer_tooltip(const Graph& g, const planner::Plan& plan, std::uint3
   return s;
 }
 
+std::string budget_text(const TimelinePanel& in) {
+  return in.budget_label.empty() ? "budget " + bytes_label(in.budget_bytes) : in.budget_label;
+}
+
 void hline(std::ostream& o, double x0, double x1, double y, const char* colour, const char* dash, const std::string& cls) {
   o << "<line class=\"" << cls << "\" x1=\"" << num(x0) << "\" x2=\"" << num(x1) << "\" y1=\"" << num(y) << "\" y2=\"" << num(y)
     << "\" stroke=\"" << colour << "\" stroke-width=\"1.5\"" << (*dash ? " stroke-dasharray=\"" : "") << dash << (*dash ? "\"" : "")
@@ -112,11 +116,11 @@ void arena_plot(std::ostream& o, const TimelinePanel& in, const PanelLayout& p) 
   o << "</g>\n";
   const double ya = p.arena_y(static_cast<double>(plan.arena_bytes));
   hline(o, p.left, p.left + p.width, ya, "#555", "2 3", "arena-line");
-  text(o, p.left + p.width - 4, ya - 4, "arena " + bytes_label(plan.arena_bytes), "text-anchor=\"end\" fill=\"#333\"");
+  text(o, p.left + p.width - 4, ya - 4, "arena " + bytes_label(plan.arena_bytes), "class=\"halo\" text-anchor=\"end\" fill=\"#333\"");
   if (in.budget_bytes) {
     const double yb = p.arena_y(static_cast<double>(in.budget_bytes));
     hline(o, p.left, p.left + p.width, yb, kBudgetColour, "6 4", "budget-line");
-    text(o, p.left + 4, yb - 4, "budget " + bytes_label(in.budget_bytes), std::string("fill=\"") + kBudgetColour + "\"");
+    text(o, p.left + 4, yb - 4, budget_text(in), std::string("class=\"halo\" fill=\"") + kBudgetColour + "\"");
   }
 }
 
@@ -161,27 +165,35 @@ void usage_plot(std::ostream& o, const TimelinePanel& in, const PanelLayout& p, 
   if (in.lower_bound_bytes) {
     const double y = p.usage_y(static_cast<double>(in.lower_bound_bytes));
     hline(o, p.left, p.left + p.width, y, kBoundColour, "2 3", "lower-bound-line");
-    text(o, p.left + p.width - 4, y + 13, "lower bound " + bytes_label(in.lower_bound_bytes),
-         std::string("text-anchor=\"end\" fill=\"") + kBoundColour + "\"");
+    const std::string label = in.lower_bound_label.empty() ? "lower bound " + bytes_label(in.lower_bound_bytes) : in.lower_bound_label;
+    text(o, p.left + p.width - 4, y + 13, label,
+         std::string("class=\"halo\" text-anchor=\"end\" fill=\"") + kBoundColour + "\"");
   }
   if (in.budget_bytes) {
     const double y = p.usage_y(static_cast<double>(in.budget_bytes));
     hline(o, p.left, p.left + p.width, y, kBudgetColour, "6 4", "budget-line");
-    text(o, p.left + 4, y - 4, "budget " + bytes_label(in.budget_bytes), std::string("fill=\"") + kBudgetColour + "\"");
+    text(o, p.left + 4, y - 4, budget_text(in), std::string("class=\"halo\" fill=\"") + kBudgetColour + "\"");
   }
   if (plan.schedule.empty()) return;
   const auto s = p.usage.peak_step;
   const auto op = plan.schedule[s];
   const double px = p.x(static_cast<double>(s) + 0.5), py = p.usage_y(static_cast<double>(p.usage.peak_bytes));
   o << "<circle class=\"peak\" cx=\"" << num(px) << "\" cy=\"" << num(py) << "\" r=\"4\" fill=\"" << kBudgetColour << "\"/>\n";
-  const bool right_half = px > p.left + p.width * 0.55;
+  // Two lines beside the marker, on the side with more room; long op names keep their tail, which is
+  // what tells exporter names apart.
+  const bool right_half = px > p.left + p.width * 0.5;
+  const double room = right_half ? px - p.left - 10 : p.left + p.width - px - 10;
+  const auto chars = static_cast<std::size_t>(std::max(12.0, room / 7.0));
   const std::string name = op < in.graph->ops.size() ? in.graph->ops[op].name : "";
-  const std::string label = "peak " + bytes_label(p.usage.peak_bytes) + " at step " + std::to_string(s) + ": " +
-                            shorten(op_label(*in.graph, op), static_cast<std::size_t>(std::max(20.0, p.width / 8)));
+  const std::string head = "peak " + bytes_label(p.usage.peak_bytes) + " at step " + std::to_string(s);
+  const std::string tail_text = op_label(*in.graph, op);
+  const std::string who = tail_text.size() <= chars ? tail_text : "\u2026" + tail_text.substr(tail_text.size() - (chars - 1));
+  const double tx = px + (right_half ? -8 : 8), ty = std::max(py - 20, p.usage_top + 14);
   o << "<text class=\"peak-label\" id=\"" << (index == 0 ? std::string("peak-label") : "peak-label-" + std::to_string(index + 1))
-    << "\" data-op=\"" << xml_escape(name) << "\" data-step=\"" << s << "\" data-bytes=\"" << p.usage.peak_bytes << "\" x=\""
-    << num(px + (right_half ? -8 : 8)) << "\" y=\"" << num(std::max(py - 6, p.usage_top + 28)) << "\" text-anchor=\""
-    << (right_half ? "end" : "start") << "\" font-weight=\"bold\" fill=\"#222\">" << xml_escape(label) << "</text>\n";
+    << "\" data-op=\"" << xml_escape(name) << "\" data-step=\"" << s << "\" data-bytes=\"" << p.usage.peak_bytes << "\" x=\"" << num(tx)
+    << "\" y=\"" << num(ty) << "\" text-anchor=\"" << (right_half ? "end" : "start")
+    << "\" style=\"paint-order:stroke;stroke:#fff;stroke-width:3px\" fill=\"#222\"><tspan font-weight=\"bold\">" << xml_escape(head)
+    << "</tspan><tspan x=\"" << num(tx) << "\" dy=\"1.25em\">" << xml_escape(who) << "</tspan></text>\n";
 }
 
 void legend(std::ostream& o, const std::vector<PanelLayout>& layouts, bool budget, bool bound) {
@@ -215,7 +227,8 @@ std::string render_timeline_svg(const std::vector<TimelinePanel>& panels, const 
   o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(opts.width)
     << "\" height=\"" << num(opts.height) << "\" viewBox=\"0 0 " << num(opts.width) << " " << num(opts.height)
     << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\"12\" data-panels=\"" << panels.size() << "\">\n";
-  o << "<style>.buf{stroke:#fff;stroke-width:0.6}.buf.thin{stroke:none}.buf:hover{stroke:#000;stroke-width:1.2}</style>\n";
+  o << "<style>.buf{stroke:#fff;stroke-width:0.6}.buf.thin{stroke:none}.buf:hover{stroke:#000;stroke-width:1.2}"
+       ".halo{paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}</style>\n";
   o << "<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n";
   bool budget = false, bound = false;
   for (const auto& p : panels) budget |= p.budget_bytes > 0, bound |= p.lower_bound_bytes > 0;

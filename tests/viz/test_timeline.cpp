@@ -98,13 +98,16 @@ TEST_CASE("buffer kinds follow the op that made the tensor, then its role") {
   op("si", "SwapIn", Phase::swap, g.at("t0"), swp);
   op("ws", "Conv", Phase::forward, g.at("t3"), dead);
   g.tensors[grad].consumers.push_back(0);  // read by someone: not scratch
-  const auto step = steps_of_ops(g, topological_order(g));
+  auto step = steps_of_ops(g, topological_order(g));
   auto kind = [&](TensorId t) { return classify_buffer(g, planner::Buffer{0, 256, {}, {t}}, step); };
   CHECK(kind(grad) == BufferKind::gradient);
   CHECK(kind(rec) == BufferKind::recomputed);
   CHECK(kind(swp) == BufferKind::swapped);
   CHECK(kind(dead) == BufferKind::scratch);
   CHECK(kind(g.at("t2")) == BufferKind::activation);
+  const TensorId dact = add_f32(g, "dt4", 10);  // an activation gradient: role activation, made by a backward op
+  op("bw2", "ReluGrad", Phase::backward, grad, dact);
+  CHECK(kind(dact) == BufferKind::gradient);
   // A buffer shared by a view and its source takes the kind of the tensor made first.
   CHECK(classify_buffer(g, planner::Buffer{0, 256, {}, {g.at("t2"), rec}}, step) == BufferKind::activation);
 }
@@ -134,7 +137,25 @@ TEST_CASE("axis helpers: round byte ticks, compact numbers, XML escaping") {
   CHECK(t.front() == 0);
   for (std::size_t i = 1; i < t.size(); ++i) CHECK(t[i] - t[i - 1] == t[1]);
   CHECK(t.back() <= (3ull << 30));
-  CHECK(bytes_label(t[1]).find('.') == std::string::npos);  // 500 MiB, 1 GiB: no decimals
+  // Every tick reads as a round number in its own unit: 512 MiB, 1 GiB, 1.5 GiB, never 1.46 GiB.
+  auto exact = [](std::uint64_t v) {  // the label, read back, is the value itself
+    const std::string l = bytes_label(v);
+    const std::string units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    const std::string unit = l.substr(l.find(' ') + 1);
+    double scale = 1;
+    for (const auto& u : units) {
+      if (u == unit) break;
+      scale *= 1024;
+    }
+    return std::stod(l) * scale == static_cast<double>(v);
+  };
+  for (std::uint64_t max : {2755477248ull, 3ull << 30, 700ull << 20, 123456789ull, 5000ull, 80ull << 30})
+    for (int target : {3, 5, 8})
+      for (auto v : byte_ticks(max, target)) {
+        CAPTURE(max);
+        CAPTURE(v);
+        CHECK(exact(v));
+      }
   CHECK(bytes_label(1536) == "1.5 KiB");
   CHECK(bytes_label(2ull << 30) == "2 GiB");
   CHECK(num(12.0) == "12");
