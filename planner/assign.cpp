@@ -67,7 +67,8 @@ class AliasBuilder {
     d.tensors.push_back(t);
     d.interval.last = std::max(d.interval.last, l_.interval[t].last);
     d.size = std::max(d.size, align_up(g_.tensors[t].bytes(), o_.alignment));
-    d.holds_graph_output = d.holds_graph_output || g_.tensors[t].is_graph_output;
+    // Graph outputs and gradients are results of the step: never overwritten in place.
+    d.holds_graph_output = d.holds_graph_output || g_.tensors[t].is_graph_output || g_.tensors[t].role == analysis::TensorRole::gradient;
   }
 
   bool try_view(const Op& op, OpId id, TensorId out) {
