@@ -73,15 +73,13 @@ std::byte* PoolAllocator::allocate_small(std::size_t cls) {
     b.small_class = static_cast<int>(cls);
     b.live.assign((slots + 63) / 64, 0);
     list.reserve(list.size() + slots);
-    for (std::uint64_t s = slots; s-- > 0;) list.push_back(reinterpret_cast<std::byte*>(slab + s * slot));
+    for (std::uint64_t s = slots; s-- > 0;) list.push_back({reinterpret_cast<std::byte*>(slab + s * slot), &b, static_cast<std::uint32_t>(s)});
   }
-  std::byte* p = list.back();
+  const FreeSlot f = list.back();
   list.pop_back();
-  auto it = find_owner(blocks_, reinterpret_cast<std::uintptr_t>(p));
-  const std::uint64_t s = (reinterpret_cast<std::uintptr_t>(p) - it->first) / ((cls + 1) * kSmallStep);
-  it->second.live[s / 64] |= std::uint64_t{1} << (s % 64);
-  ++it->second.live_slots;
-  return p;
+  f.slab->live[f.index / 64] |= std::uint64_t{1} << (f.index % 64);
+  ++f.slab->live_slots;
+  return f.p;
 }
 
 std::uintptr_t PoolAllocator::allocate_large(std::uint64_t bytes, std::uint64_t alignment) {
@@ -92,20 +90,26 @@ std::uintptr_t PoolAllocator::allocate_large(std::uint64_t bytes, std::uint64_t 
     fit = free_by_size_.lower_bound({need, 0});
   }
   const auto [total, addr] = *fit;
+  free_by_size_.erase(fit);
+  stats_.free_bytes -= total;
   auto it = blocks_.find(addr);
   const std::uint32_t chunk = it->second.chunk;
-  free_by_size_.erase(fit);
-  blocks_.erase(it);
-  stats_.free_bytes -= total;
   const std::uintptr_t start = align_up(addr, alignment);
-  if (start > addr) insert_free(addr, start - addr, chunk);
+  if (start == addr) {  // the common case: the free block's own map node becomes the used block
+    it->second.free = false;
+    it->second.size = bytes;
+  } else {
+    it->second.size = start - addr;  // the front padding stays free
+    free_by_size_.insert({it->second.size, addr});
+    stats_.free_bytes += it->second.size;
+    Block used;
+    used.size = bytes;
+    used.chunk = chunk;
+    used.free = false;
+    it = blocks_.emplace_hint(std::next(it), start, std::move(used));
+  }
   const std::uint64_t tail = addr + total - (start + bytes);
-  if (tail > 0) insert_free(start + bytes, tail, chunk);
-  Block used;
-  used.size = bytes;
-  used.chunk = chunk;
-  used.free = false;
-  blocks_.emplace(start, std::move(used));
+  if (tail > 0) insert_free(start + bytes, tail, chunk, std::next(it));
   stats_.largest_free_bytes = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
   return start;
 }
@@ -121,15 +125,15 @@ bool PoolAllocator::reserve_chunk(std::uint64_t at_least) {
   std::byte* base = backend_.allocate(size, kChunkAlignment);
   chunks_.emplace_back(base, size);
   stats_.reserved_bytes += size;
-  insert_free(reinterpret_cast<std::uintptr_t>(base), size, static_cast<std::uint32_t>(chunks_.size() - 1));
+  insert_free(reinterpret_cast<std::uintptr_t>(base), size, static_cast<std::uint32_t>(chunks_.size() - 1), blocks_.end());
   return true;
 }
 
-void PoolAllocator::insert_free(std::uintptr_t addr, std::uint64_t size, std::uint32_t chunk) {
+void PoolAllocator::insert_free(std::uintptr_t addr, std::uint64_t size, std::uint32_t chunk, BlockMap::iterator hint) {
   Block b;
   b.size = size;
   b.chunk = chunk;
-  blocks_.emplace(addr, std::move(b));
+  blocks_.emplace_hint(hint, addr, std::move(b));
   free_by_size_.insert({size, addr});
   stats_.free_bytes += size;
   stats_.largest_free_bytes = std::max(stats_.largest_free_bytes, size);
@@ -141,26 +145,27 @@ void PoolAllocator::take_free(BlockMap::iterator it) {
 }
 
 void PoolAllocator::free_large(BlockMap::iterator it) {
-  std::uintptr_t addr = it->first;
-  std::uint64_t size = it->second.size;
   const std::uint32_t chunk = it->second.chunk;
   auto next = std::next(it);
-  if (next != blocks_.end() && next->second.free && next->second.chunk == chunk && next->first == addr + size) {
+  if (next != blocks_.end() && next->second.free && next->second.chunk == chunk && next->first == it->first + it->second.size) {
     take_free(next);
-    size += next->second.size;
+    it->second.size += next->second.size;
     blocks_.erase(next);
   }
   if (it != blocks_.begin()) {
     auto prev = std::prev(it);
-    if (prev->second.free && prev->second.chunk == chunk && prev->first + prev->second.size == addr) {
+    if (prev->second.free && prev->second.chunk == chunk && prev->first + prev->second.size == it->first) {
       take_free(prev);
-      addr = prev->first;
-      size += prev->second.size;
-      blocks_.erase(prev);
+      prev->second.size += it->second.size;
+      blocks_.erase(it);
+      it = prev;
     }
   }
-  blocks_.erase(it);
-  insert_free(addr, size, chunk);
+  // The freed block's map node (or its free predecessor's) is reused: no node is allocated here.
+  it->second.free = true;
+  it->second.small_class = -1;
+  free_by_size_.insert({it->second.size, it->first});
+  stats_.free_bytes += it->second.size;
   stats_.largest_free_bytes = free_by_size_.rbegin()->first;
 }
 
@@ -178,7 +183,7 @@ void PoolAllocator::deallocate(std::byte* p) {
     if (!(b.live[s / 64] & bit)) fail(ErrorKind::runtime, "pool: double free of " + hex(addr));
     b.live[s / 64] &= ~bit;
     --b.live_slots;
-    small_free_[static_cast<std::size_t>(b.small_class)].push_back(p);
+    small_free_[static_cast<std::size_t>(b.small_class)].push_back({p, &b, static_cast<std::uint32_t>(s)});
     stats_.in_use_bytes -= slot;
     --stats_.live_allocations;
     return;

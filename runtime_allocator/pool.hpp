@@ -69,7 +69,7 @@ class PoolAllocator {
   std::byte* allocate_small(std::size_t cls);
   std::uintptr_t allocate_large(std::uint64_t bytes, std::uint64_t alignment);
   bool reserve_chunk(std::uint64_t at_least);
-  void insert_free(std::uintptr_t addr, std::uint64_t size, std::uint32_t chunk);
+  void insert_free(std::uintptr_t addr, std::uint64_t size, std::uint32_t chunk, BlockMap::iterator hint);
   void take_free(BlockMap::iterator it);
   void free_large(BlockMap::iterator it);
   BlockMap::const_iterator owner(std::uintptr_t addr) const;
@@ -80,7 +80,12 @@ class PoolAllocator {
   std::vector<std::pair<std::byte*, std::uint64_t>> chunks_;
   BlockMap blocks_;                                       // every large block and slab, by address
   std::set<std::pair<std::uint64_t, std::uintptr_t>> free_by_size_;
-  std::array<std::vector<std::byte*>, kSmallClasses> small_free_{};
+  struct FreeSlot {
+    std::byte* p;
+    Block* slab;  // map nodes are stable and slabs are never released
+    std::uint32_t index;
+  };
+  std::array<std::vector<FreeSlot>, kSmallClasses> small_free_{};
   PoolStats stats_;
 };
 
