@@ -6,7 +6,7 @@
 namespace memplan::analysis {
 
 bool occupies_arena(const Tensor& t) noexcept {
-  return t.role == TensorRole::activation && t.producer != kNoOp && !t.on_host;
+  return (t.role == TensorRole::activation || t.role == TensorRole::gradient) && t.producer != kNoOp && !t.on_host;
 }
 
 Liveness analyze_liveness(const Graph& g, const std::vector<OpId>& schedule, std::uint64_t alignment) {
@@ -34,7 +34,7 @@ Liveness analyze_liveness(const Graph& g, const std::vector<OpId>& schedule, std
     iv.first = l.step_of_op[x.producer];
     iv.last = iv.first;
     for (OpId c : x.consumers) iv.last = std::max(iv.last, l.step_of_op[c]);
-    if (x.is_graph_output) iv.last = nsteps - 1;
+    if (x.is_graph_output || x.role == TensorRole::gradient) iv.last = nsteps - 1;  // step results
     l.in_arena[t] = true;
     l.interval[t] = iv;
     l.bytes[t] = b;

@@ -15,8 +15,10 @@ struct Interval {
   bool overlaps(const Interval& o) const noexcept { return first <= o.last && o.first <= last; }
 };
 
-// A tensor lives in the activation arena when an op in the schedule produces it and its role is
-// activation and it is not a host copy: graph inputs, weights, constants, weight gradients and optimizer state live elsewhere.
+// A tensor lives in the arena when an op in the schedule produces it, its role is activation or
+// gradient, and it is not a host copy. Weight gradients enter the arena when the backward produces
+// them and stay to the end of the step (they are its result), so they share bytes with activations
+// that died before them. Graph inputs, weights, constants and optimizer state live elsewhere.
 bool occupies_arena(const Tensor& t) noexcept;
 
 struct Liveness {
@@ -32,7 +34,7 @@ struct Liveness {
 };
 
 // A produced tensor lives from its producer's step to its last consumer's step; one nobody reads
-// lives at its producer's step only; a graph output lives to the last step. The schedule must be
+// lives at its producer's step only; a graph output or a weight gradient lives to the last step. The schedule must be
 // a topological order of all ops (ErrorKind::invalid_graph otherwise).
 Liveness analyze_liveness(const Graph& g, const std::vector<OpId>& schedule, std::uint64_t alignment = 256);
 

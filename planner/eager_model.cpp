@@ -19,6 +19,8 @@ EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan) {
   for (const auto& t : g.tensors) {
     if (!t.shape_known() || t.on_host) continue;
     if (t.role == TensorRole::gradient && t.producer != analysis::kNoOp) {
+      if (plan.tensor_offset.size() > 0 && plan.tensor_offset[static_cast<std::size_t>(&t - g.tensors.data())] != kNotInArena)
+        continue;  // planned in the arena: already counted with the buffers
       const auto s = step_of[t.producer];
       add[s] = checked_add(add[s], align_up(t.bytes(), plan.alignment), "eager peak");  // held to the end
     } else if (t.role == TensorRole::weight || t.role == TensorRole::input ||

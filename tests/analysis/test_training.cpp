@@ -80,7 +80,7 @@ TEST_CASE("an MLP gets Gemm and ReluGrad backward ops that read exactly what PyT
   CHECK(g.outputs.front() == tg.loss);
 }
 
-TEST_CASE("every trainable weight has one gradient of its shape, role gradient, outside the arena") {
+TEST_CASE("every trainable weight has one gradient of its shape, role gradient, in the arena to the step's end") {
   auto b = mlp();
   TrainingGraph tg = build_training_graph(b.g, {});
   const Graph& g = tg.graph;
@@ -91,7 +91,10 @@ TEST_CASE("every trainable weight has one gradient of its shape, role gradient, 
     CHECK(g.tensors[gw].role == TensorRole::gradient);
     CHECK(g.tensors[gw].shape() == g.tensors[w].shape());
     CHECK(g.tensors[gw].name == "grad/" + g.tensors[w].name);
-    CHECK_FALSE(occupies_arena(g.tensors[gw]));
+    CHECK(occupies_arena(g.tensors[gw]));
+    const auto l = analyze_liveness(g, training_schedule(tg));
+    CHECK(l.interval[gw].last + 1 == l.schedule.size());  // the step's result: held to the end
+    CHECK(l.interval[gw].first == l.step_of_op[g.tensors[gw].producer]);
   }
   CHECK(names == std::set<std::string>{"w1", "b1", "w2", "b2"});
   // Activation gradients live in the arena and have their forward tensor's shape.
