@@ -1,0 +1,139 @@
+// `memplan plan MODEL --train`: a training step under a memory budget (recompute, swap), verified.
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+#include "analysis/training.hpp"
+#include "cli/common.hpp"
+#include "cli/registry.hpp"
+#include "cli/cmd_plan.hpp"
+#include "planner/eager_model.hpp"
+#include "planner/plan_json.hpp"
+#include "planner/training_plan.hpp"
+
+namespace memplan::cli {
+
+void add_training_args(CLI::App* cmd, TrainingArgs& args) {
+  add_model_args(cmd, args.model);
+  cmd->add_flag("--train", args.train, "plan a training step (forward, loss, backward, optimizer)");
+  cmd->add_option("--optimizer", args.optimizer, "none | sgd | momentum | adam");
+  cmd->add_option("--budget", args.budget, "device memory budget, e.g. 16GiB, 512MB, 1e9");
+  cmd->add_option("--strategy", args.strategy, "none | sqrt | budget | optimal | swap | auto");
+  cmd->add_option("--alignment", args.alignment, "buffer alignment in bytes")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--packer", args.packer, "greedy_by_size | best_fit | greedy_by_breadth | best");
+}
+
+TrainingSetup training_setup(const analysis::Graph& shaped_forward, const TrainingArgs& args) {
+  if (!args.train) fail(ErrorKind::usage, "plan and fit need --train (use `memplan analyze` for inference)");
+  TrainingSetup s;
+  analysis::TrainingOptions to;
+  const auto opt = analysis::optimizer_from_name(args.optimizer);
+  if (!opt) fail(ErrorKind::usage, "--optimizer '" + args.optimizer + "' is not one of none, sgd, momentum, adam");
+  to.optimizer = *opt;
+  s.training = analysis::build_training_graph(shaped_forward, to);
+  s.options.strategy = args.strategy;
+  const auto& names = planner::training_strategies();
+  if (std::find(names.begin(), names.end(), args.strategy) == names.end())
+    fail(ErrorKind::usage, "--strategy '" + args.strategy + "' is not one of none, sqrt, budget, optimal, swap, auto");
+  if (!args.budget.empty()) s.options.budget_bytes = planner::parse_size(args.budget);
+  s.options.assign.alignment = args.alignment;
+  s.options.assign.packer = args.packer;
+  return s;
+}
+
+TrainingSetup load_training(const TrainingArgs& args) {
+  if (!args.train) fail(ErrorKind::usage, "plan and fit need --train (use `memplan analyze` for inference)");
+  return training_setup(load_shaped_model(args.model), args);
+}
+
+namespace {
+
+struct PlanArgs {
+  TrainingArgs train;
+  bool json = false;
+  std::string plan_file;
+};
+
+int run_plan(const PlanArgs& a) {
+  const TrainingSetup s = load_training(a.train);
+  const planner::TrainingPlanResult r = planner::plan_training(s.training, s.options);
+  const analysis::Graph& g = r.graph;
+  std::uint64_t weights = 0, naive = 0;
+  std::size_t unresolved = 0;
+  for (const auto& t : g.tensors) {
+    if (!t.shape_known()) {
+      ++unresolved;
+      continue;
+    }
+    if (t.role == analysis::TensorRole::weight) weights = checked_add(weights, t.bytes(), "weights");
+    if (analysis::occupies_arena(t)) naive = checked_add(naive, align_up(t.bytes(), r.plan.alignment), "naive bytes");
+  }
+  if (!a.plan_file.empty()) {
+    nlohmann::json pj = planner::plan_to_json(g, r.plan, true);
+    pj["training"] = {{"strategy", r.strategy}, {"budget_bytes", s.options.budget_bytes ? nlohmann::json(*s.options.budget_bytes) : nlohmann::json()},
+                      {"peak_bytes", r.peak_bytes}, {"persistent_bytes", r.persistent_bytes}, {"input_bytes", r.input_bytes}};
+    write_text_file(a.plan_file, pj.dump(1) + "\n");
+  }
+  if (a.json) {
+    nlohmann::json j;
+    j["model"] = a.train.model.model;
+    j["ops"] = g.ops.size();
+    j["tensors"] = g.tensors.size();
+    j["unresolved_tensors"] = unresolved;
+    j["weights_bytes"] = weights;
+    j["lower_bound_bytes"] = r.lower_bound_bytes;
+    j["arena_bytes"] = r.plan.arena_bytes;
+    j["naive_bytes"] = naive;
+    j["plan_valid"] = r.report.valid;
+    j["plan_seconds"] = r.plan_seconds;
+    j["strategy"] = r.strategy;
+    j["budget_bytes"] = s.options.budget_bytes ? nlohmann::json(*s.options.budget_bytes) : nlohmann::json();
+    j["peak_bytes"] = r.peak_bytes;
+    j["persistent_bytes"] = r.persistent_bytes;
+    j["eager_peak_bytes"] = planner::eager_peak(r.graph, r.plan).peak_bytes;  // PyTorch's peak on this schedule
+    j["input_bytes"] = r.input_bytes;
+    j["activation_arena_bytes"] = r.activation_arena_bytes;
+    j["training_flops"] = r.training_flops;
+    j["forward_flops"] = r.forward_flops;
+    j["recompute_flops"] = r.recompute_flops;
+    j["recompute_overhead"] = r.recompute_overhead;
+    j["recomputed_tensors"] = r.recomputed_tensors;
+    j["recompute_ops"] = r.recompute_ops;
+    j["swapped_tensors"] = r.swapped_tensors;
+    j["swap_bytes"] = r.swap_bytes;
+    j["estimated_step_seconds"] = r.estimated_step_seconds;
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("model                %s (training step: %zu ops, %zu tensors)\n", a.train.model.model.c_str(), g.ops.size(), g.tensors.size());
+  std::printf("strategy             %s%s\n", r.strategy.c_str(),
+              s.options.budget_bytes ? (", budget " + human_bytes(*s.options.budget_bytes)).c_str() : " (no budget: least memory)");
+  std::printf("peak                 %s = persistent %s + inputs %s + activation arena %s\n", human_bytes(r.peak_bytes).c_str(),
+              human_bytes(r.persistent_bytes).c_str(), human_bytes(r.input_bytes).c_str(), human_bytes(r.activation_arena_bytes).c_str());
+  std::printf("activation bound     %s (most live bytes at one step); naive %s\n", human_bytes(r.lower_bound_bytes).c_str(),
+              human_bytes(naive).c_str());
+  std::printf("recompute            %zu tensors, %zu ops, %s FLOPs = %.1f%% of the step (%.1f%% of a forward)\n",
+              r.recomputed_tensors, r.recompute_ops, human_count(r.recompute_flops).c_str(), 100.0 * r.recompute_overhead,
+              r.forward_flops > 0 ? 100.0 * r.recompute_flops / r.forward_flops : 0.0);
+  std::printf("swap                 %zu tensors, %s to host and back (hidden under compute)\n", r.swapped_tensors,
+              human_bytes(r.swap_bytes).c_str());
+  std::printf("step estimate        %.3f ms (%s FLOPs without recompute)\n", 1e3 * r.estimated_step_seconds,
+              human_count(r.training_flops).c_str());
+  std::printf("plan                 %s, planned in %.3f s\n", r.report.valid ? "valid (verified)" : "INVALID", r.plan_seconds);
+  if (!a.plan_file.empty()) std::printf("plan written to      %s\n", a.plan_file.c_str());
+  return 0;
+}
+
+void add_plan(CLI::App& app, std::function<int()>& action) {
+  auto args = std::make_shared<PlanArgs>();
+  CLI::App* cmd = app.add_subcommand("plan", "training step under a memory budget: recompute and swap, verified plan");
+  add_training_args(cmd, args->train);
+  cmd->add_flag("--json", args->json, "print one JSON object");
+  cmd->add_option("--plan", args->plan_file, "write the plan (JSON, graph embedded) to this file");
+  cmd->callback([args, &action] { action = [args] { return run_plan(*args); }; });
+}
+
+[[maybe_unused]] const int registered = register_command(20, &add_plan);
+
+}  // namespace
+}  // namespace memplan::cli

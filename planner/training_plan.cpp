@@ -1,0 +1,257 @@
+// Planning a training step under a budget: each strategy's choice, calibrated on the real transformed graph.
+#include "planner/training_plan.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+
+#include "analysis/liveness.hpp"
+#include "planner/remat_segments.hpp"
+#include "planner/swap.hpp"
+
+namespace memplan::planner {
+
+using analysis::Phase;
+using analysis::TensorRole;
+
+const std::vector<std::string>& training_strategies() {
+  static const std::vector<std::string> s{"none", "sqrt", "budget", "optimal", "swap", "auto"};
+  return s;
+}
+
+namespace {
+
+constexpr std::size_t kMaxModelStages = 256;
+
+std::string gib(std::uint64_t b) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.3f GiB", static_cast<double>(b) / 1073741824.0);
+  return buf;
+}
+
+struct Context {
+  const Graph& g;
+  std::vector<OpId> schedule;
+  std::vector<double> flops, seconds;  // per op
+  const TrainingPlanOptions& opts;
+  ForwardStages stages, coarse;
+  SwapLinks links;
+  std::uint64_t none_arena = 0;
+};
+
+struct Evaluated {
+  RematChoice choice;
+  RematTransform tr;
+  analysis::Liveness live;
+  Plan plan;  // the packed arena of the transformed graph
+  double recompute = 0.0, seconds = 0.0;
+  std::uint64_t lb() const { return live.lower_bound_bytes; }
+  std::uint64_t arena() const { return plan.arena_bytes; }
+};
+using Maybe = std::optional<Evaluated>;
+
+Evaluated evaluate(const Context& c, RematChoice choice) {
+  Evaluated e;
+  e.tr = apply_remat(c.g, c.schedule, choice);
+  e.live = analysis::analyze_liveness(e.tr.graph, e.tr.schedule, c.opts.assign.alignment);
+  e.plan = assign(e.tr.graph, e.live, c.opts.assign);
+  e.recompute = recompute_flops(e.tr, c.flops);
+  // Swap transfers were placed only where they hide under compute: they add no time.
+  for (OpId o = 0; o < e.tr.graph.ops.size(); ++o)
+    if (e.tr.graph.ops[o].phase != Phase::swap) e.seconds += c.seconds[e.tr.origin[o]];
+  e.choice = std::move(choice);
+  return e;
+}
+
+// The segment model counts saved bytes only; its budget starts below the real one by the gap the model
+// leaves with everything kept and shrinks by each overshoot until the real lower bound fits.
+Maybe fit_segments(const Context& c, std::uint64_t target, const std::function<SegmentPlan(std::uint64_t)>& choose) {
+  if (c.coarse.size() == 0) return evaluate(c, RematChoice::keep_all(c.g));
+  const auto model_none =
+      evaluate_segments(c.coarse, {{0, static_cast<std::uint32_t>(c.coarse.size() - 1), false}}).peak_bytes;
+  const std::uint64_t gap = c.none_arena > model_none ? c.none_arena - model_none : 0;
+  std::uint64_t mb = target > gap ? target - gap : 0;
+  for (int iter = 0; iter < 24; ++iter) {
+    SegmentPlan plan = choose(mb);
+    if (plan.empty()) return std::nullopt;
+    Evaluated e = evaluate(c, choice_from_segments(c.g, c.coarse, plan));
+    if (e.arena() <= target) return e;
+    const std::uint64_t step = std::max(e.arena() - target, mb / 64 + 1);
+    if (mb == 0) return std::nullopt;
+    mb = mb > step ? mb - step : 0;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::uint64_t> greedy_thresholds(const ForwardStages& s) {
+  std::uint64_t lo = 1, total = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    lo = std::max(lo, s.saved_bytes[i] + s.boundary_bytes[i]);
+    total += s.saved_bytes[i] + s.boundary_bytes[i];
+  }
+  std::vector<std::uint64_t> out;
+  for (int k = 0; k <= 40; ++k)
+    out.push_back(static_cast<std::uint64_t>(static_cast<double>(lo) * std::pow(static_cast<double>(total + 1) / static_cast<double>(lo), k / 40.0)));
+  return out;
+}
+
+// Chen's greedy at the threshold whose model peak fits `mb` with the least model recompute.
+SegmentPlan best_greedy(const Context& c, std::uint64_t mb) {
+  SegmentPlan best;
+  double best_flops = 0.0;
+  for (std::uint64_t th : greedy_thresholds(c.coarse)) {
+    SegmentPlan p = greedy_segments(c.coarse, th);
+    const SegmentCost sc = evaluate_segments(c.coarse, p);
+    if (sc.peak_bytes <= mb && (best.empty() || sc.recompute_flops < best_flops)) {
+      best = std::move(p);
+      best_flops = sc.recompute_flops;
+    }
+  }
+  return best;
+}
+
+Maybe strategy_optimal(const Context& c, std::uint64_t target) {
+  return fit_segments(c, target, [&](std::uint64_t mb) { return optimal_segments(c.coarse, mb); });
+}
+
+Maybe strategy_swap(const Context& c, const RematChoice& start, std::uint64_t target) {
+  Evaluated e = evaluate(c, swap_to_budget(c.g, c.schedule, start, c.seconds, c.links, target, c.opts.assign.alignment));
+  if (e.arena() <= target) return e;
+  return std::nullopt;
+}
+
+// Keep, recompute or swap per tensor: recompute-optimal plans for looser budgets finished by swaps,
+// against each pure strategy; the fastest estimated step wins.
+Maybe strategy_auto(const Context& c, std::uint64_t target) {
+  Maybe best;
+  auto consider = [&](Maybe e) {
+    if (e && (!best || e->seconds < best->seconds)) best = std::move(e);
+  };
+  consider(strategy_optimal(c, target));
+  consider(strategy_swap(c, RematChoice::keep_all(c.g), target));
+  if (c.none_arena > target)
+    for (double r : {0.25, 0.5, 0.75}) {
+      const auto relaxed = target + static_cast<std::uint64_t>(r * static_cast<double>(c.none_arena - target));
+      if (Maybe e = strategy_optimal(c, relaxed)) consider(strategy_swap(c, e->choice, target));
+    }
+  return best;
+}
+
+// The strategy's plan whose activation lower bound is at most `target`; none for no such plan.
+Maybe run_strategy(const Context& c, const std::string& s, std::uint64_t target) {
+  if (s == "none") return evaluate(c, RematChoice::keep_all(c.g));
+  if (s == "sqrt") return evaluate(c, choice_from_segments(c.g, c.stages, sqrt_segments(c.stages)));
+  if (s == "budget") return fit_segments(c, target, [&](std::uint64_t mb) { return best_greedy(c, mb); });
+  if (s == "optimal") return strategy_optimal(c, target);
+  if (s == "swap") return strategy_swap(c, RematChoice::keep_all(c.g), target);
+  if (s == "auto") return strategy_auto(c, target);
+  fail(ErrorKind::usage, "unknown strategy '" + s + "' (none, sqrt, budget, optimal, swap, auto)");
+}
+
+// The least activation lower bound a strategy reaches (for infeasible budgets and unbudgeted plans).
+Evaluated least_memory(const Context& c, const std::string& s) {
+  if (s == "none" || s == "sqrt") return *run_strategy(c, s, 0);
+  if (s == "budget") {
+    Maybe best;
+    for (std::uint64_t th : greedy_thresholds(c.coarse)) {
+      Evaluated e = evaluate(c, choice_from_segments(c.g, c.coarse, greedy_segments(c.coarse, th)));
+      if (!best || e.arena() < best->arena()) best = std::move(e);
+    }
+    return std::move(*best);
+  }
+  Evaluated opt = evaluate(c, choice_from_segments(c.g, c.coarse, optimal_segments(c.coarse, min_segment_peak(c.coarse))));
+  if (s == "optimal") return opt;
+  Evaluated sw = evaluate(c, swap_to_budget(c.g, c.schedule, RematChoice::keep_all(c.g), c.seconds, c.links, 0, c.opts.assign.alignment));
+  if (s == "swap") return sw;
+  Evaluated both = evaluate(c, swap_to_budget(c.g, c.schedule, opt.choice, c.seconds, c.links, 0, c.opts.assign.alignment));
+  for (Evaluated* e : {&opt, &sw})
+    if (e->arena() < both.arena()) both = std::move(*e);
+  return both;
+}
+
+}  // namespace
+
+TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const TrainingPlanOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto& names = training_strategies();
+  if (std::find(names.begin(), names.end(), options.strategy) == names.end())
+    fail(ErrorKind::usage, "unknown strategy '" + options.strategy + "' (none, sqrt, budget, optimal, swap, auto)");
+  const Graph& g = tg.graph;
+  Context c{g, analysis::training_schedule(tg), {}, {}, options, {}, {}, {}, 0};
+  TrainingPlanResult r;
+  r.strategy = options.strategy;
+  c.flops.resize(g.ops.size());
+  c.seconds.resize(g.ops.size());
+  for (OpId o = 0; o < g.ops.size(); ++o) {
+    const analysis::OpCost oc = analysis::op_cost(g, o);
+    c.flops[o] = oc.flops;
+    c.seconds[o] = analysis::op_seconds(oc, options.profile);
+    r.training_flops += oc.flops;
+    if (g.ops[o].phase == Phase::forward) r.forward_flops += oc.flops;
+  }
+  for (const auto& t : g.tensors) {
+    if (t.role == TensorRole::input) r.input_bytes = checked_add(r.input_bytes, t.bytes(), "input bytes");
+    else if (t.role != TensorRole::activation && !(t.role == TensorRole::gradient && t.producer != analysis::kNoOp))
+      r.persistent_bytes = checked_add(r.persistent_bytes, t.bytes(), "persistent bytes");
+  }
+  const std::uint64_t fixed = checked_add(r.persistent_bytes, r.input_bytes, "persistent bytes");
+  c.links = {options.profile.host_to_device_bytes_per_s, options.profile.device_to_host_bytes_per_s};
+  c.stages = find_forward_stages(g, c.schedule, c.flops, options.assign.alignment);
+  c.coarse = coarsen_stages(c.stages, kMaxModelStages);
+  c.none_arena = evaluate(c, RematChoice::keep_all(g)).arena();
+
+  auto infeasible = [&](const std::string& why) {
+    std::string msg = why + ": weights and optimizer state take " + gib(r.persistent_bytes) +
+                      " and graph inputs " + gib(r.input_bytes) + "; the least peak each strategy reaches:";
+    for (const auto& s : names) msg += " " + s + " " + gib(fixed + least_memory(c, s).arena()) + ",";
+    msg.back() = ' ';
+    fail(ErrorKind::infeasible, msg + "(planned arenas)");
+  };
+
+  Maybe chosen;
+  std::uint64_t arena_budget = 0;
+  if (!options.budget_bytes) {
+    chosen = least_memory(c, options.strategy);
+  } else {
+    if (*options.budget_bytes < fixed) infeasible("budget " + gib(*options.budget_bytes) + " is below the persistent memory");
+    arena_budget = *options.budget_bytes - fixed;
+  }
+  // swap_to_budget bounds the lower bound, not the packed arena: tighten its target by any overshoot.
+  std::uint64_t target = arena_budget;
+  for (int attempt = 0; options.budget_bytes; ++attempt) {
+    chosen = run_strategy(c, options.strategy, target);
+    if (chosen && chosen->arena() <= arena_budget) break;
+    if (!chosen || attempt == 5 || chosen->arena() - arena_budget >= target) {
+      // The searches steer by models and lower bounds; the strategy's least-memory plan may still fit.
+      chosen = least_memory(c, options.strategy);
+      if (chosen->arena() <= arena_budget) break;
+      infeasible("budget " + gib(*options.budget_bytes) + " cannot be met by strategy " + options.strategy);
+    }
+    target -= chosen->arena() - arena_budget;
+  }
+  Plan& plan = chosen->plan;
+  r.report = verify_plan(chosen->tr.graph, plan);
+  if (!r.report.valid) fail(ErrorKind::verification, "the training plan (" + options.strategy + ") failed the verifier");
+  r.activation_arena_bytes = plan.arena_bytes;
+  r.peak_bytes = checked_add(fixed, plan.arena_bytes, "peak bytes");
+  if (options.budget_bytes && r.peak_bytes > *options.budget_bytes)
+    fail(ErrorKind::verification, "peak " + gib(r.peak_bytes) + " exceeds the budget " + gib(*options.budget_bytes));
+  r.lower_bound_bytes = chosen->lb();
+  r.swap_bytes = chosen->tr.swap_bytes;
+  r.recompute_ops = chosen->tr.recompute_ops;
+  for (TensorId t : find_saved_for_backward(g)) {
+    r.recomputed_tensors += chosen->choice.action[t] == RematAction::recompute;
+    r.swapped_tensors += chosen->choice.action[t] == RematAction::swap;
+  }
+  r.recompute_flops = chosen->recompute;
+  r.recompute_overhead = r.training_flops > 0 ? r.recompute_flops / r.training_flops : 0.0;
+  r.estimated_step_seconds = chosen->seconds;
+  r.graph = std::move(chosen->tr.graph);
+  r.plan = std::move(chosen->plan);
+  r.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace memplan::planner

@@ -1,0 +1,54 @@
+// A training step planned under a device memory budget: strategy choice, transform, arena, verification.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "analysis/cost.hpp"
+#include "analysis/training.hpp"
+#include "planner/assign.hpp"
+#include "planner/plan.hpp"
+#include "planner/remat.hpp"
+#include "planner/verify.hpp"
+
+namespace memplan::planner {
+
+// none | sqrt | budget | optimal | swap | auto (docs/strategies.md).
+const std::vector<std::string>& training_strategies();
+
+struct TrainingPlanOptions {
+  std::string strategy = "none";
+  std::optional<std::uint64_t> budget_bytes;  // total device memory; none: the least each strategy reaches
+  analysis::DeviceProfile profile = analysis::default_device_profile();
+  AssignOptions assign;
+};
+
+struct TrainingPlanResult {
+  std::string strategy;
+  Graph graph;  // the training graph with recompute clones and swap ops
+  Plan plan;
+  VerifyReport report;
+  std::uint64_t persistent_bytes = 0;        // weights + optimizer state (weight gradients are planned in the arena)
+  std::uint64_t input_bytes = 0;             // graph inputs (batch, target)
+  std::uint64_t activation_arena_bytes = 0;  // the planned arena
+  std::uint64_t lower_bound_bytes = 0;       // most live arena bytes at one step of the transformed graph
+  std::uint64_t peak_bytes = 0;              // persistent + inputs + arena
+  std::uint64_t swap_bytes = 0;
+  std::size_t recomputed_tensors = 0, swapped_tensors = 0, recompute_ops = 0;
+  double training_flops = 0.0;   // one step without recomputation
+  double forward_flops = 0.0;    // the forward ops (and loss) alone
+  double recompute_flops = 0.0;
+  double recompute_overhead = 0.0;  // recompute_flops / training_flops
+  double estimated_step_seconds = 0.0;
+  double plan_seconds = 0.0;
+};
+
+// Plans `tg` with options.strategy. Errors: ErrorKind::usage for an unknown strategy,
+// ErrorKind::infeasible when the budget cannot be met (the message states the least each strategy
+// reaches), ErrorKind::verification when the plan fails the verifier or exceeds the budget.
+TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const TrainingPlanOptions& options);
+
+}  // namespace memplan::planner
