@@ -80,7 +80,7 @@ class Checker {
     return true;
   }
 
-  // A tensor needs arena bytes when an op makes it, it is an activation kept on the device, and non-empty.
+  // A tensor needs arena bytes when an op makes it, it is an activation or gradient kept on the device, and non-empty.
   void lifetimes() {
     const std::size_t nt = g_.tensors.size();
     needs_.assign(nt, false);
@@ -89,7 +89,8 @@ class Checker {
     const auto last_step = static_cast<std::uint32_t>(p_.schedule.size() - (p_.schedule.empty() ? 0 : 1));
     for (TensorId t = 0; t < nt; ++t) {
       const Tensor& x = g_.tensors[t];
-      if (x.producer == analysis::kNoOp || x.role != analysis::TensorRole::activation || x.on_host) continue;
+      const bool device_result = x.role == analysis::TensorRole::activation || x.role == analysis::TensorRole::gradient;
+      if (x.producer == analysis::kNoOp || !device_result || x.on_host) continue;
       if (!x.shape_known()) {
         problem("tensor '" + x.name + "' has no known shape, so no size to check");
         continue;
@@ -99,7 +100,7 @@ class Checker {
       needs_[t] = true;
       analysis::Interval iv{step_[x.producer], step_[x.producer]};
       for (OpId c : x.consumers) iv.last = std::max(iv.last, step_[c]);
-      if (x.is_graph_output) iv.last = last_step;
+      if (x.is_graph_output || x.role == analysis::TensorRole::gradient) iv.last = last_step;
       life_[t] = iv;
     }
   }
