@@ -7,6 +7,11 @@
 #include "analysis/graph.hpp"
 #include "analysis/liveness.hpp"
 #include "analysis/shapes.hpp"
+#include "analysis/training.hpp"
+#include "planner/inference.hpp"
+#include "planner/plan_json.hpp"
+#include "planner/training_plan.hpp"
+#include "planner/verify.hpp"
 
 namespace memplan::fuzz {
 
@@ -46,32 +51,54 @@ inline void check_liveness(const analysis::Graph& g, const analysis::Liveness& l
   }
 }
 
-// After import: bind the usual symbols, infer shapes, analyse liveness (and plan and verify once the
-// planner is built in). Errors with a kind are rejections; anything else escapes and is a crash.
-inline void run_pipeline(const analysis::Graph& imported) {
+// A verification failure is memplan's bug whatever the input; every other kind is a documented rejection.
+inline void rejected(const Error& e) {
+  if (e.kind() == ErrorKind::verification) std::fprintf(stderr, "verification failed: %s\n", e.what());
+  require(e.kind() != ErrorKind::verification, "a plan memplan made passes its own verifier");
+}
+
+// A plan written to JSON and read back is the same plan, and it still verifies.
+inline void check_plan_round_trip(const analysis::Graph& g, const planner::Plan& p) {
+  require(planner::verify_plan(g, p).valid, "a returned plan verifies");
+  const nlohmann::json doc = planner::plan_to_json(g, p, false);
+  const planner::Plan back = planner::plan_from_json(g, doc);
+  require(planner::plan_to_json(g, back, false) == doc, "plan JSON round-trips to the same document");
+  require(planner::verify_plan(g, back).valid, "a plan read back verifies");
+}
+
+// After import: bind the usual symbols, infer shapes, check liveness, plan inference (and, for small
+// graphs, a training step) and verify every plan independently.
+inline void run_pipeline(const analysis::Graph& imported, std::size_t seed) {
   using namespace analysis;
   Graph g;
-#if MEMPLAN_FUZZ_HAVE_SHAPES
   try {
     ShapeOptions so;
     so.dims = {{"batch", 2}, {"seq", 8}};
     g = infer_shapes(imported, so);
-  } catch (const Error&) {
-    return;
+  } catch (const Error& e) {
+    return rejected(e);
   }
   for (const auto& t : g.tensors) require(t.shape_known() && t.dtype != DType::undefined, "infer_shapes leaves every tensor shaped");
-#else
-  g = imported;
-  for (const auto& t : g.tensors)
-    if (!t.shape_known() || t.dtype == DType::undefined) return;
-#endif
-  Liveness l;
   try {
-    l = analyze_liveness(g, topological_order(g));
-  } catch (const Error&) {
-    return;
+    check_liveness(g, analyze_liveness(g, topological_order(g)));
+    const planner::InferencePlan ip = planner::plan_inference(g);
+    require(ip.report.valid, "plan_inference reports a valid plan");
+    check_plan_round_trip(g, ip.plan);
+  } catch (const Error& e) {
+    return rejected(e);
   }
-  check_liveness(g, l);
+  if (g.ops.size() > 64) return;  // training is planned for small graphs only: keeps executions fast
+  try {
+    const TrainingGraph tg = build_training_graph(g);
+    planner::TrainingPlanOptions o;
+    const auto& strategies = planner::training_strategies();
+    o.strategy = strategies[seed % strategies.size()];
+    const planner::TrainingPlanResult r = planner::plan_training(tg, o);
+    require(r.report.valid, "plan_training reports a valid plan");
+    check_plan_round_trip(r.graph, r.plan);
+  } catch (const Error& e) {
+    return rejected(e);
+  }
 }
 
 }  // namespace memplan::fuzz

@@ -20,6 +20,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // What export_json writes, import_json reads back as the same structure.
   const analysis::Graph back = analysis::import_json(analysis::export_json(g, true), "<fuzz:export>");
   fuzz::require(back.fingerprint() == g.fingerprint(), "export_json round-trips to the same fingerprint");
-  fuzz::run_pipeline(g);
+  fuzz::run_pipeline(g, size);
   return 0;
 }

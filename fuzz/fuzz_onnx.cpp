@@ -1,4 +1,4 @@
-// libFuzzer target: ONNX bytes -> import -> shapes -> inference plan -> verifier. Only memplan::Error may escape.
+// libFuzzer target: ONNX bytes -> import -> shapes -> inference and training plans -> verifier. Only memplan::Error may escape.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -16,6 +16,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;  // rejected with a documented kind: fine
   }
   fuzz::check_imported(g);
-  fuzz::run_pipeline(g);
+  fuzz::run_pipeline(g, size);
   return 0;
 }

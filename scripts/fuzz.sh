@@ -39,6 +39,7 @@ for t in "${targets[@]}"; do
         -artifact_prefix="build-fuzz/artifacts/$t-")
   case "$t" in
     fuzz_onnx) opts+=(-max_len=262144) ;;
+    fuzz_plan) opts+=(-max_len=131072 -dict=fuzz/json.dict) ;;
     *) opts+=(-max_len=16384 -dict=fuzz/json.dict) ;;
   esac
   extra=()
