@@ -29,6 +29,9 @@ void add_conv_kernels(KernelTable& t);
 void add_reduce_kernels(KernelTable& t);
 void add_shape_kernels(KernelTable& t);
 void add_training_kernels(KernelTable& t);
+void add_gradient_elementwise_kernels(KernelTable& t);
+void add_gradient_layer_kernels(KernelTable& t);
+void add_gradient_shape_kernels(KernelTable& t);
 
 [[noreturn]] void unsupported(const Op& op, const std::string& what);
 std::int64_t normalize_axis(const Op& op, std::int64_t axis, std::size_t rank);
@@ -41,6 +44,19 @@ std::vector<std::int64_t> int_values(const Op& op, const TensorRef& t);
 float scalar_value(const Op& op, const Refs& in, std::size_t i, float fallback);
 // Copies `bytes` unless source and destination already coincide (a view bound over its input).
 void copy_if_moved(std::byte* dst, const std::byte* src, std::uint64_t bytes);
+
+// Spatial geometry of a windowed op (Conv, pools and their gradients), always as 2-D: a 1-D op has H = 1.
+// x is the op's input (or, for a gradient, its output dX) and y the output (or dY).
+struct Window {
+  std::int64_t N = 1, C = 1, H = 1, W = 1, OC = 1, OH = 1, OW = 1;
+  std::int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, ph = 0, pw = 0, ph_end = 0, pw_end = 0;
+};
+Window window(const Op& op, const TensorRef& x, const TensorRef& y, std::vector<std::int64_t> kernel);
+
+// C[M,N] (row-major) += A * B with A[i,k] = a[i*a_row + k*a_col] and B[k,j] = b[k*b_row + j*b_col];
+// k is summed in order, so results are deterministic.
+void gemm_acc(std::int64_t M, std::int64_t N, std::int64_t K, const float* a, std::int64_t a_row, std::int64_t a_col,
+              const float* b, std::int64_t b_row, std::int64_t b_col, float* c);
 
 // Element strides of `in` read under numpy broadcasting against `out` (0 on broadcast dims).
 std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& in, const std::vector<std::int64_t>& out);

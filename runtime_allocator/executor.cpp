@@ -43,8 +43,13 @@ Executor::Executor(const analysis::Graph& g, const planner::Plan& plan, Backend&
   else bind_planned(plan);
   for (TensorId t = 0; t < g.tensors.size(); ++t) {
     const auto& x = g.tensors[t];
-    if (x.producer == kNoOp && x.data && addr_[t] && x.role != analysis::TensorRole::input)
+    if (x.producer != kNoOp || !addr_[t] || x.role == analysis::TensorRole::input) continue;
+    if (x.data) {
       backend.copy_to_device(addr_[t], x.data->bytes.data(), x.data->bytes.size());
+    } else if (x.role == analysis::TensorRole::optimizer_state) {  // momentum, Adam moments and step start at 0
+      const std::vector<std::byte> zeros(x.bytes());
+      backend.copy_to_device(addr_[t], zeros.data(), zeros.size());
+    }
   }
   prepare_ops();
 }

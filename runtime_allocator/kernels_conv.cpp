@@ -6,19 +6,15 @@
 #include "runtime_allocator/cpu_kernels.hpp"
 
 namespace memplan::runtime::cpu {
+
 namespace {
-
-// Spatial geometry of a windowed op, always as 2-D (a 1-D op has H = 1, kernel 1, no padding on it).
-struct Window {
-  std::int64_t N = 1, C = 1, H = 1, W = 1, OC = 1, OH = 1, OW = 1;
-  std::int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, ph = 0, pw = 0, ph_end = 0, pw_end = 0;
-};
-
 std::int64_t auto_pad_begin(const std::string& mode, std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t s,
                             std::int64_t d) {
   const std::int64_t total = std::max<std::int64_t>(0, (out - 1) * s + (k - 1) * d + 1 - in);
   return mode == "SAME_LOWER" ? (total + 1) / 2 : total / 2;
 }
+
+}  // namespace
 
 Window window(const Op& op, const TensorRef& x, const TensorRef& y, std::vector<std::int64_t> kernel) {
   const std::size_t rank = x.shape.size();
@@ -59,6 +55,8 @@ Window window(const Op& op, const TensorRef& x, const TensorRef& y, std::vector<
   }
   return w;
 }
+
+namespace {
 
 void k_conv(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& x = required(op, in, 0);
@@ -101,7 +99,8 @@ template <bool kMax>
 void pool(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& x = required(op, in, 0);
   if (x.dtype != DType::f32) unsupported(op, "float32 only");
-  if (out.size() > 1 && out[1].data) unsupported(op, "the Indices output is not supported");
+  std::int64_t* indices = kMax && out.size() > 1 && out[1].data ? out[1].as<std::int64_t>() : nullptr;
+  if (indices && op.attr_int("storage_order", 0) != 0) unsupported(op, "column-major Indices are not supported");
   const Window w = window(op, x, out[0], op.attr_ints("kernel_shape"));
   const bool include_pad = op.attr_int("count_include_pad", 0) != 0;
   const float* px = x.as<float>();
@@ -110,18 +109,24 @@ void pool(const Op& op, const Refs& in, const Refs& out) {
     for (std::int64_t oh = 0; oh < w.OH; ++oh)
       for (std::int64_t ow = 0; ow < w.OW; ++ow) {
         float acc = kMax ? -std::numeric_limits<float>::infinity() : 0.0f;
-        std::int64_t count = 0;
+        std::int64_t count = 0, arg = 0;
         for (std::int64_t r = 0; r < w.kh; ++r)
           for (std::int64_t s = 0; s < w.kw; ++s) {
             const std::int64_t ih = oh * w.sh - w.ph + r * w.dh, iw = ow * w.sw - w.pw + s * w.dw;
             if (include_pad && ih < w.H + w.ph_end && iw < w.W + w.pw_end) ++count;
             if (ih < 0 || ih >= w.H || iw < 0 || iw >= w.W) continue;
-            const float v = px[(nc * w.H + ih) * w.W + iw];
-            if (kMax) acc = v > acc ? v : acc;
-            else acc += v;
+            const std::int64_t at = (nc * w.H + ih) * w.W + iw;  // ONNX Indices: flat over all of X
+            const float v = px[at];
+            if (kMax && (v > acc || count == 0)) {
+              acc = v;
+              arg = at;
+            } else if (!kMax) {
+              acc += v;
+            }
             if (!include_pad) ++count;
           }
         py[(nc * w.OH + oh) * w.OW + ow] = kMax ? acc : (count ? acc / static_cast<float>(count) : 0.0f);
+        if (indices) indices[(nc * w.OH + oh) * w.OW + ow] = arg;
       }
 }
 

@@ -5,11 +5,8 @@
 #include "runtime_allocator/cpu_kernels.hpp"
 
 namespace memplan::runtime::cpu {
-namespace {
 
-// C[M,N] (row-major, zeroed by the caller or holding a partial sum) += A * B where A[i,k] is
-// a[i*a_row + k*a_col] and B[k,j] is b[k*b_row + j*b_col]. B is packed row-major when it is strided so
-// the inner loop runs over contiguous memory.
+// B is packed row-major when it is strided so the inner loop runs over contiguous memory.
 void gemm_acc(std::int64_t M, std::int64_t N, std::int64_t K, const float* a, std::int64_t a_row, std::int64_t a_col,
               const float* b, std::int64_t b_row, std::int64_t b_col, float* c) {
   std::vector<float> packed;
@@ -34,6 +31,8 @@ void gemm_acc(std::int64_t M, std::int64_t N, std::int64_t K, const float* a, st
       }
     }
 }
+
+namespace {
 
 void k_gemm(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& a = required(op, in, 0);

@@ -16,6 +16,9 @@ void k_swap(const Op& op, const Refs& in, const Refs& out) {
 void add_training_kernels(KernelTable& t) {
   t["memplan::SwapOut"] = {k_swap, false};
   t["memplan::SwapIn"] = {k_swap, false};
+  add_gradient_elementwise_kernels(t);
+  add_gradient_layer_kernels(t);
+  add_gradient_shape_kernels(t);
 }
 
 }  // namespace memplan::runtime::cpu

@@ -15,6 +15,7 @@ void load_external_weights(analysis::Graph& g, const std::string& model_path);
 
 // Throws ErrorKind::io naming the first tensor the executor needs bytes for and has none: a weight or
 // constant that no op produces and that carries no data (e.g. imported without keep_weight_data).
+// Initial optimizer state without data is allowed: the executor starts it at zero.
 void require_weight_data(const analysis::Graph& g);
 
 }  // namespace memplan::runtime

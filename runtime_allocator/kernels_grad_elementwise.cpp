@@ -1,0 +1,139 @@
+// CPU kernels of memplan's elementwise gradients, the MSE loss and the optimizer updates (docs/backward-ops.md).
+#include <cmath>
+#include <limits>
+
+#include "runtime_allocator/cpu_kernels.hpp"
+
+namespace memplan::runtime::cpu {
+namespace {
+
+constexpr float kPi = 3.14159265358979323846f;
+
+// out[0][i] = f(v) where v[k] is input k (k < n) broadcast to out[0]'s shape; absent inputs read `absent`.
+template <std::size_t kN, class F>
+void map_grad(const Op& op, const Refs& in, const Refs& out, F f, float absent = 0.0f) {
+  std::vector<const std::vector<std::int64_t>*> shapes;
+  const std::vector<std::int64_t> scalar;
+  std::array<const float*, kN> p{};
+  for (std::size_t k = 0; k < kN; ++k) {
+    const bool has = k < in.size() && in[k].data;
+    if (has && in[k].dtype != DType::f32 && in[k].dtype != DType::boolean) unsupported(op, "float32 operands only");
+    p[k] = has && in[k].dtype == DType::f32 ? in[k].as<float>() : nullptr;
+    shapes.push_back(has ? &in[k].shape : &scalar);
+  }
+  float* y = out[0].as<float>();
+  std::array<float, kN> v{};
+  broadcast_loop(out[0].shape, shapes, [&](std::int64_t i, const Offsets& o) {
+    for (std::size_t k = 0; k < kN; ++k)
+      v[k] = p[k] ? p[k][o[k]] : (k < in.size() && in[k].data ? static_cast<float>(in[k].as<bool>()[o[k]]) : absent);
+    y[i] = f(v);
+  });
+}
+
+#define MEMPLAN_GRAD(NAME, N, EXPR)                                                          \
+  void NAME(const Op& op, const Refs& in, const Refs& out) {                                 \
+    map_grad<N>(op, in, out, [&](const std::array<float, N>& v) -> float { return EXPR; }); \
+  }
+MEMPLAN_GRAD(k_relu_grad, 2, v[1] > 0.0f ? v[0] : 0.0f)
+MEMPLAN_GRAD(k_leaky_relu_grad, 2, v[1] > 0.0f ? v[0] : static_cast<float>(op.attr_float("alpha", 0.01)) * v[0])
+MEMPLAN_GRAD(k_sigmoid_grad, 2, v[0] * v[1] * (1.0f - v[1]))
+MEMPLAN_GRAD(k_tanh_grad, 2, v[0] * (1.0f - v[1] * v[1]))
+MEMPLAN_GRAD(k_sqrt_grad, 2, v[0] / (2.0f * v[1]))
+MEMPLAN_GRAD(k_erf_grad, 2, v[0] * (2.0f / std::sqrt(kPi)) * std::exp(-v[1] * v[1]))
+MEMPLAN_GRAD(k_div_grad_b, 3, -v[0] * v[1] / (v[2] * v[2]))
+MEMPLAN_GRAD(k_pow_grad_base, 3, v[0] * v[2] * std::pow(v[1], v[2] - 1.0f))
+MEMPLAN_GRAD(k_pow_grad_exponent, 3, v[1] == 0.0f ? 0.0f : v[0] * v[2] * std::log(v[1]))
+#undef MEMPLAN_GRAD
+
+void k_clip_grad(const Op& op, const Refs& in, const Refs& out) {
+  const float lo = scalar_value(op, in, 2, static_cast<float>(op.attr_float("min", -std::numeric_limits<float>::infinity())));
+  const float hi = scalar_value(op, in, 3, static_cast<float>(op.attr_float("max", std::numeric_limits<float>::infinity())));
+  map_grad<2>(op, in, out, [&](const std::array<float, 2>& v) { return lo <= v[1] && v[1] <= hi ? v[0] : 0.0f; });
+}
+
+void k_gelu_grad(const Op& op, const Refs& in, const Refs& out) {
+  const bool tanh_form = op.attr_string("approximate", "none") == "tanh";
+  map_grad<2>(op, in, out, [&](const std::array<float, 2>& v) {
+    const float x = v[1];
+    if (!tanh_form) return v[0] * (0.5f * (1.0f + std::erf(x / std::sqrt(2.0f))) + x * std::exp(-0.5f * x * x) / std::sqrt(2.0f * kPi));
+    const float c = std::sqrt(2.0f / kPi), u = c * (x + 0.044715f * x * x * x), t = std::tanh(u);
+    return v[0] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * 0.044715f * x * x));
+  });
+}
+
+void k_dropout_grad(const Op& op, const Refs& in, const Refs& out) {
+  const float ratio = scalar_value(op, in, 2, 0.5f);
+  map_grad<2>(op, in, out, [&](const std::array<float, 2>& v) { return v[0] * v[1] / (1.0f - ratio); });
+}
+
+void k_where_grad(const Op& op, const Refs& in, const Refs& out) {
+  const bool select = op.attr_int("select", 1) != 0;
+  map_grad<2>(op, in, out, [&](const std::array<float, 2>& v) { return (v[1] != 0.0f) == select ? v[0] : 0.0f; });
+}
+
+void k_mse_loss(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& y = required(op, in, 0);
+  const TensorRef& t = required(op, in, 1);
+  float sum = 0.0f;
+  for (std::int64_t i = 0; i < y.elements(); ++i) sum += (y.as<float>()[i] - t.as<float>()[i]) * (y.as<float>()[i] - t.as<float>()[i]);
+  *out[0].as<float>() = sum / static_cast<float>(y.elements());
+}
+
+void k_mse_loss_grad(const Op& op, const Refs& in, const Refs& out) {
+  const float n = static_cast<float>(required(op, in, 0).elements());
+  map_grad<2>(op, in, out, [&](const std::array<float, 2>& v) { return 2.0f * (v[0] - v[1]) / n; });
+}
+
+float attr(const Op& op, const char* key, double fallback) { return static_cast<float>(op.attr_float(key, fallback)); }
+
+void k_sgd(const Op& op, const Refs& in, const Refs& out) {
+  const float lr = attr(op, "lr", 0.01);
+  map_grad<2>(op, in, out, [&](const std::array<float, 2>& v) { return v[0] - lr * v[1]; });
+}
+
+void k_momentum(const Op& op, const Refs& in, const Refs& out) {
+  const float lr = attr(op, "lr", 0.01), m = attr(op, "momentum", 0.9);
+  const float* w = required(op, in, 0).as<float>();
+  const float* g = required(op, in, 1).as<float>();
+  const float* v = required(op, in, 2).as<float>();
+  for (std::int64_t i = 0; i < out[0].elements(); ++i) {
+    const float nv = m * v[i] + g[i];  // read everything of element i before writing it (W', V' may alias W, V)
+    out[0].as<float>()[i] = w[i] - lr * nv;
+    out[1].as<float>()[i] = nv;
+  }
+}
+
+void k_adam_step(const Op& op, const Refs& in, const Refs& out) { *out[0].as<float>() = *required(op, in, 0).as<float>() + 1.0f; }
+
+void k_adam(const Op& op, const Refs& in, const Refs& out) {
+  const float lr = attr(op, "lr", 0.001), b1 = attr(op, "beta1", 0.9), b2 = attr(op, "beta2", 0.999), eps = attr(op, "epsilon", 1e-8);
+  const float* w = required(op, in, 0).as<float>();
+  const float* g = required(op, in, 1).as<float>();
+  const float* m = required(op, in, 2).as<float>();
+  const float* v = required(op, in, 3).as<float>();
+  const float step = *required(op, in, 4).as<float>();
+  const float c1 = 1.0f - std::pow(b1, step), c2 = 1.0f - std::pow(b2, step);
+  for (std::int64_t i = 0; i < out[0].elements(); ++i) {
+    const float nm = b1 * m[i] + (1.0f - b1) * g[i], nv = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    out[0].as<float>()[i] = w[i] - lr * (nm / c1) / (std::sqrt(nv / c2) + eps);
+    out[1].as<float>()[i] = nm;
+    out[2].as<float>()[i] = nv;
+  }
+}
+
+}  // namespace
+
+void add_gradient_elementwise_kernels(KernelTable& t) {
+  for (auto [name, fn] : std::initializer_list<std::pair<const char*, KernelFn>>{
+           {"ReluGrad", k_relu_grad}, {"LeakyReluGrad", k_leaky_relu_grad}, {"ClipGrad", k_clip_grad},
+           {"SigmoidGrad", k_sigmoid_grad}, {"TanhGrad", k_tanh_grad}, {"SqrtGrad", k_sqrt_grad},
+           {"ErfGrad", k_erf_grad}, {"GeluGrad", k_gelu_grad}, {"DropoutGrad", k_dropout_grad},
+           {"DivGradB", k_div_grad_b}, {"PowGradBase", k_pow_grad_base}, {"PowGradExponent", k_pow_grad_exponent},
+           {"WhereGrad", k_where_grad}, {"MSELossGrad", k_mse_loss_grad}, {"SGDUpdate", k_sgd},
+           {"MomentumUpdate", k_momentum}, {"AdamUpdate", k_adam}})
+    t[std::string("memplan::") + name] = {fn, true};
+  t["memplan::MSELoss"] = {k_mse_loss, false};
+  t["memplan::AdamStep"] = {k_adam_step, true};
+}
+
+}  // namespace memplan::runtime::cpu

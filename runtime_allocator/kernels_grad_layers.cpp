@@ -1,0 +1,260 @@
+// CPU kernels of memplan's layer gradients (conv, matmul, norms, softmax, pools) and BatchNormTraining.
+#include <algorithm>
+#include <cmath>
+
+#include "runtime_allocator/cpu_kernels.hpp"
+
+namespace memplan::runtime::cpu {
+namespace {
+
+std::vector<std::int64_t> spatial(const TensorRef& w) { return {w.shape.begin() + 2, w.shape.end()}; }
+
+void zero(const TensorRef& t) { std::fill_n(t.as<float>(), t.elements(), 0.0f); }
+
+// Visits every (input element, output element, weight element) triple of a convolution of x into y.
+template <class F>
+void conv_pairs(const Op& op, const Window& w, F f) {
+  const std::int64_t group = op.attr_int("group", 1);
+  if (group < 1 || w.C % group || w.OC % group) unsupported(op, "channels do not divide into groups");
+  const std::int64_t icg = w.C / group, ocg = w.OC / group;
+  for (std::int64_t n = 0; n < w.N; ++n)
+    for (std::int64_t oc = 0; oc < w.OC; ++oc)
+      for (std::int64_t ic = 0; ic < icg; ++ic) {
+        const std::int64_t xc = n * w.C + oc / ocg * icg + ic;
+        for (std::int64_t r = 0; r < w.kh; ++r)
+          for (std::int64_t s = 0; s < w.kw; ++s) {
+            const std::int64_t wi = ((oc * icg + ic) * w.kh + r) * w.kw + s;
+            for (std::int64_t oh = 0; oh < w.OH; ++oh) {
+              const std::int64_t ih = oh * w.sh - w.ph + r * w.dh;
+              if (ih < 0 || ih >= w.H) continue;
+              for (std::int64_t ow = 0; ow < w.OW; ++ow) {
+                const std::int64_t iw = ow * w.sw - w.pw + s * w.dw;
+                if (iw >= 0 && iw < w.W) f((xc * w.H + ih) * w.W + iw, ((n * w.OC + oc) * w.OH + oh) * w.OW + ow, wi);
+              }
+            }
+          }
+      }
+}
+
+void k_conv_grad_input(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& dy = required(op, in, 0);
+  const TensorRef& wt = required(op, in, 1);
+  zero(out[0]);
+  float* dx = out[0].as<float>();
+  conv_pairs(op, window(op, out[0], dy, spatial(wt)),
+             [&](std::int64_t x, std::int64_t y, std::int64_t k) { dx[x] += dy.as<float>()[y] * wt.as<float>()[k]; });
+}
+
+void k_conv_grad_weight(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& dy = required(op, in, 0);
+  const TensorRef& x = required(op, in, 1);
+  zero(out[0]);
+  float* dw = out[0].as<float>();
+  conv_pairs(op, window(op, x, dy, spatial(out[0])),
+             [&](std::int64_t xi, std::int64_t y, std::int64_t k) { dw[k] += dy.as<float>()[y] * x.as<float>()[xi]; });
+}
+
+void k_conv_grad_bias(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& dy = required(op, in, 0);
+  const std::int64_t N = dy.shape[0], C = dy.shape[1], plane = product(dy.shape, 2);
+  zero(out[0]);
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t c = 0; c < C; ++c)
+      for (std::int64_t j = 0; j < plane; ++j) out[0].as<float>()[c] += dy.as<float>()[(n * C + c) * plane + j];
+}
+
+// dA = dY B^T (or dB = A^T dY) per batch, summed over the batch axes the operand was broadcast along.
+template <bool kGradA>
+void k_matmul_grad(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& a = kGradA ? out[0] : required(op, in, 0);  // A's shape (dA has it)
+  const TensorRef& b = kGradA ? required(op, in, 1) : out[0];
+  const TensorRef& dy = required(op, in, kGradA ? 0 : 1);
+  const TensorRef& other = required(op, in, kGradA ? 1 : 0);
+  std::vector<std::int64_t> as = a.shape, bs = b.shape;
+  if (as.size() == 1) as.insert(as.begin(), 1);
+  if (bs.size() == 1) bs.push_back(1);
+  const std::int64_t M = as[as.size() - 2], K = as.back(), N = bs.back();
+  const std::vector<std::int64_t> abatch(as.begin(), as.end() - 2), bbatch(bs.begin(), bs.end() - 2);
+  std::vector<std::int64_t> batch(std::max(abatch.size(), bbatch.size()), 1);
+  for (std::size_t k = 0; k < batch.size(); ++k) {
+    const std::size_t ia = abatch.size() + k, ib = bbatch.size() + k;
+    batch[k] = std::max(ia >= batch.size() ? abatch[ia - batch.size()] : 1, ib >= batch.size() ? bbatch[ib - batch.size()] : 1);
+  }
+  zero(out[0]);
+  float* g = out[0].as<float>();
+  broadcast_loop(batch, {&abatch, &bbatch}, [&](std::int64_t i, const Offsets& o) {
+    const float* pdy = dy.as<float>() + i * M * N;
+    if (kGradA) gemm_acc(M, K, N, pdy, N, 1, other.as<float>() + o[1] * K * N, 1, N, g + o[0] * M * K);
+    else gemm_acc(K, N, M, other.as<float>() + o[0] * M * K, 1, K, pdy, N, 1, g + o[1] * K * N);
+  });
+}
+
+// Per-channel mean and biased variance of x (N, C, ...), accumulated in double.
+void channel_stats(const TensorRef& x, std::vector<float>& mean, std::vector<float>& var) {
+  const std::int64_t N = x.shape[0], C = x.shape[1], plane = product(x.shape, 2);
+  const float* px = x.as<float>();
+  mean.assign(static_cast<std::size_t>(C), 0.0f);
+  var.assign(static_cast<std::size_t>(C), 0.0f);
+  for (std::int64_t c = 0; c < C; ++c) {
+    double s = 0.0, s2 = 0.0;
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t j = 0; j < plane; ++j) s += px[(n * C + c) * plane + j];
+    const double m = s / static_cast<double>(N * plane);
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t j = 0; j < plane; ++j) s2 += (px[(n * C + c) * plane + j] - m) * (px[(n * C + c) * plane + j] - m);
+    mean[static_cast<std::size_t>(c)] = static_cast<float>(m);
+    var[static_cast<std::size_t>(c)] = static_cast<float>(s2 / static_cast<double>(N * plane));
+  }
+}
+
+void k_batch_norm_training(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& x = required(op, in, 0);
+  const float eps = static_cast<float>(op.attr_float("epsilon", 1e-5)), mom = static_cast<float>(op.attr_float("momentum", 0.9));
+  const std::int64_t N = x.shape[0], C = x.shape[1], plane = product(x.shape, 2);
+  std::vector<float> mean, var;
+  channel_stats(x, mean, var);
+  const float* scale = required(op, in, 1).as<float>();
+  const float* bias = required(op, in, 2).as<float>();
+  for (std::int64_t c = 0; c < C; ++c) {
+    const auto k = static_cast<std::size_t>(c);
+    const float invstd = 1.0f / std::sqrt(var[k] + eps);
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t j = 0; j < plane; ++j) {
+        const std::int64_t i = (n * C + c) * plane + j;
+        out[0].as<float>()[i] = (x.as<float>()[i] - mean[k]) * invstd * scale[c] + bias[c];
+      }
+    if (out.size() > 1 && out[1].data) out[1].as<float>()[c] = required(op, in, 3).as<float>()[c] * mom + mean[k] * (1.0f - mom);
+    if (out.size() > 2 && out[2].data) out[2].as<float>()[c] = required(op, in, 4).as<float>()[c] * mom + var[k] * (1.0f - mom);
+    if (out.size() > 3 && out[3].data) out[3].as<float>()[c] = mean[k];
+    if (out.size() > 4 && out[4].data) out[4].as<float>()[c] = invstd;
+  }
+}
+
+void k_batch_norm_grad(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& dy = required(op, in, 0);
+  const TensorRef& x = required(op, in, 1);
+  const float* scale = required(op, in, 2).as<float>();
+  const float* mean = required(op, in, 3).as<float>();
+  const float* invstd = required(op, in, 4).as<float>();
+  const std::int64_t N = x.shape[0], C = x.shape[1], plane = product(x.shape, 2);
+  const float m = static_cast<float>(N * plane);
+  for (std::int64_t c = 0; c < C; ++c) {
+    float dbias = 0.0f, dscale = 0.0f;
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t j = 0; j < plane; ++j) {
+        const std::int64_t i = (n * C + c) * plane + j;
+        dbias += dy.as<float>()[i];
+        dscale += dy.as<float>()[i] * (x.as<float>()[i] - mean[c]) * invstd[c];
+      }
+    if (out[0].data)
+      for (std::int64_t n = 0; n < N; ++n)
+        for (std::int64_t j = 0; j < plane; ++j) {
+          const std::int64_t i = (n * C + c) * plane + j;
+          const float xhat = (x.as<float>()[i] - mean[c]) * invstd[c];
+          out[0].as<float>()[i] = scale[c] * invstd[c] / m * (m * dy.as<float>()[i] - dbias - xhat * dscale);
+        }
+    if (out.size() > 1 && out[1].data) out[1].as<float>()[c] = dscale;
+    if (out.size() > 2 && out[2].data) out[2].as<float>()[c] = dbias;
+  }
+}
+
+void k_layer_norm_grad(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& dy = required(op, in, 0);
+  const TensorRef& x = required(op, in, 1);
+  const float* scale = required(op, in, 2).as<float>();
+  const float* mean = required(op, in, 3).as<float>();
+  const float* inv = required(op, in, 4).as<float>();
+  const auto axis = static_cast<std::size_t>(normalize_axis(op, op.attr_int("axis", -1), x.shape.size()));
+  const std::int64_t rows = product(x.shape, 0, axis), H = product(x.shape, axis);
+  for (std::size_t k = 1; k < 3 && k < out.size(); ++k)
+    if (out[k].data) zero(out[k]);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = x.as<float>() + r * H;
+    const float* gr = dy.as<float>() + r * H;
+    float mg = 0.0f, mgx = 0.0f;
+    for (std::int64_t j = 0; j < H; ++j) {
+      const float xhat = (xr[j] - mean[r]) * inv[r];
+      mg += gr[j] * scale[j];
+      mgx += gr[j] * scale[j] * xhat;
+      if (out.size() > 1 && out[1].data) out[1].as<float>()[j] += gr[j] * xhat;
+      if (out.size() > 2 && out[2].data) out[2].as<float>()[j] += gr[j];
+    }
+    mg /= static_cast<float>(H);
+    mgx /= static_cast<float>(H);
+    if (out[0].data)
+      for (std::int64_t j = 0; j < H; ++j)
+        out[0].as<float>()[r * H + j] = inv[r] * (gr[j] * scale[j] - mg - (xr[j] - mean[r]) * inv[r] * mgx);
+  }
+}
+
+template <bool kLog>
+void k_softmax_grad(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& dy = required(op, in, 0);
+  const TensorRef& y = required(op, in, 1);
+  const auto axis = static_cast<std::size_t>(normalize_axis(op, op.attr_int("axis", -1), y.shape.size()));
+  const bool coerce = op.attr_int("coerce_2d", 0) != 0;
+  const std::int64_t outer = product(y.shape, 0, axis), n = coerce ? product(y.shape, axis) : y.shape[axis],
+                     inner = coerce ? 1 : product(y.shape, axis + 1);
+  const float* g = dy.as<float>();
+  const float* p = y.as<float>();
+  float* dx = out[0].as<float>();
+  for (std::int64_t o = 0; o < outer; ++o)
+    for (std::int64_t i = 0; i < inner; ++i) {
+      const std::int64_t base = o * n * inner + i;
+      float s = 0.0f;
+      for (std::int64_t k = 0; k < n; ++k) s += kLog ? g[base + k * inner] : g[base + k * inner] * p[base + k * inner];
+      for (std::int64_t k = 0; k < n; ++k) {
+        const std::int64_t e = base + k * inner;
+        dx[e] = kLog ? g[e] - std::exp(p[e]) * s : p[e] * (g[e] - s);
+      }
+    }
+}
+
+void k_max_pool_grad(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& dy = required(op, in, 0);
+  const auto idx = int_values(op, required(op, in, 2));
+  zero(out[0]);
+  for (std::size_t o = 0; o < idx.size(); ++o) {
+    if (idx[o] < 0 || idx[o] >= out[0].elements()) fail(ErrorKind::runtime, "op '" + op.name + "' (MaxPoolGrad): index out of range");
+    out[0].as<float>()[idx[o]] += dy.as<float>()[o];
+  }
+}
+
+void k_average_pool_grad(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& dy = required(op, in, 0);
+  const Window w = window(op, out[0], dy, op.attr_ints("kernel_shape"));
+  const bool include_pad = op.attr_int("count_include_pad", 0) != 0;
+  zero(out[0]);
+  for (std::int64_t nc = 0; nc < w.N * w.C; ++nc)
+    for (std::int64_t oh = 0; oh < w.OH; ++oh)
+      for (std::int64_t ow = 0; ow < w.OW; ++ow) {
+        std::int64_t count = 0;
+        for (int pass = 0; pass < 2; ++pass)
+          for (std::int64_t r = 0; r < w.kh; ++r)
+            for (std::int64_t s = 0; s < w.kw; ++s) {
+              const std::int64_t ih = oh * w.sh - w.ph + r * w.dh, iw = ow * w.sw - w.pw + s * w.dw;
+              const bool inside = ih >= 0 && ih < w.H && iw >= 0 && iw < w.W;
+              if (pass == 0) count += include_pad ? (ih < w.H + w.ph_end && iw < w.W + w.pw_end) : inside;
+              else if (inside) out[0].as<float>()[(nc * w.H + ih) * w.W + iw] += dy.as<float>()[(nc * w.OH + oh) * w.OW + ow] / static_cast<float>(count);
+            }
+      }
+}
+
+}  // namespace
+
+void add_gradient_layer_kernels(KernelTable& t) {
+  t["memplan::ConvGradInput"] = {k_conv_grad_input, false};
+  t["memplan::ConvGradWeight"] = {k_conv_grad_weight, false};
+  t["memplan::ConvGradBias"] = {k_conv_grad_bias, false};
+  t["memplan::MatMulGradA"] = {k_matmul_grad<true>, false};
+  t["memplan::MatMulGradB"] = {k_matmul_grad<false>, false};
+  t["memplan::BatchNormTraining"] = {k_batch_norm_training, false};
+  t["memplan::BatchNormGrad"] = {k_batch_norm_grad, false};
+  t["memplan::LayerNormGrad"] = {k_layer_norm_grad, false};
+  t["memplan::SoftmaxGrad"] = {k_softmax_grad<false>, true};
+  t["memplan::LogSoftmaxGrad"] = {k_softmax_grad<true>, true};
+  t["memplan::MaxPoolGrad"] = {k_max_pool_grad, false};
+  t["memplan::AveragePoolGrad"] = {k_average_pool_grad, false};
+}
+
+}  // namespace memplan::runtime::cpu
