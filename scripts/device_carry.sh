@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 dest="${CARRY_DIR:-.carry}"
 mkdir -p "$dest/bin" "$dest/lib"
 for exe in "$@"; do
-  cp -f "$exe" $dest/bin/ && strip --strip-debug "$dest/bin/$(basename "$exe")"
+  cp -f "$exe" $dest/bin/ && strip --strip-debug "$dest/bin/$(basename "$exe")" && chmod +x "$dest/bin/$(basename "$exe")"
   ldd "$exe" | awk '/=> \//{print $3}' | while read -r lib; do
     case "$lib" in
       */libc.so*|*/libstdc++.so*|*/libgcc_s.so*|*/libm.so*|*/libpthread.so*|*/libdl.so*|*/librt.so*|*/ld-linux*|*/libcuda.so*) ;;
