@@ -144,10 +144,11 @@ bool rasterise_bands(const std::vector<BufferRect>& small, const PanelLayout& p,
   return true;
 }
 
+double round_px(double v) { return std::round(v * 100.0) / 100.0; }
+
 void layout_buffers(const TimelinePanel& in, const TimelineOptions& opts, PanelLayout& p) {
   const auto& plan = *in.plan;
   const auto step = steps_of_ops(*in.graph, plan.schedule);
-  const double ypx = std::fabs(p.arena_y.per_unit());
   std::vector<BufferRect> all;
   all.reserve(plan.buffers.size());
   for (std::uint32_t i = 0; i < plan.buffers.size(); ++i) {
@@ -156,10 +157,12 @@ void layout_buffers(const TimelinePanel& in, const TimelineOptions& opts, PanelL
     r.buffer = i;
     r.kind = classify_buffer(*in.graph, b, step);
     ++p.kind_count[static_cast<int>(r.kind)];
-    r.x = p.x(b.interval.first);
-    r.w = p.x(static_cast<double>(b.interval.last) + 1.0) - r.x;
-    r.y = p.arena_y(static_cast<double>(b.offset) + static_cast<double>(b.size));
-    r.h = static_cast<double>(b.size) * ypx;
+    // Edges rounded to the SVG's 0.01 px before widths and heights are taken, so that buffers that
+    // touch in the plan touch (and do not overlap) in the file.
+    r.x = round_px(p.x(b.interval.first));
+    r.w = round_px(p.x(static_cast<double>(b.interval.last) + 1.0)) - r.x;
+    r.y = round_px(p.arena_y(static_cast<double>(b.offset) + static_cast<double>(b.size)));
+    r.h = round_px(p.arena_y(static_cast<double>(b.offset))) - r.y;
     all.push_back(r);
   }
   // Individual rectangles for every buffer of a small plan; in a large one for buffers at least a
@@ -202,7 +205,7 @@ std::vector<PanelLayout> layout_timeline(const std::vector<TimelinePanel>& panel
     arena_max = std::max(arena_max, top);
     usage_max = std::max({usage_max, out[k].usage.peak_bytes, panels[k].budget_bytes, panels[k].lower_bound_bytes});
   }
-  const double top_margin = 96, bottom_margin = 54, gap = 34, left_margin = 74, right_margin = 18;
+  const double top_margin = 104, bottom_margin = 54, gap = 34, left_margin = 74, right_margin = 18;
   const double col = opts.width / static_cast<double>(panels.size());
   const double plot_h = std::max(80.0, opts.height - top_margin - bottom_margin - gap);
   for (std::size_t k = 0; k < panels.size(); ++k) {

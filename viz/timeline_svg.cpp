@@ -57,15 +57,18 @@ void text(std::ostream& o, double x, double y, const std::string& s, const std::
 void phase_shading(std::ostream& o, const PanelLayout& p, double top, double h, bool labels, std::size_t nsteps) {
   if (!p.training) return;
   struct Half { std::uint32_t a, b; const char* name; const char* fill; };
-  const Half halves[] = {{0, p.backward_first, "forward", "#eef3fa"},
-                         {p.backward_first, p.optimizer_first, "backward", "#fbf1e6"},
-                         {p.optimizer_first, static_cast<std::uint32_t>(nsteps), "optimizer", "#f1eef6"}};
+  const Half halves[] = {{0, p.backward_first, "forward", "#f2f6fb"},
+                         {p.backward_first, p.optimizer_first, "backward", "#fdf5ea"},
+                         {p.optimizer_first, static_cast<std::uint32_t>(nsteps), "optimizer", "#f5f2f8"}};
   for (const auto& hf : halves) {
     if (hf.b <= hf.a) continue;
     const double x0 = p.x(hf.a), x1 = p.x(hf.b);
-    o << "<rect class=\"phase\" data-phase=\"" << hf.name << "\" x=\"" << num(x0) << "\" y=\"" << num(top) << "\" width=\""
-      << num(x1 - x0) << "\" height=\"" << num(h) << "\" fill=\"" << hf.fill << "\"/>\n";
-    if (labels && x1 - x0 > 60) text(o, (x0 + x1) / 2, top + 13, hf.name, "text-anchor=\"middle\" fill=\"#777\" font-style=\"italic\"");
+    if (!labels) {
+      o << "<rect class=\"phase\" data-phase=\"" << hf.name << "\" x=\"" << num(x0) << "\" y=\"" << num(top) << "\" width=\""
+        << num(x1 - x0) << "\" height=\"" << num(h) << "\" fill=\"" << hf.fill << "\"/>\n";
+    } else if (x1 - x0 > 60) {  // at the bottom, where the peak label never goes  
+      text(o, (x0 + x1) / 2, top + h - 6, hf.name, "class=\"halo\" text-anchor=\"middle\" fill=\"#666\" font-style=\"italic\"");
+    }
   }
 }
 
@@ -104,7 +107,7 @@ void arena_plot(std::ostream& o, const TimelinePanel& in, const PanelLayout& p) 
     const bool outline = r.w > 3 && r.h > 3;
     o << "<rect class=\"buf" << (outline ? "" : " thin") << "\" data-buffer=\"" << r.buffer << "\" data-first=\"" << b.interval.first
       << "\" data-last=\"" << b.interval.last << "\" data-offset=\"" << b.offset << "\" data-size=\"" << b.size << "\" data-kind=\""
-      << buffer_kind_name(r.kind) << "\" x=\"" << num(r.x) << "\" y=\"" << num(r.y) << "\" width=\"" << num(std::max(r.w, 0.3))
+      << buffer_kind_name(r.kind) << "\" x=\"" << num(r.x) << "\" y=\"" << num(r.y) << "\" width=\"" << num(r.w)
       << "\" height=\"" << num(r.h) << "\" fill=\"" << buffer_kind_colour(r.kind) << "\"><title>"
       << xml_escape(buffer_tooltip(*in.graph, plan, r.buffer, r.kind)) << "</title></rect>\n";
   }
@@ -151,7 +154,7 @@ void usage_curve(std::ostream& o, const PanelLayout& p) {
   for (const auto& [x, y] : pts) line << num(x) << "," << num(y) << " ";
   if (pts.empty()) return;
   o << "<polygon class=\"usage-area\" points=\"" << num(pts.front().first) << "," << num(base) << " " << line.str()
-    << num(pts.back().first) << "," << num(base) << "\" fill=\"" << kUsageColour << "\" fill-opacity=\"0.18\"/>\n";
+    << num(pts.back().first) << "," << num(base) << "\" fill=\"" << kUsageColour << "\" fill-opacity=\"0.28\"/>\n";
   o << "<polyline class=\"usage\" points=\"" << line.str() << "\" fill=\"none\" stroke=\"" << kUsageColour << "\" stroke-width=\"1.3\"/>\n";
 }
 
@@ -159,9 +162,10 @@ void usage_plot(std::ostream& o, const TimelinePanel& in, const PanelLayout& p, 
   const auto& plan = *in.plan;
   o << "<rect x=\"" << num(p.left) << "\" y=\"" << num(p.usage_top) << "\" width=\"" << num(p.width) << "\" height=\""
     << num(p.usage_height) << "\" fill=\"#fff\" stroke=\"#bbb\"/>\n";
-  phase_shading(o, p, p.usage_top, p.usage_height, true, plan.schedule.size());
+  phase_shading(o, p, p.usage_top, p.usage_height, false, plan.schedule.size());
   y_axis(o, p, p.usage_y, p.usage_top, p.usage_height, "live bytes");
   usage_curve(o, p);
+  phase_shading(o, p, p.usage_top, p.usage_height, true, plan.schedule.size());
   if (in.lower_bound_bytes) {
     const double y = p.usage_y(static_cast<double>(in.lower_bound_bytes));
     hline(o, p.left, p.left + p.width, y, kBoundColour, "2 3", "lower-bound-line");
@@ -244,8 +248,9 @@ std::string render_timeline_svg(const std::vector<TimelinePanel>& panels, const 
     std::string sub = std::to_string(in.plan->buffers.size()) + " buffers, " + std::to_string(in.plan->schedule.size()) +
                       " steps, arena " + bytes_label(in.plan->arena_bytes);
     if (p.aggregated_buffers) sub += " \u00b7 " + std::to_string(p.aggregated_buffers) + " small buffers drawn as shaded bands";
-    if (!in.note.empty()) sub += " \u00b7 " + in.note;
     text(o, p.left, 74, sub, "fill=\"#555\"");
+    const auto chars = static_cast<std::size_t>(std::max(20.0, p.width / 6.6));
+    if (!in.note.empty()) text(o, p.left, 90, shorten(in.note, chars), "fill=\"#555\"");
     arena_plot(o, in, p);
     usage_plot(o, in, p, k);
     x_axis(o, p, in.plan->schedule.size());

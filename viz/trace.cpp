@@ -7,6 +7,21 @@
 
 namespace memplan::viz {
 
+std::vector<double> estimated_op_seconds(const analysis::Graph& g, const analysis::DeviceProfile& profile) {
+  std::vector<double> out(g.ops.size(), 0.0);
+  for (analysis::OpId o = 0; o < g.ops.size(); ++o) {
+    const auto& op = g.ops[o];
+    if (op.type == "SwapOut" || op.type == "SwapIn") {
+      const auto t = op.input(0);
+      const std::uint64_t bytes = t == analysis::kNoTensor ? 0 : g.tensors[t].bytes();
+      out[o] = op.type == "SwapOut" ? analysis::device_to_host_seconds(bytes, profile) : analysis::host_to_device_seconds(bytes, profile);
+    } else {
+      out[o] = analysis::op_seconds(analysis::op_cost(g, o), profile);
+    }
+  }
+  return out;
+}
+
 nlohmann::json chrome_trace(const analysis::Graph& g, const planner::Plan& plan, const TraceOptions& opts) {
   constexpr int kPid = 1, kCompute = 1, kCopy = 2;
   const Usage usage = plan_usage(plan);

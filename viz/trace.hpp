@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/cost.hpp"
 #include "analysis/graph.hpp"
 #include "planner/plan.hpp"
 
@@ -16,6 +17,10 @@ struct TraceOptions {
   double default_op_seconds = 1e-6;
   std::string process_name = "memplan plan";
 };
+
+// Seconds per op (by op id) from the cost model: roofline time for compute ops, host-link time for the
+// bytes a SwapOut / SwapIn copies.
+std::vector<double> estimated_op_seconds(const analysis::Graph& g, const analysis::DeviceProfile& profile);
 
 // One "X" (complete) event per scheduled op on a compute track (swap copies on their own track), laid
 // end to end in schedule order; one "C" counter event per step with the arena bytes live during it,

@@ -1,0 +1,47 @@
+// `memplan trace`: the plan as a Chrome trace (chrome://tracing, Perfetto): op spans and live arena bytes.
+#include <iostream>
+
+#include "cli/registry.hpp"
+#include "cli/viz_source.hpp"
+#include "viz/trace.hpp"
+
+namespace memplan::cli {
+namespace {
+
+struct TraceArgs {
+  VizSourceArgs source;
+  std::string output;
+  std::string profile;
+  bool unit_times = false;
+};
+
+int run_trace(const TraceArgs& a) {
+  auto models = planned_models(a.source);
+  const auto& m = models.front();
+  viz::TraceOptions opts;
+  opts.process_name = m.title;
+  if (!a.unit_times) {
+    const auto profile = a.profile.empty() ? analysis::default_device_profile() : analysis::read_device_profile(a.profile);
+    opts.op_seconds = viz::estimated_op_seconds(m.graph, profile);
+  }
+  const auto doc = viz::chrome_trace(m.graph, m.plan, opts);
+  write_text_file(a.output, doc.dump() + "\n");
+  std::cout << m.title << ": " << m.plan.schedule.size() << " op spans, estimated " << doc["otherData"]["estimated_seconds"].get<double>()
+            << " s; trace written to " << a.output << " (open in https://ui.perfetto.dev or chrome://tracing)\n";
+  return 0;
+}
+
+void add_trace(CLI::App& app, std::function<int()>& action) {
+  auto args = std::make_shared<TraceArgs>();
+  CLI::App* cmd = app.add_subcommand("trace", "Chrome trace event JSON of the plan: op spans and a live-bytes counter");
+  add_viz_source_args(cmd, args->source, true);
+  cmd->add_option("-o,--output", args->output, "JSON file to write")->required();
+  cmd->add_option("--profile", args->profile, "device profile JSON for the op time estimates (default: an H100-like placeholder)");
+  cmd->add_flag("--unit-times", args->unit_times, "1 us per op instead of cost-model estimates");
+  cmd->callback([args, &action] { action = [args] { return run_trace(*args); }; });
+}
+
+[[maybe_unused]] const int registered = register_command(62, &add_trace);
+
+}  // namespace
+}  // namespace memplan::cli

@@ -1,0 +1,64 @@
+// `memplan viz`: the memory timeline of a plan (or two side by side) as one SVG file.
+#include <iostream>
+
+#include "cli/registry.hpp"
+#include "cli/viz_source.hpp"
+#include "viz/timeline.hpp"
+
+namespace memplan::cli {
+namespace {
+
+struct VizArgs {
+  VizSourceArgs source;
+  std::string output;
+  std::string compare;
+  double width = 1400, height = 900;
+};
+
+viz::TimelinePanel panel_of(const PlannedModel& m) {
+  viz::TimelinePanel p{m.title, &m.graph, &m.plan, m.arena_budget, m.lower_bound_bytes, m.note, "", ""};
+  if (m.budget && m.arena_budget != m.budget)
+    p.budget_label = "budget " + viz::bytes_label(m.budget) + ": " + viz::bytes_label(m.arena_budget) + " left for the arena";
+  if (m.lower_bound_bytes) p.lower_bound_label = "lower bound " + viz::bytes_label(m.lower_bound_bytes);
+  return p;
+}
+
+int run_viz(const VizArgs& a) {
+  auto models = planned_models(a.source);
+  if (!a.compare.empty()) {
+    if (!a.source.train) fail(ErrorKind::usage, "--compare draws a second training strategy: add --train");
+    models.push_back(plan_model(a.source, a.compare));
+  }
+  if (models.size() > 2) fail(ErrorKind::usage, "viz draws one plan or two side by side; got " + std::to_string(models.size()));
+  std::vector<viz::TimelinePanel> panels;
+  for (const auto& m : models) panels.push_back(panel_of(m));
+  viz::TimelineOptions opts;
+  opts.width = a.width;
+  opts.height = a.height;
+  write_text_file(a.output, viz::render_timeline_svg(panels, opts));
+  for (const auto& m : models) {
+    const auto u = viz::plan_usage(m.plan);
+    const std::string op = m.plan.schedule.empty() ? "-" : m.graph.ops[m.plan.schedule[u.peak_step]].name;
+    std::cout << m.title << ": " << m.plan.buffers.size() << " buffers, arena " << human_bytes(m.plan.arena_bytes) << ", peak "
+              << human_bytes(u.peak_bytes) << " at step " << u.peak_step << " (" << op << ")" << (m.over_budget ? ", budget not met" : "")
+              << "\n";
+  }
+  std::cout << "timeline written to " << a.output << "\n";
+  return 0;
+}
+
+void add_viz(CLI::App& app, std::function<int()>& action) {
+  auto args = std::make_shared<VizArgs>();
+  CLI::App* cmd = app.add_subcommand("viz", "SVG memory timeline: arena buffers over the schedule and live bytes per step");
+  add_viz_source_args(cmd, args->source, true);
+  cmd->add_option("-o,--output", args->output, "SVG file to write")->required();
+  cmd->add_option("--compare", args->compare, "with --train: also plan with this strategy and draw both side by side");
+  cmd->add_option("--width", args->width, "picture width in pixels")->check(CLI::Range(300.0, 20000.0));
+  cmd->add_option("--height", args->height, "picture height in pixels")->check(CLI::Range(300.0, 20000.0));
+  cmd->callback([args, &action] { action = [args] { return run_viz(*args); }; });
+}
+
+[[maybe_unused]] const int registered = register_command(60, &add_viz);
+
+}  // namespace
+}  // namespace memplan::cli

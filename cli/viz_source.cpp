@@ -1,0 +1,121 @@
+// Plans (or reads) what the picture commands draw: inference or training plans, or saved plan files.
+#include "cli/viz_source.hpp"
+
+#include <filesystem>
+#include <fstream>
+
+#include "analysis/import.hpp"
+#include "analysis/training.hpp"
+#include "planner/inference.hpp"
+#include "planner/plan_json.hpp"
+#include "planner/remat.hpp"
+#include "planner/training_plan.hpp"
+#include "planner/verify.hpp"
+#include "viz/svg.hpp"
+
+namespace memplan::cli {
+
+void add_viz_source_args(CLI::App* cmd, VizSourceArgs& a, bool plans) {
+  add_model_args(cmd, a.model);
+  cmd->add_flag("--train", a.train, "plan a training step (forward, MSE loss, backward, optimizer)");
+  cmd->add_option("--strategy", a.strategy, "with --train: none | sqrt | budget | optimal | swap | auto");
+  cmd->add_option("--budget", a.budget, "with --train: device memory budget, e.g. 4GiB (weights and optimizer state included)");
+  cmd->add_option("--optimizer", a.optimizer, "with --train: none | sgd | momentum | adam");
+  cmd->add_option("--alignment", a.alignment, "buffer alignment in bytes")->check(CLI::Range(1, 1 << 20));
+  if (plans) cmd->add_option("--plan", a.plan_files, "draw this saved plan (graph embedded) instead of planning; twice to compare");
+}
+
+namespace {
+
+std::string model_title(const VizSourceArgs& a) {
+  std::string t = std::filesystem::path(a.model.model).filename().string();
+  for (const char* ext : {".onnx", ".json"})
+    if (t.size() > std::string(ext).size() && t.ends_with(ext)) t.resize(t.size() - std::string(ext).size());
+  for (const auto& d : a.model.dims) t += " \u00b7 " + d;
+  return t;
+}
+
+PlannedModel plan_inference_model(const VizSourceArgs& a) {
+  PlannedModel m;
+  m.graph = load_shaped_model(a.model);
+  planner::AssignOptions ao;
+  ao.alignment = a.alignment;
+  auto ip = planner::plan_inference(m.graph, ao);
+  m.plan = std::move(ip.plan);
+  m.lower_bound_bytes = m.plan.aliased_lower_bound_bytes;
+  m.title = model_title(a) + " \u00b7 inference";
+  m.note = "lower bound without sharing " + viz::bytes_label(ip.liveness.lower_bound_bytes);
+  return m;
+}
+
+PlannedModel plan_training_model(const VizSourceArgs& a, const std::string& strategy) {
+  const auto opt = analysis::optimizer_from_name(a.optimizer);
+  if (!opt) fail(ErrorKind::usage, "--optimizer '" + a.optimizer + "' is not one of none, sgd, momentum, adam");
+  analysis::TrainingOptions to;
+  to.optimizer = *opt;
+  const auto tg = analysis::build_training_graph(load_shaped_model(a.model), to);
+  planner::TrainingPlanOptions po;
+  po.strategy = strategy;
+  po.assign.alignment = a.alignment;
+  PlannedModel m;
+  if (!a.budget.empty()) m.budget = planner::parse_size(a.budget);
+  if (m.budget) po.budget_bytes = m.budget;
+  planner::TrainingPlanResult r;
+  try {
+    r = planner::plan_training(tg, po);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::infeasible || !po.budget_bytes) throw;
+    po.budget_bytes.reset();  // draw what this strategy does without the budget, with the budget line above it
+    r = planner::plan_training(tg, po);
+    m.over_budget = true;
+  }
+  const std::uint64_t fixed = r.persistent_bytes + r.input_bytes;
+  m.arena_budget = m.budget > fixed ? m.budget - fixed : 0;
+  m.lower_bound_bytes = r.plan.aliased_lower_bound_bytes;
+  m.title = model_title(a) + " \u00b7 training (" + a.optimizer + ") \u00b7 " + r.strategy;
+  if (m.budget) m.title += std::string(" \u00b7 budget ") + viz::bytes_label(m.budget) + (m.over_budget ? " NOT MET" : "");
+  std::string what;
+  if (r.recomputed_tensors)
+    what += "recomputes " + std::to_string(r.recomputed_tensors) + " tensors (+" +
+            std::to_string(static_cast<int>(r.recompute_overhead * 100 + 0.5)) + "% FLOPs); ";
+  if (r.swapped_tensors) what += "swaps " + std::to_string(r.swapped_tensors) + " tensors (" + viz::bytes_label(r.swap_bytes) + "); ";
+  m.note = what + "device total " + viz::bytes_label(r.peak_bytes) + " = arena + weights, grads, optimizer state " +
+           viz::bytes_label(r.persistent_bytes) + " + inputs " + viz::bytes_label(r.input_bytes);
+  m.graph = std::move(r.graph);
+  m.plan = std::move(r.plan);
+  return m;
+}
+
+}  // namespace
+
+PlannedModel plan_model(const VizSourceArgs& a, const std::string& strategy) {
+  return a.train ? plan_training_model(a, strategy) : plan_inference_model(a);
+}
+
+PlannedModel load_plan_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(ErrorKind::io, "cannot read plan '" + path + "'");
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    fail(ErrorKind::malformed, "plan '" + path + "' is not JSON: " + e.what());
+  }
+  PlannedModel m;
+  if (!doc.contains("graph")) fail(ErrorKind::plan_mismatch, "plan '" + path + "' has no embedded graph (write it with --plan)");
+  m.graph = analysis::import_json(doc["graph"], path);
+  m.plan = planner::plan_from_json(m.graph, doc);
+  planner::require_valid(m.graph, m.plan);
+  m.lower_bound_bytes = m.plan.aliased_lower_bound_bytes;
+  m.title = std::filesystem::path(path).filename().string();
+  return m;
+}
+
+std::vector<PlannedModel> planned_models(const VizSourceArgs& a) {
+  std::vector<PlannedModel> out;
+  for (const auto& f : a.plan_files) out.push_back(load_plan_file(f));
+  if (out.empty()) out.push_back(plan_model(a, a.strategy));
+  return out;
+}
+
+}  // namespace memplan::cli

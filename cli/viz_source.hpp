@@ -1,0 +1,51 @@
+// What the picture commands (viz, graph, trace) draw: a model planned for inference or training, or saved plans.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "analysis/graph.hpp"
+#include "cli/common.hpp"
+#include "planner/plan.hpp"
+
+namespace memplan::cli {
+
+struct VizSourceArgs {
+  ModelArgs model;
+  bool train = false;
+  std::string strategy = "none";
+  std::string budget;  // planner::parse_size: "4GiB", "800MB", "1e9"
+  std::string optimizer = "sgd";
+  std::vector<std::string> plan_files;  // saved plans (graph embedded) instead of planning
+  std::uint64_t alignment = 256;
+};
+
+// MODEL, --dim, --train, --strategy, --budget, --optimizer, --alignment; with `plans` also --plan FILE.
+void add_viz_source_args(CLI::App* cmd, VizSourceArgs& a, bool plans);
+
+// A plan with everything a picture needs around it.
+struct PlannedModel {
+  analysis::Graph graph;  // the graph the plan was made for (training graph for --train)
+  planner::Plan plan;
+  std::string title;
+  std::string note;                      // persistent memory, recomputation and swap, in words
+  std::uint64_t arena_budget = 0;        // the budget's share for the arena (0: no budget)
+  std::uint64_t budget = 0;              // the whole budget as given
+  std::uint64_t lower_bound_bytes = 0;   // most arena bytes live at one step with views and in-place shared
+  bool over_budget = false;              // planned without the budget because it could not be met
+};
+
+// Plans the model with `strategy` (ignores a.strategy and a.plan_files). With --train and a budget
+// that `strategy` cannot meet, plans without the budget and marks over_budget.
+PlannedModel plan_model(const VizSourceArgs& a, const std::string& strategy);
+
+// Reads a saved plan; its embedded graph is what it was made for.
+PlannedModel load_plan_file(const std::string& path);
+
+// The panels a picture command draws: each --plan file, else the model with --strategy.
+std::vector<PlannedModel> planned_models(const VizSourceArgs& a);
+
+}  // namespace memplan::cli

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Drives `memplan trace` and validates the JSON against the Chrome Trace Event Format.
+
+Checks, per event type, the fields the format requires (ph, pid, name; ts and dur for complete events;
+numeric args for counters; args.name for metadata), non-negative times, spans laid end to end in the
+plan's schedule order, and counters equal to the live bytes the plan's buffers give at each step.
+Exit 77 when the command or the samples are missing.
+"""
+import argparse
+import json
+import numbers
+import os
+import subprocess
+import sys
+import tempfile
+
+MODELS = ["tiny_mlp.onnx", "tiny_gpt.onnx", "resnet18.onnx"]
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+    return cond
+
+
+def run(memplan, *args):
+    r = subprocess.run([memplan, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"memplan {' '.join(args)} exited {r.returncode}: {r.stderr.strip()}")
+    return r.stdout
+
+
+def live_bytes(plan):
+    n = len(plan["schedule"])
+    delta = [0] * (n + 1)
+    for b in plan["buffers"]:
+        delta[b["first"]] += b["size"]
+        delta[b["last"] + 1] -= b["size"]
+    out, acc = [], 0
+    for s in range(n):
+        acc += delta[s]
+        out.append(acc)
+    return out
+
+
+def validate_events(doc, name):
+    """The format's own rules, independent of memplan: returns (spans, counters)."""
+    if not check(isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list), f"{name}: no traceEvents array"):
+        return [], []
+    spans, counters = [], []
+    for i, e in enumerate(doc["traceEvents"]):
+        where = f"{name}: event {i}"
+        if not check(isinstance(e, dict) and isinstance(e.get("ph"), str), f"{where}: no ph"):
+            continue
+        check(isinstance(e.get("pid"), int), f"{where}: pid missing or not an integer")
+        check(isinstance(e.get("name"), str) and e["name"] != "", f"{where}: name missing")
+        ph = e["ph"]
+        if ph == "X":
+            ok = all(isinstance(e.get(k), numbers.Real) for k in ("ts", "dur")) and isinstance(e.get("tid"), int)
+            if check(ok, f"{where}: X event needs numeric ts, dur and integer tid"):
+                check(e["ts"] >= 0 and e["dur"] >= 0, f"{where}: negative ts or dur")
+                spans.append(e)
+        elif ph == "C":
+            args = e.get("args")
+            ok = isinstance(e.get("ts"), numbers.Real) and isinstance(args, dict) and args
+            if check(ok, f"{where}: C event needs ts and args"):
+                check(e["ts"] >= 0, f"{where}: negative ts")
+                check(all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in args.values()), f"{where}: counter values must be numbers")
+                counters.append(e)
+        elif ph == "M":
+            check(e["name"] in ("process_name", "thread_name", "process_sort_index", "thread_sort_index"), f"{where}: unknown metadata {e['name']}")
+            check(isinstance(e.get("args", {}).get("name"), str), f"{where}: metadata without args.name")
+        else:
+            check(False, f"{where}: unexpected phase {ph!r}")
+    return spans, counters
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--memplan", required=True)
+    ap.add_argument("--samples", required=True)
+    a = ap.parse_args()
+    if not os.path.exists(a.memplan) or not os.path.isdir(os.path.join(a.samples, "models")):
+        print("skip: memplan or samples missing")
+        return 77
+    with tempfile.TemporaryDirectory() as tmp:
+        for m in MODELS:
+            model = os.path.join(a.samples, "models", m)
+            plan_file, trace_file = os.path.join(tmp, m + ".plan.json"), os.path.join(tmp, m + ".trace.json")
+            run(a.memplan, "analyze", model, "--plan", plan_file)
+            run(a.memplan, "trace", model, "--plan", plan_file, "-o", trace_file)
+            with open(plan_file) as f:
+                plan = json.load(f)
+            with open(trace_file) as f:
+                doc = json.load(f)
+            spans, counters = validate_events(doc, m)
+            check([s["name"] for s in spans] == plan["schedule"], f"{m}: spans are not the plan's schedule in order")
+            clock = 0.0
+            for s in spans:
+                check(abs(s["ts"] - clock) <= 1e-6 * max(1.0, clock), f"{m}: span {s['name']} starts at {s['ts']}, expected {clock}")
+                clock = s["ts"] + s["dur"]
+            live = live_bytes(plan)
+            got = [c["args"]["live"] for c in counters]
+            check(got[: len(live)] == live, f"{m}: counter values differ from the plan's live bytes")
+            check(len(counters) == len(live) + 1 and got[-1] == 0, f"{m}: the counter does not return to 0 at the end")
+            print(f"ok   {m}: {len(spans)} spans, {len(counters)} counter samples")
+        # A training trace puts swap copies, recomputation and backward ops on the same clock.
+        trace_file = os.path.join(tmp, "train.trace.json")
+        try:
+            run(a.memplan, "trace", os.path.join(a.samples, "models", "tiny_cnn.onnx"), "--train", "--strategy", "sqrt", "-o", trace_file)
+            with open(trace_file) as f:
+                spans, _ = validate_events(json.load(f), "tiny_cnn training")
+            cats = {s.get("cat") for s in spans}
+            check({"forward", "backward"} <= cats, f"tiny_cnn training: categories {cats}")
+            print(f"ok   tiny_cnn training: {len(spans)} spans, categories {sorted(cats)}")
+        except RuntimeError as e:
+            check(False, f"training trace failed: {e}")
+    print(f"{len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
