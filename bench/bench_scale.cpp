@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,10 @@
 
 #include "analysis/graph.hpp"
 #include "analysis/liveness.hpp"
+#include "analysis/training.hpp"
+#include "planner/inference.hpp"
+#include "planner/training_plan.hpp"
+#include "planner/verify.hpp"
 
 namespace {
 
@@ -58,6 +63,19 @@ struct Builder {
   }
 };
 
+Attribute int_attr(std::int64_t v) {
+  Attribute a;
+  a.kind = Attribute::Kind::i;
+  a.i = v;
+  return a;
+}
+Attribute ints_attr(std::vector<std::int64_t> v) {
+  Attribute a;
+  a.kind = Attribute::Kind::ints;
+  a.ints = std::move(v);
+  return a;
+}
+
 // x -> Relu -> Relu -> ... : every activation dies one step after it is born.
 Graph chain(std::size_t n) {
   Builder b;
@@ -67,26 +85,43 @@ Graph chain(std::size_t n) {
   return std::move(b.g);
 }
 
-// Pre-norm transformer blocks (18 ops each): attention and MLP with residuals, d=512, seq 128, 8 heads.
+// Pre-norm transformer blocks (22 ops each): attention and MLP with residuals, d=512, seq 128, 8 heads.
 Graph transformer(std::size_t n) {
-  const std::int64_t B = 4, S = 128, D = 512, H = 8, F = 2048;
+  const std::int64_t B = 4, S = 128, D = 512, H = 8, E = D / H, F = 2048;
   Builder b;
   TensorId x = b.input({B, S, D});
-  const std::size_t layers = std::max<std::size_t>(1, n / 18);
+  auto w = [&](std::vector<std::int64_t> s) { return b.tensor(std::move(s), TensorRole::weight); };
+  auto shape_const = [&](std::vector<std::int64_t> v) {
+    TensorId t = b.tensor({static_cast<std::int64_t>(v.size())}, TensorRole::weight);
+    b.g.tensors[t].dtype = DType::i64;
+    b.g.tensors[t].data = std::make_shared<TensorData>(TensorData::from_int64(DType::i64, {static_cast<std::int64_t>(v.size())}, v));
+    return t;
+  };
+  const TensorId split_heads = shape_const({B, S, H, E}), merge_heads = shape_const({B, S, D});
+  auto transpose = [&](TensorId t, std::vector<std::int64_t> perm, std::vector<std::int64_t> out) {
+    TensorId r = b.op("Transpose", {t}, std::move(out));
+    b.g.ops.back().attrs["perm"] = ints_attr(std::move(perm));
+    return r;
+  };
+  auto layer_norm = [&](TensorId t) {
+    TensorId r = b.op("LayerNormalization", {t, w({D}), w({D})}, {B, S, D});
+    b.g.ops.back().attrs["axis"] = int_attr(-1);
+    return r;
+  };
+  const std::size_t layers = std::max<std::size_t>(1, n / 22);
   for (std::size_t l = 0; l < layers; ++l) {
-    auto w = [&](std::vector<std::int64_t> s) { return b.tensor(std::move(s), TensorRole::weight); };
-    TensorId h = b.op("LayerNormalization", {x, w({D}), w({D})}, {B, S, D});
-    TensorId q = b.op("MatMul", {h, w({D, D})}, {B, S, D});
-    TensorId k = b.op("MatMul", {h, w({D, D})}, {B, S, D});
-    TensorId v = b.op("MatMul", {h, w({D, D})}, {B, S, D});
-    TensorId qh = b.op("Transpose", {b.op("Reshape", {q}, {B, S, H, D / H})}, {B, H, S, D / H});
-    TensorId kh = b.op("Transpose", {k}, {B, H, D / H, S});
-    TensorId s = b.op("Softmax", {b.op("MatMul", {qh, kh}, {B, H, S, S})}, {B, H, S, S});
-    TensorId a = b.op("MatMul", {s, v}, {B, H, S, D / H});
-    TensorId o = b.op("MatMul", {b.op("Reshape", {a}, {B, S, D}), w({D, D})}, {B, S, D});
+    TensorId h = layer_norm(x);
+    auto heads = [&](std::vector<std::int64_t> perm, std::vector<std::int64_t> out) {
+      TensorId proj = b.op("MatMul", {h, w({D, D})}, {B, S, D});
+      return transpose(b.op("Reshape", {proj, split_heads}, {B, S, H, E}), std::move(perm), std::move(out));
+    };
+    TensorId q = heads({0, 2, 1, 3}, {B, H, S, E}), k = heads({0, 2, 3, 1}, {B, H, E, S}), v = heads({0, 2, 1, 3}, {B, H, S, E});
+    TensorId s = b.op("Softmax", {b.op("MatMul", {q, k}, {B, H, S, S})}, {B, H, S, S});
+    b.g.ops.back().attrs["axis"] = int_attr(-1);
+    TensorId a = transpose(b.op("MatMul", {s, v}, {B, H, S, E}), {0, 2, 1, 3}, {B, S, H, E});
+    TensorId o = b.op("MatMul", {b.op("Reshape", {a, merge_heads}, {B, S, D}), w({D, D})}, {B, S, D});
     x = b.op("Add", {x, o}, {B, S, D});
-    TensorId h2 = b.op("LayerNormalization", {x, w({D}), w({D})}, {B, S, D});
-    TensorId f = b.op("Gelu", {b.op("MatMul", {h2, w({D, F})}, {B, S, F})}, {B, S, F});
+    TensorId f = b.op("Gelu", {b.op("MatMul", {layer_norm(x), w({D, F})}, {B, S, F})}, {B, S, F});
     x = b.op("Add", {x, b.op("MatMul", {f, w({F, D})}, {B, S, D})}, {B, S, D});
   }
   b.output(x);
@@ -110,17 +145,48 @@ Graph wide_dag(std::size_t n) {
   return std::move(b.g);
 }
 
-// ---- planner stages (joined as the planner lands) -------------------------------------------
-
-const char* planner_columns() { return ""; }
-
-void run_planner_stages(const Graph&, const Liveness&) {}
-
-// ---- timing -----------------------------------------------------------------------------------
+// ---- planner stages ---------------------------------------------------------------------------
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+const char* planner_columns() { return "inference: plan (planner's own) verify arena | training: build plan verify ops arena"; }
+
+// Inference plan and its independent verification; then a training step (forward, loss, backward, SGD)
+// planned without a budget. Each stage's error is printed in place of its numbers.
+void run_planner_stages(const Graph& g) {
+  try {
+    auto t0 = std::chrono::steady_clock::now();
+    const planner::InferencePlan ip = planner::plan_inference(g);
+    const double t_plan = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    const bool ok = planner::verify_plan(g, ip.plan).valid;
+    std::printf(" | %7.3f (%6.3f) %7.3f %s %.1f MiB", t_plan, ip.plan_seconds, seconds_since(t0), ok ? "ok" : "INVALID",
+                static_cast<double>(ip.plan.arena_bytes) / (1 << 20));
+  } catch (const std::exception& e) {
+    std::printf(" | inference: %s", e.what());
+  }
+  std::fflush(stdout);
+  try {
+    auto t0 = std::chrono::steady_clock::now();
+    const TrainingGraph tg = build_training_graph(g);
+    const double t_build = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    const planner::TrainingPlanResult r = planner::plan_training(tg, planner::TrainingPlanOptions{});
+    const double t_plan = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    const bool ok = planner::verify_plan(r.graph, r.plan).valid;
+    std::printf(" | %7.3f %7.3f %7.3f %s %zu ops %.1f MiB", t_build, t_plan, seconds_since(t0), ok ? "ok" : "INVALID",
+                r.graph.ops.size(), static_cast<double>(r.activation_arena_bytes) / (1 << 20));
+  } catch (const std::exception& e) {
+    std::printf(" | training: %s", e.what());
+  }
+}
+
+// ---- timing -----------------------------------------------------------------------------------
+
+unsigned g_stage_limit_s = 60;
 
 long peak_rss_mib() {
   rusage u{};
@@ -144,7 +210,8 @@ void run_one(const char* kind, std::size_t n) {
   const double t_live = seconds_since(t0);
   std::printf("%-12s %8zu %9zu %8.3f %8.3f %8.3f %8.3f  lower bound %.1f MiB", kind, g.ops.size(), g.tensors.size(), t_build,
               t_validate, t_topo, t_live, static_cast<double>(l.lower_bound_bytes) / (1 << 20));
-  run_planner_stages(g, l);
+  alarm(g_stage_limit_s);  // quadratic stages are stopped, not waited for: the parent reports the timeout
+  run_planner_stages(g);
   std::printf("  rss %ld MiB\n", peak_rss_mib());
   std::fflush(stdout);
 }
@@ -154,9 +221,15 @@ void run_one(const char* kind, std::size_t n) {
 int main(int argc, char** argv) {
   std::vector<std::size_t> sizes = {10000, 100000, 1000000};
   std::vector<const char*> kinds = {"chain", "transformer", "wide_dag"};
-  if (argc > 1) {
+  // Usage: bench_scale [--limit SECONDS] [SIZE...]
+  int first = 1;
+  if (argc > 2 && std::strcmp(argv[1], "--limit") == 0) {
+    g_stage_limit_s = static_cast<unsigned>(std::strtoul(argv[2], nullptr, 10));
+    first = 3;
+  }
+  if (argc > first) {
     sizes.clear();
-    for (int i = 1; i < argc; ++i) sizes.push_back(std::strtoull(argv[i], nullptr, 10));
+    for (int i = first; i < argc; ++i) sizes.push_back(std::strtoull(argv[i], nullptr, 10));
   }
   utsname u{};
   uname(&u);
@@ -169,7 +242,8 @@ int main(int argc, char** argv) {
     }
   std::printf("# memplan bench_scale on %s (%s %s), %s, %ld cores\n", u.nodename, u.sysname, u.release, cpu.c_str(),
               sysconf(_SC_NPROCESSORS_ONLN));
-  std::printf("# seconds per stage; rss = peak resident set of the run (own process)\n");
+  std::printf("# seconds per stage (wall); rss = peak resident set of the run (own process); planner stages stop after %u s\n",
+              g_stage_limit_s);
   std::printf("%-12s %8s %9s %8s %8s %8s %8s  %s\n", "graph", "ops", "tensors", "build", "validate", "topo", "liveness",
               planner_columns());
   for (const char* kind : kinds)
@@ -188,7 +262,10 @@ int main(int argc, char** argv) {
       }
       int status = 0;
       waitpid(pid, &status, 0);
-      if (!WIFEXITED(status)) std::printf("%-12s %8zu  killed by signal %d\n", kind, n, WTERMSIG(status));
+      if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+        std::printf(" | stopped: planner stages over %u s\n", g_stage_limit_s);
+      else if (!WIFEXITED(status))
+        std::printf(" | killed by signal %d\n", WTERMSIG(status));
     }
   return 0;
 }
