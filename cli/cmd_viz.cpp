@@ -26,7 +26,7 @@ viz::TimelinePanel panel_of(const PlannedModel& m) {
 int run_viz(const VizArgs& a) {
   auto models = planned_models(a.source);
   if (!a.compare.empty()) {
-    if (!a.source.train) fail(ErrorKind::usage, "--compare draws a second training strategy: add --train");
+    if (!a.source.train.train) fail(ErrorKind::usage, "--compare draws a second training strategy: add --train");
     models.push_back(plan_model(a.source, a.compare));
   }
   if (models.size() > 2) fail(ErrorKind::usage, "viz draws one plan or two side by side; got " + std::to_string(models.size()));

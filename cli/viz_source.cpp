@@ -5,10 +5,8 @@
 #include <fstream>
 
 #include "analysis/import.hpp"
-#include "analysis/training.hpp"
 #include "planner/inference.hpp"
 #include "planner/plan_json.hpp"
-#include "planner/remat.hpp"
 #include "planner/training_plan.hpp"
 #include "planner/verify.hpp"
 #include "viz/svg.hpp"
@@ -16,18 +14,13 @@
 namespace memplan::cli {
 
 void add_viz_source_args(CLI::App* cmd, VizSourceArgs& a, bool plans) {
-  add_model_args(cmd, a.model);
-  cmd->add_flag("--train", a.train, "plan a training step (forward, MSE loss, backward, optimizer)");
-  cmd->add_option("--strategy", a.strategy, "with --train: none | sqrt | budget | optimal | swap | auto");
-  cmd->add_option("--budget", a.budget, "with --train: device memory budget, e.g. 4GiB (weights and optimizer state included)");
-  cmd->add_option("--optimizer", a.optimizer, "with --train: none | sgd | momentum | adam");
-  cmd->add_option("--alignment", a.alignment, "buffer alignment in bytes")->check(CLI::Range(1, 1 << 20));
+  add_training_args(cmd, a.train);
   if (plans) cmd->add_option("--plan", a.plan_files, "draw this saved plan (graph embedded) instead of planning; twice to compare");
 }
 
 namespace {
 
-std::string model_title(const VizSourceArgs& a) {
+std::string model_title(const TrainingArgs& a) {
   std::string t = std::filesystem::path(a.model.model).filename().string();
   for (const char* ext : {".onnx", ".json"})
     if (t.size() > std::string(ext).size() && t.ends_with(ext)) t.resize(t.size() - std::string(ext).size());
@@ -35,11 +28,12 @@ std::string model_title(const VizSourceArgs& a) {
   return t;
 }
 
-PlannedModel plan_inference_model(const VizSourceArgs& a) {
+PlannedModel plan_inference_model(const TrainingArgs& a) {
   PlannedModel m;
   m.graph = load_shaped_model(a.model);
   planner::AssignOptions ao;
   ao.alignment = a.alignment;
+  ao.packer = a.packer;
   auto ip = planner::plan_inference(m.graph, ao);
   m.plan = std::move(ip.plan);
   m.lower_bound_bytes = m.plan.aliased_lower_bound_bytes;
@@ -48,25 +42,19 @@ PlannedModel plan_inference_model(const VizSourceArgs& a) {
   return m;
 }
 
-PlannedModel plan_training_model(const VizSourceArgs& a, const std::string& strategy) {
-  const auto opt = analysis::optimizer_from_name(a.optimizer);
-  if (!opt) fail(ErrorKind::usage, "--optimizer '" + a.optimizer + "' is not one of none, sgd, momentum, adam");
-  analysis::TrainingOptions to;
-  to.optimizer = *opt;
-  const auto tg = analysis::build_training_graph(load_shaped_model(a.model), to);
-  planner::TrainingPlanOptions po;
-  po.strategy = strategy;
-  po.assign.alignment = a.alignment;
+PlannedModel plan_training_model(TrainingArgs a, const std::string& strategy) {
+  a.strategy = strategy;
+  auto s = load_training(a);
+  auto& po = s.options;
   PlannedModel m;
-  if (!a.budget.empty()) m.budget = planner::parse_size(a.budget);
-  if (m.budget) po.budget_bytes = m.budget;
+  m.budget = po.budget_bytes.value_or(0);
   planner::TrainingPlanResult r;
   try {
-    r = planner::plan_training(tg, po);
+    r = planner::plan_training(s.training, po);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::infeasible || !po.budget_bytes) throw;
     po.budget_bytes.reset();  // draw what this strategy does without the budget, with the budget line above it
-    r = planner::plan_training(tg, po);
+    r = planner::plan_training(s.training, po);
     m.over_budget = true;
   }
   const std::uint64_t fixed = r.persistent_bytes + r.input_bytes;
@@ -89,7 +77,7 @@ PlannedModel plan_training_model(const VizSourceArgs& a, const std::string& stra
 }  // namespace
 
 PlannedModel plan_model(const VizSourceArgs& a, const std::string& strategy) {
-  return a.train ? plan_training_model(a, strategy) : plan_inference_model(a);
+  return a.train.train ? plan_training_model(a.train, strategy) : plan_inference_model(a.train);
 }
 
 PlannedModel load_plan_file(const std::string& path) {
@@ -114,7 +102,7 @@ PlannedModel load_plan_file(const std::string& path) {
 std::vector<PlannedModel> planned_models(const VizSourceArgs& a) {
   std::vector<PlannedModel> out;
   for (const auto& f : a.plan_files) out.push_back(load_plan_file(f));
-  if (out.empty()) out.push_back(plan_model(a, a.strategy));
+  if (out.empty()) out.push_back(plan_model(a, a.train.strategy));
   return out;
 }
 

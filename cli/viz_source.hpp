@@ -8,22 +8,18 @@
 #include <vector>
 
 #include "analysis/graph.hpp"
+#include "cli/cmd_plan.hpp"
 #include "cli/common.hpp"
 #include "planner/plan.hpp"
 
 namespace memplan::cli {
 
 struct VizSourceArgs {
-  ModelArgs model;
-  bool train = false;
-  std::string strategy = "none";
-  std::string budget;  // planner::parse_size: "4GiB", "800MB", "1e9"
-  std::string optimizer = "sgd";
+  TrainingArgs train;                   // MODEL, --dim, --train, --strategy, --budget, ... (cmd_plan.hpp)
   std::vector<std::string> plan_files;  // saved plans (graph embedded) instead of planning
-  std::uint64_t alignment = 256;
 };
 
-// MODEL, --dim, --train, --strategy, --budget, --optimizer, --alignment; with `plans` also --plan FILE.
+// The options of `memplan plan` (add_training_args); with `plans` also --plan FILE.
 void add_viz_source_args(CLI::App* cmd, VizSourceArgs& a, bool plans);
 
 // A plan with everything a picture needs around it.
@@ -38,7 +34,7 @@ struct PlannedModel {
   bool over_budget = false;              // planned without the budget because it could not be met
 };
 
-// Plans the model with `strategy` (ignores a.strategy and a.plan_files). With --train and a budget
+// Plans the model, with `strategy` for --train (in place of --strategy; ignores a.plan_files). With --train and a budget
 // that `strategy` cannot meet, plans without the budget and marks over_budget.
 PlannedModel plan_model(const VizSourceArgs& a, const std::string& strategy);
 

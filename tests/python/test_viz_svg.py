@@ -10,46 +10,16 @@ rectangles they draw. Exit 77 when the command or the samples are missing.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
 
+from viz_testlib import check, failures, plan_usage, run
+
 SVG = "{http://www.w3.org/2000/svg}"
 INFERENCE_MODELS = ["tiny_mlp.onnx", "tiny_cnn.onnx", "tiny_gpt.onnx", "squeezenet1_1.onnx", "mobilenet_v2.onnx", "resnet18.onnx"]
 TRAINING_MODELS = [("tiny_mlp.onnx", []), ("tiny_cnn.onnx", []), ("resnet18.train.onnx", ["--dim", "batch=4"])]
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    return cond
-
-
-def run(memplan, *args):
-    r = subprocess.run([memplan, *args], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"memplan {' '.join(args)} exited {r.returncode}: {r.stderr.strip()}")
-    return r.stdout
-
-
-def plan_usage(plan):
-    """Live bytes per step, peak step and peak bytes, from the plan's buffers alone."""
-    n = len(plan["schedule"])
-    live = [0] * (n + 1)
-    for b in plan["buffers"]:
-        live[b["first"]] += b["size"]
-        live[b["last"] + 1] -= b["size"]
-    acc, best, best_step, per_step = 0, -1, 0, []
-    for s in range(n):
-        acc += live[s]
-        per_step.append(acc)
-        if acc > best:
-            best, best_step = acc, s
-    return per_step, best_step, best
 
 
 def buffer_rects(panel):

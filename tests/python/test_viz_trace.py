@@ -10,39 +10,12 @@ import argparse
 import json
 import numbers
 import os
-import subprocess
 import sys
 import tempfile
 
+from viz_testlib import check, failures, plan_usage, run
+
 MODELS = ["tiny_mlp.onnx", "tiny_gpt.onnx", "resnet18.onnx"]
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    return cond
-
-
-def run(memplan, *args):
-    r = subprocess.run([memplan, *args], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"memplan {' '.join(args)} exited {r.returncode}: {r.stderr.strip()}")
-    return r.stdout
-
-
-def live_bytes(plan):
-    n = len(plan["schedule"])
-    delta = [0] * (n + 1)
-    for b in plan["buffers"]:
-        delta[b["first"]] += b["size"]
-        delta[b["last"] + 1] -= b["size"]
-    out, acc = [], 0
-    for s in range(n):
-        acc += delta[s]
-        out.append(acc)
-    return out
 
 
 def validate_events(doc, name):
@@ -101,7 +74,7 @@ def main():
             for s in spans:
                 check(abs(s["ts"] - clock) <= 1e-6 * max(1.0, clock), f"{m}: span {s['name']} starts at {s['ts']}, expected {clock}")
                 clock = s["ts"] + s["dur"]
-            live = live_bytes(plan)
+            live = plan_usage(plan)[0]
             got = [c["args"]["live"] for c in counters]
             check(got[: len(live)] == live, f"{m}: counter values differ from the plan's live bytes")
             check(len(counters) == len(live) + 1 and got[-1] == 0, f"{m}: the counter does not return to 0 at the end")

@@ -1,0 +1,35 @@
+"""Helpers shared by the viz tests (test_viz_svg.py, test_viz_trace.py): checks, running memplan, plan usage."""
+import subprocess
+
+failures = []
+
+
+def check(cond, what):
+    """Records a failed property (and prints it) without stopping the run; returns cond."""
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+    return cond
+
+
+def run(memplan, *args):
+    r = subprocess.run([memplan, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"memplan {' '.join(args)} exited {r.returncode}: {r.stderr.strip()}")
+    return r.stdout
+
+
+def plan_usage(plan):
+    """Live bytes per step, the first peak step and the peak bytes, from a plan's buffers alone."""
+    n = len(plan["schedule"])
+    delta = [0] * (n + 1)
+    for b in plan["buffers"]:
+        delta[b["first"]] += b["size"]
+        delta[b["last"] + 1] -= b["size"]
+    acc, best, best_step, per_step = 0, -1, 0, []
+    for s in range(n):
+        acc += delta[s]
+        per_step.append(acc)
+        if acc > best:
+            best, best_step = acc, s
+    return per_step, best_step, best
