@@ -1,6 +1,7 @@
 // memplan's JSON graph format (docs/graph-format.md): import, export, and picking an importer by content.
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "analysis/import.hpp"
@@ -44,6 +45,13 @@ void check_fits(const Reader& r, const json& x, DType dtype, const std::string& 
   if (!(v >= lo && v <= hi)) r.bad(ErrorKind::malformed, where + ": value " + x.dump() + " does not fit " + dtype_name(dtype));
 }
 
+double non_finite(const Reader& r, const std::string& s, const std::string& where) {
+  if (s == "inf") return std::numeric_limits<double>::infinity();
+  if (s == "-inf") return -std::numeric_limits<double>::infinity();
+  if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
+  r.bad(ErrorKind::malformed, where + ": 'data' holds numbers or \"inf\", \"-inf\", \"nan\"; got \"" + s + "\"");
+}
+
 std::shared_ptr<TensorData> data_from_json(const Reader& r, const json& j, DType dtype, std::vector<std::int64_t> dims,
                                            const std::string& where) {
   if (!j.is_array()) r.bad(ErrorKind::malformed, where + ": 'data' must be an array of numbers");
@@ -64,6 +72,10 @@ std::shared_ptr<TensorData> data_from_json(const Reader& r, const json& j, DType
   }
   std::vector<double> v;
   for (const auto& x : j) {
+    if (x.is_string() && dtype_is_float(dtype)) {  // JSON has no inf or NaN: export_json writes them as strings
+      v.push_back(non_finite(r, x.get<std::string>(), where));
+      continue;
+    }
     if (!x.is_number()) r.bad(ErrorKind::malformed, where + ": 'data' must hold numbers");
     check_fits(r, x, dtype, where);
     v.push_back(x.get<double>());
@@ -74,7 +86,7 @@ std::shared_ptr<TensorData> data_from_json(const Reader& r, const json& j, DType
 json data_to_json(const TensorData& d) {
   json arr = json::array();
   if (dtype_is_float(d.dtype)) {
-    for (double v : d.as_double()) arr.push_back(std::isfinite(v) ? json(v) : json(nullptr));
+    for (double v : d.as_double()) arr.push_back(std::isfinite(v) ? json(v) : json(std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"));
   } else {
     for (auto v : d.as_int64()) arr.push_back(v);
   }

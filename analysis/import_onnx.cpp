@@ -4,6 +4,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <unordered_set>
@@ -318,6 +319,8 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& origin, con
 }
 
 Graph import_onnx(const std::string& path, const ImportOptions& opts) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail(ErrorKind::io, "'" + path + "' is a directory, not a model file");
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) fail(ErrorKind::io, "cannot open '" + path + "'");
   const std::streamoff size = f.tellg();

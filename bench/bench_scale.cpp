@@ -171,14 +171,15 @@ void run_planner_stages(const Graph& g) {
   try {
     auto t0 = std::chrono::steady_clock::now();
     const TrainingGraph tg = build_training_graph(g);
-    const double t_build = seconds_since(t0);
+    std::printf(" | %7.3f", seconds_since(t0));
+    std::fflush(stdout);
     t0 = std::chrono::steady_clock::now();
     const planner::TrainingPlanResult r = planner::plan_training(tg, planner::TrainingPlanOptions{});
     const double t_plan = seconds_since(t0);
     t0 = std::chrono::steady_clock::now();
     const bool ok = planner::verify_plan(r.graph, r.plan).valid;
-    std::printf(" | %7.3f %7.3f %7.3f %s %zu ops %.1f MiB", t_build, t_plan, seconds_since(t0), ok ? "ok" : "INVALID",
-                r.graph.ops.size(), static_cast<double>(r.activation_arena_bytes) / (1 << 20));
+    std::printf(" %7.3f %7.3f %s %zu ops %.1f MiB", t_plan, seconds_since(t0), ok ? "ok" : "INVALID", r.graph.ops.size(),
+                static_cast<double>(r.activation_arena_bytes) / (1 << 20));
   } catch (const std::exception& e) {
     std::printf(" | training: %s", e.what());
   }
@@ -210,6 +211,7 @@ void run_one(const char* kind, std::size_t n) {
   const double t_live = seconds_since(t0);
   std::printf("%-12s %8zu %9zu %8.3f %8.3f %8.3f %8.3f  lower bound %.1f MiB", kind, g.ops.size(), g.tensors.size(), t_build,
               t_validate, t_topo, t_live, static_cast<double>(l.lower_bound_bytes) / (1 << 20));
+  std::fflush(stdout);      // what is measured so far survives a stopped stage
   alarm(g_stage_limit_s);  // quadratic stages are stopped, not waited for: the parent reports the timeout
   run_planner_stages(g);
   std::printf("  rss %ld MiB\n", peak_rss_mib());
@@ -221,11 +223,11 @@ void run_one(const char* kind, std::size_t n) {
 int main(int argc, char** argv) {
   std::vector<std::size_t> sizes = {10000, 100000, 1000000};
   std::vector<const char*> kinds = {"chain", "transformer", "wide_dag"};
-  // Usage: bench_scale [--limit SECONDS] [SIZE...]
+  // Usage: bench_scale [--limit SECONDS] [--only chain|transformer|wide_dag] [SIZE...]
   int first = 1;
-  if (argc > 2 && std::strcmp(argv[1], "--limit") == 0) {
-    g_stage_limit_s = static_cast<unsigned>(std::strtoul(argv[2], nullptr, 10));
-    first = 3;
+  for (; first + 1 < argc && argv[first][0] == '-'; first += 2) {
+    if (std::strcmp(argv[first], "--limit") == 0) g_stage_limit_s = static_cast<unsigned>(std::strtoul(argv[first + 1], nullptr, 10));
+    if (std::strcmp(argv[first], "--only") == 0) kinds = {argv[first + 1]};
   }
   if (argc > first) {
     sizes.clear();

@@ -89,3 +89,21 @@ TEST_CASE("constants built from out-of-range floats clamp instead of invoking un
   // Narrow integer dtypes wrap the clamped value as numpy's astype does: 300 -> 44 in int8.
   CHECK(TensorData::from_double(DType::i8, {1}, {300.0}).as_int64() == std::vector<std::int64_t>{44});
 }
+
+TEST_CASE("non-finite float constants survive export_json and import_json") {
+  // Found by fuzz_json: 1e300 in a float32 constant became inf, which export wrote as null and import refused.
+  json doc = relu_graph({{{"name", "k"}, {"dtype", "float32"}, {"shape", {4}}, {"role", "weight"},
+                          {"data", {1e300, "-inf", "nan", 2.5}}},
+                         {{"name", "y"}}});
+  Graph g = import_json(doc, "test");
+  Graph back = import_json(export_json(g, true), "export");
+  CHECK(back.fingerprint() == g.fingerprint());
+  const auto v = back.tensors[back.at("k")].data->as_double();
+  REQUIRE(v.size() == 4);
+  CHECK(v[0] == std::numeric_limits<double>::infinity());
+  CHECK(v[1] == -std::numeric_limits<double>::infinity());
+  CHECK(std::isnan(v[2]));
+  CHECK(v[3] == 2.5);
+  json bad = relu_graph({{{"name", "k"}, {"dtype", "int32"}, {"shape", {1}}, {"role", "weight"}, {"data", {"inf"}}}, {{"name", "y"}}});
+  CHECK(kind_of(bad) == ErrorKind::malformed);
+}

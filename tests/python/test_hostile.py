@@ -201,7 +201,7 @@ def dim_cases():
         ("--dim given twice", dyn_model(), ["--dim", "batch=2", "--dim", "batch=3"], {USAGE}, ["twice"]),
         ("unbound symbolic dim", dyn_model(), [], {SHAPE}, ["batch"]),
         ("missing model file", None, [], {IO}, ["cannot open"]),
-        ("model is a directory", lambda d: d, [], {IO, MALFORMED}, []),
+        ("model is a directory", lambda d: d, [], {IO}, ["directory"]),
     ]
 
 
