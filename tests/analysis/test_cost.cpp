@@ -88,7 +88,8 @@ TEST_CASE("op_seconds is the roofline maximum plus one launch") {
   CHECK(op_seconds(compute, p) == doctest::Approx(1e-3 + 1e-6));
   OpCost memory{10, 5'000'000'000, 5'000'000'000};
   CHECK(op_seconds(memory, p) == doctest::Approx(0.1 + 1e-6));
-  CHECK(host_to_device_seconds(50'000'000'000, default_device_profile()) == doctest::Approx(1.0));
+  const DeviceProfile d = default_device_profile();
+  CHECK(host_to_device_seconds(static_cast<std::uint64_t>(2 * d.host_to_device_bytes_per_s), d) == doctest::Approx(2.0));
 }
 
 TEST_CASE("device profiles round-trip through JSON, and the sample h100 profile reads") {
