@@ -12,6 +12,7 @@ using analysis::Graph;
 constexpr const char* kBudgetColour = "#d62728";
 constexpr const char* kBoundColour = "#2ca02c";
 constexpr const char* kUsageColour = "#1f4e79";
+constexpr const char* kUsageFill = "#c3d3e6";  // opaque: the phase shading must not tint the area
 
 std::string shorten(const std::string& s, std::size_t n) { return s.size() <= n ? s : s.substr(0, n - 1) + "\u2026"; }
 
@@ -154,7 +155,7 @@ void usage_curve(std::ostream& o, const PanelLayout& p) {
   for (const auto& [x, y] : pts) line << num(x) << "," << num(y) << " ";
   if (pts.empty()) return;
   o << "<polygon class=\"usage-area\" points=\"" << num(pts.front().first) << "," << num(base) << " " << line.str()
-    << num(pts.back().first) << "," << num(base) << "\" fill=\"" << kUsageColour << "\" fill-opacity=\"0.28\"/>\n";
+    << num(pts.back().first) << "," << num(base) << "\" fill=\"" << kUsageFill << "\"/>\n";
   o << "<polyline class=\"usage\" points=\"" << line.str() << "\" fill=\"none\" stroke=\"" << kUsageColour << "\" stroke-width=\"1.3\"/>\n";
 }
 
@@ -216,7 +217,7 @@ void legend(std::ostream& o, const std::vector<PanelLayout>& layouts, bool budge
     const auto kind = static_cast<BufferKind>(k);
     item(buffer_kind_label(kind), std::string("<rect width=\"13\" height=\"12\" fill=\"") + buffer_kind_colour(kind) + "\"/>");
   }
-  item("live bytes", std::string("<rect y=\"3\" width=\"13\" height=\"7\" fill=\"") + kUsageColour + "\" fill-opacity=\"0.4\"/>");
+  item("live bytes", std::string("<rect y=\"3\" width=\"13\" height=\"7\" fill=\"") + kUsageFill + "\" stroke=\"" + kUsageColour + "\"/>");
   if (budget) item("budget", std::string("<line x1=\"0\" x2=\"13\" y1=\"6\" y2=\"6\" stroke=\"") + kBudgetColour + "\" stroke-width=\"2\" stroke-dasharray=\"4 2\"/>");
   if (bound) item("lower bound", std::string("<line x1=\"0\" x2=\"13\" y1=\"6\" y2=\"6\" stroke=\"") + kBoundColour + "\" stroke-width=\"2\" stroke-dasharray=\"2 2\"/>");
   item("peak", std::string("<circle cx=\"6\" cy=\"6\" r=\"4\" fill=\"") + kBudgetColour + "\"/>");
