@@ -1,6 +1,6 @@
-// A training loop that links memplan: tiny_mlp trained with SGD on synthetic data, every activation and
+// A training loop that links memplan: a small model (tiny_gpt by default) trained with SGD on synthetic data, every activation and
 // gradient in one planned arena, under a memory budget met by checkpointing (recomputation).
-// Usage: build/sample_train_mlp [samples/models/tiny_mlp.onnx] [steps]
+// Usage: build/sample_train_mlp [samples/models/tiny_gpt.onnx] [steps]
 #include <cstdio>
 #include <cmath>
 #include <cstring>
@@ -16,8 +16,8 @@
 using namespace memplan;
 
 int main(int argc, char** argv) {
-  const std::string model = argc > 1 ? argv[1] : "samples/models/tiny_mlp.onnx";
-  const int steps = argc > 2 ? std::stoi(argv[2]) : 300;
+  const std::string model = argc > 1 ? argv[1] : "samples/models/tiny_gpt.onnx";
+  const int steps = argc > 2 ? std::stoi(argv[2]) : 200;
   try {
     analysis::ImportOptions io;
     io.keep_weight_data = true;
