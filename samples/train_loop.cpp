@@ -1,6 +1,6 @@
 // A training loop that links memplan: a small model (tiny_gpt by default) trained with SGD on synthetic data, every activation and
 // gradient in one planned arena, under a memory budget met by checkpointing (recomputation).
-// Usage: build/sample_train_mlp [samples/models/tiny_gpt.onnx] [steps]
+// Usage: build/sample_train_loop [samples/models/tiny_gpt.onnx] [steps]
 #include <cstdio>
 #include <cmath>
 #include <cstring>
