@@ -292,7 +292,7 @@ std::int64_t Op::attr_int(std::string_view key, std::int64_t fallback) const {
   const Attribute* a = attr(key);
   if (!a) return fallback;
   if (a->kind == Attribute::Kind::i) return a->i;
-  if (a->kind == Attribute::Kind::f) return static_cast<std::int64_t>(a->f);
+  if (a->kind == Attribute::Kind::f) return to_int64(a->f);  // clamped: a huge float is not UB
   fail(ErrorKind::malformed, "op '" + name + "' (" + type + "): attribute '" + std::string(key) + "' is not an integer");
 }
 double Op::attr_float(std::string_view key, double fallback) const {

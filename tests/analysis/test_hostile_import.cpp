@@ -107,3 +107,13 @@ TEST_CASE("non-finite float constants survive export_json and import_json") {
   json bad = relu_graph({{{"name", "k"}, {"dtype", "int32"}, {"shape", {1}}, {"role", "weight"}, {"data", {"inf"}}}, {{"name", "y"}}});
   CHECK(kind_of(bad) == ErrorKind::malformed);
 }
+
+TEST_CASE("an integer attribute written as a huge float clamps instead of invoking undefined behaviour") {
+  // Found by fuzz_json: {"axis": 1.9e21} reached Op::attr_int's float-to-int64 cast.
+  json doc = relu_graph({{{"name", "k"}, {"shape", {2}}, {"role", "input"}}, {{"name", "y"}}});
+  doc["ops"][0]["attrs"] = {{"axis", 1.9e21}, {"low", -1e300}, {"small", 3.75}};
+  Graph g = import_json(doc, "test");
+  CHECK(g.ops[0].attr_int("axis", 0) == std::numeric_limits<std::int64_t>::max());
+  CHECK(g.ops[0].attr_int("low", 0) == std::numeric_limits<std::int64_t>::min());
+  CHECK(g.ops[0].attr_int("small", 0) == 3);
+}
