@@ -121,6 +121,7 @@ TEST_CASE("training plans of every strategy give bit-identical losses, gradients
         for (TensorId u : tg.updated_weights)
           if (u != analysis::kNoTensor) CHECK(read(ex, r.graph, u) == read(ref, tg.graph, u));
         CHECK(ex.stats().touched_bytes <= r.plan.arena_bytes);
+        CHECK(ex.stats().touched_bytes + r.plan.alignment > r.plan.arena_bytes);  // the whole planned peak is used
         MESSAGE(name << " " << std::string(analysis::optimizer_name(opt)) << " " << strategy << ": arena " << r.plan.arena_bytes
                      << " B, recompute ops " << r.recompute_ops << ", swapped " << r.swapped_tensors << ", in-place "
                      << ex.stats().inplace_ops << ", staged " << ex.stats().staged_ops);
