@@ -151,10 +151,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-const char* planner_columns() { return "inference: plan (planner's own) verify arena | training: build plan verify ops arena"; }
+const char* planner_columns() {
+  return "inference: plan (planner's own) verify arena | training: build plan verify ops arena | optimal, least: "
+         "plan arena | optimal at a budget halfway from least to none: plan verify arena overhead";
+}
 
 // Inference plan and its independent verification; then a training step (forward, loss, backward, SGD)
-// planned without a budget. Each stage's error is printed in place of its numbers.
+// planned without a budget, and by `optimal`: its least peak, then a budget halfway up to the first. Each stage's error is printed in place of its numbers.
 void run_planner_stages(const Graph& g) {
   try {
     auto t0 = std::chrono::steady_clock::now();
@@ -180,6 +183,23 @@ void run_planner_stages(const Graph& g) {
     const bool ok = planner::verify_plan(r.graph, r.plan).valid;
     std::printf(" %7.3f %7.3f %s %zu ops %.1f MiB", t_plan, seconds_since(t0), ok ? "ok" : "INVALID", r.graph.ops.size(),
                 static_cast<double>(r.activation_arena_bytes) / (1 << 20));
+    std::fflush(stdout);
+    // The scalable optimal method: its least peak (no budget), then under a budget halfway between that
+    // and the peak of keeping everything.
+    planner::TrainingPlanOptions o;
+    o.strategy = "optimal";
+    t0 = std::chrono::steady_clock::now();
+    const planner::TrainingPlanResult least = planner::plan_training(tg, o);
+    std::printf(" | %7.3f %.1f MiB", seconds_since(t0), static_cast<double>(least.activation_arena_bytes) / (1 << 20));
+    std::fflush(stdout);
+    o.budget_bytes = least.peak_bytes + (r.peak_bytes - least.peak_bytes) / 2;
+    t0 = std::chrono::steady_clock::now();
+    const planner::TrainingPlanResult h = planner::plan_training(tg, o);
+    const double t_half = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    const bool half_ok = planner::verify_plan(h.graph, h.plan).valid && h.peak_bytes <= *o.budget_bytes;
+    std::printf(" | %7.3f %7.3f %s %.1f MiB overhead %.3f", t_half, seconds_since(t0), half_ok ? "ok" : "INVALID",
+                static_cast<double>(h.activation_arena_bytes) / (1 << 20), h.recompute_overhead);
   } catch (const std::exception& e) {
     std::printf(" | training: %s", e.what());
   }

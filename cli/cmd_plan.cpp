@@ -20,7 +20,7 @@ void add_training_args(CLI::App* cmd, TrainingArgs& args) {
   cmd->add_option("--budget", args.budget, "device memory budget, e.g. 16GiB, 512MB, 1e9");
   cmd->add_option("--strategy", args.strategy, "none | sqrt | budget | optimal | swap | auto");
   cmd->add_option("--alignment", args.alignment, "buffer alignment in bytes")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--packer", args.packer, "greedy_by_size | best_fit | greedy_by_breadth | best");
+  cmd->add_option("--packer", args.packer, "greedy_by_size | best_fit | greedy_by_breadth | sweep | best");
 }
 
 TrainingSetup training_setup(const analysis::Graph& shaped_forward, const TrainingArgs& args) {

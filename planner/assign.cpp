@@ -110,7 +110,8 @@ class AliasBuilder {
 };
 
 Packing best_packing(const std::vector<PackItem>& items, std::uint32_t steps, const std::string& packer, std::string& chosen) {
-  const std::vector<std::string> names = packer == "best" ? packer_names() : std::vector<std::string>{packer};
+  std::vector<std::string> names = packer == "best" ? packer_names() : std::vector<std::string>{packer};
+  if (packer == "best" && overlapping_pairs(items) > kMaxPlacingPairs) names = {"sweep"};
   Packing best;
   for (const auto& name : names) {  // names are in name order: the first smallest wins ties
     Packing p = pack(name, items, steps);

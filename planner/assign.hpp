@@ -13,7 +13,8 @@ struct AssignOptions {
   std::uint64_t alignment = 256;  // every buffer offset and size is a multiple of this
   bool views = true;              // Reshape/Flatten/Squeeze/Unsqueeze/Identity outputs alias their input
   bool inplace = true;            // elementwise outputs overwrite an input that dies at that op
-  std::string packer = "best";    // a name from packer_names(), or "best": all, smallest arena kept
+  std::string packer = "best";    // a name from packer_names(), or "best": all (only "sweep" beyond
+                                  // kMaxPlacingPairs overlapping lifetimes), smallest arena kept
 };
 
 // Ops whose output 0 is its input 0 reinterpreted (same bytes, no copy).

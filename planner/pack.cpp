@@ -1,7 +1,9 @@
-// Arena packers (greedy by size, best fit, greedy by breadth) over a segment tree of placed lifetimes.
+// Arena packers: greedy by size, best fit, greedy by breadth (over a segment tree of placed lifetimes)
+// and a sweep over the schedule with a free list.
 #include "planner/pack.hpp"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <set>
 #include <utility>
@@ -126,10 +128,106 @@ Packing place_in_order(const std::vector<PackItem>& items, const std::vector<std
   return p;
 }
 
+// Free byte ranges of the arena below its top, by offset and by (size, offset), coalesced on release.
+class FreeList {
+ public:
+  // The tightest free range that holds `size` (lowest offset among equals), else the top: a free range
+  // reaching the top grows with it. Returns the offset.
+  std::uint64_t take(std::uint64_t size) {
+    auto fit = by_size_.lower_bound({size, 0});
+    if (fit == by_size_.end()) {
+      std::uint64_t at = top_;
+      if (!by_offset_.empty() && std::prev(by_offset_.end())->second == top_) {
+        at = std::prev(by_offset_.end())->first;
+        erase(at, top_);
+      }
+      top_ = checked_add(at, size, "arena size");
+      return at;
+    }
+    const auto [have, at] = *fit;
+    erase(at, at + have);
+    if (have > size) insert(at + size, at + have);
+    return at;
+  }
+
+  void release(std::uint64_t begin, std::uint64_t end) {
+    auto next = by_offset_.lower_bound(begin);
+    if (next != by_offset_.end() && next->first == end) {
+      end = next->second;
+      erase(next->first, next->second);
+    }
+    next = by_offset_.lower_bound(begin);
+    if (next != by_offset_.begin() && std::prev(next)->second == begin) {
+      const auto [below, below_end] = *std::prev(next);
+      erase(below, below_end);
+      begin = below;
+    }
+    insert(begin, end);
+  }
+
+  std::uint64_t top() const { return top_; }
+
+ private:
+  void insert(std::uint64_t begin, std::uint64_t end) {
+    by_offset_.emplace(begin, end);
+    by_size_.emplace(end - begin, begin);
+  }
+  void erase(std::uint64_t begin, std::uint64_t end) {
+    by_offset_.erase(begin);
+    by_size_.erase({end - begin, begin});
+  }
+
+  std::map<std::uint64_t, std::uint64_t> by_offset_;           // begin -> end
+  std::set<std::pair<std::uint64_t, std::uint64_t>> by_size_;  // (size, begin)
+  std::uint64_t top_ = 0;
+};
+
+// Steps through the schedule as an allocator would: at each step the buffers born there take the tightest
+// free range (longest-lived first, so that short-lived ones sit above them and leave no hole below; then
+// largest first), then the buffers that die there give theirs back. O(n log n).
+Packing sweep(const std::vector<PackItem>& items, std::uint32_t num_steps) {
+  std::vector<std::uint32_t> born = by_size(items), dying(items.size());
+  std::stable_sort(born.begin(), born.end(), [&](std::uint32_t a, std::uint32_t b) {
+    const auto &x = items[a].interval, &y = items[b].interval;
+    return x.first != y.first ? x.first < y.first : x.last > y.last;
+  });
+  std::iota(dying.begin(), dying.end(), 0u);
+  std::stable_sort(dying.begin(), dying.end(), [&](std::uint32_t a, std::uint32_t b) { return items[a].interval.last < items[b].interval.last; });
+  Packing p;
+  p.offsets.assign(items.size(), 0);
+  FreeList free;
+  std::size_t b = 0, d = 0;
+  for (std::uint32_t s = 0; s < num_steps; ++s) {
+    for (; b < born.size() && items[born[b]].interval.first == s; ++b) p.offsets[born[b]] = free.take(items[born[b]].size);
+    for (; d < dying.size() && items[dying[d]].interval.last == s; ++d)
+      free.release(p.offsets[dying[d]], p.offsets[dying[d]] + items[dying[d]].size);
+  }
+  p.arena_bytes = free.top();
+  return p;
+}
+
 }  // namespace
 
+std::uint64_t overlapping_pairs(const std::vector<PackItem>& items) {
+  // Item i overlaps every item but those that end before it starts or start after it ends.
+  std::vector<std::uint32_t> firsts, lasts;
+  for (const auto& it : items) {
+    firsts.push_back(it.interval.first);
+    lasts.push_back(it.interval.last);
+  }
+  std::sort(firsts.begin(), firsts.end());
+  std::sort(lasts.begin(), lasts.end());
+  std::uint64_t pairs = 0;
+  for (const auto& it : items) {
+    const auto ended = std::lower_bound(lasts.begin(), lasts.end(), it.interval.first) - lasts.begin();
+    const auto later = firsts.end() - std::upper_bound(firsts.begin(), firsts.end(), it.interval.last);
+    pairs += items.size() - 1 - static_cast<std::uint64_t>(ended + later);
+  }
+  return pairs / 2;
+}
+
 const std::vector<std::string>& packer_names() {
-  static const std::vector<std::string> names = {"best_fit", "greedy_by_breadth", "greedy_by_size"};
+  static const std::vector<std::string> names = {"best_fit", "greedy_by_breadth", "greedy_by_size", "sweep"};
   return names;
 }
 
@@ -140,7 +238,8 @@ Packing pack(const std::string& packer, const std::vector<PackItem>& items, std:
   if (packer == "greedy_by_size") return place_in_order(items, by_size(items), num_steps, false);
   if (packer == "best_fit") return place_in_order(items, by_size(items), num_steps, true);
   if (packer == "greedy_by_breadth") return place_in_order(items, by_breadth(items, num_steps), num_steps, false);
-  fail(ErrorKind::usage, "unknown packer '" + packer + "' (expected greedy_by_size, best_fit, greedy_by_breadth or best)");
+  if (packer == "sweep") return sweep(items, num_steps);
+  fail(ErrorKind::usage, "unknown packer '" + packer + "' (expected greedy_by_size, best_fit, greedy_by_breadth, sweep or best)");
 }
 
 }  // namespace memplan::planner

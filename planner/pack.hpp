@@ -20,18 +20,30 @@ struct Packing {
   std::uint64_t arena_bytes = 0;
 };
 
-// Packer names, in name order: "best_fit", "greedy_by_breadth", "greedy_by_size".
+// Packer names, in name order: "best_fit", "greedy_by_breadth", "greedy_by_size", "sweep".
 const std::vector<std::string>& packer_names();
 
-// Packs `items` over `num_steps` steps. Every packer places buffers one at a time at an offset that
-// clears every already placed buffer live at an overlapping step; they differ in order and gap choice:
+// Packs `items` over `num_steps` steps. The first three place buffers one at a time, in an order of their
+// own, at an offset that clears every already placed buffer live at an overlapping step:
 //  greedy_by_size    Pisarchyk & Lee 2020 "Greedy by Size": largest first, lowest offset that fits.
 //  best_fit          largest first, the tightest gap that fits (the paper's offset rule), else the top.
 //  greedy_by_breadth Pisarchyk & Lee 2020 "Greedy by Breadth": buffers live at the step with the most
 //                    live bytes first (then size), lowest offset that fits.
-// Offsets are multiples of `alignment` when every size is. Overlap queries go through a segment tree
-// over steps, so a packer costs O(n log n + sum of overlaps) rather than all pairs.
+// Their overlap queries go through a segment tree over steps, and each placement sorts the spans it
+// meets: O(n log n + sum over buffers of k log k), k the buffers placed so far that overlap it. That is
+// quadratic where most lifetimes overlap (the saved activations of a training step).
+//  sweep             walks the schedule like an allocator: at each step the buffers born there (longest
+//                    lived, then largest first) take the tightest free range, else the top, and the buffers that die there
+//                    return theirs, coalesced. O(n log n) whatever the overlap.
+// Offsets are multiples of `alignment` when every size is.
 // An unknown name is ErrorKind::usage.
 Packing pack(const std::string& packer, const std::vector<PackItem>& items, std::uint32_t num_steps);
+
+// Pairs of items whose lifetimes overlap, in O(n log n): the work the placing packers do beyond n log n.
+std::uint64_t overlapping_pairs(const std::vector<PackItem>& items);
+
+// Above this many overlapping pairs the "best" choice runs the sweep alone (about a second of placing
+// work on one core), so that planning stays O(n log n) on the path every command takes.
+inline constexpr std::uint64_t kMaxPlacingPairs = 20'000'000;
 
 }  // namespace memplan::planner
