@@ -23,10 +23,6 @@ if [[ "${1:-run}" == pack ]]; then
   exit 0
 fi
 
-OUT_DIR="${2:-bench/results}"
-mkdir -p "$OUT_DIR"
-LOG="$OUT_DIR/cuda_log.txt"
-: > "$LOG"
 # The CUDA libraries: the toolkit's, else those of the pip wheels beside PyTorch (cuDNN lives there).
 extra=$(python3 - <<'EOF' 2>/dev/null
 import importlib, os
@@ -43,10 +39,20 @@ EOF
 )
 export LD_LIBRARY_PATH="$PWD/.carry/lib:/usr/local/cuda/lib64:${extra}:${LD_LIBRARY_PATH:-}"
 export MEMPLAN_SOURCE_DIR="$PWD"  # the tests read samples/ from here
+T=.carry/bin/test_runtime_allocator
+CASES='NVRTC*,tiny models run on the GPU*,one training step on the GPU*'
+
+if [[ "${1:-run}" == test ]]; then  # the GPU tests alone: bench/cuda_bench.sh test [doctest filter]
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  exec "$T" -tc="${2:-$CASES}" -s
+fi
+
+OUT_DIR="${2:-bench/results}"
+mkdir -p "$OUT_DIR"
+LOG="$OUT_DIR/cuda_log.txt"
+: > "$LOG"
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$LOG"
-T=.carry/bin/test_runtime_allocator
-CASES='NVRTC*,tiny models run on the GPU*'
 $T -tc="$CASES" 2>&1 | tee -a "$LOG"; test_rc=${PIPESTATUS[0]}
 sanitize() {  # tool -> number of errors compute-sanitizer reports
   compute-sanitizer --tool "$1" "$T" -tc="$CASES" > "$OUT_DIR/cuda_$1.txt" 2>&1

@@ -1,9 +1,10 @@
-// The CUDA executor's library-backed ops: MatMul/Gemm through cuBLAS; Conv, pooling and BatchNorm
+// The CUDA executor's library-backed ops: MatMul/Gemm through cuBLAS; Conv and its gradients, pooling and BatchNorm
 // through cuDNN (float32 FMA math: no TF32, so results match the CPU reference).
 #include <algorithm>
 
 #include "runtime_allocator/cuda/cuda_state.hpp"
 #include "runtime_allocator/cuda/kernels.hpp"
+#include "runtime_allocator/cuda/kernels_training.hpp"
 
 namespace memplan::runtime::cuda {
 
@@ -12,18 +13,12 @@ using analysis::Op;
 using analysis::OpId;
 using analysis::TensorId;
 
-namespace {
-
-std::int64_t prod(const std::vector<std::int64_t>& d, std::size_t from, std::size_t to) {
-  std::int64_t p = 1;
-  for (std::size_t i = from; i < to && i < d.size(); ++i) p *= d[i];
-  return p;
-}
-
 int as_int(std::int64_t v, const Op& op) {
   if (v < 0 || v > 0x7fffffff) fail(ErrorKind::unsupported, "op '" + op.name + "': a dimension beyond cuBLAS's int range");
   return static_cast<int>(v);
 }
+
+namespace {
 
 void run_matmul(ExecState& s, const Op& op) {
   auto a = s.dims(op.inputs[0]), b = s.dims(op.inputs[1]);
@@ -31,7 +26,7 @@ void run_matmul(ExecState& s, const Op& op) {
   if (b.size() == 1) b.push_back(1);
   const std::int64_t m = a[a.size() - 2], k = a.back(), n = b.back();
   if (b[b.size() - 2] != k) fail(ErrorKind::shape, "op '" + op.name + "': MatMul inner dimensions differ");
-  const std::int64_t batch_a = prod(a, 0, a.size() - 2), batch_b = prod(b, 0, b.size() - 2);
+  const std::int64_t batch_a = product(a, 0, a.size() - 2), batch_b = product(b, 0, b.size() - 2);
   const float one = 1.0f, zero = 0.0f;
   const float *pa = s.f32(op.inputs[0]), *pb = s.f32(op.inputs[1]);
   float* pc = s.f32(op.outputs[0]);
@@ -53,7 +48,7 @@ void run_matmul(ExecState& s, const Op& op) {
   // General broadcast of batch dims: one product per output batch.
   const auto out = s.dims(op.outputs[0]);
   const std::size_t rank = out.size() - (s.dims(op.outputs[0]).size() >= 2 ? 2 : 0);
-  const std::int64_t batches = prod(out, 0, rank);
+  const std::int64_t batches = product(out, 0, rank);
   for (std::int64_t i = 0; i < batches; ++i) {
     std::int64_t r = i, oa = 0, ob = 0, sa = 1, sb = 1;
     for (std::size_t d = rank; d-- > 0;) {
@@ -120,9 +115,10 @@ struct Window {
   int k[2] = {1, 1}, pad[2] = {0, 0}, stride[2] = {1, 1}, dil[2] = {1, 1};
 };
 
-Window window_of(ExecState& s, const Op& op, const std::vector<std::int64_t>& kernel) {
+// The window of a convolution or pool from x (input) to y (output); backward ops pass the forward's x and y.
+Window window_of(const Op& op, const std::vector<std::int64_t>& kernel, const std::vector<std::int64_t>& in,
+                 const std::vector<std::int64_t>& out) {
   Window w;
-  const auto in = s.dims(op.inputs[0]), out = s.dims(op.outputs[0]);
   const auto pads = op.attr_ints("pads"), strides = op.attr_ints("strides"), dil = op.attr_ints("dilations");
   const std::string auto_pad = op.attr_string("auto_pad", "NOTSET");
   const std::size_t nsp = kernel.size();
@@ -143,10 +139,13 @@ Window window_of(ExecState& s, const Op& op, const std::vector<std::int64_t>& ke
   return w;
 }
 
+// Filter and convolution descriptors of a forward Conv, or of the Conv a ConvGrad* op differentiates, with the
+// algorithm of the wanted direction and its workspace.
 struct ConvSetup {
+  enum class Dir { forward, data, filter };
   cudnnFilterDescriptor_t filter = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
-  cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  int algo = 0;
   std::size_t workspace = 0;
   ~ConvSetup() {
     if (filter) cudnnDestroyFilterDescriptor(filter);
@@ -154,10 +153,35 @@ struct ConvSetup {
   }
 };
 
-void setup_conv(ExecState& s, const Op& op, const TensorDesc& x, const TensorDesc& y, ConvSetup& c, std::uint64_t limit) {
-  auto wd = s.dims(op.inputs[1]);
+// The first algorithm cuDNN's heuristics rank that runs in FMA math (no TF32) within the workspace limit.
+template <class Perf>
+bool pick(const Perf* perf, int found, std::uint64_t limit, ConvSetup& c) {
+  for (int i = 0; i < found; ++i) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > limit || perf[i].mathType != CUDNN_FMA_MATH) continue;
+    c.algo = static_cast<int>(perf[i].algo);
+    c.workspace = perf[i].memory;
+    return true;
+  }
+  return false;
+}
+
+// Runs cuDNN's heuristics (find) and keeps the first usable algorithm, else `fallback` with its workspace (size).
+template <class Perf, int kCount, class Find, class Size>
+void choose(ConvSetup& c, std::uint64_t limit, int fallback, const std::string& what, Find find, Size size) {
+  Perf perf[kCount];
+  int found = 0;
+  check(find(kCount, &found, perf), what);
+  if (pick(perf, found, limit, c)) return;
+  c.algo = fallback;
+  check(size(&c.workspace), what);
+}
+
+// x: the convolution's input, y: its output, wd: the filter's dims.
+void setup_conv(ExecState& s, const Op& op, const TensorDesc& x, const TensorDesc& y, std::vector<std::int64_t> wd,
+                const std::vector<std::int64_t>& xd, const std::vector<std::int64_t>& yd, ConvSetup::Dir dir, ConvSetup& c,
+                std::uint64_t limit) {
   const std::vector<std::int64_t> kernel(wd.begin() + 2, wd.end());
-  const Window w = window_of(s, op, kernel);
+  const Window w = window_of(op, kernel, xd, yd);
   while (wd.size() < 4) wd.push_back(1);
   check(cudnnCreateFilterDescriptor(&c.filter), "cudnnCreateFilterDescriptor");
   check(cudnnSetFilter4dDescriptor(c.filter, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, as_int(wd[0], op), as_int(wd[1], op),
@@ -168,42 +192,124 @@ void setup_conv(ExecState& s, const Op& op, const TensorDesc& x, const TensorDes
                                         CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
         "convolution of '" + op.name + "'");
   check(cudnnSetConvolutionGroupCount(c.conv, as_int(op.attr_int("group", 1), op)), "group count");
-  check(cudnnSetConvolutionMathType(c.conv, CUDNN_FMA_MATH), "math type");  // no TF32
-  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  int found = 0;
-  check(cudnnGetConvolutionForwardAlgorithm_v7(s.ctx.cudnn(), x.d, c.filter, c.conv, y.d, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                               &found, perf),
-        "algorithm choice for '" + op.name + "'");
-  for (int i = 0; i < found; ++i) {
-    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > limit || perf[i].mathType != CUDNN_FMA_MATH) continue;
-    c.algo = perf[i].algo;
-    c.workspace = perf[i].memory;
-    return;
-  }
-  check(cudnnGetConvolutionForwardWorkspaceSize(s.ctx.cudnn(), x.d, c.filter, c.conv, y.d, c.algo, &c.workspace),
-        "workspace of '" + op.name + "'");
+  check(cudnnSetConvolutionMathType(c.conv, CUDNN_FMA_MATH),
+        "math type");  // no TF32
+  const std::string what = "algorithm choice for '" + op.name + "'";
+  cudnnHandle_t h = s.ctx.cudnn();
+  if (dir == ConvSetup::Dir::forward)
+    choose<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
+        c, limit, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, what,
+        [&](int n, int* found, auto* perf) {
+          return cudnnGetConvolutionForwardAlgorithm_v7(h, x.d, c.filter, c.conv, y.d, n, found, perf);
+        },
+        [&](std::size_t* ws) {
+          return cudnnGetConvolutionForwardWorkspaceSize(h, x.d, c.filter, c.conv, y.d,
+                                                         static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws);
+        });
+  else if (dir == ConvSetup::Dir::data)
+    choose<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
+        c, limit, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, what,
+        [&](int n, int* found, auto* perf) {
+          return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.filter, y.d, c.conv, x.d, n, found, perf);
+        },
+        [&](std::size_t* ws) {
+          return cudnnGetConvolutionBackwardDataWorkspaceSize(h, c.filter, y.d, c.conv, x.d,
+                                                              static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws);
+        });
+  else
+    choose<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>(
+        c, limit, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, what,
+        [&](int n, int* found, auto* perf) {
+          return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x.d, y.d, c.conv, c.filter, n, found, perf);
+        },
+        [&](std::size_t* ws) {
+          return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x.d, y.d, c.conv, c.filter,
+                                                                static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws);
+        });
+}
+
+// The tensors of a Conv (forward) or ConvGrad* op in the forward's terms: x, y and the filter dims.
+struct ConvTensors {
+  TensorId x, y, filter;  // filter: the weight (forward, ConvGradInput) or the weight gradient
+  ConvSetup::Dir dir;
+};
+
+ConvTensors conv_tensors(const Op& op) {
+  if (op.type == "ConvGradInput") return {op.outputs[0], op.inputs[0], op.inputs[1], ConvSetup::Dir::data};
+  if (op.type == "ConvGradWeight") return {op.inputs[1], op.inputs[0], op.outputs[0], ConvSetup::Dir::filter};
+  return {op.inputs[0], op.outputs[0], op.inputs[1], ConvSetup::Dir::forward};
+}
+
+bool is_conv(const Op& op) {
+  return (op.domain.empty() && op.type == "Conv") ||
+         (op.domain == "memplan" && (op.type == "ConvGradInput" || op.type == "ConvGradWeight"));
 }
 
 constexpr std::uint64_t kWorkspaceLimit = 256ull << 20;
 
 void run_conv(ExecState& s, const Op& op) {
-  TensorDesc x(s.dims(op.inputs[0]), op), y(s.dims(op.outputs[0]), op);
+  const ConvTensors t = conv_tensors(op);
+  const auto xd = s.dims(t.x), yd = s.dims(t.y);
+  TensorDesc x(xd, op), y(yd, op);
   ConvSetup c;
-  setup_conv(s, op, x, y, c, std::min(s.workspace_bytes, kWorkspaceLimit));
+  setup_conv(s, op, x, y, s.dims(t.filter), xd, yd, t.dir, c, std::min(s.workspace_bytes, kWorkspaceLimit));
   const float one = 1.0f, zero = 0.0f;
-  check(cudnnConvolutionForward(s.ctx.cudnn(), &one, x.d, s.ptr[op.inputs[0]], c.filter, s.ptr[op.inputs[1]], c.conv, c.algo,
-                                s.workspace, c.workspace, &zero, y.d, s.ptr[op.outputs[0]]),
-        "Conv '" + op.name + "'");
+  const std::string what = op.type + " '" + op.name + "'";
+  if (t.dir == ConvSetup::Dir::data) {
+    check(cudnnConvolutionBackwardData(s.ctx.cudnn(), &one, c.filter, s.ptr[t.filter], y.d, s.ptr[t.y], c.conv,
+                                       static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), s.workspace, c.workspace, &zero, x.d,
+                                       s.ptr[t.x]),
+          what);
+    return;
+  }
+  if (t.dir == ConvSetup::Dir::filter) {
+    check(cudnnConvolutionBackwardFilter(s.ctx.cudnn(), &one, x.d, s.ptr[t.x], y.d, s.ptr[t.y], c.conv,
+                                         static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), s.workspace, c.workspace, &zero,
+                                         c.filter, s.ptr[t.filter]),
+          what);
+    return;
+  }
+  check(cudnnConvolutionForward(s.ctx.cudnn(), &one, x.d, s.ptr[t.x], c.filter, s.ptr[t.filter], c.conv,
+                                static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), s.workspace, c.workspace, &zero, y.d, s.ptr[t.y]),
+        what);
   if (op.input(2) != kNoTensor) {
-    TensorDesc bias({1, s.dims(op.outputs[0])[1]}, op);
-    check(cudnnAddTensor(s.ctx.cudnn(), &one, bias.d, s.ptr[op.input(2)], &one, y.d, s.ptr[op.outputs[0]]),
-          "bias of '" + op.name + "'");
+    TensorDesc bias({1, yd[1]}, op);
+    check(cudnnAddTensor(s.ctx.cudnn(), &one, bias.d, s.ptr[op.input(2)], &one, y.d, s.ptr[t.y]), "bias of '" + op.name + "'");
   }
 }
 
+// MaxPool with its Indices output: own kernel (flat indices over all of X, the first maximum in window order).
+void run_max_pool_indices(ExecState& s, const Op& op) {
+  if (op.attr_int("storage_order", 0) != 0) fail(ErrorKind::unsupported, "op '" + op.name + "': column-major MaxPool indices");
+  auto x = s.dims(op.inputs[0]), y = s.dims(op.outputs[0]);
+  const auto kernel = op.attr_ints("kernel_shape");
+  const Window w = window_of(op, kernel, x, y);
+  if (x.size() == 3) {  // 1-D: the pool runs over W with H = 1
+    x.insert(x.begin() + 2, 1);
+    y.insert(y.begin() + 2, 1);
+  }
+  if (x.size() != 4) fail(ErrorKind::unsupported, "op '" + op.name + "': 1-D and 2-D pools only");
+  PoolGeometry p;
+  p.nc = x[0] * x[1];
+  p.h = x[2];
+  p.w = x[3];
+  p.oh = y[2];
+  p.ow = y[3];
+  const int a = kernel.size() == 1 ? 1 : 0;  // 1-D windows fill the W slot
+  int* fields[4][2] = {{&p.kh, &p.kw}, {&p.sh, &p.sw}, {&p.dh, &p.dw}, {&p.ph, &p.pw}};
+  for (std::size_t i = 0; i < kernel.size(); ++i) {
+    *fields[0][i + a] = w.k[i];
+    *fields[1][i + a] = w.stride[i];
+    *fields[2][i + a] = w.dil[i];
+    *fields[3][i + a] = w.pad[i];
+  }
+  max_pool_with_indices(s.f32(op.inputs[0]), s.f32(op.outputs[0]), reinterpret_cast<std::int64_t*>(s.ptr[op.outputs[1]]), p,
+                        s.ctx.stream());
+}
+
 void run_pool(ExecState& s, const Op& op, bool max) {
-  if (op.output(1) != kNoTensor) fail(ErrorKind::unsupported, "op '" + op.name + "': MaxPool indices output");
-  const Window w = window_of(s, op, op.attr_ints("kernel_shape"));
+  if (max && op.output(1) != kNoTensor) return run_max_pool_indices(s, op);
+  const Window w = window_of(op, op.attr_ints("kernel_shape"), s.dims(op.inputs[0]), s.dims(op.outputs[0]));
   TensorDesc x(s.dims(op.inputs[0]), op), y(s.dims(op.outputs[0]), op);
   cudnnPoolingDescriptor_t p = nullptr;
   check(cudnnCreatePoolingDescriptor(&p), "cudnnCreatePoolingDescriptor");
@@ -243,16 +349,28 @@ void run_batchnorm(ExecState& s, const Op& op) {
 std::uint64_t op_workspace_bytes(ExecState& s, OpId id) {
 #ifdef MEMPLAN_HAVE_CUDNN
   const Op& op = s.g.ops[id];
-  if (op.type != "Conv" || !op.domain.empty()) return 0;
-  TensorDesc x(s.dims(op.inputs[0]), op), y(s.dims(op.outputs[0]), op);
+  if (!is_conv(op)) return 0;
+  const ConvTensors t = conv_tensors(op);
+  const auto xd = s.dims(t.x), yd = s.dims(t.y);
+  TensorDesc x(xd, op), y(yd, op);
   ConvSetup c;
-  setup_conv(s, op, x, y, c, kWorkspaceLimit);
+  setup_conv(s, op, x, y, s.dims(t.filter), xd, yd, t.dir, c, kWorkspaceLimit);
   return c.workspace;
 #else
   (void)s;
   (void)id;
   return 0;
 #endif
+}
+
+bool run_dnn_grad_op(ExecState& s, const Op& op) {
+#ifdef MEMPLAN_HAVE_CUDNN
+  if (is_conv(op)) return run_conv(s, op), true;
+#else
+  (void)s;
+  (void)op;
+#endif
+  return false;
 }
 
 bool run_dnn_op(ExecState& s, const Op& op) {

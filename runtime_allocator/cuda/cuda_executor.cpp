@@ -125,10 +125,12 @@ struct CudaExecutor::Impl {
         check(cudaMemcpy(st.ptr[t], x.data->bytes.data(), x.bytes(), cudaMemcpyHostToDevice), "upload of '" + x.name + "'");
         continue;
       }
-      if (!opts.synthesize_missing_weights && (x.role == TensorRole::weight || x.data))
-        fail(ErrorKind::runtime, "weight '" + x.name + "' has no data (external data is never loaded)");
-      std::vector<std::byte> tmp(x.bytes());
-      synthesize(x, tmp.data());
+      std::vector<std::byte> tmp(x.bytes());  // optimizer state (moments, step count) starts at zero
+      if (x.role != TensorRole::optimizer_state) {
+        if (!opts.synthesize_missing_weights && (x.role == TensorRole::weight || x.data))
+          fail(ErrorKind::runtime, "weight '" + x.name + "' has no data (external data is never loaded)");
+        synthesize(x, tmp.data());
+      }
       check(cudaMemcpy(st.ptr[t], tmp.data(), tmp.size(), cudaMemcpyHostToDevice), "upload of '" + x.name + "'");
     }
   }
@@ -221,16 +223,20 @@ std::vector<HostValue> CudaExecutor::run(const std::map<std::string, HostValue>&
   }
   m.run_schedule();
   std::vector<HostValue> out;
-  for (TensorId t : m.g.outputs) {
-    const auto& x = m.g.tensors[t];
-    HostValue v{x.dtype, x.shape(), std::vector<std::byte>(x.bytes())};
-    check(cudaMemcpy(v.bytes.data(), m.st.ptr[t], v.bytes.size(), cudaMemcpyDeviceToHost), "download of '" + x.name + "'");
-    out.push_back(std::move(v));
-  }
+  for (TensorId t : m.g.outputs) out.push_back(read(t));
   return out;
 }
 
 double CudaExecutor::run_device() { return impl_->run_schedule(); }
+
+HostValue CudaExecutor::read(TensorId t) const {
+  const Impl& m = *impl_;
+  if (t >= m.g.tensors.size() || !m.st.ptr[t]) fail(ErrorKind::usage, "tensor " + std::to_string(t) + " has no device memory");
+  const auto& x = m.g.tensors[t];
+  HostValue v{x.dtype, x.shape(), std::vector<std::byte>(x.bytes())};
+  check(cudaMemcpy(v.bytes.data(), m.st.ptr[t], v.bytes.size(), cudaMemcpyDeviceToHost), "download of '" + x.name + "'");
+  return v;
+}
 
 const CudaRunStats& CudaExecutor::stats() const noexcept { return impl_->stats; }
 

@@ -51,6 +51,8 @@ class CudaExecutor {
   std::vector<HostValue> run(const std::map<std::string, HostValue>& inputs);
   // Runs the schedule on whatever inputs the device holds; returns device seconds.
   double run_device();
+  // The bytes tensor t holds on the device now (a gradient or updated weight after a training step).
+  HostValue read(analysis::TensorId t) const;
   const CudaRunStats& stats() const noexcept;
 
  private:

@@ -1,5 +1,5 @@
-// The CUDA executor's ops other than cuBLAS/cuDNN ones: elementwise (NVRTC), data movement, softmax,
-// layer norm, reductions.
+// The CUDA executor's forward ops other than cuBLAS/cuDNN ones: elementwise (NVRTC), data movement, softmax, layer
+// norm, reductions; the dispatch of every op.
 #include <algorithm>
 #include <numeric>
 
@@ -14,9 +14,7 @@ using analysis::Op;
 using analysis::OpId;
 using analysis::TensorId;
 
-namespace {
-
-std::int64_t product(const std::vector<std::int64_t>& d, std::size_t from = 0, std::size_t to = SIZE_MAX) {
+std::int64_t product(const std::vector<std::int64_t>& d, std::size_t from, std::size_t to) {
   std::int64_t p = 1;
   for (std::size_t i = from; i < std::min(to, d.size()); ++i) p *= d[i];
   return p;
@@ -33,6 +31,8 @@ std::vector<std::int64_t> contiguous_strides(const std::vector<std::int64_t>& d)
   for (std::size_t i = d.size(); i-- > 1;) s[i - 1] = s[i] * d[i];
   return s;
 }
+
+namespace {
 
 int elem_bytes(const ExecState& s, TensorId t) { return static_cast<int>(analysis::dtype_bits(s.tensor(t).dtype) / 8); }
 
@@ -169,17 +169,15 @@ void run_softmax(ExecState& s, const Op& op, bool log) {
 
 void run_layer_norm(ExecState& s, const Op& op) {
   need_f32(s, op);
-  for (std::size_t i = 1; i < op.outputs.size(); ++i)
-    if (op.outputs[i] != kNoTensor) fail(ErrorKind::unsupported, "op '" + op.name + "': LayerNormalization mean/inv-std outputs");
   const auto d = s.dims(op.inputs[0]);
   const std::size_t axis = norm_axis(op.attr_int("axis", -1), d.size(), op);
   const std::int64_t n = product(d, axis);
   for (std::size_t i = 1; i < 3; ++i)
     if (op.input(i) != kNoTensor && static_cast<std::int64_t>(s.tensor(op.input(i)).element_count()) != n)
       fail(ErrorKind::unsupported, "op '" + op.name + "': broadcast LayerNormalization scale/bias");
-  layer_norm(s.f32(op.inputs[0]), op.input(1) == kNoTensor ? nullptr : s.f32(op.input(1)),
-             op.input(2) == kNoTensor ? nullptr : s.f32(op.input(2)), s.f32(op.outputs[0]), product(d, 0, axis), n,
-             static_cast<float>(op.attr_float("epsilon", 1e-5)), s.ctx.stream());
+  auto optional = [&](TensorId t) { return t == kNoTensor ? nullptr : s.f32(t); };
+  layer_norm(s.f32(op.inputs[0]), optional(op.input(1)), optional(op.input(2)), s.f32(op.outputs[0]), optional(op.output(1)),
+             optional(op.output(2)), product(d, 0, axis), n, static_cast<float>(op.attr_float("epsilon", 1e-5)), s.ctx.stream());
 }
 
 void run_reduce(ExecState& s, const Op& op, ReduceSpec::Kind kind, bool global_pool) {
@@ -194,10 +192,19 @@ void run_reduce(ExecState& s, const Op& op, ReduceSpec::Kind kind, bool global_p
     for (auto a : axes) reduced[norm_axis(a, d.size(), op)] = true;
     if (axes.empty()) reduced.assign(d.size(), true);
   }
+  reduce_axes(s, op, op.inputs[0], op.outputs[0], reduced, kind, 1.0f);
+}
+
+}  // namespace
+
+void reduce_axes(ExecState& s, const Op& op, TensorId in, TensorId out, const std::vector<bool>& reduced, ReduceSpec::Kind kind,
+                 float scale) {
+  const auto d = s.dims(in);
   if (d.size() > static_cast<std::size_t>(kMaxRank)) fail(ErrorKind::unsupported, "op '" + op.name + "': rank above 8");
   const auto st = contiguous_strides(d);
   ReduceSpec spec;
   spec.kind = kind;
+  spec.scale = scale;
   for (std::size_t k = 0; k < d.size(); ++k) {
     if (reduced[k]) {
       spec.red_dims[spec.red_rank] = d[k];
@@ -207,10 +214,8 @@ void run_reduce(ExecState& s, const Op& op, ReduceSpec::Kind kind, bool global_p
       spec.out_strides[spec.out_rank++] = st[k];
     }
   }
-  reduce(s.f32(op.inputs[0]), s.f32(op.outputs[0]), spec, s.ctx.stream());
+  reduce(s.f32(in), s.f32(out), spec, s.ctx.stream());
 }
-
-}  // namespace
 
 void run_op(ExecState& s, OpId id) {
   const Op& op = s.g.ops[id];
@@ -233,9 +238,9 @@ void run_op(ExecState& s, OpId id) {
   if (t == "ReduceMin") return run_reduce(s, op, ReduceSpec::min, false);
   if (t == "GlobalAveragePool") return run_reduce(s, op, ReduceSpec::mean, true);
   if (t == "GlobalMaxPool") return run_reduce(s, op, ReduceSpec::max, true);
-  if (run_dnn_op(s, op)) return;
-  fail(ErrorKind::unsupported, "op '" + op.name + "' (" + (op.domain.empty() ? "" : op.domain + ".") + t +
-                                   ") has no CUDA implementation");
+  if (run_dnn_op(s, op) || run_training_op(s, op)) return;
+  fail(ErrorKind::unsupported,
+       "op '" + op.name + "' (" + (op.domain.empty() ? "" : op.domain + ".") + t + ") has no CUDA implementation");
 }
 
 }  // namespace memplan::runtime::cuda

@@ -1,12 +1,14 @@
 // Internal state shared by the CUDA executor and its op implementations (not installed).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "analysis/graph.hpp"
 #include "runtime_allocator/cuda/cuda_context.hpp"
 #include "runtime_allocator/cuda/fused_kernel.hpp"
+#include "runtime_allocator/cuda/kernels.hpp"
 
 namespace memplan::runtime::cuda {
 
@@ -23,6 +25,17 @@ struct ExecState {
   float* f32(analysis::TensorId t) const { return reinterpret_cast<float*>(ptr[t]); }
 };
 
+// Shape helpers shared by the op files (cuda_ops.cpp).
+std::int64_t product(const std::vector<std::int64_t>& d, std::size_t from = 0, std::size_t to = SIZE_MAX);
+std::vector<std::int64_t> contiguous_strides(const std::vector<std::int64_t>& d);
+// `axis` in [-rank, rank) as an index; ErrorKind::shape naming the op otherwise.
+std::size_t norm_axis(std::int64_t axis, std::size_t rank, const analysis::Op& op);
+// v as a cuBLAS/cuDNN int; ErrorKind::unsupported naming the op when it does not fit (cuda_dnn.cpp).
+int as_int(std::int64_t v, const analysis::Op& op);
+// Reduces tensor `in` over the axes where `reduced` is true into `out` (the kept axes in order), times scale.
+void reduce_axes(ExecState& s, const analysis::Op& op, analysis::TensorId in, analysis::TensorId out,
+                 const std::vector<bool>& reduced, ReduceSpec::Kind kind, float scale);
+
 // Runs one compute op (not SwapOut/SwapIn) on ctx.stream().
 void run_op(ExecState& s, analysis::OpId op);
 // Device workspace bytes that op needs (cuDNN convolution), 0 for the others.
@@ -30,5 +43,12 @@ std::uint64_t op_workspace_bytes(ExecState& s, analysis::OpId op);
 
 // The ops implemented with cuBLAS and cuDNN (cuda_dnn.cpp); false when `op` is none of them.
 bool run_dnn_op(ExecState& s, const analysis::Op& op);
+
+// The training ops of domain memplan (cuda_training_ops.cpp); false when `op` is none of them.
+bool run_training_op(ExecState& s, const analysis::Op& op);
+// MatMulGradA (dA = dY B^T) or MatMulGradB (dB = A^T dY) through cuBLAS, summed over broadcast batches.
+void run_matmul_grad(ExecState& s, const analysis::Op& op, bool grad_a);
+// ConvGradInput and ConvGradWeight through cuDNN (cuda_dnn.cpp); false when `op` is neither.
+bool run_dnn_grad_op(ExecState& s, const analysis::Op& op);
 
 }  // namespace memplan::runtime::cuda

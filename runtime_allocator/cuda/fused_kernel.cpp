@@ -26,8 +26,9 @@ void check_nvrtc(nvrtcResult r, const std::string& what) {
   if (r != NVRTC_SUCCESS) fail(ErrorKind::runtime, "NVRTC error in " + what + ": " + nvrtcGetErrorString(r));
 }
 
-// A float literal that reads back as exactly the float32 value.
-std::string literal(double v) {
+}  // namespace
+
+std::string float_literal(double v) {
   const float f = static_cast<float>(v);
   if (std::isnan(f)) return "__int_as_float(0x7fffffff)";
   if (std::isinf(f)) return f > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)";
@@ -35,6 +36,10 @@ std::string literal(double v) {
   std::snprintf(buf, sizeof buf, "%.9ef", static_cast<double>(f));
   return buf;
 }
+
+namespace {
+
+std::string literal(double v) { return float_literal(v); }
 
 std::string node_code(const ExprNode& n) {
   const std::string a = "v" + std::to_string(n.a), b = "v" + std::to_string(n.b);
@@ -103,21 +108,37 @@ FusedSignature make_signature(const FusedExpr& expr, const std::vector<std::vect
   return sig;
 }
 
+FusedSignature make_body_signature(std::string body, const std::vector<std::vector<std::int64_t>>& operand_dims,
+                                   const std::vector<std::int64_t>& out_dims) {
+  FusedExpr e;
+  e.num_inputs = static_cast<std::uint32_t>(operand_dims.size());
+  for (std::uint32_t k = 0; k < e.num_inputs; ++k) e.add({ElemOp::input, k, 0, 0, 0});
+  FusedSignature sig = make_signature(e, operand_dims, out_dims);
+  sig.body = std::move(body);
+  return sig;
+}
+
 std::string fused_kernel_source(const FusedSignature& sig) {
   const FusedExpr& e = sig.expr;
   const auto used = referenced_operands(e);
   std::ostringstream s;
-  s << "// memplan fused elementwise: " << e.to_string() << "\n";
+  s << "// memplan fused elementwise: " << (sig.body.empty() ? e.to_string() : "custom body") << "\n";
   s << "__device__ __forceinline__ float memplan_expr(";
   for (std::uint32_t k = 0; k < e.num_inputs; ++k) s << (k ? ", " : "") << "float x" << k;
   s << ") {\n";
-  for (std::size_t i = 0; i < e.nodes.size(); ++i) s << "  const float v" << i << " = " << node_code(e.nodes[i]) << ";\n";
-  s << "  return v" << e.nodes.size() - 1 << ";\n}\n";
+  if (!sig.body.empty()) {
+    s << "  " << sig.body << "\n}\n";
+  } else {
+    for (std::size_t i = 0; i < e.nodes.size(); ++i) s << "  const float v" << i << " = " << node_code(e.nodes[i]) << ";\n";
+    s << "  return v" << e.nodes.size() - 1 << ";\n}\n";
+  }
   s << "extern \"C\" __global__ void __launch_bounds__(" << kThreads << ") memplan_fused(";
   for (std::uint32_t k = 0; k < e.num_inputs; ++k) s << "const float* __restrict__ in" << k << ", ";
   s << "float* __restrict__ out, unsigned long long n, int vec) {\n";
-  s << "  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;\n";
-  s << "  const unsigned long long tid = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;\n";
+  s << "  const unsigned long long stride = (unsigned long long)gridDim.x * "
+       "blockDim.x;\n";
+  s << "  const unsigned long long tid = (unsigned long long)blockIdx.x * "
+       "blockDim.x + threadIdx.x;\n";
   bool vectorisable = true, any_strided = false;
   for (std::uint32_t k = 0; k < e.num_inputs; ++k) {
     const auto kind = sig.operands[k].kind;
@@ -156,7 +177,8 @@ std::string fused_kernel_source(const FusedSignature& sig) {
     s << "    for (unsigned long long base = tid; base < n4; base += step) {\n";
     load("b", "base + step");
     s << "      #pragma unroll\n      for (int u = 0; u < " << kUnroll << "; ++u) {\n";
-    s << "        const unsigned long long i = base + u * stride;\n        if (i >= n4) break;\n        float4 r;\n";
+    s << "        const unsigned long long i = base + u * stride;\n        if "
+         "(i >= n4) break;\n        float4 r;\n";
     for (const char* lane : {"x", "y", "z", "w"}) s << "        r." << lane << " = " << call(lane, "") << ";\n";
     s << "        reinterpret_cast<float4*>(out)[i] = r;\n      }\n";
     for (std::uint32_t k = 0; k < e.num_inputs; ++k)

@@ -25,11 +25,21 @@ struct FusedSignature {
   planner::FusedExpr expr;
   std::vector<std::int64_t> out_dims;
   std::vector<OperandLayout> operands;  // one per expr.num_inputs
+  // When set, the statements of the element function (operands x0..xN-1, ends in `return`) in place of expr's nodes:
+  // gradients and optimizer steps that are no FusedExpr reuse the same generator.
+  std::string body;
 };
 
 // Derives the operand layouts from the operand shapes and the output shape (numpy broadcasting).
 FusedSignature make_signature(const planner::FusedExpr& expr, const std::vector<std::vector<std::int64_t>>& operand_dims,
                               const std::vector<std::int64_t>& out_dims);
+
+// A CUDA float literal that reads back as exactly the float32 value of v (NaN and infinities too).
+std::string float_literal(double v);
+
+// A signature whose element function is `body` over `operand_dims.size()` operands (every one read).
+FusedSignature make_body_signature(std::string body, const std::vector<std::vector<std::int64_t>>& operand_dims,
+                                   const std::vector<std::int64_t>& out_dims);
 
 // The CUDA source of the kernel `memplan_fused` for a signature (deterministic text).
 std::string fused_kernel_source(const FusedSignature& sig);

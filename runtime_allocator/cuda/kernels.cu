@@ -1,19 +1,13 @@
 // Hand-written CUDA kernels of the executor: strided copies, softmax, layer norm, reductions, gather.
 #include <cfloat>
 
+#include "runtime_allocator/cuda/block_reduce.cuh"
 #include "runtime_allocator/cuda/cuda_context.hpp"
 #include "runtime_allocator/cuda/kernels.hpp"
 
 namespace memplan::runtime::cuda {
 
 namespace {
-
-constexpr int kThreads = 256;
-
-unsigned grid_for(std::int64_t n, int threads = kThreads) {
-  const std::int64_t blocks = (n + threads - 1) / threads;
-  return static_cast<unsigned>(blocks < 65535 * 16 ? (blocks > 0 ? blocks : 1) : 65535 * 16);
-}
 
 template <typename T>
 __global__ void strided_copy_kernel(StridedCopy c, std::int64_t n) {
@@ -28,27 +22,6 @@ __global__ void strided_copy_kernel(StridedCopy c, std::int64_t n) {
     }
     static_cast<T*>(c.dst)[d] = static_cast<const T*>(c.src)[so];
   }
-}
-
-// Sum (or max) of one value per thread over the block; every thread gets the result.
-template <bool kMax>
-__device__ float block_reduce(float v) {
-  __shared__ float part[32];
-  for (int o = 16; o > 0; o >>= 1) {
-    const float w = __shfl_xor_sync(0xffffffffu, v, o);
-    v = kMax ? fmaxf(v, w) : v + w;
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();  // part[] may still be read from a previous call
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  const int warps = (blockDim.x + 31) >> 5;
-  v = lane < warps ? part[lane] : (kMax ? -FLT_MAX : 0.0f);
-  for (int o = 16; o > 0; o >>= 1) {
-    const float w = __shfl_xor_sync(0xffffffffu, v, o);
-    v = kMax ? fmaxf(v, w) : v + w;
-  }
-  return v;
 }
 
 __global__ void softmax_kernel(const float* x, float* y, std::int64_t n, std::int64_t inner, bool log_softmax) {
@@ -67,8 +40,8 @@ __global__ void softmax_kernel(const float* x, float* y, std::int64_t n, std::in
   }
 }
 
-__global__ void layer_norm_kernel(const float* x, const float* scale, const float* bias, float* y, std::int64_t n,
-                                  float eps) {
+__global__ void layer_norm_kernel(const float* x, const float* scale, const float* bias, float* y, float* mean_out,
+                                  float* rstd_out, std::int64_t n, float eps) {
   const float* xr = x + blockIdx.x * n;
   float* yr = y + blockIdx.x * n;
   float s = 0.0f;
@@ -79,7 +52,9 @@ __global__ void layer_norm_kernel(const float* x, const float* scale, const floa
     const float d = xr[j] - mean;
     v += d * d;
   }
-  const float rstd = rsqrtf(block_reduce<false>(v) / static_cast<float>(n) + eps);
+  const float rstd = 1.0f / sqrtf(block_reduce<false>(v) / static_cast<float>(n) + eps);
+  if (threadIdx.x == 0 && mean_out) mean_out[blockIdx.x] = mean;
+  if (threadIdx.x == 0 && rstd_out) rstd_out[blockIdx.x] = rstd;
   for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     float r = (xr[j] - mean) * rstd;
     if (scale) r *= scale[j];
@@ -105,10 +80,13 @@ __global__ void reduce_kernel(const float* x, float* y, ReduceSpec s, std::int64
     const float v = x[off];
     acc = is_max ? fmaxf(acc, v) : is_min ? fminf(acc, v) : acc + v;
   }
-  if (is_min) acc = -block_reduce<true>(-acc);
-  else if (is_max) acc = block_reduce<true>(acc);
-  else acc = block_reduce<false>(acc);
-  if (threadIdx.x == 0) y[blockIdx.x] = s.kind == ReduceSpec::mean ? acc / static_cast<float>(red_count) : acc;
+  if (is_min)
+    acc = -block_reduce<true>(-acc);
+  else if (is_max)
+    acc = block_reduce<true>(acc);
+  else
+    acc = block_reduce<false>(acc);
+  if (threadIdx.x == 0) y[blockIdx.x] = (s.kind == ReduceSpec::mean ? acc / static_cast<float>(red_count) : acc) * s.scale;
 }
 
 template <typename T>
@@ -130,8 +108,6 @@ void launch_gather(const void* data, const std::int64_t* indices, void* out, std
   gather_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(data), indices, static_cast<T*>(out),
                                                          axis_dim, inner, count, n);
 }
-
-int block_for_row(std::int64_t n) { return n >= 1024 ? 1024 : n >= 256 ? 256 : 64; }
 
 }  // namespace
 
@@ -156,10 +132,10 @@ void softmax(const float* x, float* y, std::int64_t outer, std::int64_t n, std::
   check_launch("softmax");
 }
 
-void layer_norm(const float* x, const float* scale, const float* bias, float* y, std::int64_t rows, std::int64_t n,
-                float epsilon, cudaStream_t stream) {
+void layer_norm(const float* x, const float* scale, const float* bias, float* y, float* mean, float* rstd, std::int64_t rows,
+                std::int64_t n, float epsilon, cudaStream_t stream) {
   if (rows == 0 || n == 0) return;
-  layer_norm_kernel<<<static_cast<unsigned>(rows), block_for_row(n), 0, stream>>>(x, scale, bias, y, n, epsilon);
+  layer_norm_kernel<<<static_cast<unsigned>(rows), block_for_row(n), 0, stream>>>(x, scale, bias, y, mean, rstd, n, epsilon);
   check_launch("layer_norm");
 }
 

@@ -26,15 +26,17 @@ void strided_copy(const StridedCopy& c, cudaStream_t stream);
 void softmax(const float* x, float* y, std::int64_t outer, std::int64_t n, std::int64_t inner, bool log_softmax,
              cudaStream_t stream);
 
-// Layer normalisation of each row of x [rows, n]; scale and bias (either may be null) have n elements.
-void layer_norm(const float* x, const float* scale, const float* bias, float* y, std::int64_t rows, std::int64_t n,
-                float epsilon, cudaStream_t stream);
+// Layer normalisation of each row of x [rows, n]; scale and bias (either may be null) have n elements. mean and rstd
+// (either may be null) receive each row's mean and 1/sqrt(variance + epsilon).
+void layer_norm(const float* x, const float* scale, const float* bias, float* y, float* mean, float* rstd, std::int64_t rows,
+                std::int64_t n, float epsilon, cudaStream_t stream);
 
 // Reduces x over some axes: out element j sits at multi-index (out_dims) whose input base offset uses
 // out_strides; the reduced elements are at red_dims/red_strides from that base.
 struct ReduceSpec {
   enum Kind : int { sum = 0, mean = 1, max = 2, min = 3 };
   Kind kind = sum;
+  float scale = 1.0f;  // applied to sums and means
   int out_rank = 0;
   std::int64_t out_dims[kMaxRank] = {};
   std::int64_t out_strides[kMaxRank] = {};

@@ -1,0 +1,112 @@
+// MatMulGradA / MatMulGradB on the GPU: cuBLAS products with transposes in exact float32, summed over the batch axes
+// along which the operand was broadcast (as the CPU kernel k_matmul_grad does).
+#include <algorithm>
+
+#include "runtime_allocator/cuda/cuda_state.hpp"
+
+namespace memplan::runtime::cuda {
+
+using analysis::Op;
+using analysis::TensorId;
+
+namespace {
+
+// Row-major C[m,n] = op(A) op(B) + beta C for `count` products spaced by the strides (0: shared). cuBLAS is
+// column-major, so it computes C^T = op(B)^T op(A)^T.
+struct RowMajorGemm {
+  bool ta = false, tb = false;
+  std::int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
+  std::int64_t stride_a = 0, stride_b = 0, stride_c = 0, count = 1;
+  float beta = 0.0f;
+  void run(ExecState& s, const Op& op, const float* a, const float* b, float* c) const {
+    const float one = 1.0f;
+    const auto opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const std::string what = op.type + " '" + op.name + "'";
+    if (count == 1) {
+      check(cublasSgemm(s.ctx.cublas(), opb, opa, as_int(n, op), as_int(m, op), as_int(k, op), &one, b, as_int(ldb, op), a,
+                        as_int(lda, op), &beta, c, as_int(ldc, op)),
+            what);
+      return;
+    }
+    check(
+        cublasSgemmStridedBatched(s.ctx.cublas(), opb, opa, as_int(n, op), as_int(m, op), as_int(k, op), &one, b, as_int(ldb, op),
+                                  stride_b, a, as_int(lda, op), stride_a, &beta, c, as_int(ldc, op), stride_c, as_int(count, op)),
+        what);
+  }
+};
+
+// Element strides of each batch axis of `dims` against the broadcast batch shape (0 where broadcast).
+std::vector<std::int64_t> batch_strides(const std::vector<std::int64_t>& dims, const std::vector<std::int64_t>& batch,
+                                        std::int64_t matrix) {
+  std::vector<std::int64_t> st(batch.size(), 0);
+  std::int64_t stride = matrix;
+  for (std::size_t k = 0; k < dims.size(); ++k) {
+    const std::size_t j = dims.size() - 1 - k, o = batch.size() - 1 - k;
+    if (dims[j] != 1) st[o] = stride;
+    stride *= dims[j];
+  }
+  return st;
+}
+
+}  // namespace
+
+void run_matmul_grad(ExecState& s, const Op& op, bool grad_a) {
+  auto as = s.dims(grad_a ? op.outputs[0] : op.inputs[0]);  // dA has A's shape, dB has B's
+  auto bs = s.dims(grad_a ? op.inputs[1] : op.outputs[0]);
+  const TensorId dy = op.inputs[grad_a ? 0 : 1], other = op.inputs[grad_a ? 1 : 0];
+  if (as.size() == 1) as.insert(as.begin(), 1);
+  if (bs.size() == 1) bs.push_back(1);
+  const std::int64_t M = as[as.size() - 2], K = as.back(), N = bs.back();
+  const std::vector<std::int64_t> ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
+  std::vector<std::int64_t> batch(std::max(ab.size(), bb.size()), 1);
+  for (std::size_t k = 0; k < batch.size(); ++k) {
+    const std::size_t back = batch.size() - 1 - k;
+    const std::int64_t da = back < ab.size() ? ab[ab.size() - 1 - back] : 1, db = back < bb.size() ? bb[bb.size() - 1 - back] : 1;
+    batch[k] = std::max(da, db);
+  }
+  const std::int64_t nb = product(batch), na = product(ab), nbb = product(bb);
+  // dA[M,K] = dY[M,N] B^T with B [K,N];  dB[K,N] = A^T dY with A [M,K].
+  RowMajorGemm g;
+  if (grad_a)
+    g = {false, true, M, K, N, N, N, K};
+  else
+    g = {true, false, K, N, M, K, N, N};
+  const float* pdy = s.f32(dy);
+  const float* po = s.f32(other);
+  float* out = s.f32(op.outputs[0]);
+  if (nbb == 1 && na == nb) {  // B shared by every batch: stack the batches into M
+    if (grad_a)
+      g.m = nb * M;
+    else
+      g.k = nb * M;
+    return grad_a ? g.run(s, op, pdy, po, out) : g.run(s, op, po, pdy, out);
+  }
+  if (ab == bb) {  // one product per batch, nothing summed
+    g.count = nb;
+    if (grad_a) {
+      g.stride_a = M * N, g.stride_b = K * N, g.stride_c = M * K;
+      return g.run(s, op, pdy, po, out);
+    }
+    g.stride_a = M * K, g.stride_b = M * N, g.stride_c = K * N;
+    return g.run(s, op, po, pdy, out);
+  }
+  // General broadcasting: accumulate each batch's product into the operand's block it came from.
+  check(cudaMemsetAsync(out, 0, s.tensor(op.outputs[0]).bytes(), s.ctx.stream()), "zero of '" + op.name + "'");
+  g.beta = 1.0f;
+  const auto sa = batch_strides(ab, batch, M * K), sb = batch_strides(bb, batch, K * N);
+  for (std::int64_t i = 0; i < nb; ++i) {
+    std::int64_t r = i, oa = 0, ob = 0;
+    for (std::size_t d = batch.size(); d-- > 0;) {
+      const std::int64_t q = r % batch[d];
+      r /= batch[d];
+      oa += q * sa[d];
+      ob += q * sb[d];
+    }
+    if (grad_a)
+      g.run(s, op, pdy + i * M * N, po + ob, out + oa);
+    else
+      g.run(s, op, po + oa, pdy + i * M * N, out + ob);
+  }
+}
+
+}  // namespace memplan::runtime::cuda

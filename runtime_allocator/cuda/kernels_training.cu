@@ -1,0 +1,202 @@
+// Hand-written CUDA kernels of the training ops (see kernels_training.hpp).
+#include "runtime_allocator/cuda/block_reduce.cuh"
+#include "runtime_allocator/cuda/cuda_context.hpp"
+#include "runtime_allocator/cuda/kernels_training.hpp"
+
+namespace memplan::runtime::cuda {
+
+namespace {
+
+__global__ void layer_norm_dx_kernel(const float* dy, const float* x, const float* scale, const float* mean, const float* inv,
+                                     float* dx, std::int64_t n) {
+  const std::int64_t r = blockIdx.x;
+  const float* xr = x + r * n;
+  const float* gr = dy + r * n;
+  const float m = mean[r], iv = inv[r];
+  float mg = 0.0f, mgx = 0.0f;
+  for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float gs = gr[j] * scale[j];
+    mg += gs;
+    mgx += gs * (xr[j] - m) * iv;
+  }
+  mg = block_reduce<false>(mg) / static_cast<float>(n);
+  mgx = block_reduce<false>(mgx) / static_cast<float>(n);
+  for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    dx[r * n + j] = iv * (gr[j] * scale[j] - mg - (xr[j] - m) * iv * mgx);
+}
+
+// Column sums over a chunk of rows: block (32 columns, 8 row lanes), one atomic add per column and block.
+constexpr int kCols = 32, kRowLanes = 8, kRowsPerBlock = 256;
+
+__global__ void layer_norm_params_kernel(const float* dy, const float* x, const float* mean, const float* inv, float* dscale,
+                                         float* dbias, std::int64_t rows, std::int64_t n) {
+  __shared__ float ps[kRowLanes][kCols], pb[kRowLanes][kCols];
+  const std::int64_t j = blockIdx.x * static_cast<std::int64_t>(kCols) + threadIdx.x;
+  const std::int64_t r0 = blockIdx.y * static_cast<std::int64_t>(kRowsPerBlock);
+  const std::int64_t r1 = r0 + kRowsPerBlock < rows ? r0 + kRowsPerBlock : rows;
+  float s = 0.0f, b = 0.0f;
+  if (j < n)
+    for (std::int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
+      const float g = dy[r * n + j];
+      s += g * (x[r * n + j] - mean[r]) * inv[r];
+      b += g;
+    }
+  ps[threadIdx.y][threadIdx.x] = s;
+  pb[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y != 0 || j >= n) return;
+  for (int k = 1; k < kRowLanes; ++k) {
+    s += ps[k][threadIdx.x];
+    b += pb[k][threadIdx.x];
+  }
+  if (dscale) atomicAdd(dscale + j, s);
+  if (dbias) atomicAdd(dbias + j, b);
+}
+
+__global__ void softmax_grad_kernel(const float* dy, const float* y, float* dx, std::int64_t n, std::int64_t inner,
+                                    bool log_softmax) {
+  const std::int64_t row = blockIdx.x;
+  const std::int64_t base = (row / inner) * n * inner + row % inner;
+  float s = 0.0f;
+  for (std::int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+    const std::int64_t e = base + k * inner;
+    s += log_softmax ? dy[e] : dy[e] * y[e];
+  }
+  s = block_reduce<false>(s);  // ends with a barrier: every read of the row is
+                               // done before dx is written
+  for (std::int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+    const std::int64_t e = base + k * inner;
+    const float g = dy[e], p = y[e];
+    dx[e] = log_softmax ? g - expf(p) * s : p * (g - s);
+  }
+}
+
+__global__ void mse_loss_kernel(const float* y, const float* t, float* loss, std::int64_t n) {
+  float s = 0.0f;
+  for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float d = y[i] - t[i];
+    s += d * d;
+  }
+  s = block_reduce<false>(s);
+  if (threadIdx.x == 0) *loss = s / static_cast<float>(n);
+}
+
+__global__ void adam_kernel(const float* w, const float* g, const float* m, const float* v, const float* step, float* w_out,
+                            float* m_out, float* v_out, std::int64_t n, AdamHyper h) {
+  const float t = *step;
+  const float c1 = 1.0f - powf(h.beta1, t), c2 = 1.0f - powf(h.beta2, t);
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float gi = g[i];
+    const float nm = h.beta1 * m[i] + (1.0f - h.beta1) * gi, nv = h.beta2 * v[i] + (1.0f - h.beta2) * gi * gi;
+    w_out[i] = w[i] - h.lr * (nm / c1) / (sqrtf(nv / c2) + h.epsilon);
+    m_out[i] = nm;
+    v_out[i] = nv;
+  }
+}
+
+__global__ void momentum_kernel(const float* w, const float* g, const float* v, float* w_out, float* v_out, std::int64_t n,
+                                float lr, float momentum) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float nv = momentum * v[i] + g[i];
+    w_out[i] = w[i] - lr * nv;
+    v_out[i] = nv;
+  }
+}
+
+__global__ void max_pool_kernel(const float* x, float* y, std::int64_t* indices, PoolGeometry p) {
+  const std::int64_t total = p.nc * p.oh * p.ow;
+  for (std::int64_t o = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; o < total;
+       o += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t ow = o % p.ow, oh = (o / p.ow) % p.oh, nc = o / (p.ow * p.oh);
+    float acc = -FLT_MAX;
+    std::int64_t arg = 0;
+    bool any = false;
+    for (int r = 0; r < p.kh; ++r)
+      for (int s = 0; s < p.kw; ++s) {
+        const std::int64_t ih = oh * p.sh - p.ph + r * p.dh, iw = ow * p.sw - p.pw + s * p.dw;
+        if (ih < 0 || ih >= p.h || iw < 0 || iw >= p.w) continue;
+        const std::int64_t at = (nc * p.h + ih) * p.w + iw;
+        const float v = x[at];
+        if (v > acc || !any) {
+          acc = v;
+          arg = at;
+          any = true;
+        }
+      }
+    y[o] = any ? acc : -INFINITY;
+    indices[o] = arg;
+  }
+}
+
+__global__ void max_pool_grad_kernel(const float* dy, const std::int64_t* indices, float* dx, std::int64_t outputs,
+                                     std::int64_t inputs) {
+  for (std::int64_t o = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; o < outputs;
+       o += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t i = indices[o];
+    if (i >= 0 && i < inputs) atomicAdd(dx + i, dy[o]);
+  }
+}
+
+}  // namespace
+
+void layer_norm_grad(const float* dy, const float* x, const float* scale, const float* mean, const float* inv, float* dx,
+                     float* dscale, float* dbias, std::int64_t rows, std::int64_t n, cudaStream_t stream) {
+  if (rows == 0 || n == 0) return;
+  if (dscale) check(cudaMemsetAsync(dscale, 0, static_cast<std::size_t>(n) * 4, stream), "LayerNormGrad zero");
+  if (dbias) check(cudaMemsetAsync(dbias, 0, static_cast<std::size_t>(n) * 4, stream), "LayerNormGrad zero");
+  if (dscale || dbias) {
+    const dim3 grid(static_cast<unsigned>((n + kCols - 1) / kCols),
+                    static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock));
+    layer_norm_params_kernel<<<grid, dim3(kCols, kRowLanes), 0, stream>>>(dy, x, mean, inv, dscale, dbias, rows, n);
+    check_launch("layer_norm_grad (scale, bias)");
+  }
+  if (dx) {
+    layer_norm_dx_kernel<<<static_cast<unsigned>(rows), block_for_row(n), 0, stream>>>(dy, x, scale, mean, inv, dx, n);
+    check_launch("layer_norm_grad");
+  }
+}
+
+void softmax_grad(const float* dy, const float* y, float* dx, std::int64_t outer, std::int64_t n, std::int64_t inner,
+                  bool log_softmax, cudaStream_t stream) {
+  if (outer * inner == 0 || n == 0) return;
+  softmax_grad_kernel<<<static_cast<unsigned>(outer * inner), block_for_row(n), 0, stream>>>(dy, y, dx, n, inner, log_softmax);
+  check_launch("softmax_grad");
+}
+
+void mse_loss(const float* y, const float* t, float* loss, std::int64_t n, cudaStream_t stream) {
+  mse_loss_kernel<<<1, 1024, 0, stream>>>(y, t, loss, n);
+  check_launch("mse_loss");
+}
+
+void adam_update(const float* w, const float* g, const float* m, const float* v, const float* step, float* w_out, float* m_out,
+                 float* v_out, std::int64_t n, const AdamHyper& h, cudaStream_t stream) {
+  if (n == 0) return;
+  adam_kernel<<<grid_for(n), kThreads, 0, stream>>>(w, g, m, v, step, w_out, m_out, v_out, n, h);
+  check_launch("adam_update");
+}
+
+void momentum_update(const float* w, const float* g, const float* v, float* w_out, float* v_out, std::int64_t n, float lr,
+                     float momentum, cudaStream_t stream) {
+  if (n == 0) return;
+  momentum_kernel<<<grid_for(n), kThreads, 0, stream>>>(w, g, v, w_out, v_out, n, lr, momentum);
+  check_launch("momentum_update");
+}
+
+void max_pool_with_indices(const float* x, float* y, std::int64_t* indices, const PoolGeometry& p, cudaStream_t stream) {
+  const std::int64_t n = p.nc * p.oh * p.ow;
+  if (n == 0) return;
+  max_pool_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, indices, p);
+  check_launch("max_pool_with_indices");
+}
+
+void max_pool_grad(const float* dy, const std::int64_t* indices, float* dx, std::int64_t outputs, std::int64_t inputs,
+                   cudaStream_t stream) {
+  check(cudaMemsetAsync(dx, 0, static_cast<std::size_t>(inputs) * 4, stream), "MaxPoolGrad zero");
+  if (outputs == 0) return;
+  max_pool_grad_kernel<<<grid_for(outputs), kThreads, 0, stream>>>(dy, indices, dx, outputs, inputs);
+  check_launch("max_pool_grad");
+}
+
+}  // namespace memplan::runtime::cuda

@@ -1,0 +1,46 @@
+// Hand-written CUDA kernels of the training ops: norm and softmax gradients, the MSE loss, optimizer steps with
+// several outputs, max pooling with indices and its gradient. Semantics follow the CPU kernels
+// (runtime_allocator/kernels_grad_*.cpp).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace memplan::runtime::cuda {
+
+// LayerNormGrad over rows [rows, n]: dx (may be null) per row; dscale and dbias (either may be null) are column sums
+// of dy * xhat and dy over the rows.
+void layer_norm_grad(const float* dy, const float* x, const float* scale, const float* mean, const float* inv, float* dx,
+                     float* dscale, float* dbias, std::int64_t rows, std::int64_t n, cudaStream_t stream);
+
+// SoftmaxGrad (dx = y * (dy - sum dy*y)) or LogSoftmaxGrad (dx = dy - exp(y) * sum dy) over the middle axis of
+// [outer, n, inner]. dx may alias dy or y.
+void softmax_grad(const float* dy, const float* y, float* dx, std::int64_t outer, std::int64_t n, std::int64_t inner,
+                  bool log_softmax, cudaStream_t stream);
+
+// loss[0] = mean over n of (y - t)^2.
+void mse_loss(const float* y, const float* t, float* loss, std::int64_t n, cudaStream_t stream);
+
+struct AdamHyper {
+  float lr = 0.001f, beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
+};
+// Adam with bias correction at the step count *step (device scalar); the outputs may alias w, m, v.
+void adam_update(const float* w, const float* g, const float* m, const float* v, const float* step, float* w_out, float* m_out,
+                 float* v_out, std::int64_t n, const AdamHyper& h, cudaStream_t stream);
+// Momentum SGD: v' = momentum * v + g, w' = w - lr * v'; the outputs may alias w and v.
+void momentum_update(const float* w, const float* g, const float* v, float* w_out, float* v_out, std::int64_t n, float lr,
+                     float momentum, cudaStream_t stream);
+
+// A 2-D pooling window over x [nc, h, w] -> y [nc, oh, ow] (1-D pools have h = oh = kh = 1).
+struct PoolGeometry {
+  std::int64_t nc = 1, h = 1, w = 1, oh = 1, ow = 1;
+  int kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, ph = 0, pw = 0;
+};
+// MaxPool writing y and the flat index into x of each maximum (the first one in window order).
+void max_pool_with_indices(const float* x, float* y, std::int64_t* indices, const PoolGeometry& p, cudaStream_t stream);
+// dx = 0, then dx[indices[o]] += dy[o] for every output element o (indices outside dx are skipped).
+void max_pool_grad(const float* dy, const std::int64_t* indices, float* dx, std::int64_t outputs, std::int64_t inputs,
+                   cudaStream_t stream);
+
+}  // namespace memplan::runtime::cuda
