@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # CUDA benchmark in one command. `bench/cuda_bench.sh pack` (on the build machine) copies the test and
 # bench executables with their Debian libraries into .carry/; `bench/cuda_bench.sh run [OUTDIR]` (on the
-# GPU machine) runs the CUDA tests, compute-sanitizer memcheck and racecheck, the tiny models and the
-# fusion bandwidth bench, and writes OUTDIR/cuda.json (default bench/results).
+# GPU machine) runs the CUDA tests, the tiny models, the fusion bandwidth bench, training steps under each
+# remat strategy (bench_cuda train) beside PyTorch (bench/torch_train.py), compute-sanitizer memcheck and
+# racecheck, and writes OUTDIR/cuda.json (default bench/results). `test [FILTER]` runs the GPU tests alone.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,15 +55,24 @@ LOG="$OUT_DIR/cuda_log.txt"
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$LOG"
 $T -tc="$CASES" 2>&1 | tee -a "$LOG"; test_rc=${PIPESTATUS[0]}
-sanitize() {  # tool -> number of errors compute-sanitizer reports
-  compute-sanitizer --tool "$1" "$T" -tc="$CASES" > "$OUT_DIR/cuda_$1.txt" 2>&1
+.carry/bin/bench_cuda tiny samples/models > "$OUT_DIR/cuda_tiny.json" 2>>"$LOG"
+.carry/bin/bench_cuda fused $((1 << 30)) > "$OUT_DIR/cuda_fused.json" 2>>"$LOG"
+# Training steps: tiny_gpt and a GPT-like transformer (8 layers, d 512, 8 heads, seq 256, batch 16), each
+# planned under none/sqrt/optimal/swap and run on the GPU; the same transformer in PyTorch, eager and with
+# torch.utils.checkpoint over sqrt(layers) segments.
+GPT_ARGS="--layers 8 --d 512 --heads 8 --seq 256 --batch 16 --out-dim 512"
+GPT_ONNX="${TMPDIR:-/tmp}/memplan_gpt_l8_d512.onnx"
+python3 bench/make_gpt.py "$GPT_ONNX" $GPT_ARGS 2>>"$LOG"
+.carry/bin/bench_cuda train samples/models/tiny_gpt.onnx 20 > "$OUT_DIR/cuda_train_tiny_gpt.json" 2>>"$LOG"
+.carry/bin/bench_cuda train "$GPT_ONNX" 20 > "$OUT_DIR/cuda_train_gpt.json" 2>>"$LOG"
+python3 bench/torch_train.py $GPT_ARGS --steps 20 > "$OUT_DIR/cuda_train_torch.json" 2>>"$LOG"
+sanitize() {  # tool -> number of errors compute-sanitizer reports (empty when it did not finish)
+  timeout "${SANITIZE_SECONDS:-200}" compute-sanitizer --tool "$1" "$T" -tc="$CASES" > "$OUT_DIR/cuda_$1.txt" 2>&1
   # memcheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK SUMMARY: ... (N errors, M warnings)"
   grep -oE 'ERROR SUMMARY: [0-9]+|\(([0-9]+) errors' "$OUT_DIR/cuda_$1.txt" | tail -1 | grep -oE '[0-9]+'
 }
 memcheck=$(sanitize memcheck); racecheck=$(sanitize racecheck)
 echo "memcheck errors: $memcheck, racecheck errors: $racecheck" | tee -a "$LOG"
-.carry/bin/bench_cuda tiny samples/models > "$OUT_DIR/cuda_tiny.json" 2>>"$LOG"
-.carry/bin/bench_cuda fused $((1 << 30)) > "$OUT_DIR/cuda_fused.json" 2>>"$LOG"
 
 python3 - "$OUT_DIR" "$test_rc" "${memcheck:-null}" "${racecheck:-null}" <<'EOF' | tee -a "$LOG"
 import json, subprocess, sys, datetime
@@ -75,6 +85,17 @@ def load(name):
 gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
                      capture_output=True, text=True).stdout.strip()
 fused, tiny = load("cuda_fused.json"), load("cuda_tiny.json")
+gpt, tiny_gpt, torch_res = load("cuda_train_gpt.json"), load("cuda_train_tiny_gpt.json"), load("cuda_train_torch.json")
+keys = ("peak_device_bytes", "planned_bytes", "step_seconds", "step_overhead_vs_none", "recompute_overhead",
+        "library_constant_bytes", "resident_bytes", "workspace_bytes")
+strategies = {name: {k: row.get(k) for k in keys} for name, row in gpt.get("strategies", {}).items()}
+yardstick = {}
+if "eager" in torch_res:
+    eager = torch_res["eager"]["step_seconds"]
+    for mode in ("eager", "checkpoint_sqrt"):
+        r = torch_res[mode]
+        yardstick[mode] = {"peak_over_persistent_bytes": r["peak_over_persistent_bytes"], "step_seconds": r["step_seconds"],
+                           "step_overhead_vs_eager": r["step_seconds"] / eager - 1.0}
 res = {
     "device": gpu,
     "date": datetime.date.today().isoformat(),
@@ -85,8 +106,12 @@ res = {
     "tiny_max_abs_error": tiny.get("tiny_max_abs_error"),
     "tiny": tiny,
     "sanitizer_errors": {"memcheck": None if mem == "null" else int(mem), "racecheck": None if race == "null" else int(race)},
-    "training": "not measured: the CUDA backend has no backward-op kernels yet",
+    "training_model": "GPT-like " + str(gpt.get("graph", "?")) + " (bench/make_gpt.py), Adam, float32 without TF32",
+    "training_strategies": strategies,
+    "training_pytorch": yardstick,
+    "training": {"gpt": gpt, "tiny_gpt": tiny_gpt, "pytorch": torch_res},
 }
 json.dump(res, open(f"{out}/cuda.json", "w"), indent=2)
-print(json.dumps({k: res[k] for k in ("device", "fused_bandwidth_fraction", "fused_bandwidth_fraction_arithmetic", "tiny_max_abs_error", "sanitizer_errors")}, indent=1))
+print(json.dumps({k: res[k] for k in ("device", "fused_bandwidth_fraction", "tiny_max_abs_error", "sanitizer_errors",
+                                      "training_strategies", "training_pytorch")}, indent=1))
 EOF
