@@ -62,8 +62,7 @@ __global__ void softmax_grad_kernel(const float* dy, const float* y, float* dx, 
     const std::int64_t e = base + k * inner;
     s += log_softmax ? dy[e] : dy[e] * y[e];
   }
-  s = block_reduce<false>(s);  // ends with a barrier: every read of the row is
-                               // done before dx is written
+  s = block_reduce<false>(s);  // its barriers: all reads for s precede any write of dx (dx may alias dy, y)
   for (std::int64_t k = threadIdx.x; k < n; k += blockDim.x) {
     const std::int64_t e = base + k * inner;
     const float g = dy[e], p = y[e];

@@ -126,8 +126,7 @@ TEST_CASE(
         po.budget_bytes = budget;
         try {
           plans.push_back(planner::plan_training(tg, po));
-        } catch (const Error& e) {  // a budget this tight may be out of reach
-                                    // for a strategy
+        } catch (const Error& e) {  // a budget this tight may be out of reach for a strategy
           MESSAGE(name << " " << strategy << " at " << budget << " B not planned: " << e.what());
           po.budget_bytes.reset();
           plans.push_back(planner::plan_training(tg, po));
