@@ -191,7 +191,8 @@ TEST_CASE("fused graphs compute what the original graphs compute (random DAGs)")
     const auto want = interpret(b.g, in);
     const auto got = interpret(res.graph, in);
     REQUIRE(want.size() == got.size());
-    for (const auto& [name, v] : want) {
+    for (const auto& [tensor, v] : want) {
+      const std::string& name = tensor;  // CAPTURE is a lambda; clang 14 cannot capture a structured binding
       CAPTURE(name);
       REQUIRE(got.count(name));
       CHECK(got.at(name) == doctest::Approx(v).epsilon(1e-6));

@@ -79,7 +79,7 @@ TEST_CASE("training steps: weight gradients agree with central finite difference
     ex.run(in);
     std::size_t checked = 0;
     for (std::size_t k = 0; k < tg.param_grads.size(); k += std::max<std::size_t>(1, tg.param_grads.size() / 4)) {
-      const auto [w, gt] = tg.param_grads[k];
+      const TensorId w = tg.param_grads[k].first, gt = tg.param_grads[k].second;  // INFO captures w: no binding (clang 14)
       const auto grad = read(ex, tg.graph, gt);
       const std::size_t i = grad.size() / 2;
       const float eps = 1e-2f;
