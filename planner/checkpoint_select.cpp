@@ -9,14 +9,12 @@ namespace memplan::planner {
 
 namespace {
 
-std::uint64_t stage_total(const ForwardStages& s, std::size_t i) { return s.saved_bytes[i] + s.boundary_bytes[i]; }
-
 SegmentPlan close_by_threshold(const ForwardStages& s, std::uint64_t threshold) {
   SegmentPlan plan;
   std::uint64_t acc = 0;
   std::uint32_t first = 0;
   for (std::uint32_t i = 0; i < s.size(); ++i) {
-    acc += stage_total(s, i);
+    acc += s.total_bytes(i);
     if (acc > threshold || i + 1 == s.size()) {
       plan.push_back({first, i, true});
       first = i + 1;
@@ -51,7 +49,7 @@ void prune(std::vector<State>& f) {
 SegmentPlan sqrt_segments(const ForwardStages& s) {
   if (s.size() == 0) return {};
   std::uint64_t total = 0;
-  for (std::size_t i = 0; i < s.size(); ++i) total += stage_total(s, i);
+  for (std::size_t i = 0; i < s.size(); ++i) total += s.total_bytes(i);
   const auto k = std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(std::sqrt(static_cast<double>(s.size())))));
   return close_by_threshold(s, total / k);
 }
@@ -82,11 +80,11 @@ SegmentPlan optimal_segments(const ForwardStages& s, std::uint64_t budget, std::
     const auto& f = frontier[r];
     for (std::uint32_t idx = 0; idx < f.size(); ++idx) {
       const State st = f[idx];
-      if (st.kept + stage_total(s, r) <= budget) push(r + 1, {st.kept + stage_total(s, r), st.flops, r, idx, false});
+      if (st.kept + s.kept_bytes(r) <= budget) push(r + 1, {st.kept + s.kept_bytes(r), st.flops + s.kept_flops(r), r, idx, false});
       std::uint64_t total = 0;
       double flops = 0.0;
       for (std::uint32_t e = r; e < m; ++e) {
-        total += stage_total(s, e);
+        total += s.total_bytes(e);
         flops += s.flops[e];
         if (st.kept + total > budget) break;
         const double extra = total > s.boundary_bytes[e] ? flops - s.boundary_flops[e] : 0.0;
@@ -141,8 +139,8 @@ SegmentPlan brute_force_segments(const ForwardStages& s, std::uint64_t budget) {
 std::uint64_t min_segment_peak(const ForwardStages& s) {
   std::uint64_t lo = 0, hi = 0;
   for (std::size_t i = 0; i < s.size(); ++i) {
-    lo = std::max(lo, stage_total(s, i));
-    hi += stage_total(s, i);
+    lo = std::max(lo, s.total_bytes(i));
+    hi += s.total_bytes(i);
   }
   // Feasibility is monotone in the budget: bisect to within 0.5%.
   while (lo < hi && hi - lo > std::max<std::uint64_t>(1, hi / 200)) {

@@ -21,6 +21,9 @@ using analysis::TensorId;
 enum class RematAction : std::uint8_t { keep, recompute, swap };
 const char* remat_action_name(RematAction a) noexcept;
 
+// An arena tensor made by a forward op.
+bool is_forward_activation(const Graph& g, TensorId t);
+
 // Forward activations (arena tensors made by forward ops) that a backward, optimizer or recompute op
 // reads, in id order. Graph outputs are left out: they live to the end of the step whatever we do.
 std::vector<TensorId> find_saved_for_backward(const Graph& g);

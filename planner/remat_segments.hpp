@@ -20,7 +20,14 @@ struct ForwardStages {
   std::vector<std::uint64_t> boundary_bytes;  // per stage: aligned bytes of the boundary tensor
   std::vector<double> flops;                  // per stage: FLOPs of its forward ops
   std::vector<double> boundary_flops;         // per stage: FLOPs of the op that makes the boundary
+  // Cheap recomputation in kept stages (empty: none): per stage, the saved bytes it rebuilds (boundary
+  // left out) and the FLOPs of those rebuilds. A kept stage holds saved_bytes - cheap_bytes.
+  std::vector<std::uint64_t> cheap_bytes;
+  std::vector<double> cheap_flops;
   std::size_t size() const noexcept { return boundary.size(); }
+  std::uint64_t total_bytes(std::size_t i) const noexcept { return saved_bytes[i] + boundary_bytes[i]; }
+  std::uint64_t kept_bytes(std::size_t i) const noexcept { return total_bytes(i) - (cheap_bytes.empty() ? 0 : cheap_bytes[i]); }
+  double kept_flops(std::size_t i) const noexcept { return cheap_flops.empty() ? 0.0 : cheap_flops[i]; }
 };
 
 ForwardStages find_forward_stages(const Graph& g, const std::vector<OpId>& schedule, const std::vector<double>& op_flops,
@@ -37,8 +44,9 @@ struct Segment {
 using SegmentPlan = std::vector<Segment>;  // covers all stages in order
 
 // The segment memory model: backward of segment j holds the bytes kept by the segments before it plus
-// all of segment j's saved bytes (rebuilt or kept). A recompute segment keeps only its end boundary and
-// costs the FLOPs of its stages less the op that makes that boundary.
+// all of segment j's saved bytes (rebuilt or kept; a kept one less its cheap bytes). A recompute
+// segment keeps only its end boundary and costs the FLOPs of its stages less the op that makes that
+// boundary; a kept segment costs its cheap FLOPs.
 struct SegmentCost {
   std::uint64_t peak_bytes = 0;  // model peak of saved bytes
   double recompute_flops = 0.0;
@@ -57,6 +65,21 @@ SegmentPlan optimal_segments(const ForwardStages& s, std::uint64_t budget, std::
 SegmentPlan brute_force_segments(const ForwardStages& s, std::uint64_t budget);
 // The smallest model peak any segment plan reaches.
 std::uint64_t min_segment_peak(const ForwardStages& s);
+
+// Saved tensors that `c` keeps and that a few cheap forward ops rebuild from kept tensors, weights and
+// inputs (at most kMaxCheapCone ops, each at most `max_flops_per_element` FLOPs per output element, none
+// random): they recompute too, one group each (numbered after c's groups), rebuilt just before their
+// first backward use; the tensors those rebuilds and c's recompute cones read stay kept. So a ReLU or
+// BatchNorm output is rebuilt from the Conv output that its backward keeps anyway. O(n).
+inline constexpr std::size_t kMaxCheapCone = 8;
+// `cone_flops`, when given, gets per tensor the FLOPs of the rebuild it chose (0 elsewhere).
+RematChoice add_cheap_recompute(const Graph& g, const std::vector<OpId>& schedule, RematChoice c,
+                                const std::vector<double>& op_flops, std::vector<double>* cone_flops = nullptr,
+                                double max_flops_per_element = 16.0);
+
+// `s` with cheap_bytes and cheap_flops filled from add_cheap_recompute on keep-everything.
+ForwardStages with_cheap_costs(const Graph& g, const std::vector<OpId>& schedule, const ForwardStages& s,
+                               const std::vector<double>& op_flops, std::uint64_t alignment);
 
 // Actions per tensor: saved tensors of recompute segments recompute (group = segment index), segment
 // boundaries keep, everything else as in RematChoice::keep_all.

@@ -93,14 +93,15 @@ ForwardStages coarsen_stages(const ForwardStages& s, std::size_t max_stages) {
   ForwardStages c;
   c.forward = s.forward;
   std::vector<std::uint32_t> map(s.size());
-  std::uint64_t acc = 0, saved = 0;
-  double flops = 0.0;
+  std::uint64_t acc = 0, saved = 0, cheap = 0;
+  double flops = 0.0, cheap_flops = 0.0;
   for (std::size_t i = 0; i < s.size(); ++i) {
     map[i] = static_cast<std::uint32_t>(c.boundary.size());
-    const std::uint64_t t = s.saved_bytes[i] + s.boundary_bytes[i];
-    acc += t;
+    acc += s.total_bytes(i);
     saved += s.saved_bytes[i];
     flops += s.flops[i];
+    cheap += s.total_bytes(i) - s.kept_bytes(i);
+    cheap_flops += s.kept_flops(i);
     const bool last = i + 1 == s.size();
     if (acc >= target || last) {
       c.boundary.push_back(s.boundary[i]);
@@ -108,8 +109,12 @@ ForwardStages coarsen_stages(const ForwardStages& s, std::size_t max_stages) {
       c.boundary_bytes.push_back(s.boundary_bytes[i]);
       c.flops.push_back(flops);
       c.boundary_flops.push_back(s.boundary_flops[i]);
-      acc = saved = 0;
-      flops = 0.0;
+      if (!s.cheap_bytes.empty()) {
+        c.cheap_bytes.push_back(cheap);
+        c.cheap_flops.push_back(cheap_flops);
+      }
+      acc = saved = cheap = 0;
+      flops = cheap_flops = 0.0;
     } else {
       saved += s.boundary_bytes[i];  // an inner boundary is an ordinary saved tensor of the merged stage
     }
@@ -124,18 +129,22 @@ SegmentCost evaluate_segments(const ForwardStages& s, const SegmentPlan& plan) {
   SegmentCost cost;
   std::uint64_t kept = 0;
   for (const auto& seg : plan) {
-    std::uint64_t total = 0;
-    double flops = 0.0;
+    std::uint64_t total = 0, kept_total = 0;
+    double flops = 0.0, kept_flops = 0.0;
     for (std::uint32_t i = seg.first; i <= seg.last; ++i) {
-      total += s.saved_bytes[i] + s.boundary_bytes[i];
+      total += s.total_bytes(i);
+      kept_total += s.kept_bytes(i);
       flops += s.flops[i];
+      kept_flops += s.kept_flops(i);
     }
-    cost.peak_bytes = std::max(cost.peak_bytes, kept + total);
     if (seg.recompute) {
+      cost.peak_bytes = std::max(cost.peak_bytes, kept + total);
       kept += s.boundary_bytes[seg.last];
       if (total > s.boundary_bytes[seg.last]) cost.recompute_flops += flops - s.boundary_flops[seg.last];
     } else {
-      kept += total;
+      cost.peak_bytes = std::max(cost.peak_bytes, kept + kept_total);
+      kept += kept_total;
+      cost.recompute_flops += kept_flops;
     }
   }
   return cost;

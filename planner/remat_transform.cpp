@@ -24,16 +24,16 @@ const char* remat_action_name(RematAction a) noexcept {
 
 namespace {
 
-bool is_forward_activation(const Graph& g, TensorId t) {
-  const Tensor& x = g.tensors[t];
-  return analysis::occupies_arena(x) && g.ops[x.producer].phase == Phase::forward;
-}
-
 bool read_after_forward(const Graph& g, OpId reader) { return g.ops[reader].phase != Phase::forward; }
 
 constexpr std::uint32_t kNoStep = std::numeric_limits<std::uint32_t>::max();
 
 }  // namespace
+
+bool is_forward_activation(const Graph& g, TensorId t) {
+  const Tensor& x = g.tensors[t];
+  return analysis::occupies_arena(x) && g.ops[x.producer].phase == Phase::forward;
+}
 
 std::vector<TensorId> find_saved_for_backward(const Graph& g) {
   std::vector<TensorId> out;
@@ -68,6 +68,8 @@ struct Builder {
   RematTransform out;
   std::vector<std::uint32_t> step;                 // per original op
   std::vector<std::vector<OpId>> before, after;    // new ops around each original step
+  std::vector<std::uint32_t> cone_mark;            // per original op: the last cone (counted from 1) that took it
+  std::uint32_t cones = 0;
 
   bool is_source(TensorId t) const {
     return !is_forward_activation(src, t) || choice.action[t] == RematAction::keep;
@@ -110,14 +112,16 @@ void Builder::recompute_group(std::uint32_t group, const std::vector<TensorId>& 
   // The cone: producers of non-source tensors reachable backwards from the targets.
   std::vector<OpId> cone;
   std::vector<TensorId> stack(targets.begin(), targets.end());
-  std::vector<bool> seen_op(src.ops.size(), false);
+  // Marks are stamped per cone, so a cone costs its own size only.
+  cone_mark.resize(src.ops.size(), 0);
+  ++cones;
   while (!stack.empty()) {
     TensorId t = stack.back();
     stack.pop_back();
     if (is_source(t)) continue;
     OpId p = src.tensors[t].producer;
-    if (seen_op[p]) continue;
-    seen_op[p] = true;
+    if (cone_mark[p] == cones) continue;
+    cone_mark[p] = cones;
     cone.push_back(p);
     for (TensorId in : src.ops[p].inputs)
       if (in != kNoTensor) stack.push_back(in);
@@ -182,7 +186,7 @@ RematTransform apply_remat(const Graph& g, const std::vector<OpId>& schedule, co
   if (choice.action.size() != g.tensors.size())
     fail(ErrorKind::invalid_graph, "remat: the choice covers " + std::to_string(choice.action.size()) +
                                        " tensors, the graph has " + std::to_string(g.tensors.size()));
-  Builder b{g, schedule, choice, {}, {}, {}, {}};
+  Builder b{g, schedule, choice, {}, {}, {}, {}, {}, 0};
   b.out.graph = g;
   b.out.origin.resize(g.ops.size());
   for (OpId o = 0; o < g.ops.size(); ++o) b.out.origin[o] = o;

@@ -36,7 +36,7 @@ struct Context {
   std::vector<OpId> schedule;
   std::vector<double> flops, seconds;  // per op
   const TrainingPlanOptions& opts;
-  ForwardStages stages, coarse;
+  ForwardStages stages, coarse, coarse_cheap;  // coarse_cheap: coarse with cheap recomputation costs
   SwapLinks links;
   std::uint64_t none_arena = 0;
 };
@@ -66,23 +66,48 @@ Evaluated evaluate(const Context& c, RematChoice choice) {
 }
 
 // The segment model counts saved bytes only; its budget starts below the real one by the gap the model
-// leaves with everything kept and shrinks by each overshoot until the real lower bound fits.
-Maybe fit_segments(const Context& c, std::uint64_t target, const std::function<SegmentPlan(std::uint64_t)>& choose) {
-  if (c.coarse.size() == 0) return evaluate(c, RematChoice::keep_all(c.g));
+// leaves with everything kept and shrinks by each overshoot until the real lower bound fits. Then it
+// bisects back up towards the last model budget that did not fit, keeping the least recompute that fits.
+// `cheap`: cheap recomputation (add_cheap_recompute) on top of every segment plan.
+Maybe fit_segments(const Context& c, std::uint64_t target, const std::function<SegmentPlan(std::uint64_t)>& choose,
+                   bool cheap = false) {
+  auto choice_of = [&](const SegmentPlan& plan) {
+    RematChoice ch = plan.empty() ? RematChoice::keep_all(c.g) : choice_from_segments(c.g, c.coarse, plan);
+    return cheap ? add_cheap_recompute(c.g, c.schedule, std::move(ch), c.flops) : ch;
+  };
+  if (c.coarse.size() == 0) return evaluate(c, choice_of({}));
   const auto model_none =
-      evaluate_segments(c.coarse, {{0, static_cast<std::uint32_t>(c.coarse.size() - 1), false}}).peak_bytes;
+      evaluate_segments(c.coarse, {{0, static_cast<std::uint32_t>(c.coarse.size() - 1), false}}).peak_bytes;  // all kept, no cheap
   const std::uint64_t gap = c.none_arena > model_none ? c.none_arena - model_none : 0;
-  std::uint64_t mb = target > gap ? target - gap : 0;
-  for (int iter = 0; iter < 24; ++iter) {
+  std::uint64_t mb = target > gap ? target - gap : 0, too_much = model_none + 1;
+  Maybe found;
+  for (int iter = 0; iter < 24 && !found; ++iter) {
     SegmentPlan plan = choose(mb);
     if (plan.empty()) return std::nullopt;
-    Evaluated e = evaluate(c, choice_from_segments(c.g, c.coarse, plan));
-    if (e.arena() <= target) return e;
+    Evaluated e = evaluate(c, choice_of(plan));
+    if (e.arena() <= target) {
+      found = std::move(e);
+      break;
+    }
+    too_much = mb;
     const std::uint64_t step = std::max(e.arena() - target, mb / 64 + 1);
     if (mb == 0) return std::nullopt;
     mb = mb > step ? mb - step : 0;
   }
-  return std::nullopt;
+  if (!found) return std::nullopt;
+  for (int iter = 0; iter < 5 && mb + std::max<std::uint64_t>(1, too_much / 256) < too_much; ++iter) {
+    const std::uint64_t mid = mb + (too_much - mb) / 2;
+    SegmentPlan plan = choose(mid);
+    if (plan.empty()) break;
+    Evaluated e = evaluate(c, choice_of(plan));
+    if (e.arena() > target) {
+      too_much = mid;
+      continue;
+    }
+    mb = mid;
+    if (e.recompute < found->recompute) found = std::move(e);
+  }
+  return found;
 }
 
 std::vector<std::uint64_t> greedy_thresholds(const ForwardStages& s) {
@@ -112,8 +137,12 @@ SegmentPlan best_greedy(const Context& c, std::uint64_t mb) {
   return best;
 }
 
+// The least-recompute segments alone, and with cheap recomputation on top: the less recompute wins.
 Maybe strategy_optimal(const Context& c, std::uint64_t target) {
-  return fit_segments(c, target, [&](std::uint64_t mb) { return optimal_segments(c.coarse, mb); });
+  Maybe plain = fit_segments(c, target, [&](std::uint64_t mb) { return optimal_segments(c.coarse, mb); });
+  Maybe cheap = fit_segments(c, target, [&](std::uint64_t mb) { return optimal_segments(c.coarse_cheap, mb); }, true);
+  if (!plain || (cheap && cheap->recompute < plain->recompute)) return cheap;
+  return plain;
 }
 
 Maybe strategy_swap(const Context& c, const RematChoice& start, std::uint64_t target) {
@@ -161,7 +190,11 @@ Evaluated least_memory(const Context& c, const std::string& s) {
     }
     return std::move(*best);
   }
-  Evaluated opt = evaluate(c, choice_from_segments(c.g, c.coarse, optimal_segments(c.coarse, min_segment_peak(c.coarse))));
+  const RematChoice least = choice_from_segments(c.g, c.coarse, optimal_segments(c.coarse, min_segment_peak(c.coarse)));
+  const RematChoice least_cheap = add_cheap_recompute(
+      c.g, c.schedule, choice_from_segments(c.g, c.coarse, optimal_segments(c.coarse_cheap, min_segment_peak(c.coarse_cheap))), c.flops);
+  Evaluated opt = evaluate(c, least), opt_cheap = evaluate(c, least_cheap);
+  if (opt_cheap.arena() < opt.arena()) opt = std::move(opt_cheap);
   if (s == "optimal") return opt;
   Evaluated sw = evaluate(c, swap_to_budget(c.g, c.schedule, RematChoice::keep_all(c.g), c.seconds, c.links, 0, c.opts.assign.alignment));
   if (s == "swap") return sw;
@@ -179,7 +212,7 @@ TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const Traini
   if (std::find(names.begin(), names.end(), options.strategy) == names.end())
     fail(ErrorKind::usage, "unknown strategy '" + options.strategy + "' (none, sqrt, budget, optimal, swap, auto)");
   const Graph& g = tg.graph;
-  Context c{g, analysis::training_schedule(tg), {}, {}, options, {}, {}, {}, 0};
+  Context c{g, analysis::training_schedule(tg), {}, {}, options, {}, {}, {}, {}, 0};
   TrainingPlanResult r;
   r.strategy = options.strategy;
   c.flops.resize(g.ops.size());
@@ -200,6 +233,7 @@ TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const Traini
   c.links = {options.profile.host_to_device_bytes_per_s, options.profile.device_to_host_bytes_per_s};
   c.stages = find_forward_stages(g, c.schedule, c.flops, options.assign.alignment);
   c.coarse = coarsen_stages(c.stages, kMaxModelStages);
+  c.coarse_cheap = coarsen_stages(with_cheap_costs(g, c.schedule, c.stages, c.flops, options.assign.alignment), kMaxModelStages);
   c.none_arena = evaluate(c, RematChoice::keep_all(g)).arena();
 
   auto infeasible = [&](const std::string& why) {

@@ -4,7 +4,10 @@
 #include <string>
 
 #include "analysis/import.hpp"
+#include "analysis/liveness.hpp"
 #include "analysis/shapes.hpp"
+#include "analysis/training.hpp"
+#include "planner/remat_segments.hpp"
 #include "planner/training_plan.hpp"
 #include "tests/planner/test_remat_graphs.hpp"
 
@@ -110,4 +113,54 @@ TEST_CASE("every strategy plans every corpus training model within budget") {
     const auto shaped = analysis::infer_shapes(analysis::import_model(path), so);
     check_all_strategies(analysis::build_training_graph(shaped, {}), m.file, true);
   }
+}
+
+TEST_CASE("cheap recomputation rebuilds BatchNorm and ReLU outputs from the kept Conv outputs, never a Conv") {
+  analysis::ShapeOptions so;
+  so.dims = {{"batch", 2}};
+  const auto tg = analysis::build_training_graph(
+      analysis::infer_shapes(analysis::import_model(std::string(MEMPLAN_SOURCE_DIR) + "/samples/models/resnet18.train.onnx"), so), {});
+  const Graph& g = tg.graph;
+  const auto schedule = analysis::training_schedule(tg);
+  std::vector<double> flops(g.ops.size());
+  for (OpId o = 0; o < g.ops.size(); ++o) flops[o] = analysis::op_cost(g, o).flops;
+  const RematChoice keep = RematChoice::keep_all(g);
+  std::vector<double> cone;
+  const RematChoice c = add_cheap_recompute(g, schedule, keep, flops, &cone);
+  std::size_t rebuilt = 0, relu = 0;
+  std::uint64_t saved_bytes = 0, rebuilt_bytes = 0;
+  double rebuild_flops = 0.0, forward_flops = 0.0;
+  for (OpId o = 0; o < g.ops.size(); ++o)
+    if (g.ops[o].phase == analysis::Phase::forward) forward_flops += flops[o];
+  for (TensorId t : find_saved_for_backward(g)) {
+    if (keep.action[t] != RematAction::keep) continue;
+    saved_bytes += g.tensors[t].bytes();
+    if (c.action[t] != RematAction::recompute) continue;
+    ++rebuilt;
+    rebuilt_bytes += g.tensors[t].bytes();
+    const auto& op = g.ops[g.tensors[t].producer];
+    CHECK(op.type != "Conv");
+    CHECK(op.type != "Gemm");
+    relu += op.type == "Relu";
+    rebuild_flops += cone[t];
+  }
+  CHECK(rebuild_flops < 0.05 * forward_flops);  // cheap: a few per cent of one forward pass
+  CHECK(rebuilt >= 8);  // a ReLU output per residual block at least
+  CHECK(relu >= 8);
+  CHECK(rebuilt_bytes * 10 > saved_bytes * 3);  // ResNet: BN + ReLU outputs are a third of the saved bytes or more
+  // The rebuilt step verifies and holds less than keeping everything.
+  const auto tr = apply_remat(g, schedule, c), base = apply_remat(g, schedule, keep);
+  const auto l = analysis::analyze_liveness(tr.graph, tr.schedule, 256), lb = analysis::analyze_liveness(base.graph, base.schedule, 256);
+  const Plan p = assign(tr.graph, l, {});
+  CHECK(verify_plan(tr.graph, p).valid);
+  CHECK(l.lower_bound_bytes < lb.lower_bound_bytes);
+  // Stage costs: what the cheap tier takes out of kept stages, and the FLOPs it adds.
+  const auto st = find_forward_stages(g, schedule, flops, 256);
+  const auto cs = with_cheap_costs(g, schedule, st, flops, 256);
+  std::uint64_t cheap_bytes = 0;
+  for (std::size_t i = 0; i < cs.size(); ++i) {
+    CHECK(cs.kept_bytes(i) <= cs.total_bytes(i));
+    cheap_bytes += cs.total_bytes(i) - cs.kept_bytes(i);
+  }
+  CHECK(cheap_bytes > 0);
 }
