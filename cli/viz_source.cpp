@@ -99,9 +99,39 @@ PlannedModel load_plan_file(const std::string& path) {
   return m;
 }
 
+namespace {
+
+// A saved plan's graph (the model as planned: possibly fused, or a training step with recomputation and
+// swaps appended) must hold the MODEL's graph inputs, outputs and weights by name, with the same dtypes
+// and shapes under the given --dim bindings.
+void require_plan_of_model(const analysis::Graph& model, const PlannedModel& m, const std::string& path) {
+  auto check = [&](analysis::TensorId t, const char* what) {
+    const analysis::Tensor& x = model.tensors[t];
+    const analysis::TensorId u = m.graph.find(x.name);
+    if (u == analysis::kNoTensor)
+      fail(ErrorKind::plan_mismatch, "plan '" + path + "' does not match model '" + model.name + "': it has no " + what + " '" + x.name + "'");
+    const analysis::Tensor& y = m.graph.tensors[u];
+    if (y.dtype != x.dtype || (x.shape_known() && (!y.shape_known() || y.shape() != x.shape())))
+      fail(ErrorKind::plan_mismatch, "plan '" + path + "' does not match model '" + model.name + "': " + what + " '" + x.name +
+                                         "' has another dtype or shape there (other --dim values?)");
+  };
+  for (analysis::TensorId t : model.inputs) check(t, "graph input");
+  for (analysis::TensorId t : model.outputs) check(t, "graph output");
+  for (analysis::TensorId t = 0; t < model.tensors.size(); ++t)
+    if (model.tensors[t].role == analysis::TensorRole::weight && model.tensors[t].shape_known()) check(t, "weight");
+}
+
+}  // namespace
+
 std::vector<PlannedModel> planned_models(const VizSourceArgs& a) {
   std::vector<PlannedModel> out;
-  for (const auto& f : a.plan_files) out.push_back(load_plan_file(f));
+  if (!a.plan_files.empty()) {
+    const analysis::Graph model = load_shaped_model(a.train.model);
+    for (const auto& f : a.plan_files) {
+      out.push_back(load_plan_file(f));
+      require_plan_of_model(model, out.back(), f);
+    }
+  }
   if (out.empty()) out.push_back(plan_model(a, a.train.strategy));
   return out;
 }

@@ -10,6 +10,7 @@ rectangles they draw. Exit 77 when the command or the samples are missing.
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -94,6 +95,13 @@ def inference_checks(memplan, samples, tmp):
             if check(len(panels) == 1, f"{m} {how}: {len(panels)} panels"):
                 check_panel_against_plan(panels[0], plan, f"{m} ({how})")
         print(f"ok   {m}: {len(plan['buffers'])} buffers, {os.path.getsize(svg)} bytes of SVG")
+    # A saved plan drawn against another model, or the same model at other dims, is refused (exit 10).
+    first = os.path.join(tmp, INFERENCE_MODELS[0] + ".plan.json")
+    for other in INFERENCE_MODELS[1:]:
+        r = subprocess.run([memplan, "viz", os.path.join(samples, "models", other), "--plan", first, "-o",
+                            os.path.join(tmp, "mismatch.svg")], capture_output=True, text=True)
+        check(r.returncode == 10 and "does not match model" in r.stderr,
+              f"viz {other} --plan <plan of {INFERENCE_MODELS[0]}>: exit {r.returncode}, {r.stderr.strip()[:200]}")
 
 
 def training_checks(memplan, samples, tmp):
