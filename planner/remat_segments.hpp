@@ -60,7 +60,7 @@ SegmentPlan greedy_segments(const ForwardStages& s, std::uint64_t threshold);
 // Least model recompute FLOPs with model peak <= budget (exact Pareto DP over (kept bytes, FLOPs)
 // when the frontier stays under `max_frontier`, bytes rounded up to budget / max_frontier beyond).
 // Empty when no plan meets the budget.
-SegmentPlan optimal_segments(const ForwardStages& s, std::uint64_t budget, std::size_t max_frontier = 1024);
+SegmentPlan optimal_segments(const ForwardStages& s, std::uint64_t budget, std::size_t max_frontier = 512);
 // Every segmentation and mode (3^(stages) plans); for tests on small graphs.
 SegmentPlan brute_force_segments(const ForwardStages& s, std::uint64_t budget);
 // The smallest model peak any segment plan reaches.

@@ -23,7 +23,7 @@ const std::vector<std::string>& training_strategies() {
 
 namespace {
 
-constexpr std::size_t kMaxModelStages = 256;
+constexpr std::size_t kMaxModelStages = 128;
 
 std::string gib(std::uint64_t b) {
   char buf[48];
