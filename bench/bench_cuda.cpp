@@ -254,6 +254,50 @@ json run_training_plan(const planner::TrainingPlanResult& r, const std::map<std:
           {"first_step_loss", loss}};
 }
 
+// Deterministic float32 values in [-1, 1) for every graph input.
+std::map<std::string, HostValue> synthetic_feed(const Graph& g) {
+  std::map<std::string, HostValue> feed;
+  for (analysis::TensorId t : g.inputs) {
+    const auto& x = g.tensors[t];
+    HostValue v{x.dtype, x.shape(), std::vector<std::byte>(x.bytes())};
+    auto* f = reinterpret_cast<float*>(v.bytes.data());
+    for (std::size_t i = 0; i < x.element_count(); ++i) f[i] = static_cast<float>((i * 2654435761u + t) % 20011) * 1e-4f - 1.0f;
+    feed[x.name] = std::move(v);
+  }
+  return feed;
+}
+
+// Inference of an ONNX model on the GPU, one kernel per op against fused elementwise groups: planned
+// arena, intermediate bytes fusion removes, median time of `runs` runs after warm-up.
+json bench_infer(const std::string& path, int runs) {
+  analysis::ImportOptions io;
+  io.keep_weight_data = true;
+  const Graph shaped = analysis::infer_shapes(analysis::import_onnx(path, io), {});
+  json out = {{"model", path}, {"ops", shaped.ops.size()}};
+  for (bool fuse : {false, true}) {
+    Graph g = shaped;
+    json row = json::object();
+    if (fuse) {
+      auto fr = planner::fuse_elementwise(g);
+      row["fused_groups"] = fr.groups.size();
+      row["intermediate_bytes_removed"] = fr.intermediate_bytes_removed;
+      g = std::move(fr.graph);
+    }
+    const auto ip = planner::plan_inference(g);
+    CudaRunOptions o;
+    o.synthesize_missing_weights = true;
+    CudaExecutor ex(g, ip.plan, o);
+    ex.run(synthetic_feed(g));
+    for (int i = 0; i < 5; ++i) ex.run_device();
+    std::vector<double> t;
+    for (int i = 0; i < runs; ++i) t.push_back(ex.run_device());
+    row["arena_bytes"] = ip.plan.arena_bytes;
+    row["run_seconds"] = median(t);
+    out[fuse ? "fused" : "unfused"] = row;
+  }
+  return out;
+}
+
 // A training step (Adam) of an ONNX model planned under none, sqrt, and optimal and swap at a budget halfway
 // between sqrt's peak and none's, each run on the GPU.
 json bench_train(const std::string& path, int steps) {
@@ -262,14 +306,7 @@ json bench_train(const std::string& path, int steps) {
   analysis::TrainingOptions to;
   to.optimizer = analysis::Optimizer::adam;
   const auto tg = analysis::build_training_graph(analysis::infer_shapes(analysis::import_onnx(path, io), {}), to);
-  std::map<std::string, HostValue> feed;
-  for (analysis::TensorId t : tg.graph.inputs) {
-    const auto& x = tg.graph.tensors[t];
-    HostValue v{x.dtype, x.shape(), std::vector<std::byte>(x.bytes())};
-    auto* f = reinterpret_cast<float*>(v.bytes.data());
-    for (std::size_t i = 0; i < x.element_count(); ++i) f[i] = static_cast<float>((i * 2654435761u + t) % 20011) * 1e-4f - 1.0f;
-    feed[x.name] = std::move(v);
-  }
+  const std::map<std::string, HostValue> feed = synthetic_feed(tg.graph);
   planner::TrainingPlanOptions po;
   std::vector<planner::TrainingPlanResult> plans{planner::plan_training(tg, po)};
   po.strategy = "sqrt";
@@ -309,8 +346,9 @@ int main(int argc, char** argv) {
     if (mode == "fused") r = bench_fused(argc > 2 ? std::stoull(argv[2]) : (1ull << 30));
     else if (mode == "tiny") r = bench_tiny(argc > 2 ? argv[2] : "samples/models");
     else if (mode == "train" && argc > 2) r = bench_train(argv[2], argc > 3 ? std::stoi(argv[3]) : 20);
+    else if (mode == "infer" && argc > 2) r = bench_infer(argv[2], argc > 3 ? std::stoi(argv[3]) : 50);
     else {
-      std::cerr << "usage: bench_cuda fused [bytes] | bench_cuda tiny [samples_dir] | bench_cuda train MODEL.onnx [steps]\n";
+      std::cerr << "usage: bench_cuda fused [bytes] | bench_cuda tiny [samples_dir] | bench_cuda train MODEL.onnx [steps] | bench_cuda infer MODEL.onnx [runs]\n";
       return 2;
     }
     std::cout << r.dump(2) << "\n";

@@ -66,6 +66,13 @@ python3 bench/make_gpt.py "$GPT_ONNX" $GPT_ARGS 2>>"$LOG"
 .carry/bin/bench_cuda train samples/models/tiny_gpt.onnx 20 > "$OUT_DIR/cuda_train_tiny_gpt.json" 2>>"$LOG"
 .carry/bin/bench_cuda train "$GPT_ONNX" 20 > "$OUT_DIR/cuda_train_gpt.json" 2>>"$LOG"
 python3 bench/torch_train.py $GPT_ARGS --steps 20 > "$OUT_DIR/cuda_train_torch.json" 2>>"$LOG"
+# Inference, one kernel per op against fused elementwise groups, beside PyTorch eager and torch.compile:
+# tiny_gpt (its own weights) and the GPT above, the same networks in PyTorch (bench/torch_infer.py).
+.carry/bin/bench_cuda infer samples/models/tiny_gpt.onnx 200 > "$OUT_DIR/cuda_infer_tiny_gpt.json" 2>>"$LOG"
+.carry/bin/bench_cuda infer "$GPT_ONNX" 50 > "$OUT_DIR/cuda_infer_gpt.json" 2>>"$LOG"
+(cd bench && python3 torch_infer.py --layers 4 --d 64 --heads 4 --seq 16 --batch 2 --out-dim 64 --runs 200) \
+  > "$OUT_DIR/cuda_infer_torch_tiny_gpt.json" 2>>"$LOG"
+(cd bench && python3 torch_infer.py $GPT_ARGS --runs 50) > "$OUT_DIR/cuda_infer_torch_gpt.json" 2>>"$LOG"
 sanitize() {  # tool -> number of errors compute-sanitizer reports (empty when it did not finish)
   timeout "${SANITIZE_SECONDS:-200}" compute-sanitizer --tool "$1" "$T" -tc="$CASES" > "$OUT_DIR/cuda_$1.txt" 2>&1
   # memcheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK SUMMARY: ... (N errors, M warnings)"
@@ -110,8 +117,24 @@ res = {
     "training_strategies": strategies,
     "training_pytorch": yardstick,
     "training": {"gpt": gpt, "tiny_gpt": tiny_gpt, "pytorch": torch_res},
+    "inference_vs_pytorch": {},
 }
+for name in ("tiny_gpt", "gpt"):
+    ours, theirs = load(f"cuda_infer_{name}.json"), load(f"cuda_infer_torch_{name}.json")
+    row = {"ours_unfused_seconds": ours.get("unfused", {}).get("run_seconds"),
+           "ours_fused_seconds": ours.get("fused", {}).get("run_seconds"),
+           "fused_groups": ours.get("fused", {}).get("fused_groups"),
+           "intermediate_bytes_removed": ours.get("fused", {}).get("intermediate_bytes_removed"),
+           "arena_bytes_unfused": ours.get("unfused", {}).get("arena_bytes"),
+           "arena_bytes_fused": ours.get("fused", {}).get("arena_bytes"),
+           "pytorch_eager_seconds": theirs.get("eager", {}).get("run_seconds"),
+           "pytorch_compile_seconds": theirs.get("compile", {}).get("run_seconds"),
+           "pytorch_eager_peak_bytes": theirs.get("eager", {}).get("peak_over_before_bytes"),
+           "pytorch_compile_peak_bytes": theirs.get("compile", {}).get("peak_over_before_bytes")}
+    if "error" in theirs.get("compile", {}):
+        row["pytorch_compile_error"] = theirs["compile"]["error"]
+    res["inference_vs_pytorch"][name] = row
 json.dump(res, open(f"{out}/cuda.json", "w"), indent=2)
 print(json.dumps({k: res[k] for k in ("device", "fused_bandwidth_fraction", "tiny_max_abs_error", "sanitizer_errors",
-                                      "training_strategies", "training_pytorch")}, indent=1))
+                                      "training_strategies", "training_pytorch", "inference_vs_pytorch")}, indent=1))
 EOF

@@ -81,9 +81,12 @@ def measure(model, opt, x, target, steps):
             "step_seconds": times[len(times) // 2], "step_seconds_min": times[0], "steps_timed": steps}
 
 
-def main():
+def setup(count_flag, count_default):
+    """Parses the network's size flags (and `--<count_flag>`), sets exact float32 and the seed; returns
+    the arguments, the CUDA device and the GPT on it."""
     ap = argparse.ArgumentParser()
-    for name, default in (("layers", 8), ("d", 512), ("heads", 8), ("seq", 256), ("batch", 16), ("out-dim", 512), ("steps", 20)):
+    for name, default in (("layers", 8), ("d", 512), ("heads", 8), ("seq", 256), ("batch", 16), ("out-dim", 512),
+                          (count_flag, count_default)):
         ap.add_argument("--" + name, type=int, default=default)
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -91,7 +94,11 @@ def main():
     torch.set_float32_matmul_precision("highest")
     torch.manual_seed(0)
     dev = torch.device("cuda")
-    model = GPT(a.layers, a.d, a.heads, a.out_dim).to(dev)
+    return a, dev, GPT(a.layers, a.d, a.heads, a.out_dim).to(dev)
+
+
+def main():
+    a, dev, model = setup("steps", 20)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     x = torch.rand(a.batch, a.seq, a.d, device=dev) * 2 - 1
     target = torch.rand(a.batch, a.seq, a.out_dim, device=dev) * 2 - 1
