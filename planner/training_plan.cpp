@@ -137,11 +137,12 @@ SegmentPlan best_greedy(const Context& c, std::uint64_t mb) {
   return best;
 }
 
-// The least-recompute segments alone, and with cheap recomputation on top: the less recompute wins.
-Maybe strategy_optimal(const Context& c, std::uint64_t target) {
+// The least-recompute segments alone, and with cheap recomputation on top: the less recompute wins, or
+// with `by_time` the faster estimated step (cheap rebuilds are few FLOPs but memory-bound).
+Maybe strategy_optimal(const Context& c, std::uint64_t target, bool by_time = false) {
   Maybe plain = fit_segments(c, target, [&](std::uint64_t mb) { return optimal_segments(c.coarse, mb); });
   Maybe cheap = fit_segments(c, target, [&](std::uint64_t mb) { return optimal_segments(c.coarse_cheap, mb); }, true);
-  if (!plain || (cheap && cheap->recompute < plain->recompute)) return cheap;
+  if (!plain || (cheap && (by_time ? cheap->seconds < plain->seconds : cheap->recompute < plain->recompute))) return cheap;
   return plain;
 }
 
@@ -158,12 +159,12 @@ Maybe strategy_auto(const Context& c, std::uint64_t target) {
   auto consider = [&](Maybe e) {
     if (e && (!best || e->seconds < best->seconds)) best = std::move(e);
   };
-  consider(strategy_optimal(c, target));
+  consider(strategy_optimal(c, target, true));
   consider(strategy_swap(c, RematChoice::keep_all(c.g), target));
   if (c.none_arena > target)
     for (double r : {0.25, 0.5, 0.75}) {
       const auto relaxed = target + static_cast<std::uint64_t>(r * static_cast<double>(c.none_arena - target));
-      if (Maybe e = strategy_optimal(c, relaxed)) consider(strategy_swap(c, e->choice, target));
+      if (Maybe e = strategy_optimal(c, relaxed, true)) consider(strategy_swap(c, e->choice, target));
     }
   return best;
 }
