@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 
 #include "analysis/import.hpp"
 #include "analysis/shapes.hpp"
@@ -15,44 +14,16 @@
 #include "runtime_allocator/cuda/cuda_executor.hpp"
 #include "runtime_allocator/executor.hpp"
 #include "runtime_allocator/npy.hpp"
+#include "tests/runtime_allocator/training_fixture.hpp"
 
 using namespace memplan;
+using namespace memplan::runtime::testing;
 using analysis::TensorData;
 using analysis::TensorId;
 using runtime::cuda::CudaExecutor;
 using runtime::cuda::HostValue;
 
 namespace {
-
-std::string models_dir() {
-  const char* src = std::getenv("MEMPLAN_SOURCE_DIR");  // set where the binary runs away from its checkout
-  return std::string(src ? src : MEMPLAN_SOURCE_DIR) + "/samples/models/";
-}
-
-analysis::TrainingGraph training(const std::string& name, analysis::Optimizer opt) {
-  analysis::ImportOptions io;
-  io.keep_weight_data = true;
-  analysis::TrainingOptions to;
-  to.optimizer = opt;
-  return analysis::build_training_graph(analysis::infer_shapes(analysis::import_onnx(models_dir() + name + ".onnx", io), {}), to);
-}
-
-// The model's sample input and a deterministic target (as in test_executor_training.cpp).
-std::vector<TensorData> feeds(const std::string& name, const analysis::Graph& g) {
-  std::vector<TensorData> v;
-  std::mt19937 rng(11);
-  for (TensorId t : g.inputs) {
-    const auto& x = g.tensors[t];
-    if (v.empty()) {
-      v.push_back(runtime::read_npy(models_dir() + name + ".input.npy"));
-      continue;
-    }
-    std::vector<double> d(x.element_count());
-    for (auto& e : d) e = std::uniform_real_distribution<double>(-1, 1)(rng);
-    v.push_back(TensorData::from_double(x.dtype, x.shape(), d));
-  }
-  return v;
-}
 
 std::vector<float> floats(const std::byte* p, std::size_t bytes) {
   std::vector<float> f(bytes / 4);

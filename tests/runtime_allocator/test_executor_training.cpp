@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 
 #include "analysis/import.hpp"
 #include "analysis/shapes.hpp"
@@ -11,39 +10,15 @@
 #include "planner/training_plan.hpp"
 #include "runtime_allocator/executor.hpp"
 #include "runtime_allocator/npy.hpp"
+#include "tests/runtime_allocator/training_fixture.hpp"
 
 using namespace memplan;
 using namespace memplan::runtime;
+using namespace memplan::runtime::testing;
 using analysis::TensorData;
 using analysis::TensorId;
 
 namespace {
-const std::string kModels = std::string(MEMPLAN_SOURCE_DIR) + "/samples/models/";
-
-analysis::TrainingGraph training(const std::string& name, analysis::Optimizer opt = analysis::Optimizer::sgd) {
-  analysis::ImportOptions io;
-  io.keep_weight_data = true;
-  analysis::TrainingOptions to;
-  to.optimizer = opt;
-  return analysis::build_training_graph(analysis::infer_shapes(analysis::import_onnx(kModels + name + ".onnx", io), {}), to);
-}
-
-// The model's sample input and a deterministic target.
-std::vector<TensorData> feeds(const std::string& name, const analysis::Graph& g) {
-  std::vector<TensorData> v;
-  std::mt19937 rng(11);
-  for (TensorId t : g.inputs) {
-    const auto& x = g.tensors[t];
-    if (v.empty()) {
-      v.push_back(read_npy(kModels + name + ".input.npy"));
-      continue;
-    }
-    std::vector<double> d(x.element_count());
-    for (auto& e : d) e = std::uniform_real_distribution<double>(-1, 1)(rng);
-    v.push_back(TensorData::from_double(x.dtype, x.shape(), d));
-  }
-  return v;
-}
 
 // Values of tensor t after a run (host backend: addresses are host memory).
 std::vector<float> read(const Executor& ex, const analysis::Graph& g, TensorId t) {
