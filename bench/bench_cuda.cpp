@@ -1,7 +1,9 @@
 // CUDA benchmark: fused vs per-op elementwise bandwidth, tiny models vs references and the CPU kernels, and
 // training steps planned under each strategy (arena, measured device memory, step time).
-// Usage: bench_cuda fused [bytes] | bench_cuda tiny SAMPLES_DIR | bench_cuda train MODEL.onnx [STEPS]
-// (prints one JSON object)
+// Usage: bench_cuda fused [bytes] | bench_cuda tiny SAMPLES_DIR | bench_cuda train MODEL.onnx [STEPS] [KEY=VALUE]...
+// | bench_cuda infer MODEL.onnx [RUNS] | bench_cuda workspace MODEL.onnx [RUNS] [KEY=VALUE]... (prints one JSON object).
+// KEY=VALUE: a symbolic dim (batch=32), budget=BYTES, optimizer=none|sgd|momentum|adam,
+// strategies=none,sqrt,optimal,... (train), train=1 (workspace: a training step instead of inference).
 #ifdef MEMPLAN_HAVE_CUDA
 #include <algorithm>
 #include <cmath>
@@ -10,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "analysis/import.hpp"
 #include "analysis/shapes.hpp"
@@ -221,10 +224,12 @@ std::uint64_t device_bytes_in_use() {
 }
 
 // One training step of plan `r` on the GPU: warm-up runs, then `steps` timed runs (events; the median).
-json run_training_plan(const planner::TrainingPlanResult& r, const std::map<std::string, HostValue>& feed, int steps) {
+json run_training_plan(const planner::TrainingPlanResult& r, const std::map<std::string, HostValue>& feed, int steps,
+                       bool side_workspace = false) {
   const std::uint64_t before = device_bytes_in_use();
   CudaRunOptions o;
   o.synthesize_missing_weights = true;  // external weights: deterministic values
+  o.side_workspace = side_workspace;
   CudaExecutor ex(r.graph, r.plan, o);
   const auto out = ex.run(feed);  // uploads the batch, compiles the NVRTC kernels
   float loss = 0.0f;
@@ -237,6 +242,7 @@ json run_training_plan(const planner::TrainingPlanResult& r, const std::map<std:
   const std::uint64_t accounted = st.arena_bytes + st.resident_bytes + st.workspace_bytes;
   return {{"strategy", r.strategy},
           {"planned_bytes", r.plan.arena_bytes},
+          {"scratch_regions", r.plan.scratch.size()},
           {"peak_device_bytes", used},
           {"resident_bytes", st.resident_bytes},
           {"workspace_bytes", st.workspace_bytes},
@@ -298,22 +304,60 @@ json bench_infer(const std::string& path, int runs) {
   return out;
 }
 
-// A training step (Adam) of an ONNX model planned under none, sqrt, and optimal and swap at a budget halfway
-// between sqrt's peak and none's, each run on the GPU.
-json bench_train(const std::string& path, int steps) {
+// KEY=VALUE arguments from argv[from] on.
+struct BenchArgs {
+  analysis::ShapeOptions shapes;
+  std::optional<std::uint64_t> budget;
+  analysis::Optimizer optimizer = analysis::Optimizer::adam;
+  std::vector<std::string> strategies{"optimal", "swap"};  // planned at the budget, beside none and sqrt
+  bool train = false;
+};
+
+BenchArgs parse_args(int argc, char** argv, int from) {
+  BenchArgs a;
+  for (int i = from; i < argc; ++i) {
+    const std::string kv = argv[i];
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) throw std::invalid_argument("expected KEY=VALUE, got '" + kv + "'");
+    const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
+    if (k == "budget") a.budget = planner::parse_size(v);
+    else if (k == "train") a.train = v == "1";
+    else if (k == "optimizer") {
+      const auto o = analysis::optimizer_from_name(v);
+      if (!o) throw std::invalid_argument("unknown optimizer '" + v + "'");
+      a.optimizer = *o;
+    } else if (k == "strategies") {
+      a.strategies.clear();
+      for (std::size_t p = 0; p <= v.size();) {
+        const auto c = std::min(v.find(',', p), v.size());
+        if (c > p && v.substr(p, c - p) != "none" && v.substr(p, c - p) != "sqrt") a.strategies.push_back(v.substr(p, c - p));
+        p = c + 1;
+      }
+    } else a.shapes.dims[k] = std::stoll(v);
+  }
+  return a;
+}
+
+analysis::TrainingGraph load_training(const std::string& path, const BenchArgs& a) {
   analysis::ImportOptions io;
   io.keep_weight_data = true;
   analysis::TrainingOptions to;
-  to.optimizer = analysis::Optimizer::adam;
-  const auto tg = analysis::build_training_graph(analysis::infer_shapes(analysis::import_onnx(path, io), {}), to);
+  to.optimizer = a.optimizer;
+  return analysis::build_training_graph(analysis::infer_shapes(analysis::import_onnx(path, io), a.shapes), to);
+}
+
+// A training step of an ONNX model planned under none, sqrt, and the other strategies (default optimal and
+// swap) at the budget (default halfway between sqrt's peak and none's), each run on the GPU.
+json bench_train(const std::string& path, int steps, const BenchArgs& args) {
+  const auto tg = load_training(path, args);
   const std::map<std::string, HostValue> feed = synthetic_feed(tg.graph);
   planner::TrainingPlanOptions po;
   std::vector<planner::TrainingPlanResult> plans{planner::plan_training(tg, po)};
   po.strategy = "sqrt";
   plans.push_back(planner::plan_training(tg, po));
-  const std::uint64_t budget = (plans[0].peak_bytes + std::min(plans[0].peak_bytes, plans[1].peak_bytes)) / 2;
+  const std::uint64_t budget = args.budget.value_or((plans[0].peak_bytes + std::min(plans[0].peak_bytes, plans[1].peak_bytes)) / 2);
   json notes = json::array();
-  for (const char* strategy : {"optimal", "swap"}) {
+  for (const std::string& strategy : args.strategies) {
     po.strategy = strategy;
     po.budget_bytes = budget;
     try {
@@ -329,8 +373,71 @@ json bench_train(const std::string& path, int steps) {
   for (const auto& r : plans) rows[r.strategy] = run_training_plan(r, feed, steps);
   const double base = rows["none"]["step_seconds"].get<double>();
   for (auto& [name, row] : rows.items()) row["step_overhead_vs_none"] = row["step_seconds"].get<double>() / base - 1.0;
-  return {{"model", path},      {"graph", tg.graph.name}, {"ops", tg.graph.ops.size()}, {"optimizer", "adam"},
-          {"budget_bytes", budget}, {"strategies", rows}, {"notes", notes}};
+  return {{"model", path},
+          {"graph", tg.graph.name},
+          {"ops", tg.graph.ops.size()},
+          {"optimizer", analysis::optimizer_name(args.optimizer)},
+          {"budget_bytes", budget},
+          {"strategies", rows},
+          {"notes", notes}};
+}
+
+// cuDNN workspaces planned in the arena (scratch capped at 0, 16, 64 and 256 MiB per convolution) against
+// one workspace beside the arena sized for cuDNN's first-ranked algorithms: arena, device memory, time.
+json bench_workspace(const std::string& path, int runs, const BenchArgs& args) {
+  json rows = json::array();
+  std::optional<analysis::TrainingGraph> tg;
+  Graph shaped;
+  if (args.train) {
+    tg = load_training(path, args);
+  } else {
+    analysis::ImportOptions io;
+    io.keep_weight_data = true;
+    shaped = analysis::infer_shapes(analysis::import_onnx(path, io), args.shapes);
+  }
+  const Graph& g = tg ? tg->graph : shaped;
+  const auto feed = synthetic_feed(g);
+  const std::vector<std::uint64_t> limits{0, 16ull << 20, 64ull << 20, 256ull << 20, 0};
+  for (std::size_t k = 0; k < limits.size(); ++k) {
+    const bool side = k + 1 == limits.size();
+    planner::AssignOptions ao;
+    ao.workspace_limit_bytes = limits[k];
+    planner::Plan plan;
+    const Graph* run_graph = &g;
+    std::optional<planner::TrainingPlanResult> tr;
+    if (tg) {
+      planner::TrainingPlanOptions po;
+      po.assign = ao;
+      tr = planner::plan_training(*tg, po);
+      plan = tr->plan;
+      run_graph = &tr->graph;
+    } else {
+      plan = planner::plan_inference(g, ao).plan;
+    }
+    std::uint64_t scratch = 0;
+    for (const auto& sc : plan.scratch) scratch += sc.bytes;
+    const std::uint64_t before = device_bytes_in_use();
+    CudaRunOptions o;
+    o.synthesize_missing_weights = true;
+    o.side_workspace = side;
+    CudaExecutor ex(*run_graph, plan, o);
+    ex.run(feed);
+    for (int i = 0; i < 3; ++i) ex.run_device();
+    std::vector<double> t;
+    for (int i = 0; i < runs; ++i) t.push_back(ex.run_device());
+    const std::uint64_t used = device_bytes_in_use() - before;
+    const auto& st = ex.stats();
+    rows.push_back({{"workspace", side ? "beside the arena (cuDNN's first-ranked algorithms)" : "planned scratch"},
+                    {"workspace_limit_bytes", side ? 0 : limits[k]},
+                    {"arena_bytes", plan.arena_bytes},
+                    {"scratch_regions", plan.scratch.size()},
+                    {"scratch_bytes_total", scratch},
+                    {"side_workspace_bytes", st.workspace_bytes},
+                    {"arena_plus_side_bytes", plan.arena_bytes + st.workspace_bytes},
+                    {"device_bytes", used},
+                    {"run_seconds", median(t)}});
+  }
+  return {{"model", path}, {"train", args.train}, {"ops", g.ops.size()}, {"rows", rows}};
 }
 
 }  // namespace
@@ -345,10 +452,12 @@ int main(int argc, char** argv) {
     json r;
     if (mode == "fused") r = bench_fused(argc > 2 ? std::stoull(argv[2]) : (1ull << 30));
     else if (mode == "tiny") r = bench_tiny(argc > 2 ? argv[2] : "samples/models");
-    else if (mode == "train" && argc > 2) r = bench_train(argv[2], argc > 3 ? std::stoi(argv[3]) : 20);
+    else if (mode == "train" && argc > 2) r = bench_train(argv[2], argc > 3 ? std::stoi(argv[3]) : 20, parse_args(argc, argv, 4));
+    else if (mode == "workspace" && argc > 2) r = bench_workspace(argv[2], argc > 3 ? std::stoi(argv[3]) : 20, parse_args(argc, argv, 4));
     else if (mode == "infer" && argc > 2) r = bench_infer(argv[2], argc > 3 ? std::stoi(argv[3]) : 50);
     else {
-      std::cerr << "usage: bench_cuda fused [bytes] | bench_cuda tiny [samples_dir] | bench_cuda train MODEL.onnx [steps] | bench_cuda infer MODEL.onnx [runs]\n";
+      std::cerr << "usage: bench_cuda fused [bytes] | bench_cuda tiny [samples_dir] | bench_cuda train MODEL.onnx [steps] [KEY=VALUE]..."
+                   " | bench_cuda infer MODEL.onnx [runs] | bench_cuda workspace MODEL.onnx [runs] [KEY=VALUE]...\n";
       return 2;
     }
     std::cout << r.dump(2) << "\n";

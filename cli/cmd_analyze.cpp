@@ -18,8 +18,7 @@ struct AnalyzeArgs {
   bool json = false;
   bool shapes = false;
   std::string plan_file;
-  std::uint64_t alignment = 256;
-  std::string packer = "best";
+  ArenaArgs arena;
   int top = 12;
 };
 
@@ -33,10 +32,7 @@ nlohmann::json shapes_json(const analysis::Graph& g) {
 int run_analyze(const AnalyzeArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   analysis::Graph g = load_shaped_model(a.model);
-  planner::AssignOptions ao;
-  ao.alignment = a.alignment;
-  ao.packer = a.packer;
-  planner::InferencePlan ip = planner::plan_inference(g, ao);
+  planner::InferencePlan ip = planner::plan_inference(g, assign_options(a.arena));
   const double total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   std::uint64_t weights = 0, inputs = 0, naive = 0, params = 0;
@@ -143,8 +139,7 @@ void add_analyze(CLI::App& app, std::function<int()>& action) {
   cmd->add_flag("--json", args->json, "print one JSON object");
   cmd->add_flag("--shapes", args->shapes, "with --json: include every tensor's dtype and shape");
   cmd->add_option("--plan", args->plan_file, "write the plan (JSON, graph embedded) to this file");
-  cmd->add_option("--alignment", args->alignment, "buffer alignment in bytes")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--packer", args->packer, "greedy_by_size | best_fit | best");
+  add_arena_args(cmd, args->arena);
   cmd->add_option("--top", args->top, "tensors to list at the peak")->check(CLI::Range(0, 100000));
   cmd->callback([args, &action] { action = [args] { return run_analyze(*args); }; });
 }

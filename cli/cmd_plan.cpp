@@ -19,8 +19,7 @@ void add_training_args(CLI::App* cmd, TrainingArgs& args) {
   cmd->add_option("--optimizer", args.optimizer, "none | sgd | momentum | adam");
   cmd->add_option("--budget", args.budget, "device memory budget, e.g. 16GiB, 512MB, 1e9");
   cmd->add_option("--strategy", args.strategy, "none | sqrt | budget | optimal | swap | auto");
-  cmd->add_option("--alignment", args.alignment, "buffer alignment in bytes")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--packer", args.packer, "greedy_by_size | best_fit | greedy_by_breadth | sweep | best");
+  add_arena_args(cmd, args.arena);
 }
 
 TrainingSetup training_setup(const analysis::Graph& shaped_forward, const TrainingArgs& args) {
@@ -36,8 +35,7 @@ TrainingSetup training_setup(const analysis::Graph& shaped_forward, const Traini
   if (std::find(names.begin(), names.end(), args.strategy) == names.end())
     fail(ErrorKind::usage, "--strategy '" + args.strategy + "' is not one of none, sqrt, budget, optimal, swap, auto");
   if (!args.budget.empty()) s.options.budget_bytes = planner::parse_size(args.budget);
-  s.options.assign.alignment = args.alignment;
-  s.options.assign.packer = args.packer;
+  s.options.assign = assign_options(args.arena);
   return s;
 }
 

@@ -16,8 +16,7 @@ struct TrainingArgs {
   std::string optimizer = "sgd";
   std::string budget;  // "16GiB"; empty: none
   std::string strategy = "none";
-  std::uint64_t alignment = 256;
-  std::string packer = "best";
+  ArenaArgs arena;
 };
 
 struct TrainingSetup {

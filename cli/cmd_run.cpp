@@ -24,7 +24,7 @@ struct RunArgs {
   std::string plan_file;
   bool unshared = false;
   bool json = false;
-  std::uint64_t alignment = 256;
+  ArenaArgs arena;
 };
 
 nlohmann::json summary(const analysis::TensorData& t) {
@@ -63,9 +63,7 @@ int run_model(const RunArgs& a) {
     }
     plan = planner::plan_from_json(g, doc);
   } else if (!a.unshared) {
-    planner::AssignOptions o;
-    o.alignment = a.alignment;
-    plan = planner::plan_inference(g, o).plan;
+    plan = planner::plan_inference(g, assign_options(a.arena)).plan;
   }
   if (!a.unshared) planner::require_valid(g, plan);
 
@@ -122,7 +120,7 @@ void add_run(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--output", args->outputs, "write the outputs, in order, to these .npy files (repeatable)");
   cmd->add_option("--plan", args->plan_file, "a plan JSON (from `memplan plan` or `analyze --plan`); default: plan now");
   cmd->add_flag("--unshared", args->unshared, "every tensor its own buffer, no plan (the reference)");
-  cmd->add_option("--alignment", args->alignment, "buffer alignment when planning now")->check(CLI::Range(1, 1 << 20));
+  add_arena_args(cmd, args->arena);
   cmd->add_flag("--json", args->json, "print one JSON object");
   cmd->callback([args, &action] { action = [args] { return run_model(*args); }; });
 }

@@ -5,12 +5,28 @@
 #include <fstream>
 
 #include "analysis/import.hpp"
+#include "planner/remat.hpp"
 
 namespace memplan::cli {
 
 void add_model_args(CLI::App* cmd, ModelArgs& args) {
   cmd->add_option("MODEL", args.model, "model file: ONNX or memplan JSON graph")->required();
   cmd->add_option("--dim", args.dims, "bind a symbolic dim, e.g. --dim batch=32 (repeatable)");
+}
+
+void add_arena_args(CLI::App* cmd, ArenaArgs& args) {
+  cmd->add_option("--alignment", args.alignment, "buffer alignment in bytes")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--packer", args.packer, "greedy_by_size | best_fit | greedy_by_breadth | sweep | best");
+  cmd->add_option("--workspace-limit", args.workspace_limit,
+                  "most scratch bytes planned in the arena for one convolution's workspace, e.g. 64MiB; 0: none");
+}
+
+planner::AssignOptions assign_options(const ArenaArgs& args) {
+  planner::AssignOptions o;
+  o.alignment = args.alignment;
+  o.packer = args.packer;
+  o.workspace_limit_bytes = args.workspace_limit == "0" ? 0 : planner::parse_size(args.workspace_limit);
+  return o;
 }
 
 analysis::DimBindings parse_dims(const std::vector<std::string>& pairs) {

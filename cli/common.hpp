@@ -8,6 +8,7 @@
 
 #include "analysis/graph.hpp"
 #include "analysis/shapes.hpp"
+#include "planner/assign.hpp"
 
 namespace memplan::cli {
 
@@ -22,6 +23,16 @@ void add_model_args(CLI::App* cmd, ModelArgs& args);
 analysis::DimBindings parse_dims(const std::vector<std::string>& pairs);
 // Imports (ONNX or JSON) and infers shapes.
 analysis::Graph load_shaped_model(const ModelArgs& args, bool keep_weight_data = false);
+
+// How the arena is assigned: --alignment, --packer, --workspace-limit.
+struct ArenaArgs {
+  std::uint64_t alignment = 256;
+  std::string packer = "best";
+  std::string workspace_limit = "64MiB";
+};
+void add_arena_args(CLI::App* cmd, ArenaArgs& args);
+// A bad --workspace-limit size is ErrorKind::usage.
+planner::AssignOptions assign_options(const ArenaArgs& args);
 
 std::string human_bytes(std::uint64_t bytes);
 std::string human_count(double n);

@@ -31,10 +31,7 @@ std::string model_title(const TrainingArgs& a) {
 PlannedModel plan_inference_model(const TrainingArgs& a) {
   PlannedModel m;
   m.graph = load_shaped_model(a.model);
-  planner::AssignOptions ao;
-  ao.alignment = a.alignment;
-  ao.packer = a.packer;
-  auto ip = planner::plan_inference(m.graph, ao);
+  auto ip = planner::plan_inference(m.graph, assign_options(a.arena));
   m.plan = std::move(ip.plan);
   m.lower_bound_bytes = m.plan.aliased_lower_bound_bytes;
   m.title = model_title(a) + " \u00b7 inference";

@@ -160,6 +160,23 @@ std::vector<std::size_t> inplace_candidates(const Op& op) {
   return {};
 }
 
+std::uint64_t scratch_request(const Graph& g, OpId id, std::uint64_t limit) {
+  const Op& op = g.ops[id];
+  const bool conv = (op.domain.empty() && op.type == "Conv") ||
+                    (op.domain == "memplan" && (op.type == "ConvGradInput" || op.type == "ConvGradWeight"));
+  if (!conv || limit == 0) return 0;
+  // Conv: x -> y; ConvGradInput: dy -> dx; ConvGradWeight: (dy, x) -> dw. The activations are the
+  // first input and, but for ConvGradWeight, the output; ConvGradWeight's second input is x.
+  std::uint64_t act = 0;
+  auto take = [&](TensorId t) {
+    if (t != analysis::kNoTensor && g.tensors[t].shape_known()) act = std::max(act, g.tensors[t].bytes());
+  };
+  take(op.input(0));
+  if (op.type == "ConvGradWeight") take(op.input(1));
+  else take(op.output(0));
+  return std::min(act, limit);
+}
+
 Plan assign(const Graph& g, const analysis::Liveness& l, const AssignOptions& o) {
   if (o.alignment == 0) fail(ErrorKind::usage, "the arena alignment must be at least 1 byte");
   if (l.in_arena.size() != g.tensors.size() || l.schedule.size() != g.ops.size())
@@ -170,6 +187,13 @@ Plan assign(const Graph& g, const analysis::Liveness& l, const AssignOptions& o)
   std::vector<PackItem> items;
   items.reserve(a.drafts.size());
   for (const auto& d : a.drafts) items.push_back(PackItem{d.size, d.interval});
+  std::vector<Scratch> scratch;  // in schedule order; item a.drafts.size() + i
+  for (std::uint32_t s = 0; s < steps; ++s) {
+    const std::uint64_t b = align_up(scratch_request(g, l.schedule[s], o.workspace_limit_bytes), o.alignment);
+    if (b == 0) continue;
+    scratch.push_back(Scratch{l.schedule[s], 0, b});
+    items.push_back(PackItem{b, Interval{s, s}});
+  }
   Plan p;
   const Packing packing = best_packing(items, steps, o.packer, p.packer);
   p.model_name = g.name;
@@ -186,6 +210,8 @@ Plan assign(const Graph& g, const analysis::Liveness& l, const AssignOptions& o)
     if (packing.offsets[x] != packing.offsets[y]) return packing.offsets[x] < packing.offsets[y];
     return a.drafts[x].interval.first < a.drafts[y].interval.first;
   });
+  for (std::size_t i = 0; i < scratch.size(); ++i) scratch[i].offset = packing.offsets[a.drafts.size() + i];
+  p.scratch = std::move(scratch);
   p.tensor_offset.assign(g.tensors.size(), kNotInArena);
   p.tensor_buffer.assign(g.tensors.size(), UINT32_MAX);
   for (std::uint32_t d : order) {

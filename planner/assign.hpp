@@ -15,7 +15,17 @@ struct AssignOptions {
   bool inplace = true;            // elementwise outputs overwrite an input that dies at that op
   std::string packer = "best";    // a name from packer_names(), or "best": all (only "sweep" beyond
                                   // kMaxPlacingPairs overlapping lifetimes), smallest arena kept
+  // Most scratch bytes planned for one op (a convolution's workspace, see scratch_request); 0: none.
+  std::uint64_t workspace_limit_bytes = kDefaultWorkspaceLimit;
+  static constexpr std::uint64_t kDefaultWorkspaceLimit = 64ull << 20;
 };
+
+// Scratch bytes planned for op `id` of `g` (before alignment): for a convolution (Conv, ConvGradInput,
+// ConvGradWeight) the larger of its input and output activation, at most `limit`; 0 for every other op.
+// The CUDA backend runs the fastest cuDNN algorithm whose workspace fits (one needing none always
+// exists), so the size trades arena bytes against algorithm choice: Winograd and FFT transforms need
+// buffers of about the activation's size, implicit GEMM next to none.
+std::uint64_t scratch_request(const Graph& g, OpId id, std::uint64_t limit);
 
 // Ops whose output 0 is its input 0 reinterpreted (same bytes, no copy).
 bool is_view_op(const analysis::Op& op) noexcept;
@@ -29,7 +39,8 @@ std::vector<std::size_t> inplace_candidates(const analysis::Op& op);
 // 2. an elementwise op writes output 0 into an input's buffer when every tensor bound to that buffer
 //    has its last use at this op, the byte size matches (and the dtype, except for Cast), and the
 //    buffer holds no graph output (graph inputs and weights have no buffer);
-// 3. the buffers are packed by o.packer. The Plan is complete (see plan.hpp) but not verified.
+// 3. every op with a scratch_request gets a scratch region live at its step alone;
+// 4. buffers and scratch are packed together by o.packer. The Plan is complete (see plan.hpp) but not verified.
 // Errors: ErrorKind::usage for alignment 0 or an unknown packer.
 Plan assign(const Graph& g, const analysis::Liveness& l, const AssignOptions& o = {});
 

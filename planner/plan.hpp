@@ -40,8 +40,16 @@ struct Alias {
   OpId op = analysis::kNoOp;
 };
 
+// Per-op scratch (workspace) bytes: live at the op's step alone, packed in the arena with the tensors.
+// A backend may use up to `bytes` at `offset` while the op runs (cuDNN convolution workspaces).
+struct Scratch {
+  OpId op = analysis::kNoOp;
+  std::uint64_t offset = 0;
+  std::uint64_t bytes = 0;  // aligned
+};
+
 struct Plan {
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;  // 2: scratch; version 1 documents (no scratch) are still read
   std::string model_name;
   std::string model_fingerprint;  // Graph::fingerprint() of the graph the plan was made for
   std::uint64_t alignment = 256;
@@ -53,6 +61,7 @@ struct Plan {
   std::vector<OpId> schedule;               // topological order of all ops of the graph
   std::vector<Buffer> buffers;              // sorted by (offset, first step)
   std::vector<Alias> aliases;
+  std::vector<Scratch> scratch;             // sorted by step of the op; at most one per op
   std::vector<std::uint64_t> tensor_offset; // per tensor: arena offset, or kNotInArena
   std::vector<std::uint32_t> tensor_buffer; // per tensor: index into buffers, or UINT32_MAX
 };

@@ -1,4 +1,4 @@
-// Plan <-> JSON, version 1: names for ops and tensors, per-tensor tables rebuilt from the buffers.
+// Plan <-> JSON, version 2 (version 1 read too): names for ops and tensors, per-tensor tables rebuilt from the buffers.
 #include "planner/plan_json.hpp"
 
 #include <unordered_map>
@@ -110,6 +110,9 @@ json plan_to_json(const Graph& g, const Plan& p, bool embed_graph) {
     aliases.push_back({{"tensor", g.tensors.at(a.tensor).name}, {"source", g.tensors.at(a.source).name},
                        {"kind", alias_kind_name(a.kind)}, {"op", g.ops.at(a.op).name}});
   j["aliases"] = std::move(aliases);
+  json scratch = json::array();
+  for (const Scratch& sc : p.scratch) scratch.push_back({{"op", g.ops.at(sc.op).name}, {"offset", sc.offset}, {"bytes", sc.bytes}});
+  j["scratch"] = std::move(scratch);
   if (embed_graph) j["graph"] = analysis::export_json(g);
   return j;
 }
@@ -119,8 +122,8 @@ Plan plan_from_json(const Graph& g, const json& doc) {
   const auto schema = get<std::string>(doc, "schema", "the plan");
   if (schema != kPlanSchema) fail(ErrorKind::plan_mismatch, "not a memplan plan: schema is '" + schema + "', expected '" + kPlanSchema + "'");
   const auto version = get<int>(doc, "version", "the plan");
-  if (version != Plan::kSchemaVersion)
-    fail(ErrorKind::plan_mismatch, "plan schema version " + std::to_string(version) + " is not supported (this build reads version " +
+  if (version != Plan::kSchemaVersion && version != 1)
+    fail(ErrorKind::plan_mismatch, "plan schema version " + std::to_string(version) + " is not supported (this build reads versions 1 to " +
                                        std::to_string(Plan::kSchemaVersion) + ")");
   Plan p;
   p.model_name = get<std::string>(doc, "model", "the plan");
@@ -148,6 +151,10 @@ Plan plan_from_json(const Graph& g, const json& doc) {
     }
   }
   for (const auto& a : array_field(doc, "aliases", "the plan")) p.aliases.push_back(read_alias(a, names));
+  if (version >= 2)
+    for (const auto& sc : array_field(doc, "scratch", "the plan"))
+      p.scratch.push_back(Scratch{names.op(get<std::string>(sc, "op", "a scratch region")), get<std::uint64_t>(sc, "offset", "a scratch region"),
+                                  get<std::uint64_t>(sc, "bytes", "a scratch region")});
   return p;
 }
 

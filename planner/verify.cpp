@@ -30,6 +30,7 @@ class Checker {
     check_aliases();
     check_tensors();
     check_buffers();
+    check_scratch();
     sweep();
     return std::move(r_);
   }
@@ -39,7 +40,11 @@ class Checker {
     r_.valid = false;
     if (r_.problems.size() < kMaxProblems) r_.problems.push_back(what);
   }
-  const std::string& tname(TensorId t) const { return g_.tensors[t].name; }
+  // Value ids past the tensors are scratch regions (plan.scratch[id - tensors]).
+  std::string tname(TensorId t) const {
+    if (t < g_.tensors.size()) return g_.tensors[t].name;
+    return "scratch of op " + g_.ops[p_.scratch[t - g_.tensors.size()].op].name;
+  }
   bool has_offset(TensorId t) const { return p_.tensor_offset[t] != kNotInArena; }
 
   bool check_schedule() {
@@ -204,12 +209,35 @@ class Checker {
     }
   }
 
+  void check_scratch() {
+    std::vector<bool> seen(g_.ops.size(), false);
+    scratch_ok_.assign(p_.scratch.size(), false);
+    for (std::size_t i = 0; i < p_.scratch.size(); ++i) {
+      const Scratch& sc = p_.scratch[i];
+      const std::string what = "scratch " + std::to_string(i);
+      if (sc.op >= g_.ops.size()) {
+        problem(what + " names op id " + std::to_string(sc.op) + ", which the graph does not have");
+        continue;
+      }
+      if (seen[sc.op]) problem(what + ": op '" + g_.ops[sc.op].name + "' has two scratch regions");
+      seen[sc.op] = true;
+      if (sc.bytes == 0 || sc.offset % p_.alignment != 0 || sc.bytes % p_.alignment != 0) problem(what + " is empty or not aligned");
+      if (sc.offset > p_.arena_bytes || sc.bytes > p_.arena_bytes - sc.offset) {
+        problem(what + " of op '" + g_.ops[sc.op].name + "' runs past the arena");
+        continue;
+      }
+      r_.peak_bytes = std::max(r_.peak_bytes, sc.offset + sc.bytes);
+      scratch_ok_[i] = true;
+    }
+  }
+
   // Rectangles (value lifetime x byte range) in order of first step; live ones in a set by offset.
   // Invariant: while no problem is found, the live byte ranges are disjoint except for in-place pairs,
   // which have equal ranges; so a new range can only meet ranges starting inside it or the last one
   // starting before it.
   void sweep() {
-    std::vector<Value> values(g_.tensors.size());
+    const std::size_t nt = g_.tensors.size();
+    std::vector<Value> values(nt + p_.scratch.size());
     std::vector<TensorId> roots;
     for (TensorId t = 0; t < g_.tensors.size(); ++t) {
       if (!has_offset(t) || !needs_[t]) continue;
@@ -220,6 +248,13 @@ class Checker {
       v.bytes = std::max(v.bytes, bytes_[t]);
       v.first = std::min(v.first, life_[t].first);
       v.last = std::max(v.last, life_[t].last);
+    }
+    for (std::size_t i = 0; i < p_.scratch.size(); ++i) {  // a scratch region lives at its op's step alone
+      if (!scratch_ok_[i]) continue;
+      const auto id = static_cast<TensorId>(nt + i);
+      const std::uint32_t s = step_[p_.scratch[i].op];
+      values[id] = Value{p_.scratch[i].offset, p_.scratch[i].bytes, s, s};
+      roots.push_back(id);
     }
     std::set<std::tuple<TensorId, TensorId, std::uint32_t>> handover;
     for (auto [s, t, k] : handovers_) handover.emplace(std::min(root(s), root(t)), std::max(root(s), root(t)), k);
@@ -253,7 +288,7 @@ class Checker {
   const Plan& p_;
   VerifyReport r_;
   std::vector<std::uint32_t> step_;
-  std::vector<bool> needs_, outside_;
+  std::vector<bool> needs_, outside_, scratch_ok_;
   std::vector<std::uint64_t> bytes_;
   std::vector<analysis::Interval> life_;
   std::vector<TensorId> parent_;

@@ -24,8 +24,10 @@ struct VerifyReport {
 //    and writing the tensor, with the same bytes at the same offset (or both outside the arena);
 //  - each in-place alias names an op that reads the source and writes the tensor, the source dies at that
 //    op and is no graph output, both have the same bytes at the same offset;
+//  - each scratch region names an op (one region per op), is aligned and lies inside the arena;
 //  - no two tensors live at a common step overlap in bytes unless they share data: views of one value
-//    at any step, or the source and result of an in-place alias at exactly that op's step.
+//    at any step, or the source and result of an in-place alias at exactly that op's step; a scratch
+//    region, live at its op's step, overlaps nothing live then.
 // The overlap proof is a sweep over steps with the live values ordered by offset: O(n log n).
 VerifyReport verify_plan(const Graph& g, const Plan& p);
 

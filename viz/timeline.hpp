@@ -37,6 +37,9 @@ struct Usage {
   std::uint32_t peak_step = 0;  // first step at which live_bytes is largest
 };
 Usage plan_usage(const planner::Plan& plan);
+// The plan's scratch regions as buffers without tensors, live at their op's step (first = kNoOp for an
+// op the schedule lacks), in plan.scratch's order. Timeline rectangles number them after plan.buffers.
+std::vector<planner::Buffer> scratch_regions(const planner::Plan& plan);
 
 // One plan to draw. `graph` is the graph the plan was made for (the training graph for training).
 struct TimelinePanel {
@@ -61,7 +64,7 @@ struct TimelineOptions {
 
 // Geometry, in pixels, of everything the timeline draws for one panel; rendering only writes it out.
 struct BufferRect {
-  std::uint32_t buffer = 0;  // index into plan.buffers
+  std::uint32_t buffer = 0;  // index into plan.buffers, then past them into scratch_regions(plan)
   BufferKind kind = BufferKind::activation;
   double x = 0, y = 0, w = 0, h = 0;
 };

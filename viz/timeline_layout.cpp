@@ -70,17 +70,33 @@ BufferKind classify_buffer(const Graph& g, const planner::Buffer& b, const std::
   return read ? BufferKind::activation : BufferKind::scratch;
 }
 
+std::vector<planner::Buffer> scratch_regions(const planner::Plan& plan) {
+  std::vector<std::uint32_t> step;
+  for (std::uint32_t s = 0; s < plan.schedule.size(); ++s) {
+    if (plan.schedule[s] >= step.size()) step.resize(plan.schedule[s] + 1, kNoOp);
+    step[plan.schedule[s]] = s;
+  }
+  std::vector<planner::Buffer> out;
+  for (const auto& sc : plan.scratch) {
+    const std::uint32_t s = sc.op < step.size() ? step[sc.op] : kNoOp;
+    out.push_back(planner::Buffer{sc.offset, sc.bytes, {s, s}, {}});
+  }
+  return out;
+}
+
 Usage plan_usage(const planner::Plan& plan) {
   Usage u;
   const std::size_t n = plan.schedule.size();
   u.live_bytes.assign(n, 0);
   std::vector<std::uint64_t> add(n + 1, 0), sub(n + 1, 0);
-  for (const auto& b : plan.buffers) {
-    if (b.interval.first >= n) continue;
+  auto count = [&](const planner::Buffer& b) {
+    if (b.interval.first >= n) return;
     add[b.interval.first] = checked_add(add[b.interval.first], b.size, "live bytes");
     const std::size_t end = std::min<std::size_t>(b.interval.last, n - 1) + 1;
     sub[end] = checked_add(sub[end], b.size, "live bytes");
-  }
+  };
+  for (const auto& b : plan.buffers) count(b);
+  for (const auto& b : scratch_regions(plan)) count(b);
   std::uint64_t live = 0;
   for (std::size_t s = 0; s < n; ++s) {
     live = checked_add(live, add[s], "live bytes") - sub[s];
@@ -150,12 +166,15 @@ void layout_buffers(const TimelinePanel& in, const TimelineOptions& opts, PanelL
   const auto& plan = *in.plan;
   const auto step = steps_of_ops(*in.graph, plan.schedule);
   std::vector<BufferRect> all;
-  all.reserve(plan.buffers.size());
-  for (std::uint32_t i = 0; i < plan.buffers.size(); ++i) {
-    const auto& b = plan.buffers[i];
+  const auto scratch = scratch_regions(plan);
+  all.reserve(plan.buffers.size() + scratch.size());
+  for (std::uint32_t i = 0; i < plan.buffers.size() + scratch.size(); ++i) {
+    const bool is_scratch = i >= plan.buffers.size();
+    const auto& b = is_scratch ? scratch[i - plan.buffers.size()] : plan.buffers[i];
+    if (b.interval.first == kNoOp) continue;
     BufferRect r;
     r.buffer = i;
-    r.kind = classify_buffer(*in.graph, b, step);
+    r.kind = is_scratch ? BufferKind::scratch : classify_buffer(*in.graph, b, step);
     ++p.kind_count[static_cast<int>(r.kind)];
     // Edges rounded to the SVG's 0.01 px before widths and heights are taken, so that buffers that
     // touch in the plan touch (and do not overlap) in the file.
@@ -202,6 +221,7 @@ std::vector<PanelLayout> layout_timeline(const std::vector<TimelinePanel>& panel
     const auto& pl = *panels[k].plan;
     std::uint64_t top = std::max(pl.arena_bytes, panels[k].budget_bytes);
     for (const auto& b : pl.buffers) top = std::max(top, b.offset + b.size);
+    for (const auto& sc : pl.scratch) top = std::max(top, sc.offset + sc.bytes);
     arena_max = std::max(arena_max, top);
     usage_max = std::max({usage_max, out[k].usage.peak_bytes, panels[k].budget_bytes, panels[k].lower_bound_bytes});
   }

@@ -21,8 +21,13 @@ std::string op_label(const Graph& g, analysis::OpId op) {
   return g.ops[op].name + " (" + g.ops[op].type + ")";
 }
 
-std::string buffer_tooltip(const Graph& g, const planner::Plan& plan, std::uint32_t i, BufferKind kind) {
-  const auto& b = plan.buffers[i];
+// Buffer `i` of the plan, or past them scratch region i - buffers (`b`: its region).
+std::string buffer_tooltip(const Graph& g, const planner::Plan& plan, std::uint32_t i, const planner::Buffer& b, BufferKind kind) {
+  if (i >= plan.buffers.size()) {
+    const auto op = plan.scratch[i - plan.buffers.size()].op;
+    return "scratch \u00b7 workspace of " + op_label(g, op) + "\n" + bytes_label(b.size) + " at offset " + bytes_label(b.offset) +
+           "\nstep " + std::to_string(b.interval.first);
+  }
   std::string names;
   std::size_t shown = 0;
   for (auto t : b.tensors) {
@@ -103,14 +108,15 @@ void arena_plot(std::ostream& o, const TimelinePanel& in, const PanelLayout& p) 
   phase_shading(o, p, p.arena_top, p.arena_height, false, plan.schedule.size());
   y_axis(o, p, p.arena_y, p.arena_top, p.arena_height, "arena offset");
   o << "<g class=\"buffers\">\n";
+  const auto scratch = scratch_regions(plan);
   for (const auto& r : p.rects) {
-    const auto& b = plan.buffers[r.buffer];
+    const auto& b = r.buffer < plan.buffers.size() ? plan.buffers[r.buffer] : scratch[r.buffer - plan.buffers.size()];
     const bool outline = r.w > 3 && r.h > 3;
     o << "<rect class=\"buf" << (outline ? "" : " thin") << "\" data-buffer=\"" << r.buffer << "\" data-first=\"" << b.interval.first
       << "\" data-last=\"" << b.interval.last << "\" data-offset=\"" << b.offset << "\" data-size=\"" << b.size << "\" data-kind=\""
       << buffer_kind_name(r.kind) << "\" x=\"" << num(r.x) << "\" y=\"" << num(r.y) << "\" width=\"" << num(r.w)
       << "\" height=\"" << num(r.h) << "\" fill=\"" << buffer_kind_colour(r.kind) << "\"><title>"
-      << xml_escape(buffer_tooltip(*in.graph, plan, r.buffer, r.kind)) << "</title></rect>\n";
+      << xml_escape(buffer_tooltip(*in.graph, plan, r.buffer, b, r.kind)) << "</title></rect>\n";
   }
   o << "</g>\n<g class=\"bands\">\n";
   for (const auto& b : p.bands)
@@ -242,7 +248,7 @@ std::string render_timeline_svg(const std::vector<TimelinePanel>& panels, const 
     const auto& in = panels[k];
     const auto& p = layouts[k];
     o << "<g class=\"panel\" id=\"panel-" << k + 1 << "\" data-title=\"" << xml_escape(in.title) << "\" data-buffers=\""
-      << in.plan->buffers.size() << "\" data-drawn=\"" << p.rects.size() << "\" data-aggregated=\"" << p.aggregated_buffers
+      << in.plan->buffers.size() << "\" data-scratch=\"" << in.plan->scratch.size() << "\" data-drawn=\"" << p.rects.size() << "\" data-aggregated=\"" << p.aggregated_buffers
       << "\" data-steps=\"" << in.plan->schedule.size() << "\" data-arena-bytes=\"" << in.plan->arena_bytes << "\" data-peak-step=\""
       << p.usage.peak_step << "\" data-peak-bytes=\"" << p.usage.peak_bytes << "\">\n";
     text(o, p.left, 56, in.title, "font-size=\"15\" font-weight=\"bold\" fill=\"#111\"");

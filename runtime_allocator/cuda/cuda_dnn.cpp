@@ -247,30 +247,48 @@ bool is_conv(const Op& op) {
 
 constexpr std::uint64_t kWorkspaceLimit = 256ull << 20;
 
-void run_conv(ExecState& s, const Op& op) {
-  const ConvTensors t = conv_tensors(op);
-  const auto xd = s.dims(t.x), yd = s.dims(t.y);
-  TensorDesc x(xd, op), y(yd, op);
+// A convolution's descriptors and algorithm, chosen once per op for the workspace it may use: cuDNN's
+// heuristics query costs about as much as a small convolution.
+struct PreparedConv {
+  ConvTensors t;
+  TensorDesc x, y;
   ConvSetup c;
-  setup_conv(s, op, x, y, s.dims(t.filter), xd, yd, t.dir, c, std::min(s.workspace_bytes, kWorkspaceLimit));
+  PreparedConv(ExecState& s, const Op& op, std::uint64_t limit) : t(conv_tensors(op)), x(s.dims(t.x), op), y(s.dims(t.y), op) {
+    setup_conv(s, op, x, y, s.dims(t.filter), s.dims(t.x), s.dims(t.y), t.dir, c, limit);
+    if (c.workspace > limit)
+      fail(ErrorKind::runtime, "op '" + op.name + "': every cuDNN algorithm needs more workspace than the " + std::to_string(limit) +
+                                   " bytes planned for it");
+  }
+};
+
+void run_conv(ExecState& s, const Op& op) {
+  const OpId id = s.id_of(op);
+  auto& slot = s.prepared[id];
+  if (!slot) slot = std::make_shared<PreparedConv>(s, op, s.scratch_bytes[id]);
+  auto& p = *static_cast<PreparedConv*>(slot.get());
+  const ConvTensors& t = p.t;
+  const TensorDesc &x = p.x, &y = p.y;
+  const ConvSetup& c = p.c;
+  std::byte* workspace = s.scratch[id];
+  const auto yd = s.dims(t.y);
   const float one = 1.0f, zero = 0.0f;
   const std::string what = op.type + " '" + op.name + "'";
   if (t.dir == ConvSetup::Dir::data) {
     check(cudnnConvolutionBackwardData(s.ctx.cudnn(), &one, c.filter, s.ptr[t.filter], y.d, s.ptr[t.y], c.conv,
-                                       static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), s.workspace, c.workspace, &zero, x.d,
+                                       static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), workspace, c.workspace, &zero, x.d,
                                        s.ptr[t.x]),
           what);
     return;
   }
   if (t.dir == ConvSetup::Dir::filter) {
     check(cudnnConvolutionBackwardFilter(s.ctx.cudnn(), &one, x.d, s.ptr[t.x], y.d, s.ptr[t.y], c.conv,
-                                         static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), s.workspace, c.workspace, &zero,
+                                         static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), workspace, c.workspace, &zero,
                                          c.filter, s.ptr[t.filter]),
           what);
     return;
   }
   check(cudnnConvolutionForward(s.ctx.cudnn(), &one, x.d, s.ptr[t.x], c.filter, s.ptr[t.filter], c.conv,
-                                static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), s.workspace, c.workspace, &zero, y.d, s.ptr[t.y]),
+                                static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), workspace, c.workspace, &zero, y.d, s.ptr[t.y]),
         what);
   if (op.input(2) != kNoTensor) {
     TensorDesc bias({1, yd[1]}, op);

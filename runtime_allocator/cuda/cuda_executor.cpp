@@ -63,7 +63,7 @@ struct CudaExecutor::Impl {
   std::vector<std::vector<OpId>> waits_before;  // per schedule step: swap ops whose copies must be done first
 
   Impl(const Graph& graph, const planner::Plan& p, const CudaRunOptions& o)
-      : g(graph), plan(p), opts(o), ctx(o.device, o.allow_tf32), st{g, ctx, fused, {}, nullptr, 0} {
+      : g(graph), plan(p), opts(o), ctx(o.device, o.allow_tf32), st{g, ctx, fused, {}, {}, {}, {}} {
     std::size_t total = 0;
     check(cudaMemGetInfo(&free_before, &total), "cudaMemGetInfo");
     if (plan.tensor_offset.size() != g.tensors.size() || plan.schedule.size() != g.ops.size())
@@ -106,15 +106,33 @@ struct CudaExecutor::Impl {
         st.ptr[t] = host.data() + host_off[t];
       }
     }
-    std::uint64_t ws = 0;
-    for (OpId o = 0; o < g.ops.size(); ++o) ws = std::max(ws, op_workspace_bytes(st, o));
-    workspace = Buffer(ws, Buffer::Kind::device, "cuDNN workspace");
-    st.workspace = workspace.data();
-    st.workspace_bytes = ws;
+    bind_scratch();
     stats.arena_bytes = plan.arena_bytes;
     stats.resident_bytes = res_bytes;
     stats.host_bytes = host_bytes;
-    stats.workspace_bytes = ws;
+  }
+
+  // Each op's workspace: its scratch region in the arena, or with side_workspace one buffer beside the
+  // arena, sized for the algorithm cuDNN ranks first for every convolution, shared by all.
+  void bind_scratch() {
+    st.scratch.assign(g.ops.size(), nullptr);
+    st.scratch_bytes.assign(g.ops.size(), 0);
+    st.prepared.assign(g.ops.size(), nullptr);
+    if (opts.side_workspace) {
+      std::uint64_t ws = 0;
+      for (OpId o = 0; o < g.ops.size(); ++o) ws = std::max(ws, op_workspace_bytes(st, o));
+      workspace = Buffer(ws, Buffer::Kind::device, "cuDNN workspace");
+      st.scratch.assign(g.ops.size(), workspace.data());
+      st.scratch_bytes.assign(g.ops.size(), ws);
+      stats.workspace_bytes = ws;
+      return;
+    }
+    for (const auto& sc : plan.scratch) {
+      if (sc.op >= g.ops.size() || checked_add(sc.offset, sc.bytes, "scratch end") > plan.arena_bytes)
+        fail(ErrorKind::plan_mismatch, "a scratch region of the plan lies outside its arena or names no op");
+      st.scratch[sc.op] = arena.data() + sc.offset;
+      st.scratch_bytes[sc.op] = sc.bytes;
+    }
   }
 
   void upload_constants() {
@@ -150,11 +168,13 @@ struct CudaExecutor::Impl {
       const TensorId dev = out ? op.inputs[0] : op.outputs[0];
       const std::byte* lo = st.ptr[dev];
       const std::byte* hi = lo + g.tensors[dev].bytes();
+      auto meets = [&](const std::byte* p, std::uint64_t bytes) { return p && p < hi && lo < p + bytes; };
       for (std::size_t later = step + 1; later < plan.schedule.size(); ++later) {
-        const Op& next = g.ops[plan.schedule[later]];
-        bool hit = false;
+        const OpId next_id = plan.schedule[later];
+        const Op& next = g.ops[next_id];
+        bool hit = out && !opts.side_workspace && meets(st.scratch[next_id], st.scratch_bytes[next_id]);  // writes its workspace
         for (TensorId t : out ? next.outputs : next.inputs)
-          if (t != kNoTensor && st.ptr[t] && st.ptr[t] < hi && lo < st.ptr[t] + g.tensors[t].bytes()) hit = true;
+          if (t != kNoTensor && meets(st.ptr[t], g.tensors[t].bytes())) hit = true;
         if (!hit) continue;
         waits_before[later].push_back(o);
         if (out) break;

@@ -23,12 +23,15 @@ struct CudaRunOptions {
   int device = 0;
   bool allow_tf32 = false;                  // exact float32 matrix products unless asked
   bool synthesize_missing_weights = false;  // weights kept as external data get deterministic values
+  // Ignore the plan's scratch regions: one cuDNN workspace beside the arena, sized for the algorithm
+  // cuDNN ranks first for every convolution (what a runtime without planned workspaces does).
+  bool side_workspace = false;
 };
 
 struct CudaRunStats {
   std::uint64_t arena_bytes = 0;      // the plan's arena: one cudaMalloc
   std::uint64_t resident_bytes = 0;   // graph inputs, weights, tensors the plan keeps outside the arena
-  std::uint64_t workspace_bytes = 0;  // cuDNN workspace not planned as scratch tensors
+  std::uint64_t workspace_bytes = 0;  // with side_workspace: the workspace beside the arena (else 0)
   std::uint64_t host_bytes = 0;       // pinned host memory of swapped-out tensors
   std::uint64_t peak_device_bytes = 0;  // device memory in use at the end of the last run, from cudaMemGetInfo,
                                         // over what was in use before the executor was made

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "analysis/graph.hpp"
@@ -17,12 +18,15 @@ struct ExecState {
   Context& ctx;
   FusedKernelCache& fused;
   std::vector<std::byte*> ptr;  // per tensor: device (or pinned host) address
-  std::byte* workspace = nullptr;
-  std::uint64_t workspace_bytes = 0;
+  std::vector<std::byte*> scratch;             // per op: its workspace (the plan's scratch region), or nullptr
+  std::vector<std::uint64_t> scratch_bytes;    // per op: bytes there
+  std::vector<std::shared_ptr<void>> prepared;  // per op: state an op prepares on its first run (cuDNN
+                                                // descriptors and algorithm), owned by this executor
 
   const analysis::Tensor& tensor(analysis::TensorId t) const { return g.tensors[t]; }
   std::vector<std::int64_t> dims(analysis::TensorId t) const { return g.tensors[t].shape(); }
   float* f32(analysis::TensorId t) const { return reinterpret_cast<float*>(ptr[t]); }
+  analysis::OpId id_of(const analysis::Op& op) const { return static_cast<analysis::OpId>(&op - g.ops.data()); }
 };
 
 // Shape helpers shared by the op files (cuda_ops.cpp).
@@ -38,7 +42,8 @@ void reduce_axes(ExecState& s, const analysis::Op& op, analysis::TensorId in, an
 
 // Runs one compute op (not SwapOut/SwapIn) on ctx.stream().
 void run_op(ExecState& s, analysis::OpId op);
-// Device workspace bytes that op needs (cuDNN convolution), 0 for the others.
+// Workspace bytes of the algorithm cuDNN ranks first for op (a convolution; at most 256 MiB), 0 for
+// the others: what the executor allocates beside the arena when asked to ignore planned scratch.
 std::uint64_t op_workspace_bytes(ExecState& s, analysis::OpId op);
 
 // The ops implemented with cuBLAS and cuDNN (cuda_dnn.cpp); false when `op` is none of them.

@@ -57,6 +57,22 @@ inline Plan plan_checked(const Graph& g, const AssignOptions& o = {}) {
   return p;
 }
 
+// Assignment without scratch regions: for tests of aliasing and packing alone.
+inline AssignOptions without_scratch(AssignOptions o = {}) {
+  o.workspace_limit_bytes = 0;
+  return o;
+}
+
+// Liveness's plain lower bound with each step's scratch added: most bytes live at one step when nothing
+// shares, an upper limit for the plan's aliased bound.
+inline std::uint64_t plain_bound_with_scratch(const Liveness& l, const Plan& p) {
+  std::vector<std::uint64_t> live = l.live_bytes;
+  for (const auto& sc : p.scratch) live[l.step_of_op[sc.op]] += sc.bytes;
+  std::uint64_t m = 0;
+  for (auto b : live) m = std::max(m, b);
+  return m;
+}
+
 inline bool has_alias(const Plan& p, TensorId tensor, TensorId source, AliasKind kind) {
   for (const auto& a : p.aliases)
     if (a.tensor == tensor && a.source == source && a.kind == kind) return true;

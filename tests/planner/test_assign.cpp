@@ -54,7 +54,7 @@ TEST_CASE("an elementwise op overwrites an input whose buffer dies at it") {
   b.op("Sigmoid", {r}, {s});
   b.op("Conv", {s}, {y});
   b.output(y);
-  const Plan p = plan_checked(b.g);
+  const Plan p = plan_checked(b.g, without_scratch());
   CHECK(p.tensor_buffer[r] == p.tensor_buffer[a]);
   CHECK(p.tensor_buffer[s] == p.tensor_buffer[a]);
   bool found = false;
@@ -154,13 +154,13 @@ TEST_CASE("switching views and in-place off gives every arena tensor its own buf
   b.op("Reshape", {a}, {v});
   b.op("Relu", {v}, {r});
   b.output(r);
-  AssignOptions o;
+  AssignOptions o = without_scratch();
   o.views = false;
   o.inplace = false;
   const Plan off = plan_checked(b.g, o);
   CHECK(off.aliases.empty());
   CHECK(off.buffers.size() == 3);
-  const Plan on = plan_checked(b.g);
+  const Plan on = plan_checked(b.g, without_scratch());
   CHECK(on.buffers.size() == 1);
   CHECK(on.arena_bytes < off.arena_bytes);
 }
@@ -191,4 +191,28 @@ TEST_CASE("offsets and sizes are multiples of the alignment; the plan records ev
   zero.alignment = 0;
   const Liveness l = analyze_liveness(b.g, topological_order(b.g), 1);
   CHECK_THROWS_AS(assign(b.g, l, zero), Error);
+}
+
+TEST_CASE("convolutions get scratch of their larger activation, capped by the limit; other ops none") {
+  GraphBuilder b;
+  const TensorId x = b.input("x", 1000), a = b.act("a", 3000), r = b.act("r", 3000), y = b.act("y", 500);
+  const OpId c1 = b.op("Conv", {x}, {a});
+  b.op("Relu", {a}, {r});
+  const OpId c2 = b.op("Conv", {r}, {y});
+  b.output(y);
+  CHECK(scratch_request(b.g, c1, 1 << 20) == 12000);
+  CHECK(scratch_request(b.g, c2, 1 << 20) == 12000);
+  CHECK(scratch_request(b.g, c2, 5000) == 5000);
+  CHECK(scratch_request(b.g, c2, 0) == 0);
+  CHECK(scratch_request(b.g, 1, 1 << 20) == 0);
+  const Plan p = plan_checked(b.g);
+  REQUIRE(p.scratch.size() == 2);
+  CHECK(p.scratch[0].op == c1);
+  CHECK(p.scratch[0].bytes == 12032);  // aligned to 256
+  // Most at the second conv: r (in place over a, 12032), y (2048) and that conv's scratch (12032).
+  CHECK(p.aliased_lower_bound_bytes == 12032 + 2048 + 12032);
+  CHECK(p.arena_bytes >= p.aliased_lower_bound_bytes);
+  const Plan none = plan_checked(b.g, without_scratch());
+  CHECK(none.scratch.empty());
+  CHECK(none.arena_bytes < p.arena_bytes);
 }

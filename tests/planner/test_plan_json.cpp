@@ -48,6 +48,12 @@ TEST_CASE("a plan written, read and written again gives the same bytes and the s
       CHECK(back.aliases[i].op == p.aliases[i].op);
       CHECK(back.aliases[i].kind == p.aliases[i].kind);
     }
+    REQUIRE(back.scratch.size() == p.scratch.size());
+    for (std::size_t i = 0; i < p.scratch.size(); ++i) {
+      CHECK(back.scratch[i].op == p.scratch[i].op);
+      CHECK(back.scratch[i].offset == p.scratch[i].offset);
+      CHECK(back.scratch[i].bytes == p.scratch[i].bytes);
+    }
     CHECK(verify_plan(g, back).valid);
   }
 }
@@ -68,7 +74,7 @@ TEST_CASE("a document of another schema, version or model is a plan mismatch") {
   wrong_schema["schema"] = "memplan.graph";
   CHECK(kind_of_reading(g, wrong_schema) == ErrorKind::plan_mismatch);
   json wrong_version = doc;
-  wrong_version["version"] = 2;
+  wrong_version["version"] = 3;
   CHECK(kind_of_reading(g, wrong_version) == ErrorKind::plan_mismatch);
   CHECK(kind_of_reading(sample_graph(5), doc) == ErrorKind::plan_mismatch);
   json unknown_tensor = doc;
@@ -96,4 +102,28 @@ TEST_CASE("a document with missing fields or wrong types is malformed") {
   json bad_id = doc;
   bad_id["buffers"][0]["id"] = 7;
   CHECK(kind_of_reading(g, bad_id) == ErrorKind::malformed);
+}
+
+TEST_CASE("scratch regions are written by op name; a version 1 document (no scratch) still reads") {
+  std::size_t with_scratch = 0;
+  for (std::uint32_t seed = 11; seed <= 30; ++seed) {
+    const auto g = sample_graph(seed);
+    const Plan p = testing::plan_checked(g);
+    const json doc = plan_to_json(g, p);
+    REQUIRE(doc["scratch"].size() == p.scratch.size());
+    if (p.scratch.empty()) continue;
+    ++with_scratch;
+    CHECK(doc["scratch"][0]["op"] == g.ops[p.scratch[0].op].name);
+    json v1 = doc;
+    v1["version"] = 1;
+    v1.erase("scratch");
+    CHECK(plan_from_json(g, v1).scratch.empty());
+    json unknown = doc;
+    unknown["scratch"][0]["op"] = "no_such_op";
+    CHECK(kind_of_reading(g, unknown) == ErrorKind::plan_mismatch);
+    json no_bytes = doc;
+    no_bytes["scratch"][0].erase("bytes");
+    CHECK(kind_of_reading(g, no_bytes) == ErrorKind::malformed);
+  }
+  CHECK(with_scratch > 5);
 }

@@ -69,6 +69,7 @@ TEST_CASE("the verifier accepts a plan it did not make: every tensor in its own 
   Plan p = s.plan;
   p.buffers.clear();
   p.aliases.clear();
+  p.scratch.clear();
   p.packer = "by hand";
   std::fill(p.tensor_offset.begin(), p.tensor_offset.end(), kNotInArena);
   std::fill(p.tensor_buffer.begin(), p.tensor_buffer.end(), UINT32_MAX);
@@ -156,5 +157,39 @@ TEST_CASE("require_valid throws a verification error that names the problem") {
   } catch (const Error& e) {
     CHECK(e.kind() == ErrorKind::verification);
     CHECK(std::string(e.what()).find("overlap") != std::string::npos);
+  }
+}
+
+TEST_CASE("each convolution gets a scratch region at its step that overlaps nothing live then") {
+  Sample s;
+  REQUIRE(s.plan.scratch.size() == 3);
+  for (const auto& sc : s.plan.scratch) CHECK(s.b.g.ops[sc.op].type == "Conv");
+  CHECK(verify_plan(s.b.g, s.plan).valid);
+  // The scratch of conv_c (reads r, writes c) placed on r's bytes: r is live at that step.
+  Plan p = s.plan;
+  for (auto& sc : p.scratch)
+    if (sc.op == s.conv_c) sc.offset = p.tensor_offset[s.r];
+  const VerifyReport r = verify_plan(s.b.g, p);
+  CHECK_FALSE(r.valid);
+  bool named = false;
+  for (const auto& m : r.problems) named = named || (m.find("scratch of op") != std::string::npos && m.find("overlap") != std::string::npos);
+  CHECK(named);
+}
+
+TEST_CASE("a scratch region past the arena, unaligned, or a second one for an op is caught") {
+  {
+    Sample s;
+    s.plan.scratch.back().offset = s.plan.arena_bytes;
+    CHECK(s.rejected_for("past the arena"));
+  }
+  {
+    Sample s;
+    s.plan.scratch.front().offset += 4;
+    CHECK(s.rejected_for("not aligned"));
+  }
+  {
+    Sample s;
+    s.plan.scratch.push_back(s.plan.scratch.front());
+    CHECK(s.rejected_for("two scratch regions"));
   }
 }

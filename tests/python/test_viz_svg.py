@@ -16,7 +16,7 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 
-from viz_testlib import check, failures, plan_usage, run
+from viz_testlib import check, failures, plan_usage, run, scratch_regions
 
 SVG = "{http://www.w3.org/2000/svg}"
 INFERENCE_MODELS = ["tiny_mlp.onnx", "tiny_cnn.onnx", "tiny_gpt.onnx", "squeezenet1_1.onnx", "mobilenet_v2.onnx", "resnet18.onnx"]
@@ -29,7 +29,7 @@ def buffer_rects(panel):
         if "data-buffer" in r.attrib:
             a = r.attrib
             out.append({"id": int(a["data-buffer"]), "first": int(a["data-first"]), "last": int(a["data-last"]),
-                        "offset": int(a["data-offset"]), "size": int(a["data-size"]),
+                        "offset": int(a["data-offset"]), "size": int(a["data-size"]), "kind": a.get("data-kind"),
                         "x": float(a["x"]), "y": float(a["y"]), "w": float(a["width"]), "h": float(a["height"])})
     return out
 
@@ -54,13 +54,18 @@ def check_no_overlap(rects, name):
 def check_panel_against_plan(panel, plan, name):
     rects = buffer_rects(panel)
     nbuf = len(plan["buffers"])
+    regions = plan["buffers"] + scratch_regions(plan)  # rects number scratch regions after the buffers
     check(int(panel.get("data-buffers")) == nbuf, f"{name}: panel says {panel.get('data-buffers')} buffers, plan has {nbuf}")
+    check(int(panel.get("data-scratch")) == len(regions) - nbuf, f"{name}: panel's scratch count differs from the plan's")
     aggregated = int(panel.get("data-aggregated"))
-    check(len(rects) + aggregated == nbuf, f"{name}: {len(rects)} rects + {aggregated} aggregated != {nbuf} buffers")
+    check(len(rects) + aggregated == len(regions),
+          f"{name}: {len(rects)} rects + {aggregated} aggregated != {len(regions)} buffers and scratch regions")
     if aggregated == 0:
-        check(sorted(r["id"] for r in rects) == list(range(nbuf)), f"{name}: not exactly one rect per buffer")
+        check(sorted(r["id"] for r in rects) == list(range(len(regions))), f"{name}: not exactly one rect per buffer")
     for r in rects:
-        b = plan["buffers"][r["id"]]
+        b = regions[r["id"]]
+        if r["id"] >= nbuf and r["kind"] != "scratch":
+            check(False, f"{name}: scratch region {r['id'] - nbuf} drawn as {r['kind']}")
         if not check((r["first"], r["last"], r["offset"], r["size"]) == (b["first"], b["last"], b["offset"], b["size"]),
                      f"{name}: rect of buffer {r['id']} does not match the plan"):
             break
@@ -118,7 +123,8 @@ def training_checks(memplan, samples, tmp):
         for k, p in enumerate(panels):
             rects = buffer_rects(p)
             name = f"{m} training panel {k + 1}"
-            check(int(p.get("data-aggregated")) > 0 or len(rects) == int(p.get("data-buffers")), f"{name}: rect count")
+            regions = int(p.get("data-buffers")) + int(p.get("data-scratch"))
+            check(int(p.get("data-aggregated")) > 0 or len(rects) == regions, f"{name}: rect count")
             check_no_overlap(rects, name)
             steps = int(p.get("data-steps"))
             # Rebuild the plan from the rectangles: the peak the label names must be the drawn peak.

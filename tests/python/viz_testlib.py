@@ -19,11 +19,18 @@ def run(memplan, *args):
     return r.stdout
 
 
+def scratch_regions(plan):
+    """The plan's scratch regions as buffer-like dicts live at their op's step (schema version 2)."""
+    step = {op: s for s, op in enumerate(plan["schedule"])}
+    return [{"first": step[sc["op"]], "last": step[sc["op"]], "offset": sc["offset"], "size": sc["bytes"]}
+            for sc in plan.get("scratch", [])]
+
+
 def plan_usage(plan):
-    """Live bytes per step, the first peak step and the peak bytes, from a plan's buffers alone."""
+    """Live bytes per step, the first peak step and the peak bytes, from a plan's buffers and scratch alone."""
     n = len(plan["schedule"])
     delta = [0] * (n + 1)
-    for b in plan["buffers"]:
+    for b in plan["buffers"] + scratch_regions(plan):
         delta[b["first"]] += b["size"]
         delta[b["last"] + 1] -= b["size"]
     acc, best, best_step, per_step = 0, -1, 0, []
