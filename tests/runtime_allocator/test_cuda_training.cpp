@@ -413,4 +413,49 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("the training steps of resnet50 and bert_base (Adam) run on the GPU with synthesized weights to a finite loss") {
+  if (!runtime::cuda::cuda_available()) std::exit(77);
+  const std::vector<std::pair<std::string, analysis::DimBindings>> models{{"resnet50.train", {{"batch", 2}}},
+                                                                          {"bert_base.dyn", {{"batch", 2}, {"seq", 16}}}};
+  for (const auto& [name, dims] : models) {
+    INFO("model " << name);
+    analysis::ImportOptions io;
+    io.keep_weight_data = true;
+    analysis::ShapeOptions so;
+    so.dims = dims;
+    analysis::TrainingOptions to;
+    to.optimizer = analysis::Optimizer::adam;
+    const auto tg =
+        analysis::build_training_graph(analysis::infer_shapes(analysis::import_onnx(models_dir() + name + ".onnx", io), so), to);
+    std::mt19937 rng(29);
+    std::map<std::string, HostValue> feed;
+    for (TensorId t : tg.graph.inputs) {
+      const auto& x = tg.graph.tensors[t];
+      // Token ids, token types and attention masks of 1 are valid for BERT; floats are uniform in [-1, 1].
+      const TensorData v = x.dtype == DType::f32
+                               ? random_f32(x.shape(), rng)
+                               : TensorData::from_double(x.dtype, x.shape(), std::vector<double>(x.element_count(), 1.0));
+      feed[x.name] = HostValue{v.dtype, v.dims, v.bytes};
+    }
+    const auto r = planner::plan_training(tg, planner::TrainingPlanOptions{});
+    REQUIRE(r.report.valid);
+    runtime::cuda::CudaRunOptions o;
+    o.synthesize_missing_weights = true;
+    CudaExecutor ex(r.graph, r.plan, o);
+    const auto got = ex.run(feed);
+    REQUIRE(!got.empty());
+    const auto loss = floats(got[0].bytes.data(), got[0].bytes.size());
+    REQUIRE(loss.size() == 1);
+    CHECK(std::isfinite(loss[0]));
+    std::size_t finite = 0;
+    for (const auto& [w, gt] : tg.param_grads) {
+      const auto gv = ex.read(gt);
+      const auto g = floats(gv.bytes.data(), gv.bytes.size());
+      finite += std::all_of(g.begin(), g.end(), [](float v) { return std::isfinite(v); });
+    }
+    CHECK(finite == tg.param_grads.size());
+    MESSAGE(name << ": loss " << loss[0] << ", " << r.graph.ops.size() << " ops, " << finite << " finite gradients");
+  }
+}
+
 #endif  // MEMPLAN_HAVE_CUDA
