@@ -1,4 +1,4 @@
-// CPU elementwise kernels: unary math, broadcasting binary ops and comparisons, Where, Clip, Cast, fused.
+// CPU elementwise kernels: unary math, broadcasting binary ops and comparisons, Where, IsNaN, Clip, Cast, fused.
 #include <cmath>
 #include <limits>
 
@@ -68,6 +68,12 @@ void k_not(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& x = required(op, in, 0);
   if (x.dtype != DType::boolean) unsupported(op, "bool input expected");
   for (std::int64_t i = 0; i < x.elements(); ++i) out[0].as<bool>()[i] = !x.as<bool>()[i];
+}
+
+void k_is_nan(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& x = required(op, in, 0);
+  if (x.dtype != DType::f32) unsupported(op, "float32 input expected");
+  for (std::int64_t i = 0; i < x.elements(); ++i) out[0].as<bool>()[i] = std::isnan(x.as<float>()[i]);
 }
 
 void k_clip(const Op& op, const Refs& in, const Refs& out) {
@@ -180,6 +186,7 @@ void add_elementwise_kernels(KernelTable& t) {
            {"memplan::FusedElementwise", run_fused_cpu}})
     t[name] = {fn, true};
   t["Cast"] = {k_cast, true};  // exact aliasing only happens between equal element sizes
+  t["IsNaN"] = {k_is_nan, false};
 }
 
 }  // namespace memplan::runtime::cpu

@@ -63,7 +63,8 @@ void k_gelu_grad(const Op& op, const Refs& in, const Refs& out) {
 
 void k_dropout_grad(const Op& op, const Refs& in, const Refs& out) {
   const float ratio = scalar_value(op, in, 2, 0.5f);
-  map_grad<2>(op, in, out, [&](const std::array<float, 2>& v) { return v[0] * v[1] / (1.0f - ratio); });
+  // Dropped elements give 0 without dividing (ratio 1 drops all); kept ones dY / (1 - ratio), as the forward.
+  map_grad<2>(op, in, out, [&](const std::array<float, 2>& v) { return v[1] != 0.0f ? v[0] / (1.0f - ratio) : 0.0f; });
 }
 
 void k_where_grad(const Op& op, const Refs& in, const Refs& out) {

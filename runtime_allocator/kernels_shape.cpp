@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "runtime_allocator/cpu_kernels.hpp"
+#include "runtime_allocator/dropout_mask.hpp"
 
 namespace memplan::runtime::cpu {
 namespace {
@@ -22,11 +23,31 @@ void k_view(const Op& op, const Refs& in, const Refs& out) {
   copy_if_moved(out[0].data, required(op, in, 0).data, out[0].bytes);
 }
 
+// Dropout: inference mode (training_mode absent or false) is the identity with an all-true mask. Training mode
+// draws the mask from dropout_mask.hpp's hash of (seed, element index), the same on every backend and run:
+// y = mask ? x / (1 - ratio) : 0.
 void k_dropout(const Op& op, const Refs& in, const Refs& out) {
-  if (in.size() > 2 && in[2].data && *in[2].as<bool>())
-    unsupported(op, "training-mode Dropout is not deterministic; the executor runs it as inference (identity)");
-  k_view(op, in, out);
-  if (out.size() > 1 && out[1].data) std::fill_n(out[1].as<bool>(), out[1].elements(), true);
+  const bool training = in.size() > 2 && in[2].data && *in[2].as<bool>();
+  const bool has_mask = out.size() > 1 && out[1].data;
+  if (!training) {
+    k_view(op, in, out);
+    if (has_mask) std::fill_n(out[1].as<bool>(), out[1].elements(), true);
+    return;
+  }
+  const TensorRef& x = required(op, in, 0);
+  if (x.dtype != DType::f32) unsupported(op, "training-mode Dropout of float32 only");
+  const float ratio = scalar_value(op, in, 1, static_cast<float>(op.attr_float("ratio", 0.5)));
+  if (!(ratio >= 0.0f && ratio <= 1.0f)) unsupported(op, "ratio outside [0, 1]");
+  const std::uint64_t key =
+      dropout_key(static_cast<std::uint64_t>(op.attr_int("seed", static_cast<std::int64_t>(kDefaultDropoutSeed))));
+  const std::uint64_t threshold = dropout_threshold(ratio);
+  const float* px = x.as<float>();
+  float* py = out[0].as<float>();
+  for (std::int64_t i = 0; i < x.elements(); ++i) {
+    const bool keep = dropout_keep(key, static_cast<std::uint64_t>(i), threshold);
+    py[i] = keep ? px[i] / (1.0f - ratio) : 0.0f;  // x[i] read before y[i] written: y may alias x
+    if (has_mask) out[1].as<bool>()[i] = keep;
+  }
 }
 
 void k_transpose(const Op& op, const Refs& in, const Refs& out) {

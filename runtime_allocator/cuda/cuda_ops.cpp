@@ -221,9 +221,7 @@ void run_op(ExecState& s, OpId id) {
   const Op& op = s.g.ops[id];
   if (auto e = planner::elementwise_expr(s.g, id)) return run_elementwise(s, op, *e);
   const std::string& t = op.type;
-  if (t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze" || t == "Identity" ||
-      (t == "Dropout" && op.output(1) == kNoTensor))
-    return run_view(s, op);
+  if (t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze" || t == "Identity") return run_view(s, op);
   if (t == "Transpose") return run_transpose(s, op);
   if (t == "Split") return run_split_concat(s, op, true);
   if (t == "Concat") return run_split_concat(s, op, false);
@@ -238,7 +236,7 @@ void run_op(ExecState& s, OpId id) {
   if (t == "ReduceMin") return run_reduce(s, op, ReduceSpec::min, false);
   if (t == "GlobalAveragePool") return run_reduce(s, op, ReduceSpec::mean, true);
   if (t == "GlobalMaxPool") return run_reduce(s, op, ReduceSpec::max, true);
-  if (run_dnn_op(s, op) || run_training_op(s, op)) return;
+  if (run_extra_op(s, op) || run_dnn_op(s, op) || run_training_op(s, op)) return;
   fail(ErrorKind::unsupported,
        "op '" + op.name + "' (" + (op.domain.empty() ? "" : op.domain + ".") + t + ") has no CUDA implementation");
 }

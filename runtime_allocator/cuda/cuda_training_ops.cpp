@@ -199,7 +199,7 @@ void run_max_pool_grad(ExecState& s, const Op& op) {
 bool run_training_op(ExecState& s, const Op& op) {
   if (op.domain != "memplan") return false;
   const std::string& t = op.type;
-  if (run_elementwise_grad(s, op)) return true;
+  if (run_layer_training_op(s, op) || run_elementwise_grad(s, op)) return true;
   if (t == "MatMulGradA" || t == "MatMulGradB") return run_matmul_grad(s, op, t == "MatMulGradA"), true;
   if (t == "ReduceSumTo") return run_reduce_sum_to(s, op), true;
   if (t == "BroadcastTo") return run_broadcast_to(s, op), true;

@@ -1,0 +1,427 @@
+// The CUDA executor's training-graph layers outside cuBLAS/cuDNN: BatchNorm in
+// training mode and its gradient, the AveragePool/Slice/Gather/Split gradients,
+// deterministic Dropout and its gradient, Where and its gradient with bool
+// conditions, IsNaN, Tile, Shape, ConstantOfShape, ReduceProd and
+// ReduceSumSquare. Semantics follow the CPU kernels
+// (runtime_allocator/kernels_*.cpp).
+#include <algorithm>
+#include <cstring>
+
+#include "runtime_allocator/cpu_kernels.hpp"
+#include "runtime_allocator/cuda/cuda_state.hpp"
+#include "runtime_allocator/cuda/kernels_layers.hpp"
+#include "runtime_allocator/dropout_mask.hpp"
+
+namespace memplan::runtime::cuda {
+
+using analysis::DType;
+using analysis::kNoTensor;
+using analysis::Op;
+using analysis::TensorData;
+using analysis::TensorId;
+
+namespace {
+
+[[noreturn]] void unsupported(const Op &op, const std::string &what) {
+  fail(ErrorKind::unsupported, "op '" + op.name + "' (" + op.type + ") on the CUDA backend: " + what);
+}
+
+int elem_bytes(const ExecState &s, TensorId t) { return static_cast<int>(analysis::dtype_bits(s.tensor(t).dtype) / 8); }
+
+const float *in_f32(const ExecState &s, const Op &op, std::size_t i) {
+  const TensorId t = op.input(i);
+  if (t == kNoTensor) unsupported(op, "input " + std::to_string(i) + " is required");
+  if (s.tensor(t).dtype != DType::f32) unsupported(op, "input " + std::to_string(i) + " must be float32");
+  return s.f32(t);
+}
+
+float *out_f32(const ExecState &s, const Op &op, std::size_t i) {
+  const TensorId t = op.output(i);
+  if (t == kNoTensor || !s.ptr[t]) return nullptr;
+  if (s.tensor(t).dtype != DType::f32) unsupported(op, "output " + std::to_string(i) + " must be float32");
+  return s.f32(t);
+}
+
+// The value of a small tensor on the host: its constant data, or its bytes read
+// back from the device (a sync).
+TensorData host_value(ExecState &s, TensorId t) {
+  const auto &x = s.tensor(t);
+  if (x.data && x.data->bytes.size() == x.bytes()) return *x.data;
+  TensorData v{x.dtype, x.shape(), std::vector<std::byte>(x.bytes())};
+  if (!v.bytes.empty()) {
+    check(cudaMemcpyAsync(v.bytes.data(), s.ptr[t], v.bytes.size(), cudaMemcpyDeviceToHost, s.ctx.stream()),
+          "read of '" + x.name + "'");
+    check(cudaStreamSynchronize(s.ctx.stream()), "read of '" + x.name + "'");
+  }
+  return v;
+}
+
+// Integer arguments (starts, axes, ...) from input i when present, else the
+// attribute, else `fallback`.
+std::vector<std::int64_t> int_arg(ExecState &s, const Op &op, std::size_t i, const char *attr,
+                                  std::vector<std::int64_t> fallback = {}) {
+  if (op.input(i) != kNoTensor) {
+    const DType dt = s.tensor(op.input(i)).dtype;
+    if (dt != DType::i64 && dt != DType::i32) unsupported(op, "input " + std::to_string(i) + " must be int64 or int32");
+    return host_value(s, op.input(i)).as_int64();
+  }
+  return op.attr_ints(attr, std::move(fallback));
+}
+
+// A float32 scalar input (Dropout's ratio), `fallback` when absent; as the CPU
+// kernels' scalar_value.
+float scalar_arg(ExecState &s, const Op &op, std::size_t i, float fallback) {
+  const TensorId t = op.input(i);
+  if (t == kNoTensor) return fallback;
+  if (s.tensor(t).dtype != DType::f32 || s.tensor(t).element_count() != 1)
+    unsupported(op, "input " + std::to_string(i) + " must be a float32 scalar");
+  float v = 0.0f;
+  std::memcpy(&v, host_value(s, t).bytes.data(), sizeof v);
+  return v;
+}
+
+// Element strides of a tensor of dims `in` read under numpy broadcasting
+// against `out` (0 on broadcast dims).
+std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t> &in, const std::vector<std::int64_t> &out) {
+  std::vector<std::int64_t> st(out.size(), 0);
+  std::int64_t stride = 1;
+  for (std::size_t k = 0; k < in.size() && k < out.size(); ++k) {
+    const std::size_t di = in.size() - 1 - k, dout = out.size() - 1 - k;
+    st[dout] = in[di] == 1 ? 0 : stride;
+    stride *= in[di];
+  }
+  return st;
+}
+
+BroadcastShape broadcast_shape(const ExecState &s, const Op &op, const std::vector<std::int64_t> &out,
+                               const std::vector<TensorId> &operands) {
+  if (out.size() > static_cast<std::size_t>(kMaxRank) || operands.size() > 3) unsupported(op, "rank above 8");
+  BroadcastShape b;
+  b.rank = static_cast<int>(out.size());
+  for (std::size_t d = 0; d < out.size(); ++d) b.dims[d] = out[d];
+  for (std::size_t k = 0; k < operands.size(); ++k) {
+    const auto in = s.dims(operands[k]);
+    if (in.size() > out.size()) unsupported(op, "an operand of higher rank than the output");
+    for (std::size_t j = 0; j < in.size(); ++j) {
+      const std::int64_t o = out[out.size() - in.size() + j];
+      if (in[j] != 1 && in[j] != o) unsupported(op, "operand shapes do not broadcast to the output");
+    }
+    const auto st = broadcast_strides(in, out);
+    for (std::size_t d = 0; d < out.size(); ++d) b.strides[k][d] = st[d];
+  }
+  return b;
+}
+
+void strided(ExecState &s, const Op &op, int eb, const std::vector<std::int64_t> &dims, const std::byte *src,
+             const std::vector<std::int64_t> &src_strides, std::byte *dst, const std::vector<std::int64_t> &dst_strides) {
+  if (dims.size() > static_cast<std::size_t>(kMaxRank)) unsupported(op, "rank above 8");
+  StridedCopy c;
+  c.rank = static_cast<int>(dims.size());
+  c.elem_bytes = eb;
+  for (std::size_t k = 0; k < dims.size(); ++k) {
+    c.dims[k] = dims[k];
+    c.src_strides[k] = src_strides[k];
+    c.dst_strides[k] = dst_strides[k];
+  }
+  c.src = src;
+  c.dst = dst;
+  strided_copy(c, s.ctx.stream());
+}
+
+void zero(ExecState &s, TensorId t, const Op &op) {
+  if (s.tensor(t).bytes())
+    check(cudaMemsetAsync(s.ptr[t], 0, s.tensor(t).bytes(), s.ctx.stream()), "zero for op '" + op.name + "'");
+}
+
+// x viewed as [n, c, plane] for the BatchNorm ops.
+void channel_view(const ExecState &s, const Op &op, TensorId x, std::int64_t &n, std::int64_t &c, std::int64_t &plane) {
+  const auto d = s.dims(x);
+  if (d.size() < 2) unsupported(op, "BatchNorm of a tensor of rank below 2");
+  n = d[0];
+  c = d[1];
+  plane = product(d, 2);
+}
+
+void run_batch_norm_training(ExecState &s, const Op &op) {
+  BatchNormTrainingArgs a;
+  channel_view(s, op, op.inputs.at(0), a.n, a.c, a.plane);
+  a.x = in_f32(s, op, 0);
+  a.scale = in_f32(s, op, 1);
+  a.bias = in_f32(s, op, 2);
+  a.y = out_f32(s, op, 0);
+  a.running_mean_out = out_f32(s, op, 1);
+  a.running_var_out = out_f32(s, op, 2);
+  a.saved_mean = out_f32(s, op, 3);
+  a.saved_invstd = out_f32(s, op, 4);
+  if (a.running_mean_out) a.running_mean = in_f32(s, op, 3);
+  if (a.running_var_out) a.running_var = in_f32(s, op, 4);
+  a.epsilon = static_cast<float>(op.attr_float("epsilon", 1e-5));
+  a.momentum = static_cast<float>(op.attr_float("momentum", 0.9));
+  if (!a.y) unsupported(op, "output 0 is required");
+  batch_norm_training(a, s.ctx.stream());
+}
+
+void run_batch_norm_grad(ExecState &s, const Op &op) {
+  std::int64_t n = 0, c = 0, plane = 1;
+  channel_view(s, op, op.inputs.at(1), n, c, plane);
+  batch_norm_grad(in_f32(s, op, 0), in_f32(s, op, 1), in_f32(s, op, 2), in_f32(s, op, 3), in_f32(s, op, 4), out_f32(s, op, 0),
+                  out_f32(s, op, 1), out_f32(s, op, 2), n, c, plane, s.ctx.stream());
+}
+
+// The window geometry is the CPU kernels' own (cpu::window: pads, auto_pad,
+// dilations, 1-D as 2-D).
+void run_average_pool_grad(ExecState &s, const Op &op) {
+  const TensorId dy = op.inputs.at(0), dx = op.outputs.at(0);
+  TensorRef x_ref, y_ref;
+  x_ref.dtype = s.tensor(dx).dtype;
+  x_ref.shape = s.dims(dx);
+  y_ref.dtype = s.tensor(dy).dtype;
+  y_ref.shape = s.dims(dy);
+  const cpu::Window w = cpu::window(op, x_ref, y_ref, op.attr_ints("kernel_shape"));
+  AvgPoolGeometry p;
+  p.nc = w.N * w.C;
+  p.h = w.H;
+  p.w = w.W;
+  p.oh = w.OH;
+  p.ow = w.OW;
+  p.kh = w.kh;
+  p.kw = w.kw;
+  p.sh = w.sh;
+  p.sw = w.sw;
+  p.dh = w.dh;
+  p.dw = w.dw;
+  p.ph = w.ph;
+  p.pw = w.pw;
+  p.ph_end = w.ph_end;
+  p.pw_end = w.pw_end;
+  p.count_include_pad = op.attr_int("count_include_pad", 0) != 0;
+  average_pool_grad(in_f32(s, op, 0), out_f32(s, op, 0), p, s.ctx.stream());
+}
+
+// dX = 0, then dY copied into the sliced region (the forward Slice's arguments
+// moved one input right).
+void run_slice_grad(ExecState &s, const Op &op) {
+  const TensorId dy = op.inputs.at(0), dx = op.outputs.at(0);
+  const auto xd = s.dims(dx);
+  const auto starts = int_arg(s, op, 1, "starts");
+  auto axes = int_arg(s, op, 3, "axes");
+  const auto steps = int_arg(s, op, 4, "", std::vector<std::int64_t>(starts.size(), 1));
+  if (axes.empty())
+    for (std::size_t k = 0; k < starts.size(); ++k) axes.push_back(static_cast<std::int64_t>(k));
+  const auto xs = contiguous_strides(xd);
+  std::vector<std::int64_t> st = xs;
+  std::int64_t base = 0;
+  for (std::size_t k = 0; k < starts.size() && k < axes.size() && k < steps.size(); ++k) {
+    const std::size_t a = norm_axis(axes[k], xd.size(), op);
+    if (steps[k] == 0) unsupported(op, "step 0");
+    const std::int64_t dim = xd[a];
+    std::int64_t b = starts[k] < 0 ? starts[k] + dim : starts[k];
+    b = steps[k] > 0 ? std::clamp<std::int64_t>(b, 0, dim) : std::clamp<std::int64_t>(b, 0, dim - 1);
+    base += b * xs[a];
+    st[a] = xs[a] * steps[k];
+  }
+  zero(s, dx, op);
+  const auto yd = s.dims(dy);
+  if (product(yd) == 0) return;
+  const int eb = elem_bytes(s, dx);
+  strided(s, op, eb, yd, s.ptr[dy], contiguous_strides(yd), s.ptr[dx] + base * eb, st);
+}
+
+void run_gather_grad(ExecState &s, const Op &op) {
+  const TensorId dy = op.inputs.at(0), idx = op.inputs.at(1), dx = op.outputs.at(0);
+  const DType it = s.tensor(idx).dtype;
+  if (it != DType::i64 && it != DType::i32) unsupported(op, "indices must be int64 or int32");
+  const auto xd = s.dims(dx);
+  const std::size_t axis = norm_axis(op.attr_int("axis", 0), xd.size(), op);
+  const std::int64_t outer = product(xd, 0, axis), dim = xd[axis], inner = product(xd, axis + 1);
+  const auto count = static_cast<std::int64_t>(s.tensor(idx).element_count());
+  if (static_cast<std::int64_t>(s.tensor(dy).element_count()) != outer * count * inner)
+    fail(ErrorKind::shape, "op '" + op.name +
+                               "' (GatherGrad): dY does not hold outer x "
+                               "indices x inner elements");
+  gather_grad(in_f32(s, op, 0), s.ptr[idx], it == DType::i64, out_f32(s, op, 0), outer, dim, inner, count, s.ctx.stream());
+}
+
+// dX is the concatenation of the pieces' gradients along axis; an absent piece
+// contributes zeros.
+void run_split_grad(ExecState &s, const Op &op) {
+  const TensorId dx = op.outputs.at(0);
+  const auto xd = s.dims(dx);
+  const std::size_t axis = norm_axis(op.attr_int("axis", 0), xd.size(), op);
+  const auto split = op.attr_ints("split");
+  if (split.size() != op.inputs.size()) unsupported(op, "one split size per piece expected");
+  const std::int64_t outer = product(xd, 0, axis), inner = product(xd, axis + 1), row = xd[axis] * inner;
+  const int eb = elem_bytes(s, dx);
+  zero(s, dx, op);
+  std::int64_t at = 0;
+  for (std::size_t k = 0; k < op.inputs.size(); ++k) {
+    const std::int64_t part = split[k] * inner;
+    const TensorId piece = op.inputs[k];
+    if (piece != kNoTensor && outer * part > 0) {
+      if (static_cast<std::int64_t>(s.tensor(piece).element_count()) != outer * part)
+        fail(ErrorKind::shape, "op '" + op.name + "' (SplitGrad): piece " + std::to_string(k) + " does not match its split size");
+      strided(s, op, eb, {outer, part}, s.ptr[piece], {part, 1}, s.ptr[dx] + at * eb, {row, 1});
+    }
+    at += part;
+  }
+}
+
+// DropoutGrad (divide by 1 - ratio where kept) and WhereGrad (pass where cond
+// == select) with a bool mask.
+void run_masked_grad(ExecState &s, const Op &op, bool dropout) {
+  const TensorId dy = op.inputs.at(0), mask = op.inputs.at(1), dx = op.outputs.at(0);
+  const auto out = s.dims(dx);
+  if (s.dims(dy) != out) unsupported(op, "dY must have the gradient's shape");
+  const float ratio = dropout ? scalar_arg(s, op, 2, 0.5f) : 0.0f;
+  const bool select = dropout || op.attr_int("select", 1) != 0;
+  masked_grad(in_f32(s, op, 0), reinterpret_cast<const std::uint8_t *>(s.ptr[mask]), out_f32(s, op, 0),
+              broadcast_shape(s, op, out, {mask}), select, dropout, ratio, s.ctx.stream());
+}
+
+bool is_bool(const ExecState &s, TensorId t) { return t != kNoTensor && s.tensor(t).dtype == DType::boolean; }
+
+void copy_if_moved(ExecState &s, const Op &op, TensorId in, TensorId out) {
+  if (s.ptr[in] != s.ptr[out] && s.tensor(out).bytes())
+    check(cudaMemcpyAsync(s.ptr[out], s.ptr[in], s.tensor(out).bytes(), cudaMemcpyDeviceToDevice, s.ctx.stream()),
+          "copy for op '" + op.name + "'");
+}
+
+// Dropout: the identity with an all-true mask unless training_mode (input 2) is
+// true; then the deterministic mask of dropout_mask.hpp, as the CPU kernel
+// draws it.
+void run_dropout(ExecState &s, const Op &op) {
+  const TensorId x = op.inputs.at(0), y = op.outputs.at(0), mask = op.output(1);
+  bool training = false;
+  if (op.input(2) != kNoTensor) {
+    if (!is_bool(s, op.input(2))) unsupported(op, "training_mode must be bool");
+    const auto v = host_value(s, op.input(2));
+    training = !v.bytes.empty() && v.bytes[0] != std::byte{0};
+  }
+  auto *mask_bytes = mask == kNoTensor ? nullptr : reinterpret_cast<std::uint8_t *>(s.ptr[mask]);
+  if (mask != kNoTensor && s.tensor(mask).dtype != DType::boolean) unsupported(op, "the mask must be bool");
+  if (!training) {
+    copy_if_moved(s, op, x, y);
+    if (mask_bytes && s.tensor(mask).bytes())
+      check(cudaMemsetAsync(mask_bytes, 1, s.tensor(mask).bytes(), s.ctx.stream()), "mask for op '" + op.name + "'");
+    return;
+  }
+  if (s.tensor(x).dtype != DType::f32) unsupported(op, "training-mode Dropout of float32 only");
+  const float ratio = scalar_arg(s, op, 1, static_cast<float>(op.attr_float("ratio", 0.5)));
+  if (!(ratio >= 0.0f && ratio <= 1.0f)) unsupported(op, "ratio outside [0, 1]");
+  const auto seed = static_cast<std::uint64_t>(op.attr_int("seed", static_cast<std::int64_t>(kDefaultDropoutSeed)));
+  dropout_forward(s.f32(x), s.f32(y), mask_bytes, static_cast<std::int64_t>(s.tensor(x).element_count()), dropout_key(seed),
+                  dropout_threshold(ratio), ratio, s.ctx.stream());
+}
+
+void run_where(ExecState &s, const Op &op) {
+  const TensorId c = op.inputs.at(0), x = op.inputs.at(1), y = op.inputs.at(2), out = op.outputs.at(0);
+  if (!is_bool(s, c) || s.tensor(x).dtype != s.tensor(y).dtype) unsupported(op, "bool condition and equal value dtypes expected");
+  where(reinterpret_cast<const std::uint8_t *>(s.ptr[c]), s.ptr[x], s.ptr[y], s.ptr[out],
+        broadcast_shape(s, op, s.dims(out), {c, x, y}), elem_bytes(s, x), s.ctx.stream());
+}
+
+void run_tile(ExecState &s, const Op &op) {
+  const TensorId x = op.inputs.at(0), out = op.outputs.at(0);
+  const auto xd = s.dims(x), od = s.dims(out);
+  if (xd.size() != od.size() || od.size() > static_cast<std::size_t>(kMaxRank)) unsupported(op, "ranks differ or exceed 8");
+  TileShape t;
+  t.rank = static_cast<int>(od.size());
+  const auto xs = contiguous_strides(xd);
+  for (std::size_t k = 0; k < od.size(); ++k) {
+    t.out_dims[k] = od[k];
+    t.in_dims[k] = xd[k];
+    t.in_strides[k] = xs[k];
+  }
+  tile(s.ptr[x], s.ptr[out], t, elem_bytes(s, x), s.ctx.stream());
+}
+
+void run_shape(ExecState &s, const Op &op) {
+  const auto d = s.dims(op.inputs.at(0));
+  const auto r = static_cast<std::int64_t>(d.size());
+  std::int64_t start = op.attr_int("start", 0), end = op.attr_int("end", r);
+  start = std::clamp<std::int64_t>(start < 0 ? start + r : start, 0, r);
+  end = std::clamp<std::int64_t>(end < 0 ? end + r : end, 0, r);
+  const std::vector<std::int64_t> dims(d.begin() + start, d.begin() + std::max(start, end));
+  const TensorId out = op.outputs.at(0);
+  if (s.tensor(out).dtype != DType::i64 || s.tensor(out).element_count() != dims.size())
+    unsupported(op, "int64 output of the slice's length expected");
+  if (dims.empty()) return;
+  // From pageable memory: the call returns once `dims` is staged, so the vector
+  // may go out of scope.
+  check(cudaMemcpyAsync(s.ptr[out], dims.data(), dims.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice, s.ctx.stream()),
+        "Shape '" + op.name + "'");
+}
+
+void run_constant_of_shape(ExecState &s, const Op &op) {
+  const TensorId out = op.outputs.at(0);
+  const int eb = elem_bytes(s, out);
+  std::uint64_t pattern = 0;
+  if (const analysis::Attribute *v = op.attr("value"); v && v->t) {
+    if (v->t->bytes.size() != static_cast<std::size_t>(eb)) unsupported(op, "value must be one element of the output dtype");
+    std::memcpy(&pattern, v->t->bytes.data(), v->t->bytes.size());
+  }
+  fill_pattern(s.ptr[out], static_cast<std::int64_t>(s.tensor(out).element_count()), eb, pattern, s.ctx.stream());
+}
+
+// ReduceProd and ReduceSumSquare with the CPU kernel's axes rules (attribute,
+// or input 1 when present).
+void run_serial_reduce(ExecState &s, const Op &op, bool prod) {
+  const TensorId x = op.inputs.at(0);
+  const float* px = in_f32(s, op, 0);
+  const auto d = s.dims(x);
+  if (d.size() > static_cast<std::size_t>(kMaxRank)) unsupported(op, "rank above 8");
+  std::vector<std::int64_t> axes = op.attr_ints("axes");
+  if (op.input(1) != kNoTensor) axes = int_arg(s, op, 1, "axes");
+  std::vector<bool> reduced(d.size(), axes.empty() && op.attr_int("noop_with_empty_axes", 0) == 0);
+  for (auto a : axes) reduced[norm_axis(a, d.size(), op)] = true;
+  const auto st = contiguous_strides(d);
+  ReduceSpec spec;
+  for (std::size_t k = 0; k < d.size(); ++k) {
+    if (reduced[k]) {
+      spec.red_dims[spec.red_rank] = d[k];
+      spec.red_strides[spec.red_rank++] = st[k];
+    } else {
+      spec.out_dims[spec.out_rank] = d[k];
+      spec.out_strides[spec.out_rank++] = st[k];
+    }
+  }
+  reduce_serial(px, out_f32(s, op, 0), spec, prod, s.ctx.stream());
+}
+
+}  // namespace
+
+bool run_layer_training_op(ExecState &s, const Op &op) {
+  if (op.domain != "memplan") return false;
+  const std::string &t = op.type;
+  if (t == "BatchNormTraining") return run_batch_norm_training(s, op), true;
+  if (t == "BatchNormGrad") return run_batch_norm_grad(s, op), true;
+  if (t == "AveragePoolGrad") return run_average_pool_grad(s, op), true;
+  if (t == "SliceGrad") return run_slice_grad(s, op), true;
+  if (t == "GatherGrad") return run_gather_grad(s, op), true;
+  if (t == "SplitGrad") return run_split_grad(s, op), true;
+  // With a float mask these stay with the generated elementwise kernels
+  // (cuda_training_ops.cpp).
+  if (t == "DropoutGrad" && is_bool(s, op.input(1))) return run_masked_grad(s, op, true), true;
+  if (t == "WhereGrad" && is_bool(s, op.input(1))) return run_masked_grad(s, op, false), true;
+  return false;
+}
+
+bool run_extra_op(ExecState &s, const Op &op) {
+  if (!op.domain.empty() && op.domain != "ai.onnx") return false;
+  const std::string &t = op.type;
+  if (t == "Dropout") return run_dropout(s, op), true;
+  if (t == "Where") return run_where(s, op), true;
+  if (t == "IsNaN") {
+    is_nan(in_f32(s, op, 0), reinterpret_cast<std::uint8_t *>(s.ptr[op.outputs.at(0)]),
+           static_cast<std::int64_t>(s.tensor(op.inputs[0]).element_count()), s.ctx.stream());
+    return true;
+  }
+  if (t == "Tile") return run_tile(s, op), true;
+  if (t == "Shape") return run_shape(s, op), true;
+  if (t == "ConstantOfShape") return run_constant_of_shape(s, op), true;
+  if (t == "ReduceProd") return run_serial_reduce(s, op, true), true;
+  if (t == "ReduceSumSquare") return run_serial_reduce(s, op, false), true;
+  return false;
+}
+
+}  // namespace memplan::runtime::cuda

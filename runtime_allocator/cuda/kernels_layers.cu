@@ -1,0 +1,380 @@
+// Hand-written CUDA kernels of the training-graph layers (see
+// kernels_layers.hpp). Float arithmetic that the CPU kernels round step by step
+// uses the _rn intrinsics, so no multiply-add is contracted into an FMA.
+#include <cmath>
+
+#include "runtime_allocator/cuda/block_reduce.cuh"
+#include "runtime_allocator/cuda/cuda_context.hpp"
+#include "runtime_allocator/cuda/kernels_layers.hpp"
+#include "runtime_allocator/dropout_mask.hpp"
+
+namespace memplan::runtime::cuda {
+
+namespace {
+
+constexpr int kChannelThreads = 512;
+
+// Sum of one double per thread over the block; every thread gets the result.
+__device__ double block_sum_double(double v) {
+  __shared__ double part[32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // part[] may still be read from a previous call
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  v = lane < warps ? part[lane] : 0.0;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ std::int64_t global_index() {
+  return blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+}
+__device__ __forceinline__ std::int64_t grid_stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
+
+// Element k of channel c in [n, c, plane] (k runs over n * plane).
+__device__ __forceinline__ std::int64_t channel_element(std::int64_t k, std::int64_t c, std::int64_t channels,
+                                                        std::int64_t plane) {
+  const std::int64_t b = k / plane;
+  return (b * channels + c) * plane + (k - b * plane);
+}
+
+// One block per channel (grid.x = channels): mean, variance, then the
+// normalised output.
+__global__ void batch_norm_training_kernel(BatchNormTrainingArgs a) {
+  const std::int64_t c = blockIdx.x, count = a.n * a.plane;
+  double s = 0.0;
+  for (std::int64_t k = threadIdx.x; k < count; k += blockDim.x) s += a.x[channel_element(k, c, a.c, a.plane)];
+  const double m = block_sum_double(s) / static_cast<double>(count);
+  double s2 = 0.0;
+  for (std::int64_t k = threadIdx.x; k < count; k += blockDim.x) {
+    const double d = static_cast<double>(a.x[channel_element(k, c, a.c, a.plane)]) - m;
+    s2 += d * d;
+  }
+  s2 = block_sum_double(s2);  // its barriers: every read of x precedes the
+                              // writes of y below (y may alias x)
+  const float mean = static_cast<float>(m), var = static_cast<float>(s2 / static_cast<double>(count));
+  const float invstd = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(var, a.epsilon)));
+  const float scale = a.scale[c], bias = a.bias[c];
+  for (std::int64_t k = threadIdx.x; k < count; k += blockDim.x) {
+    const std::int64_t i = channel_element(k, c, a.c, a.plane);
+    a.y[i] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(a.x[i], mean), invstd), scale), bias);
+  }
+  if (threadIdx.x != 0) return;
+  const float keep = a.momentum, take = __fsub_rn(1.0f, a.momentum);
+  if (a.running_mean_out) a.running_mean_out[c] = __fadd_rn(__fmul_rn(a.running_mean[c], keep), __fmul_rn(mean, take));
+  if (a.running_var_out) a.running_var_out[c] = __fadd_rn(__fmul_rn(a.running_var[c], keep), __fmul_rn(var, take));
+  if (a.saved_mean) a.saved_mean[c] = mean;
+  if (a.saved_invstd) a.saved_invstd[c] = invstd;
+}
+
+__global__ void batch_norm_grad_kernel(const float *dy, const float *x, const float *scale, const float *mean,
+                                       const float *invstd, float *dx, float *dscale, float *dbias, std::int64_t channels,
+                                       std::int64_t n, std::int64_t plane) {
+  const std::int64_t c = blockIdx.x, count = n * plane;
+  const float mu = mean[c], is = invstd[c];
+  double db = 0.0, ds = 0.0;
+  for (std::int64_t k = threadIdx.x; k < count; k += blockDim.x) {
+    const std::int64_t i = channel_element(k, c, channels, plane);
+    const float g = dy[i];
+    db += g;
+    ds += __fmul_rn(__fmul_rn(g, __fsub_rn(x[i], mu)), is);
+  }
+  const float sum_dy = static_cast<float>(block_sum_double(db));
+  const float sum_dy_xhat = static_cast<float>(block_sum_double(ds));  // barriers: reads precede dx writes (dx may alias dy)
+  if (threadIdx.x == 0 && dscale) dscale[c] = sum_dy_xhat;
+  if (threadIdx.x == 0 && dbias) dbias[c] = sum_dy;
+  if (!dx) return;
+  const float m = static_cast<float>(count);
+  const float k0 = __fdiv_rn(__fmul_rn(scale[c], is), m);
+  for (std::int64_t k = threadIdx.x; k < count; k += blockDim.x) {
+    const std::int64_t i = channel_element(k, c, channels, plane);
+    const float xhat = __fmul_rn(__fsub_rn(x[i], mu), is);
+    dx[i] = __fmul_rn(k0, __fsub_rn(__fsub_rn(__fmul_rn(m, dy[i]), sum_dy), __fmul_rn(xhat, sum_dy_xhat)));
+  }
+}
+
+// The number of window elements the CPU kernel divides output (oh, ow) by.
+__device__ std::int64_t pool_count(const AvgPoolGeometry &p, std::int64_t oh, std::int64_t ow) {
+  std::int64_t count = 0;
+  for (std::int64_t r = 0; r < p.kh; ++r)
+    for (std::int64_t s = 0; s < p.kw; ++s) {
+      const std::int64_t ih = oh * p.sh - p.ph + r * p.dh, iw = ow * p.sw - p.pw + s * p.dw;
+      if (p.count_include_pad)
+        count += ih < p.h + p.ph_end && iw < p.w + p.pw_end;
+      else
+        count += ih >= 0 && ih < p.h && iw >= 0 && iw < p.w;
+    }
+  return count;
+}
+
+__global__ void average_pool_grad_kernel(const float *dy, float *dx, AvgPoolGeometry p) {
+  const std::int64_t total = p.nc * p.h * p.w;
+  for (std::int64_t i = global_index(); i < total; i += grid_stride()) {
+    const std::int64_t iw = i % p.w, ih = (i / p.w) % p.h, nc = i / (p.w * p.h);
+    float acc = 0.0f;
+    for (std::int64_t r = 0; r < p.kh; ++r) {
+      const std::int64_t th = ih + p.ph - r * p.dh;  // = oh * sh for the window row that reads ih at offset r
+      if (th < 0 || th % p.sh != 0 || th / p.sh >= p.oh) continue;
+      const std::int64_t oh = th / p.sh;
+      for (std::int64_t s = 0; s < p.kw; ++s) {
+        const std::int64_t tw = iw + p.pw - s * p.dw;
+        if (tw < 0 || tw % p.sw != 0 || tw / p.sw >= p.ow) continue;
+        const std::int64_t ow = tw / p.sw;
+        const std::int64_t count = pool_count(p, oh, ow);
+        if (count > 0) acc = __fadd_rn(acc, __fdiv_rn(dy[(nc * p.oh + oh) * p.ow + ow], static_cast<float>(count)));
+      }
+    }
+    dx[i] = acc;
+  }
+}
+
+template <typename Index>
+__global__ void gather_grad_kernel(const float *dy, const Index *idx, float *dx, std::int64_t outer, std::int64_t dim,
+                                   std::int64_t inner, std::int64_t count) {
+  const std::int64_t columns = outer * inner;
+  for (std::int64_t t = global_index(); t < columns; t += grid_stride()) {
+    const std::int64_t o = t / inner, e = t - o * inner;
+    for (std::int64_t j = 0; j < count; ++j) {
+      std::int64_t k = static_cast<std::int64_t>(idx[j]);
+      if (k < 0) k += dim;
+      if (k < 0 || k >= dim) continue;
+      float &d = dx[(o * dim + k) * inner + e];
+      d = __fadd_rn(d, dy[(o * count + j) * inner + e]);
+    }
+  }
+}
+
+__global__ void dropout_kernel(const float *x, float *y, std::uint8_t *mask, std::int64_t n, std::uint64_t key,
+                               std::uint64_t threshold, float ratio) {
+  const float kept = __fsub_rn(1.0f, ratio);
+  for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
+    const bool keep = dropout_keep(key, static_cast<std::uint64_t>(i), threshold);
+    y[i] = keep ? __fdiv_rn(x[i], kept) : 0.0f;
+    if (mask) mask[i] = keep ? 1 : 0;
+  }
+}
+
+// Offset of output element i in operand k.
+__device__ __forceinline__ std::int64_t broadcast_offset(const BroadcastShape &b, int k, std::int64_t i) {
+  std::int64_t off = 0;
+  for (int d = b.rank - 1; d >= 0; --d) {
+    const std::int64_t q = i % b.dims[d];
+    i /= b.dims[d];
+    off += q * b.strides[k][d];
+  }
+  return off;
+}
+
+__device__ __forceinline__ std::int64_t element_count(const BroadcastShape &b) {
+  std::int64_t n = 1;
+  for (int d = 0; d < b.rank; ++d) n *= b.dims[d];
+  return n;
+}
+
+__global__ void masked_grad_kernel(const float *dy, const std::uint8_t *mask, float *dx, BroadcastShape b, bool select,
+                                   bool divide, float ratio) {
+  const std::int64_t n = element_count(b);
+  const float kept = __fsub_rn(1.0f, ratio);
+  for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
+    const bool on = mask[broadcast_offset(b, 0, i)] != 0;
+    const float g = dy[i];
+    dx[i] = on == select ? (divide ? __fdiv_rn(g, kept) : g) : 0.0f;
+  }
+}
+
+template <typename T>
+__global__ void where_kernel(const std::uint8_t *cond, const T *x, const T *y, T *out, BroadcastShape b) {
+  const std::int64_t n = element_count(b);
+  for (std::int64_t i = global_index(); i < n; i += grid_stride())
+    out[i] = cond[broadcast_offset(b, 0, i)] ? x[broadcast_offset(b, 1, i)] : y[broadcast_offset(b, 2, i)];
+}
+
+__global__ void is_nan_kernel(const float *x, std::uint8_t *out, std::int64_t n) {
+  for (std::int64_t i = global_index(); i < n; i += grid_stride()) out[i] = isnan(x[i]) ? 1 : 0;
+}
+
+template <typename T>
+__global__ void tile_kernel(const T *x, T *out, TileShape s, std::int64_t n) {
+  for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
+    std::int64_t r = i, src = 0;
+    for (int d = s.rank - 1; d >= 0; --d) {
+      const std::int64_t q = r % s.out_dims[d];
+      r /= s.out_dims[d];
+      src += (q % s.in_dims[d]) * s.in_strides[d];
+    }
+    out[i] = x[src];
+  }
+}
+
+template <typename T>
+__global__ void fill_kernel(T *out, std::int64_t n, T value) {
+  for (std::int64_t i = global_index(); i < n; i += grid_stride()) out[i] = value;
+}
+
+__global__ void reduce_serial_kernel(const float *x, float *y, ReduceSpec s, std::int64_t outs, std::int64_t reds, bool product) {
+  for (std::int64_t o = global_index(); o < outs; o += grid_stride()) {
+    std::int64_t r = o, base = 0;
+    for (int k = s.out_rank - 1; k >= 0; --k) {
+      base += (r % s.out_dims[k]) * s.out_strides[k];
+      r /= s.out_dims[k];
+    }
+    float acc = product ? 1.0f : 0.0f;
+    for (std::int64_t j = 0; j < reds; ++j) {
+      std::int64_t q = j, off = base;
+      for (int k = s.red_rank - 1; k >= 0; --k) {
+        off += (q % s.red_dims[k]) * s.red_strides[k];
+        q /= s.red_dims[k];
+      }
+      const float v = x[off];
+      acc = product ? __fmul_rn(acc, v) : __fadd_rn(acc, __fmul_rn(v, v));
+    }
+    y[o] = acc;
+  }
+}
+
+template <template <typename> class Launch, typename... Args>
+void by_elem_bytes(int elem_bytes, const char *what, Args &&...args) {
+  switch (elem_bytes) {
+    case 1:
+      Launch<unsigned char>{}(args...);
+      break;
+    case 2:
+      Launch<unsigned short>{}(args...);
+      break;
+    case 4:
+      Launch<unsigned int>{}(args...);
+      break;
+    case 8:
+      Launch<unsigned long long>{}(args...);
+      break;
+    default:
+      fail(ErrorKind::unsupported, std::string(what) + " of " + std::to_string(elem_bytes) + "-byte elements");
+  }
+}
+
+template <typename T>
+struct LaunchWhere {
+  void operator()(const std::uint8_t *cond, const void *x, const void *y, void *out, const BroadcastShape &b, std::int64_t n,
+                  cudaStream_t stream) const {
+    where_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(cond, static_cast<const T *>(x), static_cast<const T *>(y),
+                                                          static_cast<T *>(out), b);
+  }
+};
+
+template <typename T>
+struct LaunchTile {
+  void operator()(const void *x, void *out, const TileShape &s, std::int64_t n, cudaStream_t stream) const {
+    tile_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T *>(x), static_cast<T *>(out), s, n);
+  }
+};
+
+template <typename T>
+struct LaunchFill {
+  void operator()(void *out, std::int64_t n, std::uint64_t pattern, cudaStream_t stream) const {
+    fill_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<T *>(out), n, static_cast<T>(pattern));
+  }
+};
+
+}  // namespace
+
+void batch_norm_training(const BatchNormTrainingArgs &a, cudaStream_t stream) {
+  if (a.c == 0) return;
+  if (a.n * a.plane == 0) fail(ErrorKind::unsupported, "BatchNormTraining over an empty batch");
+  if (a.c > 0x7fffffff) fail(ErrorKind::unsupported, "BatchNormTraining with more than 2^31-1 channels");
+  batch_norm_training_kernel<<<static_cast<unsigned>(a.c), kChannelThreads, 0, stream>>>(a);
+  check_launch("batch_norm_training");
+}
+
+void batch_norm_grad(const float *dy, const float *x, const float *scale, const float *mean, const float *invstd, float *dx,
+                     float *dscale, float *dbias, std::int64_t n, std::int64_t c, std::int64_t plane, cudaStream_t stream) {
+  if (c == 0) return;
+  if (n * plane == 0) fail(ErrorKind::unsupported, "BatchNormGrad over an empty batch");
+  if (c > 0x7fffffff) fail(ErrorKind::unsupported, "BatchNormGrad with more than 2^31-1 channels");
+  batch_norm_grad_kernel<<<static_cast<unsigned>(c), kChannelThreads, 0, stream>>>(dy, x, scale, mean, invstd, dx, dscale, dbias,
+                                                                                   c, n, plane);
+  check_launch("batch_norm_grad");
+}
+
+void average_pool_grad(const float *dy, float *dx, const AvgPoolGeometry &p, cudaStream_t stream) {
+  const std::int64_t n = p.nc * p.h * p.w;
+  if (n == 0) return;
+  if (p.sh <= 0 || p.sw <= 0) fail(ErrorKind::unsupported, "AveragePoolGrad with a stride below 1");
+  average_pool_grad_kernel<<<grid_for(n), kThreads, 0, stream>>>(dy, dx, p);
+  check_launch("average_pool_grad");
+}
+
+void gather_grad(const float *dy, const void *indices, bool indices_i64, float *dx, std::int64_t outer, std::int64_t dim,
+                 std::int64_t inner, std::int64_t count, cudaStream_t stream) {
+  const std::int64_t n = outer * dim * inner;
+  if (n == 0) return;
+  check(cudaMemsetAsync(dx, 0, static_cast<std::size_t>(n) * sizeof(float), stream), "GatherGrad zero");
+  if (count == 0 || inner == 0) return;
+  const std::int64_t columns = outer * inner;
+  if (indices_i64)
+    gather_grad_kernel<<<grid_for(columns), kThreads, 0, stream>>>(dy, static_cast<const std::int64_t *>(indices), dx, outer, dim,
+                                                                   inner, count);
+  else
+    gather_grad_kernel<<<grid_for(columns), kThreads, 0, stream>>>(dy, static_cast<const std::int32_t *>(indices), dx, outer, dim,
+                                                                   inner, count);
+  check_launch("gather_grad");
+}
+
+void dropout_forward(const float *x, float *y, std::uint8_t *mask, std::int64_t n, std::uint64_t key, std::uint64_t threshold,
+                     float ratio, cudaStream_t stream) {
+  if (n == 0) return;
+  dropout_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, mask, n, key, threshold, ratio);
+  check_launch("dropout");
+}
+
+void masked_grad(const float *dy, const std::uint8_t *mask, float *dx, const BroadcastShape &shape, bool select, bool divide,
+                 float ratio, cudaStream_t stream) {
+  std::int64_t n = 1;
+  for (int d = 0; d < shape.rank; ++d) n *= shape.dims[d];
+  if (n == 0) return;
+  masked_grad_kernel<<<grid_for(n), kThreads, 0, stream>>>(dy, mask, dx, shape, select, divide, ratio);
+  check_launch("masked_grad");
+}
+
+void where(const std::uint8_t *cond, const void *x, const void *y, void *out, const BroadcastShape &shape, int elem_bytes,
+           cudaStream_t stream) {
+  std::int64_t n = 1;
+  for (int d = 0; d < shape.rank; ++d) n *= shape.dims[d];
+  if (n == 0) return;
+  by_elem_bytes<LaunchWhere>(elem_bytes, "Where", cond, x, y, out, shape, n, stream);
+  check_launch("where");
+}
+
+void is_nan(const float *x, std::uint8_t *out, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  is_nan_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, out, n);
+  check_launch("is_nan");
+}
+
+void tile(const void *x, void *out, const TileShape &shape, int elem_bytes, cudaStream_t stream) {
+  std::int64_t n = 1;
+  for (int d = 0; d < shape.rank; ++d) n *= shape.out_dims[d];
+  if (n == 0) return;
+  for (int d = 0; d < shape.rank; ++d)
+    if (shape.in_dims[d] <= 0) fail(ErrorKind::unsupported, "Tile of an empty input into a non-empty output");
+  by_elem_bytes<LaunchTile>(elem_bytes, "Tile", x, out, shape, n, stream);
+  check_launch("tile");
+}
+
+void fill_pattern(void *out, std::int64_t n, int elem_bytes, std::uint64_t pattern, cudaStream_t stream) {
+  if (n == 0) return;
+  by_elem_bytes<LaunchFill>(elem_bytes, "fill", out, n, pattern, stream);
+  check_launch("fill_pattern");
+}
+
+void reduce_serial(const float *x, float *y, const ReduceSpec &spec, bool product, cudaStream_t stream) {
+  std::int64_t outs = 1, reds = 1;
+  for (int k = 0; k < spec.out_rank; ++k) outs *= spec.out_dims[k];
+  for (int k = 0; k < spec.red_rank; ++k) reds *= spec.red_dims[k];
+  if (outs == 0) return;
+  reduce_serial_kernel<<<grid_for(outs), kThreads, 0, stream>>>(x, y, spec, outs, reds, product);
+  check_launch("reduce_serial");
+}
+
+}  // namespace memplan::runtime::cuda
