@@ -260,14 +260,28 @@ json run_training_plan(const planner::TrainingPlanResult& r, const std::map<std:
           {"first_step_loss", loss}};
 }
 
-// Deterministic float32 values in [-1, 1) for every graph input.
+// Deterministic values for every graph input: float32 in [-1, 1), integers (token ids) in [0, 1000), bools 1.
 std::map<std::string, HostValue> synthetic_feed(const Graph& g) {
   std::map<std::string, HostValue> feed;
   for (analysis::TensorId t : g.inputs) {
     const auto& x = g.tensors[t];
     HostValue v{x.dtype, x.shape(), std::vector<std::byte>(x.bytes())};
-    auto* f = reinterpret_cast<float*>(v.bytes.data());
-    for (std::size_t i = 0; i < x.element_count(); ++i) f[i] = static_cast<float>((i * 2654435761u + t) % 20011) * 1e-4f - 1.0f;
+    const std::size_t n = x.element_count();
+    auto value = [&](std::size_t i) { return (i * 2654435761u + t) % 20011; };
+    if (x.dtype == DType::f32) {
+      auto* f = reinterpret_cast<float*>(v.bytes.data());
+      for (std::size_t i = 0; i < n; ++i) f[i] = static_cast<float>(value(i)) * 1e-4f - 1.0f;
+    } else if (x.dtype == DType::i64) {
+      auto* p = reinterpret_cast<std::int64_t*>(v.bytes.data());
+      for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::int64_t>(value(i) % 1000);
+    } else if (x.dtype == DType::i32) {
+      auto* p = reinterpret_cast<std::int32_t*>(v.bytes.data());
+      for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::int32_t>(value(i) % 1000);
+    } else if (x.dtype == DType::boolean) {
+      std::fill(v.bytes.begin(), v.bytes.end(), std::byte{1});
+    } else {
+      throw std::invalid_argument("input '" + x.name + "': no synthetic values for dtype " + analysis::dtype_name(x.dtype));
+    }
     feed[x.name] = std::move(v);
   }
   return feed;

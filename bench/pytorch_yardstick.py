@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch yardstick on the GPU machine: inference and training peaks, checkpoint_sequential at sqrt(N)
 segments, and pinned host<->device bandwidth. Prints JSON; run in the same command as memplan so the
-figures are side by side. Usage: python3 bench/pytorch_yardstick.py [--out FILE]"""
+figures are side by side. Usage: python3 bench/pytorch_yardstick.py [--out FILE] [--memplan EXE]
+[--bench-cuda EXE] (bench_cuda: memplan's plans measured on the same GPU)"""
 import argparse
 import json
 import math
@@ -226,6 +227,22 @@ def memplan_json(memplan, args):
     return json.loads(out.stdout)
 
 
+def memplan_gpu_steps(bench_cuda, samples, res):
+    """memplan's plans run on this GPU (bench_cuda train): none, sqrt, and optimal and auto at the memory
+    PyTorch's checkpoint_sequential reached, in the same run as PyTorch."""
+    import subprocess
+    out = {}
+    for name, (_, train, batch, seq) in MODELS.items():
+        ck = [t for t in res.get("training", []) if t["model"] == name and t["segments"]]
+        if not ck:
+            continue
+        args = [bench_cuda, "train", f"{samples}/{train}", "10", f"batch={batch}", "optimizer=none",
+                f"budget={ck[0]['peak_bytes']}", "strategies=optimal,auto"] + ([f"seq={seq}"] if seq else [])
+        p = subprocess.run(args, capture_output=True, text=True)
+        out[name] = json.loads(p.stdout) if p.returncode == 0 else {"error": p.stderr.strip()[-2000:], "exit": p.returncode}
+    res["memplan_gpu"] = out
+
+
 def memplan_side(memplan, samples, res):
     """memplan's figures for the same models, in the same run as PyTorch's."""
     inf = {}
@@ -256,6 +273,7 @@ def main():
     ap.add_argument("--memplan", help="path of the memplan executable, to run beside PyTorch")
     ap.add_argument("--samples", default="samples/models")
     ap.add_argument("--skip-training", action="store_true")
+    ap.add_argument("--bench-cuda", help="path of bench_cuda: run memplan's training plans on this GPU too")
     args = ap.parse_args()
     res = dict(device=torch.cuda.get_device_name(0), torch=torch.__version__, date=time.strftime("%Y-%m-%d"))
     res["bandwidth"] = pinned_bandwidth()
@@ -269,6 +287,8 @@ def main():
         res["training"] = tr
     if args.memplan:
         memplan_side(args.memplan, args.samples, res)
+    if args.bench_cuda:
+        memplan_gpu_steps(args.bench_cuda, args.samples, res)
     text = json.dumps(res, indent=1)
     print(text)
     if args.out:

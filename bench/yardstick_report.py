@@ -49,6 +49,25 @@ def main(path):
             est = m["estimated_step_seconds"] / none["estimated_step_seconds"] - 1
             print(f"| {t['model']} | {t['segments']} | {t['peak_bytes']/MiB:.1f} | {plain['step_seconds_median']:.4f} -> {t['step_seconds_median']:.4f} | {100*over:.0f}% "
                   f"| {strat} | {m['peak_bytes']/MiB:.1f} | {m['recompute_overhead']:.3f} | {m['recompute_flops']/fwd:.3f} | {100*est:.1f}% |")
+    gpu = r.get("memplan_gpu")
+    if not gpu:
+        return
+    print("\n## memplan's plans run on the same GPU (bench_cuda train, float32 without TF32, median of 10 steps)\n")
+    print("| model | budget (MiB) | strategy | planned peak (MiB) | device memory measured (MiB) | step s | real-time overhead vs memplan none | PyTorch eager step s | PyTorch checkpoint overhead |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+    for t in r["training"]:
+        if not t["segments"] or t["model"] not in gpu:
+            continue
+        plain = next(x for x in r["training"] if x["model"] == t["model"] and not x["segments"])
+        over = t["step_seconds_median"] / plain["step_seconds_median"] - 1
+        g = gpu[t["model"]]
+        if "error" in g:
+            print(f"| {t['model']} | | failed: {g['error'].splitlines()[-1][:160]} | | | | | | |")
+            continue
+        for strat, row in g["strategies"].items():
+            print(f"| {t['model']} | {g['budget_bytes']/MiB:.1f} | {strat} | {row['planned_peak_bytes']/MiB:.1f} | "
+                  f"{(row['peak_device_bytes'])/MiB:.1f} | {row['step_seconds']:.4f} | {100*row['step_overhead_vs_none']:+.1f}% | "
+                  f"{plain['step_seconds_median']:.4f} | {100*over:+.0f}% |")
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ TEST_CASE("a convolution costs 2*N*Cout*Hout*Wout*Cin/g*kh*kw, and so do both of
   CHECK(op_cost(tg.graph, op_named(tg.graph, "ConvGradInput", Phase::backward)).flops == expected);
 }
 
-TEST_CASE("matmul and Gemm cost 2*M*N*K; the gradients of a matmul cost the same") {
+TEST_CASE("matmul and Gemm cost 2*M*N*K - the gradients of a matmul cost the same") {
   GraphBuilder b;
   auto a = b.input("a", {2, 5, 6});
   auto w = b.weight("w", {6, 7});
@@ -65,7 +65,7 @@ TEST_CASE("matmul and Gemm cost 2*M*N*K; the gradients of a matmul cost the same
   CHECK(op_cost(tg.graph, op_named(tg.graph, "MatMulGradB", Phase::backward)).flops == 2.0 * 2 * 5 * 7 * 6);
 }
 
-TEST_CASE("a tensor read twice counts once; an embedding lookup reads only its rows") {
+TEST_CASE("a tensor read twice counts once - an embedding lookup reads only its rows") {
   GraphBuilder b;
   auto x = b.input("x", {4, 4});
   auto s = b.op1("Mul", {x, x}, "s", {4, 4});

@@ -171,7 +171,7 @@ TEST_CASE("ops are visited in topological order even when the file lists them ou
   CHECK(g.ops[0].type == "Relu");  // file order kept in the result
 }
 
-TEST_CASE("Shape of an activation with a known shape is a constant; its data-bearing source is not needed") {
+TEST_CASE("Shape of an activation with a known shape is a constant - its data-bearing source is not needed") {
   Builder b;
   b.input("a", DType::f32, Shape{4, 5});
   b.op("Relu", {"a"}, {"r"});

@@ -24,7 +24,7 @@ struct Fold {
 
 }  // namespace
 
-TEST_CASE("integer Div truncates; Mod follows the divisor's sign unless fmod=1; division by zero is an error") {
+TEST_CASE("integer Div truncates - Mod follows the divisor's sign unless fmod=1 - division by zero is an error") {
   {
     Fold f;
     f.b.ints("a", {7, -7, 7, -7});
@@ -65,7 +65,7 @@ TEST_CASE("broadcast arithmetic and comparisons fold elementwise") {
   CHECK(l.run("Less", {"a", "c"}) == Ints{1, 0, 0});
 }
 
-TEST_CASE("Where, Equal, Not and Cast fold; Cast from float truncates toward zero") {
+TEST_CASE("Where, Equal, Not and Cast fold - Cast from float truncates toward zero") {
   Fold w;
   w.b.ints("x", {10, 20, 30});
   w.b.ints("y", {-1}, {});
@@ -145,7 +145,7 @@ TEST_CASE("Transpose, Expand, Tile, Unsqueeze and GatherElements fold") {
   CHECK(ge.run("GatherElements", {"x", "i"}, {{"axis", ai(1)}}) == Ints{2, 1, 3, 3});
 }
 
-TEST_CASE("ReduceProd of a Shape folds to the element count; ConstantOfShape fills its value") {
+TEST_CASE("ReduceProd of a Shape folds to the element count - ConstantOfShape fills its value") {
   Builder b;
   b.input("x", DType::f32, Shape{2, 3, 4});
   b.op("Shape", {"x"}, {"s"});

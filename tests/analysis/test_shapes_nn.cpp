@@ -49,7 +49,7 @@ TEST_CASE("Conv: pads, strides, dilations, auto_pad and groups follow the ONNX o
   CHECK(kind_of([] { conv({1, 3, 2, 2}, {4, 3, 5, 5}, {}); }) == ErrorKind::shape);  // kernel larger than input
 }
 
-TEST_CASE("ConvTranspose: stride*(in-1) + output_padding + kernel extent - pads; output_shape wins") {
+TEST_CASE("ConvTranspose: stride*(in-1) + output_padding + kernel extent - pads - output_shape wins") {
   CHECK(conv({1, 16, 7, 7}, {16, 8, 3, 3},
              {{"strides", ais({2, 2})}, {"pads", ais({1, 1, 1, 1})}, {"output_padding", ais({1, 1})}},
              "ConvTranspose") == Shape{1, 8, 14, 14});
@@ -120,7 +120,7 @@ TEST_CASE("LayerNormalization: Mean and InvStdDev are float with the normalized 
   CHECK(shape_of(g, "inv") == Shape{2, 1, 1});
 }
 
-TEST_CASE("BatchNormalization in training mode outputs running statistics of shape [C]; Dropout a bool mask") {
+TEST_CASE("BatchNormalization in training mode outputs running statistics of shape [C] - Dropout a bool mask") {
   Builder b;
   b.input("x", DType::f32, Shape{8, 16, 4, 4});
   for (const char* n : {"scale", "bias", "mean", "var"}) b.weight(n, DType::f32, Shape{16});

@@ -175,7 +175,7 @@ TEST_CASE("each forward op gets its backward ops, reading exactly PyTorch's save
   }
 }
 
-TEST_CASE("Split with an unused output gets SplitGrad; with all outputs used, Concat") {
+TEST_CASE("Split with an unused output gets SplitGrad - with all outputs used, Concat") {
   for (bool both : {false, true}) {
     CAPTURE(both);
     GraphBuilder b;
@@ -193,7 +193,7 @@ TEST_CASE("Split with an unused output gets SplitGrad; with all outputs used, Co
   }
 }
 
-TEST_CASE("momentum keeps one buffer per weight, Adam two plus a step; none outputs the gradients") {
+TEST_CASE("momentum keeps one buffer per weight, Adam two plus a step - none outputs the gradients") {
   GraphBuilder b;
   auto a = trained(b, {2, 3});
   out1(b, "Relu", {a}, {2, 3});

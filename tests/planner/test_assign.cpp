@@ -165,7 +165,7 @@ TEST_CASE("switching views and in-place off gives every arena tensor its own buf
   CHECK(on.arena_bytes < off.arena_bytes);
 }
 
-TEST_CASE("offsets and sizes are multiples of the alignment; the plan records every field") {
+TEST_CASE("offsets and sizes are multiples of the alignment - the plan records every field") {
   GraphBuilder b;
   const TensorId x = b.input("x", 10), a = b.act("a", 10), c = b.act("c", 33), y = b.act("y", 7);
   b.op("Conv", {x}, {a});
@@ -193,7 +193,7 @@ TEST_CASE("offsets and sizes are multiples of the alignment; the plan records ev
   CHECK_THROWS_AS(assign(b.g, l, zero), Error);
 }
 
-TEST_CASE("convolutions get scratch of their larger activation, capped by the limit; other ops none") {
+TEST_CASE("convolutions get scratch of their larger activation, capped by the limit - other ops none") {
   GraphBuilder b;
   const TensorId x = b.input("x", 1000), a = b.act("a", 3000), r = b.act("r", 3000), y = b.act("y", 500);
   const OpId c1 = b.op("Conv", {x}, {a});

@@ -104,7 +104,7 @@ TEST_CASE("a document with missing fields or wrong types is malformed") {
   CHECK(kind_of_reading(g, bad_id) == ErrorKind::malformed);
 }
 
-TEST_CASE("scratch regions are written by op name; a version 1 document (no scratch) still reads") {
+TEST_CASE("scratch regions are written by op name - a version 1 document (no scratch) still reads") {
   std::size_t with_scratch = 0;
   for (std::uint32_t seed = 11; seed <= 30; ++seed) {
     const auto g = sample_graph(seed);

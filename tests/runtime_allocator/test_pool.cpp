@@ -98,7 +98,7 @@ TEST_CASE("double free, foreign and interior pointers are runtime errors, never 
   check_recount(pool);
 }
 
-TEST_CASE("exhaustion is a runtime error naming the request; the pool stays usable") {
+TEST_CASE("exhaustion is a runtime error naming the request - the pool stays usable") {
   HostBackend backend;
   PoolAllocator pool(backend, {.chunk_bytes = 1 << 16, .max_bytes = 1 << 18, .grow = true});
   std::vector<std::byte*> held;

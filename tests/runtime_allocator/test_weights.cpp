@@ -61,7 +61,7 @@ TEST_CASE("external weights are read at their offset relative to the model's fol
   CHECK(to_end.tensors[0].data->bytes.size() == 16);
 }
 
-TEST_CASE("locations that escape the model's folder are malformed; short files are io errors") {
+TEST_CASE("locations that escape the model's folder are malformed - short files are io errors") {
   Folder f;
   CHECK(load_error(graph_with("../outside.bin", 0, 16), f.model.string()) == ErrorKind::malformed);
   CHECK(load_error(graph_with("sub/../../outside.bin", 0, 16), f.model.string()) == ErrorKind::malformed);
