@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <numeric>
+#include <set>
 #include <string_view>
 
 #include "planner/pack.hpp"
@@ -137,6 +138,44 @@ std::uint64_t max_live_bytes(const std::vector<PackItem>& items, std::uint32_t s
   return peak;
 }
 
+// Moves each scratch region (items from `first_scratch` on, one step each, in step order) into the largest
+// gap the other items leave at its step, grown to that gap up to `limit`: bytes the arena has free there
+// cost nothing and let the backend choose a faster algorithm. A sweep over steps with the live items
+// ordered by offset; it stops growing once it has visited kMaxGrowVisits live items (huge graphs).
+void grow_scratch(std::vector<Scratch>& scratch, const std::vector<PackItem>& items, std::size_t first_scratch,
+                  const std::vector<std::uint64_t>& offsets, std::uint64_t arena_bytes, std::uint64_t limit) {
+  constexpr std::uint64_t kMaxGrowVisits = 50'000'000;
+  std::vector<std::uint32_t> by_first(first_scratch);
+  std::iota(by_first.begin(), by_first.end(), 0u);
+  std::stable_sort(by_first.begin(), by_first.end(), [&](auto a, auto b) { return items[a].interval.first < items[b].interval.first; });
+  std::set<std::pair<std::uint64_t, std::uint32_t>> live;     // (offset, item)
+  std::set<std::pair<std::uint32_t, std::uint32_t>> by_last;  // (last step, item)
+  std::size_t next = 0;
+  std::uint64_t visits = 0;
+  for (std::size_t i = 0; i < scratch.size() && visits < kMaxGrowVisits; ++i) {
+    const std::uint32_t s = items[first_scratch + i].interval.first;
+    for (; next < by_first.size() && items[by_first[next]].interval.first <= s; ++next) {
+      const auto it = by_first[next];
+      if (items[it].interval.last < s) continue;
+      live.emplace(offsets[it], it);
+      by_last.emplace(items[it].interval.last, it);
+    }
+    while (!by_last.empty() && by_last.begin()->first < s) {
+      live.erase({offsets[by_last.begin()->second], by_last.begin()->second});
+      by_last.erase(by_last.begin());
+    }
+    std::uint64_t cursor = 0, best_at = 0, best = 0;
+    for (const auto& [off, it] : live) {
+      if (off > cursor && off - cursor > best) best = off - cursor, best_at = cursor;
+      cursor = std::max(cursor, off + items[it].size);
+    }
+    if (arena_bytes > cursor && arena_bytes - cursor > best) best = arena_bytes - cursor, best_at = cursor;
+    visits += live.size() + 1;
+    const std::uint64_t grown = std::min(best, limit);
+    if (grown > scratch[i].bytes) scratch[i].offset = best_at, scratch[i].bytes = grown;
+  }
+}
+
 }  // namespace
 
 bool is_view_op(const Op& op) noexcept {
@@ -211,6 +250,8 @@ Plan assign(const Graph& g, const analysis::Liveness& l, const AssignOptions& o)
     return a.drafts[x].interval.first < a.drafts[y].interval.first;
   });
   for (std::size_t i = 0; i < scratch.size(); ++i) scratch[i].offset = packing.offsets[a.drafts.size() + i];
+  grow_scratch(scratch, items, a.drafts.size(), packing.offsets, packing.arena_bytes,
+               o.workspace_limit_bytes / o.alignment * o.alignment);
   p.scratch = std::move(scratch);
   p.tensor_offset.assign(g.tensors.size(), kNotInArena);
   p.tensor_buffer.assign(g.tensors.size(), UINT32_MAX);

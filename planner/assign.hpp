@@ -20,8 +20,9 @@ struct AssignOptions {
   static constexpr std::uint64_t kDefaultWorkspaceLimit = 64ull << 20;
 };
 
-// Scratch bytes planned for op `id` of `g` (before alignment): for a convolution (Conv, ConvGradInput,
-// ConvGradWeight) the larger of its input and output activation, at most `limit`; 0 for every other op.
+// Scratch bytes op `id` of `g` is sure to get (before alignment; assign may grow them into free space): for
+// a convolution (Conv, ConvGradInput, ConvGradWeight) the larger of its input and output activation, at
+// most `limit`; 0 for every other op.
 // The CUDA backend runs the fastest cuDNN algorithm whose workspace fits (one needing none always
 // exists), so the size trades arena bytes against algorithm choice: Winograd and FFT transforms need
 // buffers of about the activation's size, implicit GEMM next to none.
@@ -40,7 +41,10 @@ std::vector<std::size_t> inplace_candidates(const analysis::Op& op);
 //    has its last use at this op, the byte size matches (and the dtype, except for Cast), and the
 //    buffer holds no graph output (graph inputs and weights have no buffer);
 // 3. every op with a scratch_request gets a scratch region live at its step alone;
-// 4. buffers and scratch are packed together by o.packer. The Plan is complete (see plan.hpp) but not verified.
+// 4. buffers and scratch are packed together by o.packer;
+// 5. each scratch region moves into the largest gap the buffers leave at its step when that gap is
+//    larger, grown to it up to o.workspace_limit_bytes: free bytes cost no arena.
+// The Plan is complete (see plan.hpp) but not verified.
 // Errors: ErrorKind::usage for alignment 0 or an unknown packer.
 Plan assign(const Graph& g, const analysis::Liveness& l, const AssignOptions& o = {});
 

@@ -208,10 +208,18 @@ TEST_CASE("convolutions get scratch of their larger activation, capped by the li
   const Plan p = plan_checked(b.g);
   REQUIRE(p.scratch.size() == 2);
   CHECK(p.scratch[0].op == c1);
-  CHECK(p.scratch[0].bytes == 12032);  // aligned to 256
+  CHECK(p.scratch[1].bytes == 12032);  // aligned to 256
   // Most at the second conv: r (in place over a, 12032), y (2048) and that conv's scratch (12032).
   CHECK(p.aliased_lower_bound_bytes == 12032 + 2048 + 12032);
-  CHECK(p.arena_bytes >= p.aliased_lower_bound_bytes);
+  CHECK(p.arena_bytes == p.aliased_lower_bound_bytes);
+  // At the first conv only a (12032) lives: its scratch grows into the rest of the arena for free.
+  CHECK(p.scratch[0].bytes == p.arena_bytes - 12032);
+  AssignOptions capped;
+  capped.workspace_limit_bytes = 13000;  // sure part 12000 -> 12032; growth up to 13000 rounded down, 12800
+  const Plan q = plan_checked(b.g, capped);
+  CHECK(q.arena_bytes == p.arena_bytes);
+  CHECK(q.scratch[0].bytes == 12800);
+  CHECK(q.scratch[1].bytes == 12032);
   const Plan none = plan_checked(b.g, without_scratch());
   CHECK(none.scratch.empty());
   CHECK(none.arena_bytes < p.arena_bytes);

@@ -168,11 +168,12 @@ TEST_CASE("each convolution gets a scratch region at its step that overlaps noth
   // The scratch of conv_c (reads r, writes c) placed on r's bytes: r is live at that step.
   Plan p = s.plan;
   for (auto& sc : p.scratch)
-    if (sc.op == s.conv_c) sc.offset = p.tensor_offset[s.r];
+    if (sc.op == s.conv_c) sc.offset = p.tensor_offset[s.r], sc.bytes = 256;
   const VerifyReport r = verify_plan(s.b.g, p);
   CHECK_FALSE(r.valid);
   bool named = false;
   for (const auto& m : r.problems) named = named || (m.find("scratch of op") != std::string::npos && m.find("overlap") != std::string::npos);
+  INFO("problems: " << (r.problems.empty() ? std::string("none") : r.problems.front()));
   CHECK(named);
 }
 
