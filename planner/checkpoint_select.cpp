@@ -31,6 +31,7 @@ struct State {
   std::uint32_t from = 0;       // stage position of the previous state
   std::uint32_t from_idx = 0;   // its index in that position's frontier
   bool recompute = false;
+  std::uint32_t option = 0;     // Segment::option
 };
 
 // Keeps the states no other state beats in both kept bytes and FLOPs (ties by arrival order).
@@ -80,15 +81,22 @@ SegmentPlan optimal_segments(const ForwardStages& s, std::uint64_t budget, std::
     const auto& f = frontier[r];
     for (std::uint32_t idx = 0; idx < f.size(); ++idx) {
       const State st = f[idx];
-      if (st.kept + s.kept_bytes(r) <= budget) push(r + 1, {st.kept + s.kept_bytes(r), st.flops + s.kept_flops(r), r, idx, false});
-      std::uint64_t total = 0;
+      const std::uint64_t extra = s.extra_bytes(r), input = s.input_loose(r);
+      if (st.kept + s.held_kept(r) + extra <= budget)
+        push(r + 1, {st.kept + s.held_kept(r), st.flops + s.kept_flops(r), r, idx, false});
+      if (!s.partial.empty() && st.kept + input + s.held_total(r) + extra <= budget)
+        for (std::uint32_t k = 0; k < s.partial[r].size(); ++k)
+          push(r + 1, {st.kept + s.partial[r][k].kept_bytes, st.flops + s.partial[r][k].flops, r, idx, false, k + 1});
+      // Recompute segments [r, e]: the bytes of stage e's backward grow with e, so stop at the first too many.
+      std::uint64_t total = 0, need = 0;
       double flops = 0.0;
       for (std::uint32_t e = r; e < m; ++e) {
-        total += s.total_bytes(e);
+        total += s.held_total(e);
+        need = std::max(need, total + s.extra_bytes(e));
         flops += s.flops[e];
-        if (st.kept + total > budget) break;
-        const double extra = total > s.boundary_bytes[e] ? flops - s.boundary_flops[e] : 0.0;
-        push(e + 1, {st.kept + s.boundary_bytes[e], st.flops + extra, r, idx, true});
+        if (st.kept + input + need > budget) break;
+        const double more = total > s.held_boundary(e) ? flops - s.boundary_flops[e] : 0.0;
+        push(e + 1, {st.kept + input + s.held_boundary(e), st.flops + more, r, idx, true});
       }
     }
   }
@@ -102,7 +110,7 @@ SegmentPlan optimal_segments(const ForwardStages& s, std::uint64_t budget, std::
   std::uint32_t pos = static_cast<std::uint32_t>(m), idx = best;
   while (pos > 0) {
     const State& st = frontier[pos][idx];
-    plan.push_back({st.from, pos - 1, st.recompute});
+    plan.push_back({st.from, pos - 1, st.recompute, st.option});
     pos = st.from;
     idx = st.from_idx;
   }
@@ -114,6 +122,7 @@ SegmentPlan brute_force_segments(const ForwardStages& s, std::uint64_t budget) {
   const std::size_t m = s.size();
   if (m == 0) return {};
   if (m > 16) fail(ErrorKind::usage, "brute force over " + std::to_string(m) + " stages is too large (16 at most)");
+  auto options = [&](std::uint32_t i) { return s.partial.empty() ? 0u : static_cast<std::uint32_t>(s.partial[i].size()); };
   SegmentPlan best;
   double best_flops = std::numeric_limits<double>::infinity();
   for (std::uint32_t cuts = 0; cuts < (1u << (m - 1)); ++cuts) {
@@ -124,24 +133,38 @@ SegmentPlan brute_force_segments(const ForwardStages& s, std::uint64_t budget) {
         plan.push_back({first, i, false});
         first = i + 1;
       }
-    for (std::uint32_t modes = 0; modes < (1u << plan.size()); ++modes) {
-      for (std::size_t k = 0; k < plan.size(); ++k) plan[k].recompute = (modes >> k & 1u) != 0;
+    // Modes per segment, counted like an odometer: 0 kept, 1 recompute, 1 + k partial option k.
+    std::vector<std::uint32_t> mode(plan.size(), 0);
+    for (;;) {
+      for (std::size_t k = 0; k < plan.size(); ++k) {
+        plan[k].recompute = mode[k] == 1;
+        plan[k].option = mode[k] > 1 ? mode[k] - 1 : 0;
+      }
       const SegmentCost c = evaluate_segments(s, plan);
       if (c.peak_bytes <= budget && c.recompute_flops < best_flops) {
         best_flops = c.recompute_flops;
         best = plan;
       }
+      std::size_t k = 0;
+      for (; k < plan.size(); ++k) {
+        const std::uint32_t modes = 2 + (plan[k].first == plan[k].last ? options(plan[k].first) : 0);
+        if (++mode[k] < modes) break;
+        mode[k] = 0;
+      }
+      if (k == plan.size()) break;
     }
   }
   return best;
 }
 
 std::uint64_t min_segment_peak(const ForwardStages& s) {
-  std::uint64_t lo = 0, hi = 0;
+  std::uint64_t lo = 0, hi = 0, extra = 0;
   for (std::size_t i = 0; i < s.size(); ++i) {
-    lo = std::max(lo, s.total_bytes(i));
+    lo = std::max(lo, s.held_total(i) + s.extra_bytes(i));
     hi += s.total_bytes(i);
+    extra = std::max(extra, s.extra_bytes(i));
   }
+  hi += extra;
   // Feasibility is monotone in the budget: bisect to within 0.5%.
   while (lo < hi && hi - lo > std::max<std::uint64_t>(1, hi / 200)) {
     const std::uint64_t mid = lo + (hi - lo) / 2;

@@ -89,7 +89,8 @@ RematChoice add_cheap_recompute(const Graph& g, const std::vector<OpId>& schedul
       for (TensorId in : g.ops[p].inputs)
         if (in != analysis::kNoTensor) stack.push_back(in);
     }
-    if (!ok) continue;
+    // A small output of a costly op (BatchNormalization's saved mean) is not worth its rebuild.
+    if (!ok || flops > max_flops_per_element * kMaxCheapCone * static_cast<double>(g.tensors[t].element_count())) continue;
     c.action[t] = RematAction::recompute;
     c.group[t] = next_group++;
     if (cone_flops) (*cone_flops)[t] = flops;

@@ -17,6 +17,42 @@ bool forward_activation(const Graph& g, TensorId t) {
   const auto& x = g.tensors[t];
   return analysis::occupies_arena(x) && g.ops[x.producer].phase == Phase::forward;
 }
+// A recompute segment skips the op that makes its boundary, unless that op has other saved outputs
+// (BatchNormalization's saved mean and variance): then the rebuild runs it too.
+double boundary_op_flops(const Graph& g, TensorId boundary, const std::vector<std::uint64_t>& saved_b,
+                         const std::vector<double>& op_flops) {
+  const OpId p = g.tensors[boundary].producer;
+  for (TensorId out : g.ops[p].outputs)
+    if (out != kNoTensor && out != boundary && saved_b[out] > 0) return 0.0;
+  return op_flops[p];
+}
+
+std::vector<std::uint64_t> backward_bytes(const Graph& g, const std::vector<OpId>& schedule, const ForwardStages& s,
+                                          std::uint64_t alignment) {
+  std::vector<std::uint64_t> out(s.size(), 0);
+  if (s.size() == 0) return out;
+  const analysis::Liveness l = analysis::analyze_liveness(g, schedule, alignment);
+  // Live bytes per step of everything but forward activations, by a difference array over intervals.
+  std::vector<std::int64_t> diff(schedule.size() + 1, 0);
+  for (TensorId t = 0; t < g.tensors.size(); ++t) {
+    if (!l.in_arena[t] || forward_activation(g, t)) continue;
+    diff[l.interval[t].first] += static_cast<std::int64_t>(l.bytes[t]);
+    diff[l.interval[t].last + 1] -= static_cast<std::int64_t>(l.bytes[t]);
+  }
+  std::vector<std::uint64_t> other(schedule.size(), 0);
+  std::int64_t acc = 0;
+  for (std::size_t i = 0; i < schedule.size(); ++i) other[i] = static_cast<std::uint64_t>(acc += diff[i]);
+  for (TensorId t = 0; t < g.tensors.size(); ++t) {
+    if (!forward_activation(g, t)) continue;
+    const std::uint32_t st = s.stage_of_op[g.tensors[t].producer];
+    if (st == kNone) continue;
+    for (OpId c : g.tensors[t].consumers)
+      if (g.ops[c].phase != Phase::forward && l.step_of_op[c] < other.size())
+        out[st] = std::max(out[st], other[l.step_of_op[c]]);
+  }
+  return out;
+}
+
 }  // namespace
 
 ForwardStages find_forward_stages(const Graph& g, const std::vector<OpId>& schedule, const std::vector<double>& op_flops,
@@ -78,10 +114,12 @@ ForwardStages find_forward_stages(const Graph& g, const std::vector<OpId>& sched
     s.boundary.push_back(t);
     s.saved_bytes.push_back(saved);
     s.boundary_bytes.push_back(t == kNoTensor ? 0 : align_up(g.tensors[t].bytes(), alignment));
+    s.loose_bytes.push_back(t == kNoTensor || saved_b[t] > 0 ? 0 : s.boundary_bytes.back());
     s.flops.push_back(flops);
-    s.boundary_flops.push_back(t == kNoTensor ? 0.0 : op_flops[g.tensors[t].producer]);
+    s.boundary_flops.push_back(t == kNoTensor ? 0.0 : boundary_op_flops(g, t, saved_b, op_flops));
     start = end + 1;
   }
+  s.backward_bytes = backward_bytes(g, schedule, s, alignment);
   return s;
 }
 
@@ -94,10 +132,12 @@ ForwardStages coarsen_stages(const ForwardStages& s, std::size_t max_stages) {
   c.forward = s.forward;
   std::vector<std::uint32_t> map(s.size());
   std::uint64_t acc = 0, saved = 0, cheap = 0;
+  std::uint64_t backward = 0;
   double flops = 0.0, cheap_flops = 0.0;
   for (std::size_t i = 0; i < s.size(); ++i) {
     map[i] = static_cast<std::uint32_t>(c.boundary.size());
     acc += s.total_bytes(i);
+    backward = std::max(backward, s.extra_bytes(i));
     saved += s.saved_bytes[i];
     flops += s.flops[i];
     cheap += s.total_bytes(i) - s.kept_bytes(i);
@@ -109,17 +149,19 @@ ForwardStages coarsen_stages(const ForwardStages& s, std::size_t max_stages) {
       c.boundary_bytes.push_back(s.boundary_bytes[i]);
       c.flops.push_back(flops);
       c.boundary_flops.push_back(s.boundary_flops[i]);
+      if (!s.backward_bytes.empty()) c.backward_bytes.push_back(backward);
+      if (!s.loose_bytes.empty()) c.loose_bytes.push_back(s.loose_bytes[i]);
       if (!s.cheap_bytes.empty()) {
         c.cheap_bytes.push_back(cheap);
         c.cheap_flops.push_back(cheap_flops);
       }
-      acc = saved = cheap = 0;
+      acc = saved = cheap = backward = 0;
       flops = cheap_flops = 0.0;
     } else {
-      saved += s.boundary_bytes[i];  // an inner boundary is an ordinary saved tensor of the merged stage
+      saved += s.held_boundary(i);  // an inner boundary is an ordinary saved tensor of the merged stage, if saved
     }
   }
-  c.stage_of_op = s.stage_of_op;
+  c.stage_of_op = s.stage_of_op;  // partial options are per stage: with_partial_options on the result
   for (auto& st : c.stage_of_op)
     if (st != kNone) st = map[st];
   return c;
@@ -129,20 +171,29 @@ SegmentCost evaluate_segments(const ForwardStages& s, const SegmentPlan& plan) {
   SegmentCost cost;
   std::uint64_t kept = 0;
   for (const auto& seg : plan) {
-    std::uint64_t total = 0, kept_total = 0;
+    // Most bytes at one stage's backward within the segment, all rebuilt or as kept.
+    std::uint64_t total = 0, kept_total = 0, rebuilt_peak = 0, kept_peak = 0;
     double flops = 0.0, kept_flops = 0.0;
     for (std::uint32_t i = seg.first; i <= seg.last; ++i) {
-      total += s.total_bytes(i);
-      kept_total += s.kept_bytes(i);
+      total += s.held_total(i);
+      kept_total += s.held_kept(i);
+      rebuilt_peak = std::max(rebuilt_peak, total + s.extra_bytes(i));
+      kept_peak = std::max(kept_peak, kept_total + s.extra_bytes(i));
       flops += s.flops[i];
       kept_flops += s.kept_flops(i);
     }
-    if (seg.recompute) {
-      cost.peak_bytes = std::max(cost.peak_bytes, kept + total);
-      kept += s.boundary_bytes[seg.last];
-      if (total > s.boundary_bytes[seg.last]) cost.recompute_flops += flops - s.boundary_flops[seg.last];
+    const std::uint64_t input = s.input_loose(seg.first);
+    if (seg.option > 0) {
+      const StageOption& o = s.partial[seg.first][seg.option - 1];
+      cost.peak_bytes = std::max(cost.peak_bytes, kept + input + rebuilt_peak);
+      kept += o.kept_bytes;
+      cost.recompute_flops += o.flops;
+    } else if (seg.recompute) {
+      cost.peak_bytes = std::max(cost.peak_bytes, kept + input + rebuilt_peak);
+      kept += input + s.held_boundary(seg.last);
+      if (total > s.held_boundary(seg.last)) cost.recompute_flops += flops - s.boundary_flops[seg.last];
     } else {
-      cost.peak_bytes = std::max(cost.peak_bytes, kept + kept_total);
+      cost.peak_bytes = std::max(cost.peak_bytes, kept + kept_peak);
       kept += kept_total;
       cost.recompute_flops += kept_flops;
     }
@@ -156,6 +207,11 @@ RematChoice choice_from_segments(const Graph& g, const ForwardStages& s, const S
   for (std::uint32_t k = 0; k < plan.size(); ++k) {
     for (std::uint32_t i = plan[k].first; i <= plan[k].last; ++i) seg_of_stage[i] = k;
     if (TensorId b = s.boundary[plan[k].last]; b != kNoTensor) c.action[b] = RematAction::keep;
+    if (plan[k].option == 0) continue;
+    for (TensorId t : s.partial[plan[k].first][plan[k].option - 1].dropped) {
+      c.action[t] = RematAction::recompute;
+      c.group[t] = k;
+    }
   }
   for (TensorId t : find_saved_for_backward(g)) {
     const std::uint32_t st = s.stage_of_op[g.tensors[t].producer];

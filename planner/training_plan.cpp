@@ -191,16 +191,26 @@ Evaluated least_memory(const Context& c, const std::string& s) {
     }
     return std::move(*best);
   }
-  const RematChoice least = choice_from_segments(c.g, c.coarse, optimal_segments(c.coarse, min_segment_peak(c.coarse)));
-  const RematChoice least_cheap = add_cheap_recompute(
-      c.g, c.schedule, choice_from_segments(c.g, c.coarse, optimal_segments(c.coarse_cheap, min_segment_peak(c.coarse_cheap))), c.flops);
-  Evaluated opt = evaluate(c, least), opt_cheap = evaluate(c, least_cheap);
-  if (opt_cheap.arena() < opt.arena()) opt = std::move(opt_cheap);
-  if (s == "optimal") return opt;
+  // The least model peak, with and without the backward bytes, loose boundaries and partial options:
+  // those make the model follow the real peak under a budget, but can hide the plan that packs smallest.
+  auto bare = [](ForwardStages s) {
+    s.backward_bytes.clear();
+    s.loose_bytes.clear();
+    s.partial.clear();
+    return s;
+  };
+  std::optional<Evaluated> opt;
+  for (const ForwardStages& s : {c.coarse, c.coarse_cheap, bare(c.coarse), bare(c.coarse_cheap)}) {
+    RematChoice ch = choice_from_segments(c.g, c.coarse, optimal_segments(s, min_segment_peak(s)));
+    if (!s.cheap_bytes.empty()) ch = add_cheap_recompute(c.g, c.schedule, std::move(ch), c.flops);
+    Evaluated e = evaluate(c, std::move(ch));
+    if (!opt || e.arena() < opt->arena()) opt = std::move(e);
+  }
+  if (s == "optimal") return std::move(*opt);
   Evaluated sw = evaluate(c, swap_to_budget(c.g, c.schedule, RematChoice::keep_all(c.g), c.seconds, c.links, 0, c.opts.assign.alignment));
   if (s == "swap") return sw;
-  Evaluated both = evaluate(c, swap_to_budget(c.g, c.schedule, opt.choice, c.seconds, c.links, 0, c.opts.assign.alignment));
-  for (Evaluated* e : {&opt, &sw})
+  Evaluated both = evaluate(c, swap_to_budget(c.g, c.schedule, opt->choice, c.seconds, c.links, 0, c.opts.assign.alignment));
+  for (Evaluated* e : {&*opt, &sw})
     if (e->arena() < both.arena()) both = std::move(*e);
   return both;
 }
@@ -233,8 +243,9 @@ TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const Traini
   const std::uint64_t fixed = checked_add(r.persistent_bytes, r.input_bytes, "persistent bytes");
   c.links = {options.profile.host_to_device_bytes_per_s, options.profile.device_to_host_bytes_per_s};
   c.stages = find_forward_stages(g, c.schedule, c.flops, options.assign.alignment);
-  c.coarse = coarsen_stages(c.stages, kMaxModelStages);
+  c.coarse = with_partial_options(g, coarsen_stages(c.stages, kMaxModelStages), c.flops, options.assign.alignment);
   c.coarse_cheap = coarsen_stages(with_cheap_costs(g, c.schedule, c.stages, c.flops, options.assign.alignment), kMaxModelStages);
+  c.coarse_cheap.partial = c.coarse.partial;  // coarsening cuts by total bytes, which cheap costs leave alone
   c.none_arena = evaluate(c, RematChoice::keep_all(g)).arena();
 
   auto infeasible = [&](const std::string& why) {

@@ -1,6 +1,7 @@
 // Tests of the remat transforms and checkpoint segment selection on random hand-built training graphs.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "analysis/liveness.hpp"
@@ -89,6 +90,48 @@ TEST_CASE("the segment DP finds the brute-force optimum on random graphs of up t
     }
   }
   CHECK(compared > 100);
+}
+
+namespace {
+
+// Plans brute force enumerates: per segmentation, the product of each segment's modes.
+double brute_force_plans(const ForwardStages& s) {
+  std::vector<double> count(s.size() + 1, 0.0);
+  count[0] = 1.0;
+  for (std::size_t e = 1; e <= s.size(); ++e)
+    for (std::size_t b = 0; b < e; ++b)
+      count[e] += count[b] * (2.0 + (b + 1 == e ? static_cast<double>(s.partial[b].size()) : 0.0));
+  return count[s.size()];
+}
+
+}  // namespace
+
+TEST_CASE("with partial options in single-stage segments the DP still finds the brute-force optimum") {
+  int compared = 0, partial_used = 0;
+  for (std::uint32_t seed = 1; seed <= 80; ++seed) {
+    CAPTURE(seed);
+    // Skips make stages of several ops, which is where partial options exist.
+    auto r = random_training(seed, 6 + static_cast<int>(seed % 11), 0.45);
+    auto plain = with_partial_options(r.graph, find_forward_stages(r.graph, r.schedule, r.flops, 1), r.flops, 1);
+    if (plain.size() > 12 || brute_force_plans(plain) > 2e5) continue;
+    const auto st = seed % 2 ? with_cheap_costs(r.graph, r.schedule, plain, r.flops, 1) : plain;
+    const std::uint64_t none = evaluate_segments(st, {{0, static_cast<std::uint32_t>(st.size() - 1), false}}).peak_bytes;
+    const std::uint64_t lo = min_segment_peak(st);
+    for (int k = 0; k <= 5; ++k) {
+      const std::uint64_t budget = lo + (none - lo) * static_cast<std::uint64_t>(k) / 5;
+      auto dp = optimal_segments(st, budget);
+      auto bf = brute_force_segments(st, budget);
+      REQUIRE(dp.empty() == bf.empty());
+      if (dp.empty()) continue;
+      auto cd = evaluate_segments(st, dp), cb = evaluate_segments(st, bf);
+      CHECK(cd.peak_bytes <= budget);
+      CHECK(cd.recompute_flops == doctest::Approx(cb.recompute_flops));
+      ++compared;
+      partial_used += std::any_of(dp.begin(), dp.end(), [](const Segment& g) { return g.option > 0; });
+    }
+  }
+  CHECK(compared > 100);
+  CHECK(partial_used > 10);
 }
 
 TEST_CASE("sqrt segments reach clearly less memory than keeping everything on a long chain") {
