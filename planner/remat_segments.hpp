@@ -58,8 +58,9 @@ struct ForwardStages {
   std::uint64_t input_loose(std::size_t i) const noexcept { return i == 0 ? 0 : loose(i - 1); }
 };
 
+// backward_bytes include each backward op's sure scratch (scratch_request with `workspace_limit`).
 ForwardStages find_forward_stages(const Graph& g, const std::vector<OpId>& schedule, const std::vector<double>& op_flops,
-                                  std::uint64_t alignment);
+                                  std::uint64_t alignment, std::uint64_t workspace_limit = 0);
 
 // Merges consecutive stages until at most `max_stages` remain (about equal bytes each). The merged
 // stage keeps the last boundary; the inner boundaries become saved bytes.
