@@ -274,8 +274,12 @@ def main():
     ap.add_argument("--samples", default="samples/models")
     ap.add_argument("--skip-training", action="store_true")
     ap.add_argument("--bench-cuda", help="path of bench_cuda: run memplan's training plans on this GPU too")
+    ap.add_argument("--tf32", action="store_true", help="let cuDNN and cuBLAS use TF32 (PyTorch's default for convolutions)")
     args = ap.parse_args()
-    res = dict(device=torch.cuda.get_device_name(0), torch=torch.__version__, date=time.strftime("%Y-%m-%d"))
+    # memplan's CUDA backend computes in exact float32 (FMA math, no TF32): times compare like with like.
+    torch.backends.cudnn.allow_tf32 = args.tf32
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    res = dict(device=torch.cuda.get_device_name(0), torch=torch.__version__, date=time.strftime("%Y-%m-%d"), tf32=args.tf32)
     res["bandwidth"] = pinned_bandwidth()
     res["inference"] = [inference_peak(n, 32) for n in ("resnet50", "mobilenet_v2", "bert_base")]
     if not args.skip_training:
