@@ -33,23 +33,31 @@ __device__ __forceinline__ std::int64_t global_index() {
 }
 __device__ __forceinline__ std::int64_t grid_stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
 
-// Element k of channel c in [n, c, plane] (k runs over n * plane).
-__device__ __forceinline__ std::int64_t channel_element(std::int64_t k, std::int64_t c, std::int64_t channels,
-                                                        std::int64_t plane) {
-  const std::int64_t b = k / plane;
-  return (b * channels + c) * plane + (k - b * plane);
-}
+// This thread's elements k = threadIdx.x + j * blockDim.x (j = 0, 1, ...) of channel c in [n, channels, plane],
+// as (batch, position) advanced by addition: one 64-bit division per thread, not one per element.
+struct ChannelWalk {
+  std::int64_t b, p, step_b, step_p, plane, batch_stride, channel_base;
+  __device__ ChannelWalk(std::int64_t c, std::int64_t channels, std::int64_t plane_)
+      : b(threadIdx.x / plane_), p(threadIdx.x % plane_), step_b(blockDim.x / plane_), step_p(blockDim.x % plane_),
+        plane(plane_), batch_stride(channels * plane_), channel_base(c * plane_) {}
+  __device__ std::int64_t index() const { return b * batch_stride + channel_base + p; }
+  __device__ void next() {
+    p += step_p;
+    b += step_b;
+    if (p >= plane) p -= plane, ++b;
+  }
+};
 
 // One block per channel (grid.x = channels): mean, variance, then the
 // normalised output.
 __global__ void batch_norm_training_kernel(BatchNormTrainingArgs a) {
   const std::int64_t c = blockIdx.x, count = a.n * a.plane;
   double s = 0.0;
-  for (std::int64_t k = threadIdx.x; k < count; k += blockDim.x) s += a.x[channel_element(k, c, a.c, a.plane)];
+  for (ChannelWalk w(c, a.c, a.plane); w.b < a.n; w.next()) s += a.x[w.index()];
   const double m = block_sum_double(s) / static_cast<double>(count);
   double s2 = 0.0;
-  for (std::int64_t k = threadIdx.x; k < count; k += blockDim.x) {
-    const double d = static_cast<double>(a.x[channel_element(k, c, a.c, a.plane)]) - m;
+  for (ChannelWalk w(c, a.c, a.plane); w.b < a.n; w.next()) {
+    const double d = static_cast<double>(a.x[w.index()]) - m;
     s2 += d * d;
   }
   s2 = block_sum_double(s2);  // its barriers: every read of x precedes the
@@ -57,8 +65,8 @@ __global__ void batch_norm_training_kernel(BatchNormTrainingArgs a) {
   const float mean = static_cast<float>(m), var = static_cast<float>(s2 / static_cast<double>(count));
   const float invstd = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(var, a.epsilon)));
   const float scale = a.scale[c], bias = a.bias[c];
-  for (std::int64_t k = threadIdx.x; k < count; k += blockDim.x) {
-    const std::int64_t i = channel_element(k, c, a.c, a.plane);
+  for (ChannelWalk w(c, a.c, a.plane); w.b < a.n; w.next()) {
+    const std::int64_t i = w.index();
     a.y[i] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(a.x[i], mean), invstd), scale), bias);
   }
   if (threadIdx.x != 0) return;
@@ -75,8 +83,8 @@ __global__ void batch_norm_grad_kernel(const float *dy, const float *x, const fl
   const std::int64_t c = blockIdx.x, count = n * plane;
   const float mu = mean[c], is = invstd[c];
   double db = 0.0, ds = 0.0;
-  for (std::int64_t k = threadIdx.x; k < count; k += blockDim.x) {
-    const std::int64_t i = channel_element(k, c, channels, plane);
+  for (ChannelWalk w(c, channels, plane); w.b < n; w.next()) {
+    const std::int64_t i = w.index();
     const float g = dy[i];
     db += g;
     ds += __fmul_rn(__fmul_rn(g, __fsub_rn(x[i], mu)), is);
@@ -88,8 +96,8 @@ __global__ void batch_norm_grad_kernel(const float *dy, const float *x, const fl
   if (!dx) return;
   const float m = static_cast<float>(count);
   const float k0 = __fdiv_rn(__fmul_rn(scale[c], is), m);
-  for (std::int64_t k = threadIdx.x; k < count; k += blockDim.x) {
-    const std::int64_t i = channel_element(k, c, channels, plane);
+  for (ChannelWalk w(c, channels, plane); w.b < n; w.next()) {
+    const std::int64_t i = w.index();
     const float xhat = __fmul_rn(__fsub_rn(x[i], mu), is);
     dx[i] = __fmul_rn(k0, __fsub_rn(__fsub_rn(__fmul_rn(m, dy[i]), sum_dy), __fmul_rn(xhat, sum_dy_xhat)));
   }
