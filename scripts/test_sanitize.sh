@@ -48,8 +48,10 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 skip='install_find_package'
 timeout=900
 if [ $ci -eq 1 ]; then
-  skip="$skip|every strategy plans every corpus training model within budget"
-  timeout=300  # a test past 300 s under ASan hangs: the slowest one CI runs takes under a minute
+  # Corpus-sized planning (ResNet-50, MobileNet-V2 at batch 32): minutes under ASan; the same code paths run
+  # in the random-graph planner tests CI keeps.
+  skip="$skip|every strategy plans every corpus training model within budget|at sqrt.N..s peak, optimal with partial stages.*"
+  timeout=300  # a test past 300 s under ASan hangs: the slowest one CI runs takes about a minute
 fi
 status=0
 ctest --test-dir "$dir" --output-on-failure -j"$jobs" --timeout $timeout -E "^($skip)\$" "$@" || status=$?
