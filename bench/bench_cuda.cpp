@@ -2,7 +2,9 @@
 // training steps planned under each strategy (arena, measured device memory, step time).
 // Usage: bench_cuda fused [bytes] | bench_cuda tiny SAMPLES_DIR | bench_cuda train MODEL.onnx [STEPS] [KEY=VALUE]...
 // | bench_cuda infer MODEL.onnx [RUNS] | bench_cuda workspace MODEL.onnx [RUNS] [KEY=VALUE]... (prints one JSON object).
-// KEY=VALUE: a symbolic dim (batch=32), budget=BYTES, optimizer=none|sgd|momentum|adam,
+// KEY=VALUE: a symbolic dim (batch=32), budget=BYTES (total device memory), activation_budget=BYTES (the
+// budget less weights, optimizer state and inputs: PyTorch's peak over what lives between steps),
+// optimizer=none|sgd|momentum|adam,
 // strategies=none,sqrt,optimal,... (train), train=1 (workspace: a training step instead of inference).
 #ifdef MEMPLAN_HAVE_CUDA
 #include <algorithm>
@@ -322,6 +324,7 @@ json bench_infer(const std::string& path, int runs) {
 struct BenchArgs {
   analysis::ShapeOptions shapes;
   std::optional<std::uint64_t> budget;
+  std::optional<std::uint64_t> activation_budget;  // budget less weights, optimizer state and inputs
   analysis::Optimizer optimizer = analysis::Optimizer::adam;
   std::vector<std::string> strategies{"optimal", "swap"};  // planned at the budget, beside none and sqrt
   bool train = false;
@@ -335,6 +338,7 @@ BenchArgs parse_args(int argc, char** argv, int from) {
     if (eq == std::string::npos) throw std::invalid_argument("expected KEY=VALUE, got '" + kv + "'");
     const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
     if (k == "budget") a.budget = planner::parse_size(v);
+    else if (k == "activation_budget") a.activation_budget = planner::parse_size(v);
     else if (k == "train") a.train = v == "1";
     else if (k == "optimizer") {
       const auto o = analysis::optimizer_from_name(v);
@@ -369,7 +373,8 @@ json bench_train(const std::string& path, int steps, const BenchArgs& args) {
   std::vector<planner::TrainingPlanResult> plans{planner::plan_training(tg, po)};
   po.strategy = "sqrt";
   plans.push_back(planner::plan_training(tg, po));
-  const std::uint64_t budget = args.budget.value_or((plans[0].peak_bytes + std::min(plans[0].peak_bytes, plans[1].peak_bytes)) / 2);
+  std::uint64_t budget = args.budget.value_or((plans[0].peak_bytes + std::min(plans[0].peak_bytes, plans[1].peak_bytes)) / 2);
+  if (args.activation_budget) budget = plans[0].persistent_bytes + plans[0].input_bytes + *args.activation_budget;
   json notes = json::array();
   for (const std::string& strategy : args.strategies) {
     po.strategy = strategy;

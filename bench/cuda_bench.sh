@@ -46,6 +46,7 @@ T=.carry/bin/test_runtime_allocator
 CASES='NVRTC*,tiny models run on the GPU*,one training step on the GPU*,BatchNormTraining and*,AveragePoolGrad*'
 CASES+=',training-mode Dropout draws*,IsNaN*,training steps of mobilenet_v2*,the training steps of resnet50*'
 SAN_CASES="${CASES%,the training steps of resnet50*}"  # the sanitizers skip the two full-size training steps
+RACE_CASES="${SAN_CASES%,training steps of mobilenet_v2*}"  # racecheck: the op-level tests of the training kernels
 
 if [[ "${1:-run}" == test ]]; then  # the GPU tests alone: bench/cuda_bench.sh test [doctest filter]
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
@@ -75,14 +76,17 @@ $T -tc="$CASES" 2>&1 | tee -a "$LOG"; test_rc=${PIPESTATUS[0]}
 .carry/bin/bench_cuda tiny samples/models > "$OUT_DIR/cuda_tiny.json" 2>>"$LOG"
 .carry/bin/bench_cuda fused $((1 << 30)) > "$OUT_DIR/cuda_fused.json" 2>>"$LOG"
 # Training steps: tiny_gpt and a GPT-like transformer (8 layers, d 512, 8 heads, seq 256, batch 16), each
-# planned under none/sqrt/optimal/swap and run on the GPU; the same transformer in PyTorch, eager and with
-# torch.utils.checkpoint over sqrt(layers) segments.
+# planned under none/sqrt, and optimal/swap/auto at the activation memory PyTorch's torch.utils.checkpoint
+# over sqrt(layers) segments reaches (measured first, same transformer), and run on the GPU.
 GPT_ARGS="--layers 8 --d 512 --heads 8 --seq 256 --batch 16 --out-dim 512"
 GPT_ONNX="${TMPDIR:-/tmp}/memplan_gpt_l8_d512.onnx"
 python3 bench/make_gpt.py "$GPT_ONNX" $GPT_ARGS 2>>"$LOG"
-.carry/bin/bench_cuda train samples/models/tiny_gpt.onnx 20 > "$OUT_DIR/cuda_train_tiny_gpt.json" 2>>"$LOG"
-.carry/bin/bench_cuda train "$GPT_ONNX" 20 > "$OUT_DIR/cuda_train_gpt.json" 2>>"$LOG"
 python3 bench/torch_train.py $GPT_ARGS --steps 20 > "$OUT_DIR/cuda_train_torch.json" 2>>"$LOG"
+ck=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["checkpoint_sqrt"]["peak_over_persistent_bytes"])' \
+  "$OUT_DIR/cuda_train_torch.json" 2>>"$LOG")
+.carry/bin/bench_cuda train samples/models/tiny_gpt.onnx 20 > "$OUT_DIR/cuda_train_tiny_gpt.json" 2>>"$LOG"
+.carry/bin/bench_cuda train "$GPT_ONNX" 20 ${ck:+activation_budget=$ck} strategies=optimal,swap,auto \
+  > "$OUT_DIR/cuda_train_gpt.json" 2>>"$LOG"
 # Inference, one kernel per op against fused elementwise groups, beside PyTorch eager and torch.compile:
 # tiny_gpt (its own weights) and the GPT above, the same networks in PyTorch (bench/torch_infer.py).
 .carry/bin/bench_cuda infer samples/models/tiny_gpt.onnx 200 > "$OUT_DIR/cuda_infer_tiny_gpt.json" 2>>"$LOG"
@@ -90,12 +94,12 @@ python3 bench/torch_train.py $GPT_ARGS --steps 20 > "$OUT_DIR/cuda_train_torch.j
 (cd bench && python3 torch_infer.py --layers 4 --d 64 --heads 4 --seq 16 --batch 2 --out-dim 64 --runs 200) \
   > "$OUT_DIR/cuda_infer_torch_tiny_gpt.json" 2>>"$LOG"
 (cd bench && python3 torch_infer.py $GPT_ARGS --runs 50) > "$OUT_DIR/cuda_infer_torch_gpt.json" 2>>"$LOG"
-sanitize() {  # tool -> number of errors compute-sanitizer reports (empty when it did not finish)
-  timeout "${SANITIZE_SECONDS:-200}" compute-sanitizer --tool "$1" "$T" -tc="$SAN_CASES" > "$OUT_DIR/cuda_$1.txt" 2>&1
+sanitize() {  # tool, test cases -> number of errors compute-sanitizer reports (empty when it did not finish)
+  timeout "${SANITIZE_SECONDS:-200}" compute-sanitizer --tool "$1" "$T" -tc="$2" > "$OUT_DIR/cuda_$1.txt" 2>&1
   # memcheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK SUMMARY: ... (N errors, M warnings)"
   grep -oE 'ERROR SUMMARY: [0-9]+|\(([0-9]+) errors' "$OUT_DIR/cuda_$1.txt" | tail -1 | grep -oE '[0-9]+'
 }
-memcheck=$(sanitize memcheck); racecheck=$(sanitize racecheck)
+memcheck=$(sanitize memcheck "$SAN_CASES"); racecheck=$(sanitize racecheck "$RACE_CASES")
 workspace 2>>"$LOG"
 echo "memcheck errors: $memcheck, racecheck errors: $racecheck" | tee -a "$LOG"
 
@@ -131,7 +135,9 @@ res = {
     "tiny_max_abs_error": tiny.get("tiny_max_abs_error"),
     "tiny": tiny,
     "sanitizer_errors": {"memcheck": None if mem == "null" else int(mem), "racecheck": None if race == "null" else int(race)},
-    "training_model": "GPT-like " + str(gpt.get("graph", "?")) + " (bench/make_gpt.py), Adam, float32 without TF32",
+    "training_model": "GPT-like " + str(gpt.get("graph", "?")) + " (bench/make_gpt.py), Adam, float32 without TF32; optimal, "
+                      "swap and auto planned at PyTorch checkpoint's activation memory (budget_bytes)",
+    "training_budget_bytes": gpt.get("budget_bytes"),
     "training_strategies": strategies,
     "training_pytorch": yardstick,
     "training": {"gpt": gpt, "tiny_gpt": tiny_gpt, "pytorch": torch_res},
