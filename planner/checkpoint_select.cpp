@@ -32,16 +32,19 @@ struct State {
   std::uint32_t from_idx = 0;   // its index in that position's frontier
   bool recompute = false;
   std::uint32_t option = 0;     // Segment::option
+  bool cheap_end = false;       // the boundary here is a kept stage's cheap_end, rebuilt by the cheap pass
 };
 
-// Keeps the states no other state beats in both kept bytes and FLOPs (ties by arrival order).
+// Keeps the states no other state with the same cheap_end beats in both kept bytes and FLOPs (ties by
+// arrival order): a cheap end costs its bytes again where the next segment's rebuild reads it.
 void prune(std::vector<State>& f) {
   std::stable_sort(f.begin(), f.end(), [](const State& a, const State& b) {
+    if (a.cheap_end != b.cheap_end) return b.cheap_end;
     return a.kept != b.kept ? a.kept < b.kept : a.flops < b.flops;
   });
   std::vector<State> out;
   for (const auto& st : f)
-    if (out.empty() || st.flops < out.back().flops) out.push_back(st);
+    if (out.empty() || st.cheap_end != out.back().cheap_end || st.flops < out.back().flops) out.push_back(st);
   f = std::move(out);
 }
 
@@ -82,11 +85,17 @@ SegmentPlan optimal_segments(const ForwardStages& s, std::uint64_t budget, std::
     for (std::uint32_t idx = 0; idx < f.size(); ++idx) {
       const State st = f[idx];
       const std::uint64_t extra = s.extra_bytes(r), input = s.input_loose(r);
-      if (st.kept + s.held_kept(r) + extra <= budget)
-        push(r + 1, {st.kept + s.held_kept(r), st.flops + s.kept_flops(r), r, idx, false});
-      if (!s.partial.empty() && st.kept + input + s.held_total(r) + extra <= budget)
-        for (std::uint32_t k = 0; k < s.partial[r].size(); ++k)
-          push(r + 1, {st.kept + s.partial[r][k].kept_bytes, st.flops + s.partial[r][k].flops, r, idx, false, k + 1});
+      // The cheap pass keeps a cheap boundary before r after all where the rebuild of the segment from r reads it.
+      const std::uint64_t pin = st.cheap_end ? s.cheap_end(r - 1) : 0;
+      if (st.kept + s.held_at_backward(r) + extra <= budget)  // its cheap tensors are rebuilt for its backward
+        push(r + 1, {st.kept + s.held_kept(r), st.flops + s.kept_flops(r), r, idx, false, 0, s.cheap_end(r) > 0});
+      if (!s.partial.empty())
+        for (std::uint32_t k = 0; k < s.partial[r].size(); ++k) {
+          const StageOption& o = s.partial[r][k];
+          const std::uint64_t p = o.reads_input ? pin : 0;
+          if (st.kept + p + input + s.held_total(r) + extra <= budget)
+            push(r + 1, {st.kept + p + o.kept_bytes, st.flops + o.flops, r, idx, false, k + 1});
+        }
       // Recompute segments [r, e]: the bytes of stage e's backward grow with e, so stop at the first too many.
       std::uint64_t total = 0, need = 0;
       double flops = 0.0;
@@ -94,9 +103,9 @@ SegmentPlan optimal_segments(const ForwardStages& s, std::uint64_t budget, std::
         total += s.held_total(e);
         need = std::max(need, total + s.extra_bytes(e));
         flops += s.flops[e];
-        if (st.kept + input + need > budget) break;
+        if (st.kept + pin + input + need > budget) break;
         const double more = total > s.held_boundary(e) ? flops - s.boundary_flops[e] : 0.0;
-        push(e + 1, {st.kept + input + s.held_boundary(e), st.flops + more, r, idx, true});
+        push(e + 1, {st.kept + pin + input + s.held_boundary(e), st.flops + more, r, idx, true});
       }
     }
   }

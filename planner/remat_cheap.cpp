@@ -104,12 +104,14 @@ ForwardStages with_cheap_costs(const Graph& g, const std::vector<OpId>& schedule
   ForwardStages out = s;
   out.cheap_bytes.assign(s.size(), 0);
   out.cheap_flops.assign(s.size(), 0.0);
+  out.cheap_boundary_bytes.assign(s.size(), 0);
   std::vector<double> flops;
   const RematChoice c = add_cheap_recompute(g, schedule, RematChoice::keep_all(g), op_flops, &flops);
   for (TensorId t : find_saved_for_backward(g)) {
     const std::uint32_t st = s.stage_of_op[g.tensors[t].producer];
-    if (c.action[t] != RematAction::recompute || st >= s.size() || t == s.boundary[st]) continue;
+    if (c.action[t] != RematAction::recompute || st >= s.size()) continue;
     out.cheap_bytes[st] += align_up(g.tensors[t].bytes(), alignment);
+    if (t == s.boundary[st]) out.cheap_boundary_bytes[st] += align_up(g.tensors[t].bytes(), alignment);
     out.cheap_flops[st] += flops[t];
   }
   return out;

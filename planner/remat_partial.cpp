@@ -135,7 +135,7 @@ std::vector<StageOption> front(std::vector<Candidate> cands, const std::vector<T
   const std::size_t n = pareto.size(), k = std::min(n, kMaxStageOptions);
   for (std::size_t j = 0; j < k; ++j) {
     const Candidate& c = *pareto[k == 1 ? 0 : j * (n - 1) / (k - 1)];
-    StageOption o{c.kept, c.flops, {}};
+    StageOption o{c.kept, c.flops, c.reads_input, {}};
     for (std::size_t i = 0; i < saved.size(); ++i)
       if (c.dropped[i]) o.dropped.push_back(saved[i]);
     out.push_back(std::move(o));

@@ -16,6 +16,7 @@ namespace memplan::planner {
 struct StageOption {
   std::uint64_t kept_bytes = 0;
   double flops = 0.0;
+  bool reads_input = false;  // the rebuild reads the boundary before the stage
   std::vector<TensorId> dropped;  // in id order
 };
 
@@ -38,10 +39,17 @@ struct ForwardStages {
   std::vector<std::uint64_t> loose_bytes;
   std::vector<double> boundary_flops;         // per stage: FLOPs of the op that makes the boundary (0 when
                                               // that op has other saved outputs: a rebuild reruns it)
-  // Cheap recomputation in kept stages (empty: none): per stage, the saved bytes it rebuilds (boundary
-  // left out) and the FLOPs of those rebuilds. A kept stage holds saved_bytes - cheap_bytes.
+  // Cheap recomputation in kept stages (empty: none): per stage, the saved bytes it rebuilds (its boundary
+  // included) and the FLOPs of those rebuilds. A kept stage holds saved_bytes - cheap_bytes.
   std::vector<std::uint64_t> cheap_bytes;
   std::vector<double> cheap_flops;
+  // Per stage: the part of cheap_bytes that is its boundary (a block output ReLU(BN(conv) + skip) rebuilt
+  // from the kept conv output and the boundary before). A recompute segment, or a partial option whose
+  // rebuild reads it, after a kept stage needs that boundary kept after all (it is the rebuild's source).
+  std::vector<std::uint64_t> cheap_boundary_bytes;
+  // Count a kept stage's cheap tensors live in its own backward (they are rebuilt for it); else the
+  // model holds a kept stage at its kept bytes throughout.
+  bool cheap_live_in_backward = false;
   // Partial recomputation (empty: none): per stage, keep sets of its saved tensors as a segment of that
   // stage alone (with_partial_options).
   std::vector<std::vector<StageOption>> partial;
@@ -49,11 +57,13 @@ struct ForwardStages {
   std::uint64_t total_bytes(std::size_t i) const noexcept { return saved_bytes[i] + boundary_bytes[i]; }
   std::uint64_t kept_bytes(std::size_t i) const noexcept { return total_bytes(i) - (cheap_bytes.empty() ? 0 : cheap_bytes[i]); }
   double kept_flops(std::size_t i) const noexcept { return cheap_flops.empty() ? 0.0 : cheap_flops[i]; }
+  std::uint64_t cheap_end(std::size_t i) const noexcept { return cheap_boundary_bytes.empty() ? 0 : cheap_boundary_bytes[i]; }
   std::uint64_t extra_bytes(std::size_t i) const noexcept { return backward_bytes.empty() ? 0 : backward_bytes[i]; }
   std::uint64_t loose(std::size_t i) const noexcept { return loose_bytes.empty() ? 0 : loose_bytes[i]; }
   // What the segment model holds: a loose boundary only where a rebuild reads it (input_loose).
   std::uint64_t held_total(std::size_t i) const noexcept { return total_bytes(i) - loose(i); }
   std::uint64_t held_kept(std::size_t i) const noexcept { return kept_bytes(i) - loose(i); }
+  std::uint64_t held_at_backward(std::size_t i) const noexcept { return cheap_live_in_backward ? held_total(i) : held_kept(i); }
   std::uint64_t held_boundary(std::size_t i) const noexcept { return boundary_bytes[i] - loose(i); }
   std::uint64_t input_loose(std::size_t i) const noexcept { return i == 0 ? 0 : loose(i - 1); }
 };
@@ -65,6 +75,9 @@ ForwardStages find_forward_stages(const Graph& g, const std::vector<OpId>& sched
 // Merges consecutive stages until at most `max_stages` remain (about equal bytes each). The merged
 // stage keeps the last boundary; the inner boundaries become saved bytes.
 ForwardStages coarsen_stages(const ForwardStages& s, std::size_t max_stages);
+// Merges each stage whose boundary no backward op reads (loose: the Add before a block's ReLU) into the
+// stage after it, so a residual block and the ReLU that ends it are one stage.
+ForwardStages merge_loose_stages(const ForwardStages& s);
 
 struct Segment {
   std::uint32_t first = 0, last = 0;  // stages, inclusive
@@ -80,7 +93,8 @@ using SegmentPlan = std::vector<Segment>;  // covers all stages in order
 // bytes; the later stages' are freed by then) and stage i's backward bytes; a recompute or partial
 // segment also holds the loose boundary before it, which its rebuild reads. A recompute segment keeps
 // only its end boundary and costs the FLOPs of its stages less the op that makes that boundary; a kept
-// segment costs its cheap FLOPs; a partial one keeps and costs what its option says.
+// segment costs its cheap FLOPs; a partial one keeps and costs what its option says. A cheap boundary
+// (cheap_end) of a kept segment counts again, kept, where the next segment's rebuild reads it.
 struct SegmentCost {
   std::uint64_t peak_bytes = 0;  // model peak of saved bytes
   double recompute_flops = 0.0;

@@ -127,42 +127,44 @@ ForwardStages find_forward_stages(const Graph& g, const std::vector<OpId>& sched
   return s;
 }
 
-ForwardStages coarsen_stages(const ForwardStages& s, std::size_t max_stages) {
-  if (s.size() <= max_stages || max_stages == 0) return s;
-  std::uint64_t total = 0;
-  for (std::size_t i = 0; i < s.size(); ++i) total += s.saved_bytes[i] + s.boundary_bytes[i];
-  const std::uint64_t target = total / max_stages + 1;
+namespace {
+
+// Merges runs of consecutive stages; `close[i]`: stage i ends a merged stage. A merged stage keeps the
+// last boundary; the inner boundaries become saved bytes.
+// `tight`: a merged stage's backward bytes are the most any inner stage's backward adds to the bytes held
+// up to it, less the merged stage's held bytes (the later inner stages' are freed by then).
+ForwardStages merge_runs(const ForwardStages& s, const std::vector<bool>& close, bool tight) {
   ForwardStages c;
   c.forward = s.forward;
   std::vector<std::uint32_t> map(s.size());
-  std::uint64_t acc = 0, saved = 0, cheap = 0;
-  std::uint64_t backward = 0;
+  std::uint64_t saved = 0, cheap = 0, backward = 0, held = 0;
   double flops = 0.0, cheap_flops = 0.0;
   for (std::size_t i = 0; i < s.size(); ++i) {
     map[i] = static_cast<std::uint32_t>(c.boundary.size());
-    acc += s.total_bytes(i);
-    backward = std::max(backward, s.extra_bytes(i));
+    held += s.held_total(i);
+    backward = std::max(backward, s.extra_bytes(i) + (tight ? held : 0));
     saved += s.saved_bytes[i];
     flops += s.flops[i];
-    cheap += s.total_bytes(i) - s.kept_bytes(i);
+    cheap += s.total_bytes(i) - s.kept_bytes(i) - s.cheap_end(i);
     cheap_flops += s.kept_flops(i);
-    const bool last = i + 1 == s.size();
-    if (acc >= target || last) {
+    if (close[i] || i + 1 == s.size()) {
       c.boundary.push_back(s.boundary[i]);
       c.saved_bytes.push_back(saved);
       c.boundary_bytes.push_back(s.boundary_bytes[i]);
       c.flops.push_back(flops);
       c.boundary_flops.push_back(s.boundary_flops[i]);
-      if (!s.backward_bytes.empty()) c.backward_bytes.push_back(backward);
+      if (!s.backward_bytes.empty()) c.backward_bytes.push_back(tight ? backward - held : backward);
       if (!s.loose_bytes.empty()) c.loose_bytes.push_back(s.loose_bytes[i]);
       if (!s.cheap_bytes.empty()) {
-        c.cheap_bytes.push_back(cheap);
+        c.cheap_bytes.push_back(cheap + s.cheap_end(i));
         c.cheap_flops.push_back(cheap_flops);
+        c.cheap_boundary_bytes.push_back(s.cheap_end(i));
       }
-      acc = saved = cheap = backward = 0;
+      saved = cheap = backward = held = 0;
       flops = cheap_flops = 0.0;
     } else {
       saved += s.held_boundary(i);  // an inner boundary is an ordinary saved tensor of the merged stage, if saved
+      cheap += s.cheap_end(i);      // and stays cheap to rebuild
     }
   }
   c.stage_of_op = s.stage_of_op;  // partial options are per stage: with_partial_options on the result
@@ -171,35 +173,65 @@ ForwardStages coarsen_stages(const ForwardStages& s, std::size_t max_stages) {
   return c;
 }
 
+}  // namespace
+
+ForwardStages coarsen_stages(const ForwardStages& s, std::size_t max_stages) {
+  if (s.size() <= max_stages || max_stages == 0) return s;
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) total += s.saved_bytes[i] + s.boundary_bytes[i];
+  const std::uint64_t target = total / max_stages + 1;
+  std::vector<bool> close(s.size(), false);
+  std::uint64_t acc = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    acc += s.total_bytes(i);
+    if (acc >= target) {
+      close[i] = true;
+      acc = 0;
+    }
+  }
+  return merge_runs(s, close, false);
+}
+
+ForwardStages merge_loose_stages(const ForwardStages& s) {
+  std::vector<bool> close(s.size(), true);
+  for (std::size_t i = 0; i < s.size(); ++i) close[i] = s.loose(i) == 0;
+  return merge_runs(s, close, true);
+}
+
 SegmentCost evaluate_segments(const ForwardStages& s, const SegmentPlan& plan) {
   SegmentCost cost;
-  std::uint64_t kept = 0;
+  std::uint64_t kept = 0, pin = 0;
   for (const auto& seg : plan) {
     // Most bytes at one stage's backward within the segment, all rebuilt or as kept.
     std::uint64_t total = 0, kept_total = 0, rebuilt_peak = 0, kept_peak = 0;
     double flops = 0.0, kept_flops = 0.0;
     for (std::uint32_t i = seg.first; i <= seg.last; ++i) {
       total += s.held_total(i);
+      // A kept stage's cheap tensors are rebuilt for its backward: all of it is live there.
+      kept_peak = std::max(kept_peak, kept_total + s.held_at_backward(i) + s.extra_bytes(i));
       kept_total += s.held_kept(i);
       rebuilt_peak = std::max(rebuilt_peak, total + s.extra_bytes(i));
-      kept_peak = std::max(kept_peak, kept_total + s.extra_bytes(i));
       flops += s.flops[i];
       kept_flops += s.kept_flops(i);
     }
     const std::uint64_t input = s.input_loose(seg.first);
     if (seg.option > 0) {
       const StageOption& o = s.partial[seg.first][seg.option - 1];
-      cost.peak_bytes = std::max(cost.peak_bytes, kept + input + rebuilt_peak);
-      kept += o.kept_bytes;
+      const std::uint64_t p = o.reads_input ? pin : 0;
+      cost.peak_bytes = std::max(cost.peak_bytes, kept + p + input + rebuilt_peak);
+      kept += p + o.kept_bytes;
       cost.recompute_flops += o.flops;
+      pin = 0;
     } else if (seg.recompute) {
-      cost.peak_bytes = std::max(cost.peak_bytes, kept + input + rebuilt_peak);
-      kept += input + s.held_boundary(seg.last);
+      cost.peak_bytes = std::max(cost.peak_bytes, kept + pin + input + rebuilt_peak);
+      kept += pin + input + s.held_boundary(seg.last);
       if (total > s.held_boundary(seg.last)) cost.recompute_flops += flops - s.boundary_flops[seg.last];
+      pin = 0;
     } else {
       cost.peak_bytes = std::max(cost.peak_bytes, kept + kept_peak);
       kept += kept_total;
       cost.recompute_flops += kept_flops;
+      pin = s.cheap_end(seg.last);  // kept after all where the next segment's rebuild reads it
     }
   }
   return cost;

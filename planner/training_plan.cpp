@@ -37,6 +37,9 @@ struct Context {
   std::vector<double> flops, seconds;  // per op
   const TrainingPlanOptions& opts;
   ForwardStages stages, coarse, coarse_cheap;  // coarse_cheap: coarse with cheap recomputation costs
+  // With each stage whose boundary no backward reads merged into the next (merge_loose_stages), and the
+  // cheap tensors counted live in a kept stage's backward; empty unless that merges an eighth of the stages.
+  ForwardStages merged, merged_cheap;
   SwapLinks links;
   std::uint64_t none_arena = 0;
 };
@@ -69,21 +72,31 @@ Evaluated evaluate(const Context& c, RematChoice choice) {
 // leaves with everything kept and shrinks by each overshoot until the real lower bound fits. Then it
 // bisects back up towards the last model budget that did not fit, keeping the least recompute that fits.
 // `cheap`: cheap recomputation (add_cheap_recompute) on top of every segment plan.
+// `on`: the stages (without cheap costs) whose segments `choose` returns.
 Maybe fit_segments(const Context& c, std::uint64_t target, const std::function<SegmentPlan(std::uint64_t)>& choose,
-                   bool cheap = false) {
+                   bool cheap = false, const ForwardStages* on = nullptr) {
+  const ForwardStages& base = on ? *on : c.coarse;
   auto choice_of = [&](const SegmentPlan& plan) {
-    RematChoice ch = plan.empty() ? RematChoice::keep_all(c.g) : choice_from_segments(c.g, c.coarse, plan);
+    RematChoice ch = plan.empty() ? RematChoice::keep_all(c.g) : choice_from_segments(c.g, base, plan);
     return cheap ? add_cheap_recompute(c.g, c.schedule, std::move(ch), c.flops) : ch;
   };
-  if (c.coarse.size() == 0) return evaluate(c, choice_of({}));
+  if (base.size() == 0) return evaluate(c, choice_of({}));
   const auto model_none =
-      evaluate_segments(c.coarse, {{0, static_cast<std::uint32_t>(c.coarse.size() - 1), false}}).peak_bytes;  // all kept, no cheap
+      evaluate_segments(base, {{0, static_cast<std::uint32_t>(base.size() - 1), false}}).peak_bytes;  // all kept, no cheap
   const std::uint64_t gap = c.none_arena > model_none ? c.none_arena - model_none : 0;
   std::uint64_t mb = target > gap ? target - gap : 0, too_much = model_none + 1;
   Maybe found;
+  // A model budget below the least model peak has no plan: then bisect between it and the last one too much.
+  std::uint64_t no_plan = 0;
+  auto close = [&] { return too_much <= no_plan + std::max<std::uint64_t>(1, too_much / 256); };
   for (int iter = 0; iter < 24 && !found; ++iter) {
     SegmentPlan plan = choose(mb);
-    if (plan.empty()) return std::nullopt;
+    if (plan.empty()) {
+      no_plan = mb;
+      if (close()) return std::nullopt;
+      mb = no_plan + (too_much - no_plan) / 2;
+      continue;
+    }
     Evaluated e = evaluate(c, choice_of(plan));
     if (e.arena() <= target) {
       found = std::move(e);
@@ -91,8 +104,9 @@ Maybe fit_segments(const Context& c, std::uint64_t target, const std::function<S
     }
     too_much = mb;
     const std::uint64_t step = std::max(e.arena() - target, mb / 64 + 1);
-    if (mb == 0) return std::nullopt;
+    if (mb == 0 || close()) return std::nullopt;
     mb = mb > step ? mb - step : 0;
+    if (no_plan > 0 && mb <= no_plan) mb = no_plan + (too_much - no_plan) / 2;
   }
   if (!found) return std::nullopt;
   for (int iter = 0; iter < 5 && mb + std::max<std::uint64_t>(1, too_much / 256) < too_much; ++iter) {
@@ -142,6 +156,10 @@ SegmentPlan best_greedy(const Context& c, std::uint64_t mb) {
 Maybe strategy_optimal(const Context& c, std::uint64_t target, bool by_time = false) {
   Maybe plain = fit_segments(c, target, [&](std::uint64_t mb) { return optimal_segments(c.coarse, mb); });
   Maybe cheap = fit_segments(c, target, [&](std::uint64_t mb) { return optimal_segments(c.coarse_cheap, mb); }, true);
+  if (c.merged.size() > 0) {
+    Maybe m = fit_segments(c, target, [&](std::uint64_t mb) { return optimal_segments(c.merged_cheap, mb); }, true, &c.merged);
+    if (m && (!cheap || (by_time ? m->seconds < cheap->seconds : m->recompute < cheap->recompute))) cheap = std::move(m);
+  }
   if (!plain || (cheap && (by_time ? cheap->seconds < plain->seconds : cheap->recompute < plain->recompute))) return cheap;
   return plain;
 }
@@ -223,7 +241,7 @@ TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const Traini
   if (std::find(names.begin(), names.end(), options.strategy) == names.end())
     fail(ErrorKind::usage, "unknown strategy '" + options.strategy + "' (none, sqrt, budget, optimal, swap, auto)");
   const Graph& g = tg.graph;
-  Context c{g, analysis::training_schedule(tg), {}, {}, options, {}, {}, {}, {}, 0};
+  Context c{g, analysis::training_schedule(tg), {}, {}, options, {}, {}, {}, {}, {}, {}, 0};
   TrainingPlanResult r;
   r.strategy = options.strategy;
   c.flops.resize(g.ops.size());
@@ -246,6 +264,14 @@ TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const Traini
   c.coarse = with_partial_options(g, coarsen_stages(c.stages, kMaxModelStages), c.flops, options.assign.alignment);
   c.coarse_cheap = coarsen_stages(with_cheap_costs(g, c.schedule, c.stages, c.flops, options.assign.alignment), kMaxModelStages);
   c.coarse_cheap.partial = c.coarse.partial;  // coarsening cuts by total bytes, which cheap costs leave alone
+  // Only where many stages end at a loose boundary (residual blocks ending in a ReLU after the Add): elsewhere
+  // the third run would repeat the cheap one at the cost of a whole calibration.
+  if (const ForwardStages merged = merge_loose_stages(c.stages); merged.size() + c.stages.size() / 8 < c.stages.size()) {
+    c.merged = with_partial_options(g, coarsen_stages(merged, kMaxModelStages), c.flops, options.assign.alignment);
+    c.merged_cheap = coarsen_stages(with_cheap_costs(g, c.schedule, merged, c.flops, options.assign.alignment), kMaxModelStages);
+    c.merged_cheap.partial = c.merged.partial;
+    c.merged_cheap.cheap_live_in_backward = true;
+  }
   c.none_arena = evaluate(c, RematChoice::keep_all(g)).arena();
 
   auto infeasible = [&](const std::string& why) {

@@ -180,13 +180,14 @@ analysis::TrainingGraph corpus_training(const char* file, std::int64_t batch) {
 
 TEST_CASE("at sqrt(N)'s peak, optimal with partial stages recomputes far less than sqrt and its plan verifies") {
   // bench_training's setting (batch 32, Adam). MobileNetV2 meets the goal of a third of a forward pass;
-  // ResNet-50 not yet (about half of one with convolution scratch in the arena; two thirds with whole-stage
-  // segments only).
+  // ResNet-50 not yet (0.48 of one with convolution scratch in the arena and cheap block outputs; two thirds
+  // with whole-stage segments only): at sqrt(N)'s peak the block outputs of layer1 and layer2 alone, kept as
+  // checkpoints, fill more than half of the arena.
   struct Case {
     const char* file;
     double at_most;  // recompute FLOPs / one forward pass
   };
-  for (const Case& m : {Case{"mobilenet_v2.train.onnx", 1.0 / 3.0}, Case{"resnet50.train.onnx", 0.6}}) {
+  for (const Case& m : {Case{"mobilenet_v2.train.onnx", 1.0 / 3.0}, Case{"resnet50.train.onnx", 0.5}}) {
     const std::string file = m.file;
     CAPTURE(file);
     const auto tg = corpus_training(m.file, 32);
