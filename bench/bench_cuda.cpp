@@ -5,7 +5,8 @@
 // KEY=VALUE: a symbolic dim (batch=32), budget=BYTES (total device memory), activation_budget=BYTES (the
 // budget less weights, optimizer state and inputs: PyTorch's peak over what lives between steps),
 // optimizer=none|sgd|momentum|adam,
-// strategies=none,sqrt,optimal,... (train), train=1 (workspace: a training step instead of inference).
+// strategies=none,sqrt,optimal,... (train), side_workspace=1 (train: cuDNN's workspace beside the arena, the
+// same for every plan), train=1 (workspace: a training step instead of inference).
 #ifdef MEMPLAN_HAVE_CUDA
 #include <algorithm>
 #include <cmath>
@@ -328,6 +329,7 @@ struct BenchArgs {
   analysis::Optimizer optimizer = analysis::Optimizer::adam;
   std::vector<std::string> strategies{"optimal", "swap"};  // planned at the budget, beside none and sqrt
   bool train = false;
+  bool side_workspace = false;  // train: one cuDNN workspace beside the arena instead of the plans' scratch
 };
 
 BenchArgs parse_args(int argc, char** argv, int from) {
@@ -340,6 +342,7 @@ BenchArgs parse_args(int argc, char** argv, int from) {
     if (k == "budget") a.budget = planner::parse_size(v);
     else if (k == "activation_budget") a.activation_budget = planner::parse_size(v);
     else if (k == "train") a.train = v == "1";
+    else if (k == "side_workspace") a.side_workspace = v == "1";
     else if (k == "optimizer") {
       const auto o = analysis::optimizer_from_name(v);
       if (!o) throw std::invalid_argument("unknown optimizer '" + v + "'");
@@ -389,7 +392,7 @@ json bench_train(const std::string& path, int steps, const BenchArgs& args) {
   }
   run_training_plan(plans[0], feed, 1);  // loads the libraries' kernels once, outside the measurements
   json rows = json::object();
-  for (const auto& r : plans) rows[r.strategy] = run_training_plan(r, feed, steps);
+  for (const auto& r : plans) rows[r.strategy] = run_training_plan(r, feed, steps, args.side_workspace);
   const double base = rows["none"]["step_seconds"].get<double>();
   for (auto& [name, row] : rows.items()) row["step_overhead_vs_none"] = row["step_seconds"].get<double>() / base - 1.0;
   return {{"model", path},
@@ -397,6 +400,7 @@ json bench_train(const std::string& path, int steps, const BenchArgs& args) {
           {"ops", tg.graph.ops.size()},
           {"optimizer", analysis::optimizer_name(args.optimizer)},
           {"budget_bytes", budget},
+          {"side_workspace", args.side_workspace},
           {"strategies", rows},
           {"notes", notes}};
 }

@@ -8,7 +8,8 @@ MiB = 2**20
 
 def main(path):
     r = json.load(open(path))
-    print(f"# PyTorch yardstick beside memplan, one run on {r['device']} (torch {r['torch']}), {r['date']}\n")
+    tf32 = "TF32 allowed" if r.get("tf32") else "float32 without TF32, like memplan's CUDA backend"
+    print(f"# PyTorch yardstick beside memplan, one run on {r['device']} (torch {r['torch']}, {tf32}), {r['date']}\n")
     bw = r["bandwidth"]
     print(f"pinned host->device {bw['host_to_device_bytes_per_s']/1e9:.1f} GB/s, device->host "
           f"{bw['device_to_host_bytes_per_s']/1e9:.1f} GB/s, device copy {bw['device_copy_bytes_per_s']/1e9:.0f} GB/s "

@@ -18,7 +18,7 @@ void add_arena_args(CLI::App* cmd, ArenaArgs& args) {
   cmd->add_option("--alignment", args.alignment, "buffer alignment in bytes")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--packer", args.packer, "greedy_by_size | best_fit | greedy_by_breadth | sweep | best");
   cmd->add_option("--workspace-limit", args.workspace_limit,
-                  "most scratch bytes planned in the arena for one convolution's workspace, e.g. 64MiB; 0: none");
+                  "most scratch bytes in the arena for one convolution's workspace (default 256MiB; 0: none)");
 }
 
 planner::AssignOptions assign_options(const ArenaArgs& args) {

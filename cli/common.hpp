@@ -28,7 +28,7 @@ analysis::Graph load_shaped_model(const ModelArgs& args, bool keep_weight_data =
 struct ArenaArgs {
   std::uint64_t alignment = 256;
   std::string packer = "best";
-  std::string workspace_limit = "64MiB";
+  std::string workspace_limit = "256MiB";
 };
 void add_arena_args(CLI::App* cmd, ArenaArgs& args);
 // A bad --workspace-limit size is ErrorKind::usage.

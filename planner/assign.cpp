@@ -213,7 +213,7 @@ std::uint64_t scratch_request(const Graph& g, OpId id, std::uint64_t limit) {
   take(op.input(0));
   if (op.type == "ConvGradWeight") take(op.input(1));
   else take(op.output(0));
-  return std::min(act, limit);
+  return std::min({act, limit, kSureScratchCap});
 }
 
 Plan assign(const Graph& g, const analysis::Liveness& l, const AssignOptions& o) {

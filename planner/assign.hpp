@@ -17,12 +17,13 @@ struct AssignOptions {
                                   // kMaxPlacingPairs overlapping lifetimes), smallest arena kept
   // Most scratch bytes planned for one op (a convolution's workspace, see scratch_request); 0: none.
   std::uint64_t workspace_limit_bytes = kDefaultWorkspaceLimit;
-  static constexpr std::uint64_t kDefaultWorkspaceLimit = 64ull << 20;
+  static constexpr std::uint64_t kDefaultWorkspaceLimit = 256ull << 20;
 };
 
-// Scratch bytes op `id` of `g` is sure to get (before alignment; assign may grow them into free space): for
-// a convolution (Conv, ConvGradInput, ConvGradWeight) the larger of its input and output activation, at
-// most `limit`; 0 for every other op.
+// Scratch bytes op `id` of `g` is sure to get (before alignment; assign may grow them into free space up
+// to `limit`): for a convolution (Conv, ConvGradInput, ConvGradWeight) the larger of its input and output
+// activation, at most `limit` and kSureScratchCap; 0 for every other op.
+inline constexpr std::uint64_t kSureScratchCap = 64ull << 20;
 // The CUDA backend runs the fastest cuDNN algorithm whose workspace fits (one needing none always
 // exists), so the size trades arena bytes against algorithm choice: Winograd and FFT transforms need
 // buffers of about the activation's size, implicit GEMM next to none.
