@@ -32,20 +32,23 @@ std::vector<std::int64_t> contiguous_strides(const std::vector<std::int64_t>& d)
   return s;
 }
 
-namespace {
+std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& in, const std::vector<std::int64_t>& out) {
+  std::vector<std::int64_t> st(out.size(), 0);
+  std::int64_t stride = 1;
+  for (std::size_t k = 0; k < in.size() && k < out.size(); ++k) {
+    const std::size_t di = in.size() - 1 - k, dout = out.size() - 1 - k;
+    st[dout] = in[di] == 1 ? 0 : stride;
+    stride *= in[di];
+  }
+  return st;
+}
 
 int elem_bytes(const ExecState& s, TensorId t) { return static_cast<int>(analysis::dtype_bits(s.tensor(t).dtype) / 8); }
 
-void need_f32(const ExecState& s, const Op& op) {
-  for (TensorId t : op.inputs)
-    if (t != kNoTensor && s.tensor(t).dtype != analysis::DType::f32)
-      fail(ErrorKind::unsupported, "op '" + op.name + "' (" + op.type + "): the CUDA backend computes float32 only");
-}
-
-// Copies `dims` elements from src (strides src_strides) to dst (strides dst_strides).
-void copy_region(ExecState& s, int eb, const std::vector<std::int64_t>& dims, const void* src,
+void copy_region(ExecState& s, const Op& op, int eb, const std::vector<std::int64_t>& dims, const void* src,
                  const std::vector<std::int64_t>& src_strides, void* dst, const std::vector<std::int64_t>& dst_strides) {
-  if (dims.size() > static_cast<std::size_t>(kMaxRank)) fail(ErrorKind::unsupported, "a copy of rank above 8");
+  if (dims.size() > static_cast<std::size_t>(kMaxRank))
+    fail(ErrorKind::unsupported, "op '" + op.name + "' (" + op.type + "): a copy of rank above 8");
   StridedCopy c;
   c.rank = static_cast<int>(dims.size());
   c.elem_bytes = eb;
@@ -57,6 +60,14 @@ void copy_region(ExecState& s, int eb, const std::vector<std::int64_t>& dims, co
   c.src = src;
   c.dst = dst;
   strided_copy(c, s.ctx.stream());
+}
+
+namespace {
+
+void need_f32(const ExecState& s, const Op& op) {
+  for (TensorId t : op.inputs)
+    if (t != kNoTensor && s.tensor(t).dtype != analysis::DType::f32)
+      fail(ErrorKind::unsupported, "op '" + op.name + "' (" + op.type + "): the CUDA backend computes float32 only");
 }
 
 std::vector<std::int64_t> const_ints(const ExecState& s, const Op& op, std::size_t input, const char* attr) {
@@ -97,7 +108,7 @@ void run_transpose(ExecState& s, const Op& op) {
     dims.push_back(in[static_cast<std::size_t>(p)]);
     src.push_back(in_strides[static_cast<std::size_t>(p)]);
   }
-  copy_region(s, elem_bytes(s, op.inputs[0]), dims, s.ptr[op.inputs[0]], src, s.ptr[op.outputs[0]], contiguous_strides(dims));
+  copy_region(s, op, elem_bytes(s, op.inputs[0]), dims, s.ptr[op.inputs[0]], src, s.ptr[op.outputs[0]], contiguous_strides(dims));
 }
 
 // Split and Concat: one strided copy per part along `axis`.
@@ -112,8 +123,8 @@ void run_split_concat(ExecState& s, const Op& op, bool split) {
     if (part == kNoTensor) continue;
     const auto pd = s.dims(part);
     std::byte* base = s.ptr[whole] + at * ws[axis] * eb;
-    if (split) copy_region(s, eb, pd, base, ws, s.ptr[part], contiguous_strides(pd));
-    else copy_region(s, eb, pd, s.ptr[part], contiguous_strides(pd), base, ws);
+    if (split) copy_region(s, op, eb, pd, base, ws, s.ptr[part], contiguous_strides(pd));
+    else copy_region(s, op, eb, pd, s.ptr[part], contiguous_strides(pd), base, ws);
     at += pd[axis];
   }
 }
@@ -137,16 +148,13 @@ void run_slice(ExecState& s, const Op& op) {
   }
   const auto out = s.dims(op.outputs[0]);
   const int eb = elem_bytes(s, op.inputs[0]);
-  copy_region(s, eb, out, s.ptr[op.inputs[0]] + offset * eb, src, s.ptr[op.outputs[0]], contiguous_strides(out));
+  copy_region(s, op, eb, out, s.ptr[op.inputs[0]] + offset * eb, src, s.ptr[op.outputs[0]], contiguous_strides(out));
 }
 
 void run_expand(ExecState& s, const Op& op) {
   const auto in = s.dims(op.inputs[0]), out = s.dims(op.outputs[0]);
-  const auto ins = contiguous_strides(in);
-  std::vector<std::int64_t> src(out.size(), 0);
-  for (std::size_t k = 0; k < in.size(); ++k)
-    if (in[in.size() - 1 - k] != 1) src[out.size() - 1 - k] = ins[in.size() - 1 - k];
-  copy_region(s, elem_bytes(s, op.inputs[0]), out, s.ptr[op.inputs[0]], src, s.ptr[op.outputs[0]], contiguous_strides(out));
+  copy_region(s, op, elem_bytes(s, op.inputs[0]), out, s.ptr[op.inputs[0]], broadcast_strides(in, out), s.ptr[op.outputs[0]],
+              contiguous_strides(out));
 }
 
 void run_gather(ExecState& s, const Op& op) {

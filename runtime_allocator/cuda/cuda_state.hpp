@@ -32,6 +32,13 @@ struct ExecState {
 // Shape helpers shared by the op files (cuda_ops.cpp).
 std::int64_t product(const std::vector<std::int64_t>& d, std::size_t from = 0, std::size_t to = SIZE_MAX);
 std::vector<std::int64_t> contiguous_strides(const std::vector<std::int64_t>& d);
+// Element strides of a tensor of dims `in` read under numpy broadcasting against `out` (0 on broadcast dims).
+std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& in, const std::vector<std::int64_t>& out);
+int elem_bytes(const ExecState& s, analysis::TensorId t);
+// Copies `dims` elements of `eb` bytes from src (strides src_strides) to dst (strides dst_strides) on the
+// compute stream; ErrorKind::unsupported naming `op` above rank 8.
+void copy_region(ExecState& s, const analysis::Op& op, int eb, const std::vector<std::int64_t>& dims, const void* src,
+                 const std::vector<std::int64_t>& src_strides, void* dst, const std::vector<std::int64_t>& dst_strides);
 // `axis` in [-rank, rank) as an index; ErrorKind::shape naming the op otherwise.
 std::size_t norm_axis(std::int64_t axis, std::size_t rank, const analysis::Op& op);
 // v as a cuBLAS/cuDNN int; ErrorKind::unsupported naming the op when it does not fit (cuda_dnn.cpp).

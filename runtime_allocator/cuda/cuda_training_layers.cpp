@@ -26,8 +26,6 @@ namespace {
   fail(ErrorKind::unsupported, "op '" + op.name + "' (" + op.type + ") on the CUDA backend: " + what);
 }
 
-int elem_bytes(const ExecState &s, TensorId t) { return static_cast<int>(analysis::dtype_bits(s.tensor(t).dtype) / 8); }
-
 const float *in_f32(const ExecState &s, const Op &op, std::size_t i) {
   const TensorId t = op.input(i);
   if (t == kNoTensor) unsupported(op, "input " + std::to_string(i) + " is required");
@@ -80,19 +78,6 @@ float scalar_arg(ExecState &s, const Op &op, std::size_t i, float fallback) {
   return v;
 }
 
-// Element strides of a tensor of dims `in` read under numpy broadcasting
-// against `out` (0 on broadcast dims).
-std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t> &in, const std::vector<std::int64_t> &out) {
-  std::vector<std::int64_t> st(out.size(), 0);
-  std::int64_t stride = 1;
-  for (std::size_t k = 0; k < in.size() && k < out.size(); ++k) {
-    const std::size_t di = in.size() - 1 - k, dout = out.size() - 1 - k;
-    st[dout] = in[di] == 1 ? 0 : stride;
-    stride *= in[di];
-  }
-  return st;
-}
-
 BroadcastShape broadcast_shape(const ExecState &s, const Op &op, const std::vector<std::int64_t> &out,
                                const std::vector<TensorId> &operands) {
   if (out.size() > static_cast<std::size_t>(kMaxRank) || operands.size() > 3) unsupported(op, "rank above 8");
@@ -110,22 +95,6 @@ BroadcastShape broadcast_shape(const ExecState &s, const Op &op, const std::vect
     for (std::size_t d = 0; d < out.size(); ++d) b.strides[k][d] = st[d];
   }
   return b;
-}
-
-void strided(ExecState &s, const Op &op, int eb, const std::vector<std::int64_t> &dims, const std::byte *src,
-             const std::vector<std::int64_t> &src_strides, std::byte *dst, const std::vector<std::int64_t> &dst_strides) {
-  if (dims.size() > static_cast<std::size_t>(kMaxRank)) unsupported(op, "rank above 8");
-  StridedCopy c;
-  c.rank = static_cast<int>(dims.size());
-  c.elem_bytes = eb;
-  for (std::size_t k = 0; k < dims.size(); ++k) {
-    c.dims[k] = dims[k];
-    c.src_strides[k] = src_strides[k];
-    c.dst_strides[k] = dst_strides[k];
-  }
-  c.src = src;
-  c.dst = dst;
-  strided_copy(c, s.ctx.stream());
 }
 
 void zero(ExecState &s, TensorId t, const Op &op) {
@@ -224,7 +193,7 @@ void run_slice_grad(ExecState &s, const Op &op) {
   const auto yd = s.dims(dy);
   if (product(yd) == 0) return;
   const int eb = elem_bytes(s, dx);
-  strided(s, op, eb, yd, s.ptr[dy], contiguous_strides(yd), s.ptr[dx] + base * eb, st);
+  copy_region(s, op, eb, yd, s.ptr[dy], contiguous_strides(yd), s.ptr[dx] + base * eb, st);
 }
 
 void run_gather_grad(ExecState &s, const Op &op) {
@@ -260,7 +229,7 @@ void run_split_grad(ExecState &s, const Op &op) {
     if (piece != kNoTensor && outer * part > 0) {
       if (static_cast<std::int64_t>(s.tensor(piece).element_count()) != outer * part)
         fail(ErrorKind::shape, "op '" + op.name + "' (SplitGrad): piece " + std::to_string(k) + " does not match its split size");
-      strided(s, op, eb, {outer, part}, s.ptr[piece], {part, 1}, s.ptr[dx] + at * eb, {row, 1});
+      copy_region(s, op, eb, {outer, part}, s.ptr[piece], {part, 1}, s.ptr[dx] + at * eb, {row, 1});
     }
     at += part;
   }

@@ -66,6 +66,30 @@ TEST_CASE("recomputed tensors die at their last forward use and backward readers
   }
 }
 
+namespace {
+
+// At `steps` + 1 budgets from the least model peak up to keeping everything: the DP plans exactly when brute
+// force does, within the budget and with brute force's recompute FLOPs. Returns the DP's plans.
+std::vector<SegmentPlan> dp_against_brute_force(const ForwardStages& st, int steps) {
+  std::vector<SegmentPlan> plans;
+  const std::uint64_t none = evaluate_segments(st, {{0, static_cast<std::uint32_t>(st.size() - 1), false}}).peak_bytes;
+  const std::uint64_t lo = min_segment_peak(st);
+  for (int k = 0; k <= steps; ++k) {
+    const std::uint64_t budget = lo + (none - lo) * static_cast<std::uint64_t>(k) / static_cast<std::uint64_t>(steps);
+    auto dp = optimal_segments(st, budget);
+    auto bf = brute_force_segments(st, budget);
+    REQUIRE(dp.empty() == bf.empty());
+    if (dp.empty()) continue;
+    auto cd = evaluate_segments(st, dp), cb = evaluate_segments(st, bf);
+    CHECK(cd.peak_bytes <= budget);
+    CHECK(cd.recompute_flops == doctest::Approx(cb.recompute_flops));
+    plans.push_back(std::move(dp));
+  }
+  return plans;
+}
+
+}  // namespace
+
 TEST_CASE("the segment DP finds the brute-force optimum on random graphs of up to 20 ops, with and without cheap costs") {
   int compared = 0;
   for (std::uint32_t seed = 1; seed <= 60; ++seed) {
@@ -75,19 +99,7 @@ TEST_CASE("the segment DP finds the brute-force optimum on random graphs of up t
     if (plain.size() > 12) continue;
     // Odd seeds: with cheap recomputation costs in kept stages (the DP and brute force share the model).
     const auto st = seed % 2 ? with_cheap_costs(r.graph, r.schedule, plain, r.flops, 1) : plain;
-    std::uint64_t none = evaluate_segments(st, {{0, static_cast<std::uint32_t>(st.size() - 1), false}}).peak_bytes;
-    std::uint64_t lo = min_segment_peak(st);
-    for (int k = 0; k <= 4; ++k) {
-      const std::uint64_t budget = lo + (none - lo) * static_cast<std::uint64_t>(k) / 4;
-      auto dp = optimal_segments(st, budget);
-      auto bf = brute_force_segments(st, budget);
-      REQUIRE(dp.empty() == bf.empty());
-      if (dp.empty()) continue;
-      auto cd = evaluate_segments(st, dp), cb = evaluate_segments(st, bf);
-      CHECK(cd.peak_bytes <= budget);
-      CHECK(cd.recompute_flops == doctest::Approx(cb.recompute_flops));
-      ++compared;
-    }
+    compared += static_cast<int>(dp_against_brute_force(st, 4).size());
   }
   CHECK(compared > 100);
 }
@@ -145,17 +157,7 @@ TEST_CASE("with partial options in single-stage segments the DP still finds the 
     if (plain.size() > 12 || brute_force_plans(plain) > 2e5) continue;
     auto st = seed % 2 ? with_cheap_costs(r.graph, r.schedule, plain, r.flops, 1) : plain;
     st.cheap_live_in_backward = merge;
-    const std::uint64_t none = evaluate_segments(st, {{0, static_cast<std::uint32_t>(st.size() - 1), false}}).peak_bytes;
-    const std::uint64_t lo = min_segment_peak(st);
-    for (int k = 0; k <= 5; ++k) {
-      const std::uint64_t budget = lo + (none - lo) * static_cast<std::uint64_t>(k) / 5;
-      auto dp = optimal_segments(st, budget);
-      auto bf = brute_force_segments(st, budget);
-      REQUIRE(dp.empty() == bf.empty());
-      if (dp.empty()) continue;
-      auto cd = evaluate_segments(st, dp), cb = evaluate_segments(st, bf);
-      CHECK(cd.peak_bytes <= budget);
-      CHECK(cd.recompute_flops == doctest::Approx(cb.recompute_flops));
+    for (const SegmentPlan& dp : dp_against_brute_force(st, 5)) {
       ++compared;
       partial_used += std::any_of(dp.begin(), dp.end(), [](const Segment& g) { return g.option > 0; });
     }

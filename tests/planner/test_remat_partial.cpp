@@ -22,6 +22,11 @@ SegmentPlan one_partial(const ForwardStages& s, std::uint32_t stage, std::uint32
   return plan;
 }
 
+// A random training graph's forward stages with their partial options.
+ForwardStages partial_stages(const memplan::testing::RandomTraining& r) {
+  return with_partial_options(r.graph, find_forward_stages(r.graph, r.schedule, r.flops, 1), r.flops, 1);
+}
+
 }  // namespace
 
 TEST_CASE("partial options are a Pareto front of keep sets that never drop the boundary") {
@@ -29,7 +34,7 @@ TEST_CASE("partial options are a Pareto front of keep sets that never drop the b
   for (std::uint32_t seed = 1; seed <= 40; ++seed) {
     CAPTURE(seed);
     auto r = random_training(seed, 24, 0.4);
-    const auto st = with_partial_options(r.graph, find_forward_stages(r.graph, r.schedule, r.flops, 1), r.flops, 1);
+    const auto st = partial_stages(r);
     REQUIRE(st.partial.size() == st.size());
     for (std::uint32_t i = 0; i < st.size(); ++i) {
       const auto& opts = st.partial[i];
@@ -60,7 +65,7 @@ TEST_CASE("a partial option costs exactly the FLOPs the transform clones and fre
   for (std::uint32_t seed = 1; seed <= 25; ++seed) {
     CAPTURE(seed);
     auto r = random_training(seed, 20, 0.4);
-    const auto st = with_partial_options(r.graph, find_forward_stages(r.graph, r.schedule, r.flops, 1), r.flops, 1);
+    const auto st = partial_stages(r);
     for (std::uint32_t i = 0; i < st.size(); ++i)
       for (std::uint32_t k = 0; k < st.partial[i].size(); ++k) {
         CAPTURE(i);
@@ -90,7 +95,7 @@ TEST_CASE("a partial option that keeps least costs no more than recomputing its 
   for (std::uint32_t seed = 1; seed <= 20; ++seed) {
     CAPTURE(seed);
     auto r = random_training(seed, 30, 0.6);
-    const auto st = with_partial_options(r.graph, find_forward_stages(r.graph, r.schedule, r.flops, 1), r.flops, 1);
+    const auto st = partial_stages(r);
     for (std::uint32_t i = 0; i < st.size(); ++i) {
       if (st.partial[i].empty()) continue;
       SegmentPlan whole = one_partial(st, i, 0);
