@@ -1,0 +1,91 @@
+// The op registry: every op memplan knows, one record each, read by every stage instead of lists of its own.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "analysis/graph.hpp"
+
+namespace memplan::analysis {
+
+namespace shape_detail {
+struct OpRule;
+}
+namespace autodiff {
+struct GradRule;
+}
+
+// What an op does to memory, in the words the planner and runtime use.
+enum class OpKind : std::uint8_t {
+  view,           // output 0 is input 0's bytes under another shape (Reshape, Flatten, Squeeze, Identity)
+  elementwise,    // output element i from input elements i (numpy broadcasting): Add, Relu, Cast, Where
+  reduction,      // folds axes: ReduceSum, GlobalAveragePool, ReduceSumTo
+  normalization,  // BatchNorm, LayerNorm, Softmax and their gradients: reductions and elementwise in one
+  layout,         // moves bytes without arithmetic: Transpose, Concat, Slice, Gather, Pad, Expand
+  matmul,         // MatMul, Gemm and their gradients
+  convolution,    // Conv and its gradients
+  pooling,        // windowed reductions: MaxPool, AveragePool and their gradients
+  random,         // draws random numbers: Dropout, RandomUniformLike, Bernoulli
+  shape,          // computes shapes or constants: Shape, Size, ConstantOfShape, Range, Constant
+  loss,           // memplan's losses
+  optimizer,      // memplan's optimizer updates
+  memory,         // memplan's SwapOut / SwapIn: copies between device and host
+  fused,          // memplan's fused ops (FusedElementwise)
+};
+const char* op_kind_name(OpKind k) noexcept;
+
+// How a gradient flows back through an op in a training graph.
+enum class GradKind : std::uint8_t {
+  rule,                // a backward rule (`OpInfo::grad`) emits the backward ops
+  not_differentiable,  // its float outputs carry no gradient (comparisons, shapes, random draws, rounding)
+  none,                // no rule: building a training graph that needs one is ErrorKind::unsupported
+};
+const char* grad_kind_name(GradKind k) noexcept;
+
+// FLOPs of one op from its tensors' concrete shapes (a multiply-add counts 2).
+using FlopsFn = double (*)(const Graph& g, const Op& op);
+// Inputs whose bytes output 0 may take when the input dies at this op, as a bitmask; attribute-dependent.
+using InplaceFn = std::uint32_t (*)(const Op& op);
+
+using OpTypeId = std::uint16_t;
+inline constexpr OpTypeId kUnknownOpType = 0xffff;
+
+struct OpInfo {
+  OpTypeId id = kUnknownOpType;  // dense index into op_registry().all()
+  std::string_view domain;       // "" for ONNX's default domain, "memplan" for memplan's own ops
+  std::string_view type;
+  OpKind kind = OpKind::elementwise;
+  // Shape inference: ONNX ops have a rule (and maybe a constant evaluator); memplan's own ops carry the
+  // shapes their builder declared (`shape` null, `declared_shapes` true).
+  const shape_detail::OpRule* shape = nullptr;
+  bool declared_shapes = false;
+  FlopsFn flops = nullptr;      // never null for a registered op
+  bool launches = true;         // false: no kernel runs (views), costs 0 seconds
+  std::uint32_t inplace_inputs = 0;  // bit i: output 0 may overwrite input i (elementwise, same size)
+  InplaceFn inplace = nullptr;       // when set, decides instead of `inplace_inputs`
+  GradKind grad_kind = GradKind::none;
+  const autodiff::GradRule* grad = nullptr;  // set when grad_kind is rule
+  bool deterministic = true;    // false: two runs give different outputs (random ops)
+  std::string_view summary;     // one line for `memplan ops` and docs/ops.md
+
+  bool is_view() const noexcept { return kind == OpKind::view; }
+  std::uint32_t inplace_mask(const Op& op) const { return inplace ? inplace(op) : inplace_inputs; }
+};
+
+// The registry is immutable data built once; lookups never allocate.
+class OpRegistry {
+ public:
+  // Null when memplan does not know the op. "ai.onnx" is the default domain.
+  const OpInfo* find(std::string_view domain, std::string_view type) const noexcept;
+  const OpInfo* find(const Op& op) const noexcept { return find(op.domain, op.type); }
+  // ErrorKind::unsupported naming the op and `needed_for` ("a cost", "a backward rule") when unknown.
+  const OpInfo& at(const Op& op, std::string_view needed_for) const;
+  std::span<const OpInfo> all() const noexcept;
+  const OpInfo& info(OpTypeId id) const { return all()[id]; }
+};
+
+const OpRegistry& op_registry();
+
+}  // namespace memplan::analysis
