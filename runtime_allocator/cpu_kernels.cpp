@@ -73,16 +73,18 @@ class CpuKernels final : public KernelSet {
     add_shape_kernels(table_);
     add_training_kernels(table_);
   }
-  bool supports(const Op& op) const override { return find(op) != nullptr; }
+  std::string unsupported_reason(const analysis::Graph& /*g*/, const Op& op) const override {
+    return find(op) ? std::string() : "no kernel";
+  }
   bool alias_safe(const Op& op) const override {
     const Kernel* k = find(op);
     return k && k->alias_safe;
   }
-  void run(const Op& op, const Refs& in, const Refs& out) override {
-    const Kernel* k = find(op);
-    if (!k) fail(ErrorKind::unsupported, "no CPU kernel for op '" + op.name + "' of type " +
-                                             (op.domain.empty() ? "" : op.domain + "::") + op.type);
-    k->fn(op, in, out);
+  void run(const OpCall& call) override {
+    const Kernel* k = find(call.op);
+    if (!k) fail(ErrorKind::unsupported, "no CPU kernel for op '" + call.op.name + "' of type " +
+                                             (call.op.domain.empty() ? "" : call.op.domain + "::") + call.op.type);
+    k->fn(call.op, call.in, call.out);
   }
 
  private:
