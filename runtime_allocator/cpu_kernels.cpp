@@ -16,12 +16,6 @@ std::int64_t normalize_axis(const Op& op, std::int64_t axis, std::size_t rank) {
   return axis < 0 ? axis + r : axis;
 }
 
-std::int64_t product(const std::vector<std::int64_t>& dims, std::size_t from, std::size_t to) {
-  std::int64_t n = 1;
-  for (std::size_t k = from; k < std::min(to, dims.size()); ++k) n *= dims[k];
-  return n;
-}
-
 const TensorRef& required(const Op& op, const Refs& in, std::size_t i) {
   if (i >= in.size() || !in[i].data) unsupported(op, "input " + std::to_string(i) + " is required");
   return in[i];
@@ -43,23 +37,6 @@ float scalar_value(const Op& op, const Refs& in, std::size_t i, float fallback) 
 
 void copy_if_moved(std::byte* dst, const std::byte* src, std::uint64_t bytes) {
   if (dst != src && bytes) std::memmove(dst, src, bytes);
-}
-
-std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& in, const std::vector<std::int64_t>& out) {
-  std::vector<std::int64_t> s(out.size(), 0);
-  std::int64_t stride = 1;
-  for (std::size_t k = 0; k < in.size() && k < out.size(); ++k) {
-    const std::size_t di = in.size() - 1 - k, dout = out.size() - 1 - k;
-    s[dout] = in[di] == 1 ? 0 : stride;
-    stride *= in[di];
-  }
-  return s;
-}
-
-std::vector<std::int64_t> contiguous_strides(const std::vector<std::int64_t>& dims) {
-  std::vector<std::int64_t> s(dims.size(), 1);
-  for (std::size_t k = dims.size(); k-- > 1;) s[k - 1] = s[k] * dims[k];
-  return s;
 }
 
 namespace {
