@@ -3,6 +3,8 @@
 #include "runtime_allocator/cuda/cuda_backend.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -16,7 +18,8 @@ struct CudaBackend::Impl {
   CudaOptions opts;
   Context ctx;
   std::unique_ptr<CudaKernels> kernels;
-  std::unordered_map<std::byte*, std::uint64_t> device, host;  // live allocations
+  std::unordered_map<std::byte*, std::uint64_t> device, host;  // live allocations by the address handed out
+  std::unordered_map<std::byte*, void*> raw;                    // handed-out address -> what cudaMalloc/Host returned
   std::vector<cudaEvent_t> events;
   cudaEvent_t start = nullptr, stop = nullptr;
   std::size_t free_before = 0;
@@ -34,23 +37,38 @@ struct CudaBackend::Impl {
     for (auto e : events) (void)cudaEventDestroy(e);
     if (start) (void)cudaEventDestroy(start);
     if (stop) (void)cudaEventDestroy(stop);
-    for (auto& [p, n] : device) (void)cudaFree(p);
-    for (auto& [p, n] : host) (void)cudaFreeHost(p);
+    for (auto& [p, n] : device) (void)cudaFree(raw.at(p));
+    for (auto& [p, n] : host) (void)cudaFreeHost(raw.at(p));
   }
 };
 
 CudaBackend::CudaBackend(const CudaOptions& options) : impl_(std::make_unique<Impl>(options)) {}
 CudaBackend::~CudaBackend() = default;
 
-// cudaMalloc aligns to 256 bytes; a larger alignment is not offered.
+namespace {
+// cudaMalloc and cudaMallocHost align to 256 bytes; a larger power-of-two alignment (the pool's 4 KiB
+// chunks) is met by asking for alignment - 256 more bytes and handing out the aligned address inside.
+std::uint64_t padding_for(std::uint64_t alignment, const char* what) {
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > (std::uint64_t{1} << 21))
+    fail(ErrorKind::runtime, std::string(what) + ": alignment " + std::to_string(alignment) + " is not a power of two up to 2 MiB");
+  return alignment > 256 ? alignment - 256 : 0;
+}
+std::byte* aligned_inside(void* p, std::uint64_t alignment) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  return reinterpret_cast<std::byte*>((a + alignment - 1) / alignment * alignment);
+}
+}  // namespace
+
 std::byte* CudaBackend::allocate(std::uint64_t bytes, std::uint64_t alignment) {
-  if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 256)
-    fail(ErrorKind::runtime, "CUDA allocation: alignment " + std::to_string(alignment) + " is not a power of two up to 256");
+  const std::uint64_t pad = padding_for(alignment, "CUDA allocation");
   void* p = nullptr;
-  check(cudaMalloc(&p, std::max<std::uint64_t>(bytes, 1)), "cudaMalloc of " + std::to_string(bytes) + " bytes");
-  impl_->device[static_cast<std::byte*>(p)] = bytes;
-  impl_->stats.device_bytes += bytes;
-  return static_cast<std::byte*>(p);
+  check(cudaMalloc(&p, std::max<std::uint64_t>(checked_add(bytes, pad, "CUDA allocation"), 1)),
+        "cudaMalloc of " + std::to_string(bytes) + " bytes");
+  std::byte* at = aligned_inside(p, alignment);
+  impl_->device[at] = bytes + pad;
+  impl_->raw[at] = p;
+  impl_->stats.device_bytes += bytes + pad;
+  return at;
 }
 
 void CudaBackend::deallocate(std::byte* p, std::uint64_t /*bytes*/) noexcept {
@@ -58,17 +76,20 @@ void CudaBackend::deallocate(std::byte* p, std::uint64_t /*bytes*/) noexcept {
   if (it == impl_->device.end()) return;
   impl_->stats.device_bytes -= it->second;
   impl_->device.erase(it);
-  (void)cudaFree(p);
+  (void)cudaFree(impl_->raw[p]);
+  impl_->raw.erase(p);
 }
 
 std::byte* CudaBackend::allocate_host(std::uint64_t bytes, std::uint64_t alignment) {
-  if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 256)
-    fail(ErrorKind::runtime, "pinned allocation: alignment " + std::to_string(alignment) + " is not a power of two up to 256");
+  const std::uint64_t pad = padding_for(alignment, "pinned allocation");
   void* p = nullptr;
-  check(cudaMallocHost(&p, std::max<std::uint64_t>(bytes, 1)), "cudaMallocHost of " + std::to_string(bytes) + " bytes");
-  impl_->host[static_cast<std::byte*>(p)] = bytes;
-  impl_->stats.host_bytes += bytes;
-  return static_cast<std::byte*>(p);
+  check(cudaMallocHost(&p, std::max<std::uint64_t>(checked_add(bytes, pad, "pinned allocation"), 1)),
+        "cudaMallocHost of " + std::to_string(bytes) + " bytes");
+  std::byte* at = aligned_inside(p, alignment);
+  impl_->host[at] = bytes + pad;
+  impl_->raw[at] = p;
+  impl_->stats.host_bytes += bytes + pad;
+  return at;
 }
 
 void CudaBackend::deallocate_host(std::byte* p, std::uint64_t /*bytes*/) noexcept {
@@ -76,7 +97,8 @@ void CudaBackend::deallocate_host(std::byte* p, std::uint64_t /*bytes*/) noexcep
   if (it == impl_->host.end()) return;
   impl_->stats.host_bytes -= it->second;
   impl_->host.erase(it);
-  (void)cudaFreeHost(p);
+  (void)cudaFreeHost(impl_->raw[p]);
+  impl_->raw.erase(p);
 }
 
 // Copies are ordered on the compute stream; the host side waits where it reads or reuses its buffer.
