@@ -90,8 +90,16 @@ def strip_and_save(model_proto, path):
                     location=data_name, size_threshold=SIZE_THRESHOLD)
     if os.path.exists(data_path):
         os.remove(data_path)
+    # onnx.checker would look for the deleted data file: the full model was checked before this; here check
+    # that the graph reloads unchanged and that only the deleted file is referred to.
     stripped = onnx.load(path, load_external_data=False)
-    onnx.checker.check_model(stripped)  # a ModelProto: the checker does not open external data files
+    if len(stripped.graph.node) != len(model_proto.graph.node):
+        raise RuntimeError(f"{path}: {len(stripped.graph.node)} nodes after saving, {len(model_proto.graph.node)} before")
+    for t in stripped.graph.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            where = {e.key: e.value for e in t.external_data}.get("location")
+            if where != data_name:
+                raise RuntimeError(f"{path}: initializer {t.name} refers to {where}, expected {data_name}")
     return stripped
 
 

@@ -24,8 +24,10 @@ class Spec:
 
 
 class TextLogits(nn.Module):
-    """Calls a transformers model on input_ids alone (no attention mask, no KV cache) and returns its
-    logits, or its last hidden state for an encoder without a head."""
+    """Calls a transformers model on input_ids with an all-ones attention mask (unpadded batches, as a
+    tokenizer returns them; without a mask, transformers 5 traces a packed-sequence check through aten::diff,
+    which the TorchScript exporter lacks) and no KV cache; returns the logits, or the last hidden state of an
+    encoder without a head."""
 
     def __init__(self, model):
         super().__init__()
@@ -35,7 +37,8 @@ class TextLogits(nn.Module):
         kwargs = {"return_dict": True}
         if "use_cache" in self.model.config.to_dict():
             kwargs["use_cache"] = False
-        out = self.model(input_ids=input_ids, **kwargs)
+        mask = torch.ones_like(input_ids)
+        out = self.model(input_ids=input_ids, attention_mask=mask, **kwargs)
         return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
 
 
