@@ -94,7 +94,8 @@ def strip_and_save(model_proto, path):
     # that the graph reloads unchanged and that only the deleted file is referred to.
     stripped = onnx.load(path, load_external_data=False)
     if len(stripped.graph.node) != len(model_proto.graph.node):
-        raise RuntimeError(f"{path}: {len(stripped.graph.node)} nodes after saving, {len(model_proto.graph.node)} before")
+        raise RuntimeError(f"{path}: {len(stripped.graph.node)} nodes after saving, "
+                           f"{len(model_proto.graph.node)} before")
     for t in stripped.graph.initializer:
         if t.data_location == onnx.TensorProto.EXTERNAL:
             where = {e.key: e.value for e in t.external_data}.get("location")
@@ -182,8 +183,8 @@ def export_dynamo(spec, model, out_dir):
         dims[1] = torch.export.Dim("seq", min=2, max=spec.max_seq or 4096)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        prog = torch.onnx.export(model, (x,), dynamo=True, input_names=[in_name], output_names=["logits"],
-                                 dynamic_shapes=(dims,))
+        prog = torch.onnx.export(model, (x,), dynamo=True, verbose=False, input_names=[in_name],
+                                 output_names=["logits"], dynamic_shapes=(dims,))
     proto = prog.model_proto
     model_bytes = proto.SerializeToString()
     ort_shapes = run_ort(spec, model_bytes, shapes, out_shape)
