@@ -55,7 +55,10 @@ def _hf(model_cls_name, config_cls_name, attn, **config):
     import transformers
 
     config = getattr(transformers, config_cls_name)(**config)
-    config._attn_implementation = attn
+    try:
+        config._attn_implementation = attn
+    except AttributeError:  # transformers before 4.40: a read-only property, set by _from_config below
+        pass
     model_cls = getattr(transformers, model_cls_name)
     if hasattr(model_cls, "_from_config"):
         try:
