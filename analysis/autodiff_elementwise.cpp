@@ -1,4 +1,7 @@
 // Backward rules of elementwise ops: activations, arithmetic with broadcasting, masks, casts, Dropout.
+#include <initializer_list>
+#include <utility>
+
 #include "analysis/autodiff.hpp"
 
 namespace memplan::analysis::autodiff {
@@ -41,6 +44,36 @@ void exp_(GradContext& c) { plain(c, "Mul", {c.dy(), c.out(0)}); }
 void log_(GradContext& c) { plain(c, "Div", {c.dy(), c.in(0)}); }
 void cast(GradContext& c) { plain(c, "Cast", {c.dy()}, {{"to", attr_i(static_cast<std::int64_t>(c.tensor(c.in(0)).dtype))}}); }
 void identity(GradContext& c) { c.give(0, c.dy()); }
+
+// A chain of plain ONNX ops whose last output is input 0's gradient: steps[k] = (type, second operand) applied to
+// the previous value (dY first); a kNoTensor operand makes the step unary. Intermediates are activations.
+void chain(GradContext& c, std::initializer_list<std::pair<const char*, TensorId>> steps) {
+  const Tensor& x = c.tensor(c.in(0));
+  const DType dtype = x.dtype;
+  const Shape shape = x.shape();
+  TensorId v = c.dy();
+  std::size_t k = 0;
+  for (const auto& [type, operand] : steps) {
+    const bool last = ++k == steps.size();
+    const TensorId y = last ? c.grad_tensor(0) : c.temp(std::string("grad_") + type, dtype, shape);
+    c.emit(type, "", operand == kNoTensor ? std::vector<TensorId>{v} : std::vector<TensorId>{v, operand}, {y});
+    v = y;
+  }
+  c.give(0, v);
+}
+// d(1/x) = -dY * y * y, from the saved output (RMSNorm's 1/sqrt(mean(x^2) + eps) in Llama-style exports).
+void reciprocal(GradContext& c) { chain(c, {{"Mul", c.out(0)}, {"Mul", c.out(0)}, {"Neg", kNoTensor}}); }
+// d sin(x) = dY * cos(x); d cos(x) = -dY * sin(x): the cosine or sine is rebuilt from the saved input.
+void sin_(GradContext& c) {
+  const TensorId cx = c.temp("cos", c.tensor(c.in(0)).dtype, c.shape(c.in(0)));
+  c.emit("Cos", "", {c.in(0)}, {cx});
+  chain(c, {{"Mul", cx}});
+}
+void cos_(GradContext& c) {
+  const TensorId sx = c.temp("sin", c.tensor(c.in(0)).dtype, c.shape(c.in(0)));
+  c.emit("Sin", "", {c.in(0)}, {sx});
+  chain(c, {{"Mul", sx}, {"Neg", kNoTensor}});
+}
 
 void dropout(GradContext& c) {
   if (c.out(1) == kNoTensor) return c.give(0, c.dy());  // inference mode: Dropout is the identity
@@ -95,6 +128,9 @@ void add_elementwise_grads(GradTable& t) {
   t["Log"] = {log_, 1u, 1u};
   t["Cast"] = {cast, 1u, 1u};
   t["Identity"] = {identity, 1u, 1u};
+  t["Reciprocal"] = {reciprocal, 1u, 1u};
+  t["Sin"] = {sin_, 1u, 1u};
+  t["Cos"] = {cos_, 1u, 1u};
   t["Dropout"] = {dropout, 1u, 1u};
   t["Add"] = {add, 3u, 1u};
   t["Sub"] = {add, 3u, 1u};

@@ -89,9 +89,34 @@ void gather(GradContext& c) {
   single(c, type, "memplan", {c.dy(), c.in(1)}, {{"axis", attr_i(axis)}});
 }
 
+// Constant Pad: the gradient is dY cropped back to x (a Slice from the leading pads); other modes and
+// negative pads (crops) have no rule here.
+void pad(GradContext& c) {
+  if (c.fwd().attr_string("mode", "constant") != "constant") c.unsupported("only constant-mode Pad has a backward rule");
+  std::vector<std::int64_t> pads = c.fwd().attr_ints("pads");
+  if (c.in(1) != kNoTensor) {
+    const Tensor& p = c.tensor(c.in(1));
+    if (!p.data) c.unsupported("the pads are computed at run time");
+    pads = p.data->as_int64();
+  }
+  if (c.fwd().input(3) != kNoTensor) c.unsupported("Pad with an axes input has no backward rule");
+  const Shape x = c.shape(c.in(0));
+  if (pads.size() != 2 * x.size()) c.unsupported("pads do not give a begin and an end per axis");
+  std::vector<std::int64_t> starts(x.size()), ends(x.size());
+  for (std::size_t k = 0; k < x.size(); ++k) {
+    if (pads[k] < 0 || pads[k + x.size()] < 0) c.unsupported("negative pads (crops) have no backward rule");
+    starts[k] = pads[k];
+    ends[k] = pads[k] + x[k];
+  }
+  const TensorId g = c.grad_tensor(0);
+  c.emit("Slice", "", {c.dy(), c.int_constant("starts", starts), c.int_constant("ends", ends)}, {g});
+  c.give(0, g);
+}
+
 }  // namespace
 
 void add_tensor_grads(GradTable& t) {
+  t["Pad"] = {pad, 1u, 1u};
   for (const char* v : {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}) t[v] = {view, 1u, 1u};
   t["Transpose"] = {transpose, 1u, 1u};
   t["Concat"] = {concat, kAll, 1u};

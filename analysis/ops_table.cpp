@@ -133,6 +133,7 @@ std::vector<OpSpec> build() {
       params(onnx("Where", K::elementwise, no_flops, "a where cond, else b"), 0, 1u),
 
       // Random draws.
+      nondiff(onnx("RandomUniformLike", K::random, &per_element<2>, "uniform random numbers in [low, high) of the input's shape (stochastic depth)")),
       params(inplace(onnx("Dropout", K::random, &per_element<2>, "zeroes random elements in training mode and scales the rest; also the mask"), 1u), 0, kBut0),
 
       // Normalization.

@@ -62,6 +62,15 @@ void dropout_op(OpContext& c) {
   c.set_output(1, DType::boolean, c.in_shape(0));
 }
 
+// RandomUniformLike / RandomNormalLike: the input's shape, the `dtype` attribute's element type (the input's
+// when absent); only floating-point results are defined by ONNX.
+void random_like_op(OpContext& c) {
+  const std::int64_t code = c.op().attr_int("dtype", static_cast<std::int64_t>(c.in_dtype(0)));
+  if (code < 1 || code > kMaxDType || !dtype_is_float(static_cast<DType>(code)))
+    c.fail_shape("dtype " + std::to_string(code) + " is not a floating-point element type");
+  c.set_output(0, static_cast<DType>(code), c.in_shape(0));
+}
+
 }  // namespace
 
 void add_elementwise_rules(RuleTable& t) {
@@ -85,6 +94,7 @@ void add_elementwise_rules(RuleTable& t) {
   t["CastLike"].shape = &cast_like_op;
   t["PRelu"].shape = &prelu_op;
   t["Dropout"].shape = &dropout_op;
+  t["RandomUniformLike"].shape = &random_like_op;
 }
 
 }  // namespace memplan::analysis::shape_detail
