@@ -25,7 +25,8 @@
 #include "planner/training_plan.hpp"
 #include "runtime_allocator/backend.hpp"
 #include "runtime_allocator/cuda/cuda_context.hpp"
-#include "runtime_allocator/cuda/cuda_executor.hpp"
+#include "runtime_allocator/cuda/cuda_backend.hpp"
+#include "runtime_allocator/executor.hpp"
 #include "runtime_allocator/fused_cpu.hpp"
 #include "runtime_allocator/npy.hpp"
 
@@ -34,8 +35,18 @@ using namespace memplan::runtime::cuda;
 using analysis::DType;
 using analysis::Graph;
 using nlohmann::json;
+using HostValue = analysis::TensorData;
 
 namespace {
+
+// A CUDA backend and one executor of a plan on it; weights kept as external data get deterministic values.
+struct GpuRun {
+  CudaBackend backend;
+  runtime::Executor ex;
+  GpuRun(const Graph& g, const planner::Plan& p, bool side_workspace = false)
+      : backend(CudaOptions{.side_workspace = side_workspace}),
+        ex(g, p, backend, runtime::ExecOptions{.synthesize_missing_weights = true}) {}
+};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -93,7 +104,8 @@ json bench_chain(std::uint64_t bytes, const Chain& chain) {
   const Graph plain = chain_graph(n, chain);
   const auto fr = planner::fuse_elementwise(plain);
   const auto plan_plain = planner::plan_inference(plain), plan_fused = planner::plan_inference(fr.graph);
-  CudaExecutor unfused(plain, plan_plain.plan), fused(fr.graph, plan_fused.plan);
+  GpuRun unfused_run(plain, plan_plain.plan), fused_run(fr.graph, plan_fused.plan);
+  runtime::Executor &unfused = unfused_run.ex, &fused = fused_run.ex;
   HostValue x{DType::f32, {n}, std::vector<std::byte>(bytes)};
   auto* xf = reinterpret_cast<float*>(x.bytes.data());
   for (std::int64_t i = 0; i < n; ++i) xf[i] = static_cast<float>((i * 2654435761u) % 20011) * 1e-4f - 1.0f;
@@ -139,7 +151,7 @@ json bench_chain(std::uint64_t bytes, const Chain& chain) {
           {"planned_arena_bytes_unfused", plan_plain.plan.arena_bytes},
           {"planned_arena_bytes_fused", plan_fused.plan.arena_bytes},
           {"max_abs_diff_fused_vs_unfused", diff},
-          {"nvrtc_kernels", fused.stats().fused_kernels + unfused.stats().fused_kernels}};
+          {"nvrtc_kernels", fused_run.backend.stats().fused_kernels + unfused_run.backend.stats().fused_kernels}};
 }
 
 json bench_fused(std::uint64_t bytes) {
@@ -167,7 +179,7 @@ std::vector<float> run_cpu(const Graph& g, const std::vector<analysis::OpId>& sc
     for (auto t : op.inputs) in.push_back(t == analysis::kNoTensor ? runtime::TensorRef{} : ref[t]);
     for (auto t : op.outputs) out.push_back(t == analysis::kNoTensor ? runtime::TensorRef{} : ref[t]);
     if (op.type == planner::kFusedOpType) runtime::run_fused_cpu(op, in, out);
-    else kernels->run(op, in, out);
+    else kernels->run(runtime::OpCall{op, o, in, out});
   }
   const auto& o = mem[g.outputs[0]];
   std::vector<float> f(o.size() / 4);
@@ -198,8 +210,9 @@ json bench_tiny(const std::string& dir) {
       const auto ip = planner::plan_inference(g);
       const auto input = runtime::read_npy(dir + "/" + name + ".input.npy");
       const auto want = runtime::read_npy(dir + "/" + name + ".output.npy");
-      CudaExecutor ex(g, ip.plan);
-      const auto got = ex.run({{g.tensors[g.inputs[0]].name, HostValue{input.dtype, input.dims, input.bytes}}});
+      CudaBackend gpu_backend;
+      runtime::Executor ex(g, ip.plan, gpu_backend);
+      const auto got = ex.run({input});
       std::vector<float> gpu(got[0].bytes.size() / 4);
       std::memcpy(gpu.data(), got[0].bytes.data(), gpu.size() * 4);
       const double vs_ref = max_abs(gpu, reinterpret_cast<const float*>(want.bytes.data()), want.bytes.size() / 4);
@@ -230,10 +243,8 @@ std::uint64_t device_bytes_in_use() {
 json run_training_plan(const planner::TrainingPlanResult& r, const std::map<std::string, HostValue>& feed, int steps,
                        bool side_workspace = false) {
   const std::uint64_t before = device_bytes_in_use();
-  CudaRunOptions o;
-  o.synthesize_missing_weights = true;  // external weights: deterministic values
-  o.side_workspace = side_workspace;
-  CudaExecutor ex(r.graph, r.plan, o);
+  GpuRun gpu(r.graph, r.plan, side_workspace);
+  runtime::Executor& ex = gpu.ex;
   const auto out = ex.run(feed);  // uploads the batch, compiles the NVRTC kernels
   float loss = 0.0f;
   std::memcpy(&loss, out[0].bytes.data(), 4);
@@ -242,13 +253,15 @@ json run_training_plan(const planner::TrainingPlanResult& r, const std::map<std:
   for (int i = 0; i < steps; ++i) t.push_back(ex.run_device());
   const std::uint64_t used = device_bytes_in_use() - before;
   const auto& st = ex.stats();
-  const std::uint64_t accounted = st.arena_bytes + st.resident_bytes + st.workspace_bytes;
+  const std::uint64_t resident_bytes = st.separate_bytes + st.pool_peak_bytes;  // inputs, weights, tensors outside the arena
+  const std::uint64_t workspace_bytes = gpu.backend.stats().workspace_bytes;
+  const std::uint64_t accounted = st.arena_bytes + resident_bytes + workspace_bytes;
   return {{"strategy", r.strategy},
           {"planned_bytes", r.plan.arena_bytes},
           {"scratch_regions", r.plan.scratch.size()},
           {"peak_device_bytes", used},
-          {"resident_bytes", st.resident_bytes},
-          {"workspace_bytes", st.workspace_bytes},
+          {"resident_bytes", resident_bytes},
+          {"workspace_bytes", workspace_bytes},
           {"library_constant_bytes", used > accounted ? used - accounted : 0},
           {"pinned_host_bytes", st.host_bytes},
           {"planned_peak_bytes", r.peak_bytes},
@@ -307,9 +320,8 @@ json bench_infer(const std::string& path, int runs) {
       g = std::move(fr.graph);
     }
     const auto ip = planner::plan_inference(g);
-    CudaRunOptions o;
-    o.synthesize_missing_weights = true;
-    CudaExecutor ex(g, ip.plan, o);
+    GpuRun gpu(g, ip.plan);
+    runtime::Executor& ex = gpu.ex;
     ex.run(synthetic_feed(g));
     for (int i = 0; i < 5; ++i) ex.run_device();
     std::vector<double> t;
@@ -440,16 +452,14 @@ json bench_workspace(const std::string& path, int runs, const BenchArgs& args) {
     std::uint64_t scratch = 0;
     for (const auto& sc : plan.scratch) scratch += sc.bytes;
     const std::uint64_t before = device_bytes_in_use();
-    CudaRunOptions o;
-    o.synthesize_missing_weights = true;
-    o.side_workspace = side;
-    CudaExecutor ex(*run_graph, plan, o);
+    GpuRun gpu(*run_graph, plan, side);
+    runtime::Executor& ex = gpu.ex;
     ex.run(feed);
     for (int i = 0; i < 3; ++i) ex.run_device();
     std::vector<double> t;
     for (int i = 0; i < runs; ++i) t.push_back(ex.run_device());
     const std::uint64_t used = device_bytes_in_use() - before;
-    const auto& st = ex.stats();
+    const auto& st = gpu.backend.stats();
     rows.push_back({{"workspace", side ? "beside the arena (cuDNN's first-ranked algorithms)" : "planned scratch"},
                     {"workspace_limit_bytes", side ? 0 : limits[k]},
                     {"arena_bytes", plan.arena_bytes},

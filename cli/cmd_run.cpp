@@ -1,8 +1,9 @@
-// `memplan run`: executes a model on the CPU backend with a verified arena plan (or unshared), .npy in and out.
+// `memplan run`: executes a model on the CPU or CUDA backend with a verified arena plan (or unshared), .npy in and out.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 
 #include "analysis/liveness.hpp"
 #include "cli/common.hpp"
@@ -11,6 +12,9 @@
 #include "planner/plan_json.hpp"
 #include "planner/verify.hpp"
 #include "runtime_allocator/executor.hpp"
+#ifdef MEMPLAN_HAVE_CUDA
+#include "runtime_allocator/cuda/cuda_backend.hpp"
+#endif
 #include "runtime_allocator/npy.hpp"
 #include "runtime_allocator/weights.hpp"
 
@@ -24,8 +28,21 @@ struct RunArgs {
   std::string plan_file;
   bool unshared = false;
   bool json = false;
+  std::string backend = "cpu";
   ArenaArgs arena;
 };
+
+// The backend `name` names: "cpu", or "cuda" where memplan was built with it and a device is present.
+std::unique_ptr<runtime::Backend> make_backend(const std::string& name) {
+  if (name == "cpu") return std::make_unique<runtime::HostBackend>();
+  if (name != "cuda") fail(ErrorKind::usage, "--backend '" + name + "': expected cpu or cuda");
+#ifdef MEMPLAN_HAVE_CUDA
+  if (!runtime::cuda::cuda_available()) fail(ErrorKind::unsupported, "--backend cuda: no CUDA device is present");
+  return std::make_unique<runtime::cuda::CudaBackend>();
+#else
+  fail(ErrorKind::unsupported, "--backend cuda: this memplan was built without the CUDA backend");
+#endif
+}
 
 nlohmann::json summary(const analysis::TensorData& t) {
   nlohmann::json j{{"dtype", analysis::dtype_name(t.dtype)}, {"shape", t.dims}};
@@ -41,6 +58,7 @@ nlohmann::json summary(const analysis::TensorData& t) {
 }
 
 int run_model(const RunArgs& a) {
+  const std::unique_ptr<runtime::Backend> backend = make_backend(a.backend);
   analysis::Graph g = load_shaped_model(a.model, true);
   runtime::load_external_weights(g, a.model.model);
   if (a.inputs.size() != g.inputs.size())
@@ -67,16 +85,15 @@ int run_model(const RunArgs& a) {
   }
   if (!a.unshared) planner::require_valid(g, plan);
 
-  runtime::HostBackend backend;
   runtime::ExecOptions eo;
   eo.unshared = a.unshared;
-  runtime::Executor ex(g, plan, backend, eo);
+  runtime::Executor ex(g, plan, *backend, eo);
   const auto outputs = ex.run(inputs);
   for (std::size_t k = 0; k < a.outputs.size(); ++k) runtime::write_npy(a.outputs[k], outputs[k]);
 
   const auto& s = ex.stats();
   if (a.json) {
-    nlohmann::json j{{"model", a.model.model},         {"backend", backend.name()},
+    nlohmann::json j{{"model", a.model.model},         {"backend", backend->name()},
                      {"mode", a.unshared ? "unshared" : "planned"},
                      {"arena_bytes", s.arena_bytes},   {"touched_bytes", s.touched_bytes},
                      {"separate_bytes", s.separate_bytes}, {"pool_peak_bytes", s.pool_peak_bytes},
@@ -93,7 +110,7 @@ int run_model(const RunArgs& a) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("model      %s (%zu ops) on %s, %s\n", a.model.model.c_str(), s.ops_run, backend.name().c_str(),
+  std::printf("model      %s (%zu ops) on %s, %s\n", a.model.model.c_str(), s.ops_run, backend->name().c_str(),
               a.unshared ? "unshared (every tensor its own buffer)" : "planned arena (verified)");
   if (!a.unshared)
     std::printf("arena      %s planned, %s touched; %zu views without a copy, %zu ops in place\n",
@@ -114,12 +131,13 @@ int run_model(const RunArgs& a) {
 
 void add_run(CLI::App& app, std::function<int()>& action) {
   auto args = std::make_shared<RunArgs>();
-  CLI::App* cmd = app.add_subcommand("run", "run a model on the CPU with its verified arena plan (.npy in and out)");
+  CLI::App* cmd = app.add_subcommand("run", "run a model on the CPU (or GPU) with its verified arena plan (.npy in and out)");
   add_model_args(cmd, args->model);
   cmd->add_option("--input", args->inputs, "an input .npy, one per graph input in order (repeatable)")->required();
   cmd->add_option("--output", args->outputs, "write the outputs, in order, to these .npy files (repeatable)");
   cmd->add_option("--plan", args->plan_file, "a plan JSON (from `memplan plan` or `analyze --plan`); default: plan now");
   cmd->add_flag("--unshared", args->unshared, "every tensor its own buffer, no plan (the reference)");
+  cmd->add_option("--backend", args->backend, "cpu (default) or cuda (a build with CUDA and a device)");
   add_arena_args(cmd, args->arena);
   cmd->add_flag("--json", args->json, "print one JSON object");
   cmd->callback([args, &action] { action = [args] { return run_model(*args); }; });

@@ -16,12 +16,6 @@ std::int64_t normalize_axis(const Op& op, std::int64_t axis, std::size_t rank) {
   return axis < 0 ? axis + r : axis;
 }
 
-std::int64_t product(const std::vector<std::int64_t>& dims, std::size_t from, std::size_t to) {
-  std::int64_t n = 1;
-  for (std::size_t k = from; k < std::min(to, dims.size()); ++k) n *= dims[k];
-  return n;
-}
-
 const TensorRef& required(const Op& op, const Refs& in, std::size_t i) {
   if (i >= in.size() || !in[i].data) unsupported(op, "input " + std::to_string(i) + " is required");
   return in[i];
@@ -45,23 +39,6 @@ void copy_if_moved(std::byte* dst, const std::byte* src, std::uint64_t bytes) {
   if (dst != src && bytes) std::memmove(dst, src, bytes);
 }
 
-std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& in, const std::vector<std::int64_t>& out) {
-  std::vector<std::int64_t> s(out.size(), 0);
-  std::int64_t stride = 1;
-  for (std::size_t k = 0; k < in.size() && k < out.size(); ++k) {
-    const std::size_t di = in.size() - 1 - k, dout = out.size() - 1 - k;
-    s[dout] = in[di] == 1 ? 0 : stride;
-    stride *= in[di];
-  }
-  return s;
-}
-
-std::vector<std::int64_t> contiguous_strides(const std::vector<std::int64_t>& dims) {
-  std::vector<std::int64_t> s(dims.size(), 1);
-  for (std::size_t k = dims.size(); k-- > 1;) s[k - 1] = s[k] * dims[k];
-  return s;
-}
-
 namespace {
 class CpuKernels final : public KernelSet {
  public:
@@ -73,16 +50,18 @@ class CpuKernels final : public KernelSet {
     add_shape_kernels(table_);
     add_training_kernels(table_);
   }
-  bool supports(const Op& op) const override { return find(op) != nullptr; }
+  std::string unsupported_reason(const analysis::Graph& /*g*/, const Op& op) const override {
+    return find(op) ? std::string() : "no kernel";
+  }
   bool alias_safe(const Op& op) const override {
     const Kernel* k = find(op);
     return k && k->alias_safe;
   }
-  void run(const Op& op, const Refs& in, const Refs& out) override {
-    const Kernel* k = find(op);
-    if (!k) fail(ErrorKind::unsupported, "no CPU kernel for op '" + op.name + "' of type " +
-                                             (op.domain.empty() ? "" : op.domain + "::") + op.type);
-    k->fn(op, in, out);
+  void run(const OpCall& call) override {
+    const Kernel* k = find(call.op);
+    if (!k) fail(ErrorKind::unsupported, "no CPU kernel for op '" + call.op.name + "' of type " +
+                                             (call.op.domain.empty() ? "" : call.op.domain + "::") + call.op.type);
+    k->fn(call.op, call.in, call.out);
   }
 
  private:

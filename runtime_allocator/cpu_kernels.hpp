@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/tensor_index.hpp"
 #include "runtime_allocator/backend.hpp"
 
 namespace memplan::runtime::cpu {
@@ -35,7 +36,6 @@ void add_gradient_shape_kernels(KernelTable& t);
 
 [[noreturn]] void unsupported(const Op& op, const std::string& what);
 std::int64_t normalize_axis(const Op& op, std::int64_t axis, std::size_t rank);
-std::int64_t product(const std::vector<std::int64_t>& dims, std::size_t from = 0, std::size_t to = SIZE_MAX);
 // The input must be present (ErrorKind::unsupported naming the op and input otherwise).
 const TensorRef& required(const Op& op, const Refs& in, std::size_t i);
 // Values of a small int64/int32 tensor (shape arguments: axes, starts, split sizes).
@@ -58,9 +58,10 @@ Window window(const Op& op, const TensorRef& x, const TensorRef& y, std::vector<
 void gemm_acc(std::int64_t M, std::int64_t N, std::int64_t K, const float* a, std::int64_t a_row, std::int64_t a_col,
               const float* b, std::int64_t b_row, std::int64_t b_col, float* c);
 
-// Element strides of `in` read under numpy broadcasting against `out` (0 on broadcast dims).
-std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& in, const std::vector<std::int64_t>& out);
-std::vector<std::int64_t> contiguous_strides(const std::vector<std::int64_t>& dims);
+// Strides, broadcasting and dims products: the one copy in analysis/tensor_index.hpp.
+using analysis::broadcast_strides;
+using analysis::contiguous_strides;
+using analysis::dims_product;
 
 inline constexpr std::size_t kMaxOperands = 16;
 using Offsets = std::array<std::int64_t, kMaxOperands>;
@@ -70,7 +71,7 @@ using Offsets = std::array<std::int64_t, kMaxOperands>;
 template <class F>
 void strided_loop(const std::vector<std::int64_t>& out, const std::vector<std::vector<std::int64_t>>& strides, F&& f) {
   const std::size_t r = out.size(), n = strides.size();
-  const std::int64_t total = product(out);
+  const std::int64_t total = dims_product(out);
   if (total == 0) return;
   const std::int64_t inner = r ? out[r - 1] : 1;
   Offsets base{}, step{}, p{};

@@ -1,4 +1,5 @@
-// The executor: binds every tensor (arena offset, view source, own buffer or pool block), then runs ops.
+// The executor: binds every tensor (arena offset, view source, own buffer, pool block or host memory),
+// checks inputs, stages unsafe overlaps and orders swaps on the copy queue, then runs ops on a backend.
 #include "runtime_allocator/executor.hpp"
 
 #include <chrono>
@@ -10,10 +11,10 @@ namespace memplan::runtime {
 
 using analysis::kNoOp;
 using analysis::kNoTensor;
+using analysis::OpId;
 using analysis::TensorId;
 
 namespace {
-constexpr std::uint64_t kBufferAlignment = 64;
 
 std::string shape_text(const std::vector<std::int64_t>& dims) {
   std::string s = "[";
@@ -25,41 +26,60 @@ bool is_copy_view(const analysis::Op& op) {
   return op.domain.empty() && (op.type == "Reshape" || op.type == "Flatten" || op.type == "Squeeze" ||
                                op.type == "Unsqueeze" || op.type == "Identity" || op.type == "Dropout");
 }
+
+// SwapOut / SwapIn: copies between the backend's memory and its host memory, run by the executor itself.
+bool is_swap(const analysis::Op& op) { return op.domain == "memplan" && (op.type == "SwapOut" || op.type == "SwapIn"); }
+
+std::string op_label(const analysis::Op& op) {
+  return "op '" + op.name + "' (" + (op.domain.empty() ? "" : op.domain + "::") + op.type + ")";
+}
+
 }  // namespace
 
 Executor::Executor(const analysis::Graph& g, const planner::Plan& plan, Backend& backend, ExecOptions options)
     : g_(g), backend_(backend), options_(options) {
-  require_weight_data(g);
+  if (!options.synthesize_missing_weights) require_weight_data(g);
   schedule_ = plan.schedule.empty() && options.unshared ? analysis::topological_order(g) : plan.schedule;
   if (schedule_.size() != g.ops.size() || !analysis::is_topological(g, schedule_))
     fail(ErrorKind::plan_mismatch, "the plan's schedule is not a topological order of every op of '" + g.name + "'");
-  for (auto o : schedule_)
-    if (!backend.kernels().supports(g.ops[o]))
-      fail(ErrorKind::unsupported, "backend '" + backend.name() + "' has no kernel for op '" + g.ops[o].name + "' (" +
-                                       (g.ops[o].domain.empty() ? "" : g.ops[o].domain + "::") + g.ops[o].type + ")");
+  check_supported();
   pool_ = std::make_unique<PoolAllocator>(backend, options.pool);
   addr_.assign(g.tensors.size(), nullptr);
   if (options.unshared) bind_unshared();
   else bind_planned(plan);
-  for (TensorId t = 0; t < g.tensors.size(); ++t) {
-    const auto& x = g.tensors[t];
-    if (x.producer != kNoOp || !addr_[t] || x.role == analysis::TensorRole::input) continue;
-    if (x.data) {
-      backend.copy_to_device(addr_[t], x.data->bytes.data(), x.data->bytes.size());
-    } else if (x.role == analysis::TensorRole::optimizer_state) {  // momentum, Adam moments and step start at 0
-      const std::vector<std::byte> zeros(x.bytes());
-      backend.copy_to_device(addr_[t], zeros.data(), zeros.size());
-    }
-  }
+  bind_scratch(plan);
+  upload_constants();
+  backend.kernels().prepare(g);
   prepare_ops();
+  order_swaps();
 }
 
-Executor::~Executor() = default;
+// Every op of the schedule has a kernel on this backend (swaps are the executor's own copies).
+void Executor::check_supported() const {
+  const KernelSet& k = backend_.kernels();
+  for (auto o : schedule_) {
+    const auto& op = g_.ops[o];
+    if (is_swap(op)) continue;
+    const std::string why = k.unsupported_reason(g_, op);
+    if (!why.empty()) fail(ErrorKind::unsupported, "backend '" + backend_.name() + "' cannot run " + op_label(op) + ": " + why);
+  }
+}
+
+Executor::~Executor() {
+  for (const auto& h : host_) backend_.deallocate_host(h.p, h.bytes);
+}
 
 std::byte* Executor::own_buffer(TensorId t) {
-  buffers_.emplace_back(backend_, g_.tensors[t].bytes(), kBufferAlignment);
+  buffers_.emplace_back(backend_, g_.tensors[t].bytes(), backend_.buffer_alignment());
   stats_.separate_bytes = checked_add(stats_.separate_bytes, g_.tensors[t].bytes(), "separate buffers");
   return buffers_.back().data();
+}
+
+std::byte* Executor::host_buffer(TensorId t) {
+  const std::uint64_t bytes = g_.tensors[t].bytes();
+  host_.push_back({backend_.allocate_host(bytes, backend_.buffer_alignment()), bytes});
+  stats_.host_bytes = checked_add(stats_.host_bytes, bytes, "host memory");
+  return host_.back().p;
 }
 
 // Tensors some op reads or writes, or the user feeds or reads.
@@ -79,7 +99,7 @@ static std::vector<bool> used_tensors(const analysis::Graph& g) {
 void Executor::bind_unshared() {
   const auto used = used_tensors(g_);
   for (TensorId t = 0; t < g_.tensors.size(); ++t)
-    if (used[t]) addr_[t] = own_buffer(t);
+    if (used[t]) addr_[t] = g_.tensors[t].on_host ? host_buffer(t) : own_buffer(t);
 }
 
 void Executor::bind_planned(const planner::Plan& plan) {
@@ -99,8 +119,9 @@ void Executor::bind_planned(const planner::Plan& plan) {
     if (!used[t]) continue;
     if (arena_->in_arena(t)) addr_[t] = arena_->bind(t);
     else if (view_of.count(t)) continue;  // bound to its source below
+    else if (g_.tensors[t].on_host) addr_[t] = host_buffer(t);  // swapped-out copies
     else if (g_.tensors[t].producer == kNoOp) addr_[t] = own_buffer(t);
-    else addr_[t] = pool_->allocate(bytes[t], kBufferAlignment);  // gradients, optimizer state, host copies
+    else addr_[t] = pool_->allocate(bytes[t], backend_.buffer_alignment());  // gradients, optimizer state
   }
   // A view of a tensor outside the arena (a reshaped weight or input) reads its source's bytes.
   for (const auto& [t, src] : view_of) {
@@ -111,6 +132,37 @@ void Executor::bind_planned(const planner::Plan& plan) {
       fail(ErrorKind::plan_mismatch, "tensor '" + g_.tensors[t].name + "' is planned as a view of '" + g_.tensors[src].name +
                                          "', which has no buffer of the same size");
     addr_[t] = addr_[root];
+  }
+}
+
+// Each op's scratch region (a convolution's workspace) in the arena, as the plan places it.
+void Executor::bind_scratch(const planner::Plan& plan) {
+  scratch_.assign(g_.ops.size(), nullptr);
+  scratch_bytes_.assign(g_.ops.size(), 0);
+  if (!arena_) return;
+  for (const auto& sc : plan.scratch) {
+    if (sc.op >= g_.ops.size() || checked_add(sc.offset, sc.bytes, "scratch end") > plan.arena_bytes)
+      fail(ErrorKind::plan_mismatch, "a scratch region of the plan lies outside its arena or names no op");
+    scratch_[sc.op] = arena_->base() + sc.offset;
+    scratch_bytes_[sc.op] = sc.bytes;
+  }
+}
+
+// Weights and constants get their bytes; optimizer state (momentum, Adam moments and step) starts at 0.
+void Executor::upload_constants() {
+  for (TensorId t = 0; t < g_.tensors.size(); ++t) {
+    const auto& x = g_.tensors[t];
+    if (x.producer != kNoOp || !addr_[t] || x.role == analysis::TensorRole::input) continue;
+    if (x.data && (x.data->bytes.size() == x.bytes() || !options_.synthesize_missing_weights)) {
+      backend_.copy_to_device(addr_[t], x.data->bytes.data(), x.data->bytes.size());
+    } else if (x.role == analysis::TensorRole::optimizer_state) {
+      const std::vector<std::byte> zeros(x.bytes());
+      backend_.copy_to_device(addr_[t], zeros.data(), zeros.size());
+    } else if (options_.synthesize_missing_weights) {
+      std::vector<std::byte> values(x.bytes());
+      synthesize_weight(x, values.data());
+      backend_.copy_to_device(addr_[t], values.data(), values.size());
+    }
   }
 }
 
@@ -126,6 +178,10 @@ void Executor::prepare_ops() {
   staging_.assign(g_.ops.size(), nullptr);
   for (auto o : schedule_) {
     const auto& op = g_.ops[o];
+    if (is_swap(op)) {
+      mode_[o] = Mode::swap;
+      continue;
+    }
     bool overlap = false, exact = true;
     for (auto y : op.outputs)
       for (auto x : op.inputs) {
@@ -142,10 +198,88 @@ void Executor::prepare_ops() {
     }
     std::uint64_t total = 0;
     for (auto y : op.outputs)
-      if (y != kNoTensor) total = checked_add(total, align_up(g_.tensors[y].bytes(), kBufferAlignment), "staging");
+      if (y != kNoTensor) total = checked_add(total, align_up(g_.tensors[y].bytes(), backend_.buffer_alignment()), "staging");
     mode_[o] = Mode::staged;
-    staging_[o] = pool_->allocate(total, kBufferAlignment);
+    staging_[o] = pool_->allocate(total, backend_.buffer_alignment());
   }
+}
+
+// A SwapOut's source range may be overwritten only after its copy: the first later op writing an
+// overlapping range (an output, or its scratch region) waits for it. A SwapIn's result is read only
+// after its copy: its readers wait.
+void Executor::order_swaps() {
+  swap_ready_.assign(g_.ops.size(), 0);
+  swap_done_.assign(g_.ops.size(), 0);
+  waits_before_.assign(schedule_.size(), {});
+  const bool scratch_matters = backend_.kernels().uses_plan_scratch();
+  for (std::size_t step = 0; step < schedule_.size(); ++step) {
+    const OpId o = schedule_[step];
+    const auto& op = g_.ops[o];
+    if (mode_[o] != Mode::swap) continue;
+    const bool out = op.type == "SwapOut";
+    swap_ready_[o] = backend_.create_event();
+    swap_done_[o] = backend_.create_event();
+    const TensorId dev = out ? op.inputs[0] : op.outputs[0];
+    const std::byte* lo = addr_[dev];
+    const std::byte* hi = lo + g_.tensors[dev].bytes();
+    auto meets = [&](const std::byte* p, std::uint64_t bytes) { return p && p < hi && lo < p + bytes; };
+    for (std::size_t later = step + 1; later < schedule_.size(); ++later) {
+      const OpId next_id = schedule_[later];
+      const auto& next = g_.ops[next_id];
+      bool hit = out && scratch_matters && meets(scratch_[next_id], scratch_bytes_[next_id]);
+      for (TensorId t : out ? next.outputs : next.inputs)
+        if (t != kNoTensor && meets(addr_[t], g_.tensors[t].bytes())) hit = true;
+      if (!hit) continue;
+      waits_before_[later].push_back(o);
+      if (out) break;
+    }
+  }
+}
+
+void Executor::run_one(std::size_t step, std::vector<TensorRef>& in, std::vector<TensorRef>& out) {
+  for (OpId w : waits_before_[step]) backend_.compute_waits(swap_done_[w]);
+  const OpId o = schedule_[step];
+  const auto& op = g_.ops[o];
+  if (mode_[o] == Mode::swap) {
+    const TensorId src = op.inputs[0], dst = op.outputs[0];
+    if (g_.tensors[src].bytes() != g_.tensors[dst].bytes())
+      fail(ErrorKind::plan_mismatch, op_label(op) + " copies a tensor unchanged; its sizes differ");
+    backend_.record_on_compute(swap_ready_[o]);
+    backend_.copy_async(addr_[dst], addr_[src], g_.tensors[src].bytes(), swap_ready_[o], swap_done_[o]);
+    if (arena_) arena_->mark_written(dst);
+    ++stats_.ops_run;
+    return;
+  }
+  in.clear();
+  out.clear();
+  for (auto x : op.inputs) in.push_back(ref(x, x == kNoTensor ? nullptr : addr_[x]));
+  std::uint64_t at = 0;
+  for (auto y : op.outputs) {
+    out.push_back(ref(y, y == kNoTensor ? nullptr : (mode_[o] == Mode::staged ? staging_[o] + at : addr_[y])));
+    if (y != kNoTensor) at += align_up(g_.tensors[y].bytes(), backend_.buffer_alignment());
+  }
+  backend_.kernels().run(OpCall{op, o, in, out, scratch_[o], scratch_bytes_[o]});
+  for (std::size_t k = 0; k < op.outputs.size(); ++k) {
+    const TensorId y = op.outputs[k];
+    if (y == kNoTensor) continue;
+    if (mode_[o] == Mode::staged) backend_.copy_on_device(addr_[y], out[k].data, out[k].bytes);
+    if (arena_) arena_->mark_written(y);
+  }
+  ++stats_.ops_run;
+  stats_.views_elided += mode_[o] == Mode::view;
+  stats_.inplace_ops += mode_[o] == Mode::inplace;
+  stats_.staged_ops += mode_[o] == Mode::staged;
+}
+
+void Executor::run_schedule() {
+  if (arena_) arena_->reset_touched();
+  stats_.ops_run = stats_.views_elided = stats_.inplace_ops = stats_.staged_ops = 0;
+  std::vector<TensorRef> in, out;
+  backend_.begin_run();
+  for (std::size_t step = 0; step < schedule_.size(); ++step) run_one(step, in, out);
+  stats_.device_seconds = backend_.end_run();  // waits for the queues
+  stats_.touched_bytes = arena_ ? arena_->touched_bytes() : 0;
+  stats_.pool_peak_bytes = pool_->stats().peak_in_use_bytes;
 }
 
 std::vector<analysis::TensorData> Executor::run(const std::vector<analysis::TensorData>& inputs) {
@@ -158,49 +292,40 @@ std::vector<analysis::TensorData> Executor::run(const std::vector<analysis::Tens
     if (inputs[i].dtype != x.dtype || inputs[i].dims != x.shape() || inputs[i].bytes.size() != x.bytes())
       fail(ErrorKind::usage, "input '" + x.name + "' expects " + analysis::dtype_name(x.dtype) + " " + shape_text(x.shape()) +
                                  ", got " + analysis::dtype_name(inputs[i].dtype) + " " + shape_text(inputs[i].dims));
+  }
+  for (std::size_t i = 0; i < inputs.size(); ++i)
     backend_.copy_to_device(addr_[g_.inputs[i]], inputs[i].bytes.data(), inputs[i].bytes.size());
-  }
-  if (arena_) arena_->reset_touched();
-  stats_.ops_run = stats_.views_elided = stats_.inplace_ops = stats_.staged_ops = 0;
-  KernelSet& kernels = backend_.kernels();
-  std::vector<TensorRef> in, out;
-  for (auto o : schedule_) {
-    const auto& op = g_.ops[o];
-    in.clear();
-    out.clear();
-    for (auto x : op.inputs) in.push_back(ref(x, x == kNoTensor ? nullptr : addr_[x]));
-    std::uint64_t at = 0;
-    for (auto y : op.outputs) {
-      out.push_back(ref(y, y == kNoTensor ? nullptr : (mode_[o] == Mode::staged ? staging_[o] + at : addr_[y])));
-      if (y != kNoTensor) at += align_up(g_.tensors[y].bytes(), kBufferAlignment);
-    }
-    kernels.run(op, in, out);
-    for (std::size_t k = 0; k < op.outputs.size(); ++k) {
-      const TensorId y = op.outputs[k];
-      if (y == kNoTensor) continue;
-      if (mode_[o] == Mode::staged) backend_.copy_on_device(addr_[y], out[k].data, out[k].bytes);
-      if (arena_) arena_->mark_written(y);
-    }
-    ++stats_.ops_run;
-    stats_.views_elided += mode_[o] == Mode::view;
-    stats_.inplace_ops += mode_[o] == Mode::inplace;
-    stats_.staged_ops += mode_[o] == Mode::staged;
-  }
-  backend_.synchronize();
+  run_schedule();
   std::vector<analysis::TensorData> results;
-  for (auto t : g_.outputs) {
-    const auto& x = g_.tensors[t];
-    analysis::TensorData d;
-    d.dtype = x.dtype;
-    d.dims = x.shape();
-    d.bytes.resize(x.bytes());
-    backend_.copy_to_host(d.bytes.data(), addr_[t], d.bytes.size());
-    results.push_back(std::move(d));
-  }
-  stats_.touched_bytes = arena_ ? arena_->touched_bytes() : 0;
-  stats_.pool_peak_bytes = pool_->stats().peak_in_use_bytes;
+  for (auto t : g_.outputs) results.push_back(read(t));
   stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return results;
+}
+
+std::vector<analysis::TensorData> Executor::run(const std::map<std::string, analysis::TensorData>& inputs) {
+  std::vector<analysis::TensorData> ordered;
+  for (TensorId t : g_.inputs) {
+    auto it = inputs.find(g_.tensors[t].name);
+    if (it == inputs.end()) fail(ErrorKind::usage, "no value given for graph input '" + g_.tensors[t].name + "'");
+    ordered.push_back(it->second);
+  }
+  return run(ordered);
+}
+
+double Executor::run_device() {
+  run_schedule();
+  return stats_.device_seconds;
+}
+
+analysis::TensorData Executor::read(TensorId t) const {
+  if (t >= g_.tensors.size() || !addr_[t]) fail(ErrorKind::usage, "tensor " + std::to_string(t) + " has no memory on the backend");
+  const auto& x = g_.tensors[t];
+  analysis::TensorData d;
+  d.dtype = x.dtype;
+  d.dims = x.shape();
+  d.bytes.resize(x.bytes());
+  backend_.copy_to_host(d.bytes.data(), addr_[t], d.bytes.size());
+  return d;
 }
 
 }  // namespace memplan::runtime

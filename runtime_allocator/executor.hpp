@@ -1,8 +1,10 @@
-// The executor: runs a plan's schedule op by op on a backend, every arena tensor at its planned offset.
+// The executor: runs a plan's schedule op by op on any backend, every arena tensor at its planned offset.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "analysis/graph.hpp"
@@ -19,18 +21,23 @@ struct ExecOptions {
   bool unshared = false;
   bool check_bounds = true;  // arena bounds checks in release builds too
   PoolOptions pool;          // for tensors outside the arena and staging buffers
+  // Weights kept as external data and never loaded get deterministic stand-in values (benchmarks of
+  // models whose weights are not at hand) instead of ErrorKind::io.
+  bool synthesize_missing_weights = false;
 };
 
 struct ExecStats {
   std::uint64_t arena_bytes = 0;     // the plan's arena (0 unshared)
   std::uint64_t touched_bytes = 0;   // highest arena byte the last run wrote
   std::uint64_t separate_bytes = 0;  // tensors in their own buffers: inputs, weights, (unshared) everything
-  std::uint64_t pool_peak_bytes = 0; // tensors outside the arena (gradients, host copies) and staging
+  std::uint64_t pool_peak_bytes = 0; // tensors outside the arena (gradients) and staging
+  std::uint64_t host_bytes = 0;      // tensors placed on the host (swapped-out copies): the backend's host memory
   std::size_t ops_run = 0;           // per run
   std::size_t views_elided = 0;      // view ops whose output is their input's bytes: nothing copied
   std::size_t inplace_ops = 0;       // ops that wrote over an input, as planned
   std::size_t staged_ops = 0;        // ops whose outputs overlapped inputs unsafely: computed aside, then copied
   double seconds = 0.0;              // the last run, inputs and outputs copied included
+  double device_seconds = 0.0;       // the last run's schedule as the backend timed it (a GPU: events)
 };
 
 // Built once (the arena, weights and buffers are allocated here), then `run` may be called for many
@@ -39,6 +46,9 @@ struct ExecStats {
 // planner::require_valid first (a test runs a broken plan on purpose). Errors: ErrorKind::plan_mismatch
 // for a plan of another graph, ErrorKind::unsupported for an op without a kernel (before anything runs),
 // ErrorKind::usage for inputs of the wrong number, dtype or shape, ErrorKind::runtime from the backend.
+// SwapOut/SwapIn (domain memplan) copy between the backend's memory and its host memory on the copy
+// queue: a SwapOut's source bytes are overwritten (by an output or a scratch region) only after its copy,
+// and a SwapIn's result is read only after its copy.
 class Executor {
  public:
   Executor(const analysis::Graph& g, const planner::Plan& plan, Backend& backend, ExecOptions options = {});
@@ -48,16 +58,35 @@ class Executor {
 
   // One value per graph input (g.inputs order); returns one per graph output (g.outputs order).
   std::vector<analysis::TensorData> run(const std::vector<analysis::TensorData>& inputs);
+  // The same with the inputs by name; ErrorKind::usage for a graph input without a value.
+  std::vector<analysis::TensorData> run(const std::map<std::string, analysis::TensorData>& inputs);
+  // Runs the schedule on whatever inputs the backend holds (a benchmark's repeated steps); returns the
+  // seconds the backend measured.
+  double run_device();
+  // The bytes tensor t holds now (a gradient or an updated weight after a training step);
+  // ErrorKind::usage for a tensor without memory.
+  analysis::TensorData read(analysis::TensorId t) const;
   const ExecStats& stats() const noexcept { return stats_; }
   // Where tensor t lives on the backend (null for a tensor nothing reads or writes).
   std::byte* address(analysis::TensorId t) const noexcept { return addr_[t]; }
 
  private:
-  enum class Mode : std::uint8_t { direct, view, inplace, staged };
+  enum class Mode : std::uint8_t { direct, view, inplace, staged, swap };
+  struct HostBlock {  // a tensor placed on the host
+    std::byte* p = nullptr;
+    std::uint64_t bytes = 0;
+  };
+  void check_supported() const;
   void bind_planned(const planner::Plan& plan);
   void bind_unshared();
+  void bind_scratch(const planner::Plan& plan);
   std::byte* own_buffer(analysis::TensorId t);
+  std::byte* host_buffer(analysis::TensorId t);
+  void upload_constants();
   void prepare_ops();
+  void order_swaps();
+  void run_schedule();
+  void run_one(std::size_t step, std::vector<TensorRef>& in, std::vector<TensorRef>& out);
   TensorRef ref(analysis::TensorId t, std::byte* at) const;
 
   const analysis::Graph& g_;
@@ -68,8 +97,13 @@ class Executor {
   std::unique_ptr<PoolAllocator> pool_;
   std::vector<DeviceBuffer> buffers_;
   std::vector<std::byte*> addr_;
+  std::vector<HostBlock> host_;       // tensors on the host, freed with the executor
   std::vector<std::byte*> staging_;  // per op: one block for all outputs when staged
+  std::vector<std::byte*> scratch_;  // per op: its scratch region in the arena, or null
+  std::vector<std::uint64_t> scratch_bytes_;
   std::vector<Mode> mode_;           // per op
+  std::vector<Backend::Event> swap_ready_, swap_done_;       // per op (swaps only): before and after the copy
+  std::vector<std::vector<analysis::OpId>> waits_before_;   // per schedule step: swaps whose copies must be done
   ExecStats stats_;
 };
 

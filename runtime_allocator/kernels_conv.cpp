@@ -134,7 +134,7 @@ template <bool kMax>
 void global_pool(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& x = required(op, in, 0);
   if (x.dtype != DType::f32 || x.shape.size() < 2) unsupported(op, "float32 [N, C, ...] input expected");
-  const std::int64_t nc = x.shape[0] * x.shape[1], plane = product(x.shape, 2);
+  const std::int64_t nc = x.shape[0] * x.shape[1], plane = dims_product(x.shape, 2);
   for (std::int64_t i = 0; i < nc; ++i) {
     const float* p = x.as<float>() + i * plane;
     float acc = kMax ? -std::numeric_limits<float>::infinity() : 0.0f;
@@ -149,7 +149,7 @@ void k_batch_norm(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& x = required(op, in, 0);
   if (x.dtype != DType::f32 || x.shape.size() < 2) unsupported(op, "float32 [N, C, ...] input expected");
   const float eps = static_cast<float>(op.attr_float("epsilon", 1e-5)), momentum = static_cast<float>(op.attr_float("momentum", 0.9));
-  const std::int64_t N = x.shape[0], C = x.shape[1], plane = product(x.shape, 2);
+  const std::int64_t N = x.shape[0], C = x.shape[1], plane = dims_product(x.shape, 2);
   const float* scale = required(op, in, 1).as<float>();
   const float* bias = required(op, in, 2).as<float>();
   const float* rmean = required(op, in, 3).as<float>();

@@ -56,7 +56,7 @@ void k_conv_grad_weight(const Op& op, const Refs& in, const Refs& out) {
 
 void k_conv_grad_bias(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& dy = required(op, in, 0);
-  const std::int64_t N = dy.shape[0], C = dy.shape[1], plane = product(dy.shape, 2);
+  const std::int64_t N = dy.shape[0], C = dy.shape[1], plane = dims_product(dy.shape, 2);
   zero(out[0]);
   for (std::int64_t n = 0; n < N; ++n)
     for (std::int64_t c = 0; c < C; ++c)
@@ -91,7 +91,7 @@ void k_matmul_grad(const Op& op, const Refs& in, const Refs& out) {
 
 // Per-channel mean and biased variance of x (N, C, ...), accumulated in double.
 void channel_stats(const TensorRef& x, std::vector<float>& mean, std::vector<float>& var) {
-  const std::int64_t N = x.shape[0], C = x.shape[1], plane = product(x.shape, 2);
+  const std::int64_t N = x.shape[0], C = x.shape[1], plane = dims_product(x.shape, 2);
   const float* px = x.as<float>();
   mean.assign(static_cast<std::size_t>(C), 0.0f);
   var.assign(static_cast<std::size_t>(C), 0.0f);
@@ -110,7 +110,7 @@ void channel_stats(const TensorRef& x, std::vector<float>& mean, std::vector<flo
 void k_batch_norm_training(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& x = required(op, in, 0);
   const float eps = static_cast<float>(op.attr_float("epsilon", 1e-5)), mom = static_cast<float>(op.attr_float("momentum", 0.9));
-  const std::int64_t N = x.shape[0], C = x.shape[1], plane = product(x.shape, 2);
+  const std::int64_t N = x.shape[0], C = x.shape[1], plane = dims_product(x.shape, 2);
   std::vector<float> mean, var;
   channel_stats(x, mean, var);
   const float* scale = required(op, in, 1).as<float>();
@@ -136,7 +136,7 @@ void k_batch_norm_grad(const Op& op, const Refs& in, const Refs& out) {
   const float* scale = required(op, in, 2).as<float>();
   const float* mean = required(op, in, 3).as<float>();
   const float* invstd = required(op, in, 4).as<float>();
-  const std::int64_t N = x.shape[0], C = x.shape[1], plane = product(x.shape, 2);
+  const std::int64_t N = x.shape[0], C = x.shape[1], plane = dims_product(x.shape, 2);
   const float m = static_cast<float>(N * plane);
   for (std::int64_t c = 0; c < C; ++c) {
     float dbias = 0.0f, dscale = 0.0f;
@@ -165,7 +165,7 @@ void k_layer_norm_grad(const Op& op, const Refs& in, const Refs& out) {
   const float* mean = required(op, in, 3).as<float>();
   const float* inv = required(op, in, 4).as<float>();
   const auto axis = static_cast<std::size_t>(normalize_axis(op, op.attr_int("axis", -1), x.shape.size()));
-  const std::int64_t rows = product(x.shape, 0, axis), H = product(x.shape, axis);
+  const std::int64_t rows = dims_product(x.shape, 0, axis), H = dims_product(x.shape, axis);
   for (std::size_t k = 1; k < 3 && k < out.size(); ++k)
     if (out[k].data) zero(out[k]);
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -193,8 +193,8 @@ void k_softmax_grad(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& y = required(op, in, 1);
   const auto axis = static_cast<std::size_t>(normalize_axis(op, op.attr_int("axis", -1), y.shape.size()));
   const bool coerce = op.attr_int("coerce_2d", 0) != 0;
-  const std::int64_t outer = product(y.shape, 0, axis), n = coerce ? product(y.shape, axis) : y.shape[axis],
-                     inner = coerce ? 1 : product(y.shape, axis + 1);
+  const std::int64_t outer = dims_product(y.shape, 0, axis), n = coerce ? dims_product(y.shape, axis) : y.shape[axis],
+                     inner = coerce ? 1 : dims_product(y.shape, axis + 1);
   const float* g = dy.as<float>();
   const float* p = y.as<float>();
   float* dx = out[0].as<float>();

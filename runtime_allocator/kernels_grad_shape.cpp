@@ -66,7 +66,7 @@ void k_gather_grad(const Op& op, const Refs& in, const Refs& out) {
   const auto idx = int_values(op, required(op, in, 1));
   const TensorRef& dd = out[0];
   const auto axis = static_cast<std::size_t>(normalize_axis(op, op.attr_int("axis", 0), dd.shape.size()));
-  const std::int64_t outer = product(dd.shape, 0, axis), dim = dd.shape[axis], inner = product(dd.shape, axis + 1);
+  const std::int64_t outer = dims_product(dd.shape, 0, axis), dim = dd.shape[axis], inner = dims_product(dd.shape, axis + 1);
   const auto count = static_cast<std::int64_t>(idx.size());
   zero(dd);
   for (std::int64_t o = 0; o < outer; ++o)
@@ -83,7 +83,7 @@ void k_split_grad(const Op& op, const Refs& in, const Refs& out) {
   const auto axis = static_cast<std::size_t>(normalize_axis(op, op.attr_int("axis", 0), dx.shape.size()));
   const auto split = op.attr_ints("split");
   if (split.size() != in.size()) unsupported(op, "one split size per piece expected");
-  const std::int64_t outer = product(dx.shape, 0, axis), inner = product(dx.shape, axis + 1), row = dx.shape[axis] * inner;
+  const std::int64_t outer = dims_product(dx.shape, 0, axis), inner = dims_product(dx.shape, axis + 1), row = dx.shape[axis] * inner;
   std::int64_t at = 0;
   for (std::size_t k = 0; k < in.size(); ++k) {
     const std::int64_t part = split[k] * inner;

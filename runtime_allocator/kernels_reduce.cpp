@@ -59,8 +59,8 @@ void k_softmax(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& x = required(op, in, 0);
   if (x.dtype != DType::f32) unsupported(op, "float32 only");
   const auto axis = static_cast<std::size_t>(normalize_axis(op, op.attr_int("axis", -1), x.shape.size()));
-  const std::int64_t outer = product(x.shape, 0, axis), n = x.shape.empty() ? 1 : x.shape[axis],
-                     inner = product(x.shape, axis + 1);
+  const std::int64_t outer = dims_product(x.shape, 0, axis), n = x.shape.empty() ? 1 : x.shape[axis],
+                     inner = dims_product(x.shape, axis + 1);
   const float* px = x.as<float>();
   float* py = out[0].as<float>();
   for (std::int64_t o = 0; o < outer; ++o)
@@ -85,7 +85,7 @@ void k_layer_norm(const Op& op, const Refs& in, const Refs& out) {
   if (x.dtype != DType::f32) unsupported(op, "float32 only");
   const auto axis = static_cast<std::size_t>(normalize_axis(op, op.attr_int("axis", -1), x.shape.size()));
   const float eps = static_cast<float>(op.attr_float("epsilon", 1e-5));
-  const std::int64_t rows = product(x.shape, 0, axis), n = product(x.shape, axis);
+  const std::int64_t rows = dims_product(x.shape, 0, axis), n = dims_product(x.shape, axis);
   const TensorRef& scale = required(op, in, 1);
   const float* bias = in.size() > 2 && in[2].data ? in[2].as<float>() : nullptr;
   if (scale.elements() != n || (bias && in[2].elements() != n)) unsupported(op, "scale and bias must cover the normalised dims");

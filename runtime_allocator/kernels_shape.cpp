@@ -67,10 +67,10 @@ void k_transpose(const Op& op, const Refs& in, const Refs& out) {
 void k_split(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& x = required(op, in, 0);
   const auto axis = static_cast<std::size_t>(normalize_axis(op, op.attr_int("axis", 0), x.shape.size()));
-  const std::int64_t outer = product(x.shape, 0, axis), row = product(x.shape, axis) * esize(x);
+  const std::int64_t outer = dims_product(x.shape, 0, axis), row = dims_product(x.shape, axis) * esize(x);
   std::int64_t at = 0;
   for (const auto& y : out) {
-    const std::int64_t part = product(y.shape, axis) * esize(y);
+    const std::int64_t part = dims_product(y.shape, axis) * esize(y);
     if (y.data)
       for (std::int64_t o = 0; o < outer; ++o) std::memcpy(y.data + o * part, x.data + o * row + at, static_cast<std::size_t>(part));
     at += part;
@@ -80,11 +80,11 @@ void k_split(const Op& op, const Refs& in, const Refs& out) {
 void k_concat(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& y = out[0];
   const auto axis = static_cast<std::size_t>(normalize_axis(op, op.attr_int("axis", 0), y.shape.size()));
-  const std::int64_t outer = product(y.shape, 0, axis), row = product(y.shape, axis) * esize(y);
+  const std::int64_t outer = dims_product(y.shape, 0, axis), row = dims_product(y.shape, axis) * esize(y);
   std::int64_t at = 0;
   for (const auto& x : in) {
     if (!x.data) continue;
-    const std::int64_t part = product(x.shape, axis) * esize(x);
+    const std::int64_t part = dims_product(x.shape, axis) * esize(x);
     for (std::int64_t o = 0; o < outer; ++o) std::memcpy(y.data + o * row + at, x.data + o * part, static_cast<std::size_t>(part));
     at += part;
   }
@@ -120,7 +120,7 @@ void k_gather(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& x = required(op, in, 0);
   const auto idx = int_values(op, required(op, in, 1));
   const auto axis = static_cast<std::size_t>(normalize_axis(op, op.attr_int("axis", 0), x.shape.size()));
-  const std::int64_t outer = product(x.shape, 0, axis), dim = x.shape[axis], inner = product(x.shape, axis + 1) * esize(x);
+  const std::int64_t outer = dims_product(x.shape, 0, axis), dim = x.shape[axis], inner = dims_product(x.shape, axis + 1) * esize(x);
   const auto count = static_cast<std::int64_t>(idx.size());
   for (std::int64_t o = 0; o < outer; ++o)
     for (std::int64_t j = 0; j < count; ++j) {

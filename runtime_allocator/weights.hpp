@@ -18,4 +18,8 @@ void load_external_weights(analysis::Graph& g, const std::string& model_path);
 // Initial optimizer state without data is allowed: the executor starts it at zero.
 void require_weight_data(const analysis::Graph& g);
 
+// Deterministic stand-in bytes (t.bytes() of them) for a weight whose data was never loaded: float32
+// values in [-0.1, 0.1] hashed from its name, zeros for other dtypes (ExecOptions::synthesize_missing_weights).
+void synthesize_weight(const analysis::Tensor& t, std::byte* out);
+
 }  // namespace memplan::runtime

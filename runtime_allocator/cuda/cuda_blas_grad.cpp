@@ -64,7 +64,7 @@ void run_matmul_grad(ExecState& s, const Op& op, bool grad_a) {
     const std::int64_t da = back < ab.size() ? ab[ab.size() - 1 - back] : 1, db = back < bb.size() ? bb[bb.size() - 1 - back] : 1;
     batch[k] = std::max(da, db);
   }
-  const std::int64_t nb = product(batch), na = product(ab), nbb = product(bb);
+  const std::int64_t nb = dims_product(batch), na = dims_product(ab), nbb = dims_product(bb);
   // dA[M,K] = dY[M,N] B^T with B [K,N];  dB[K,N] = A^T dY with A [M,K].
   RowMajorGemm g;
   if (grad_a)

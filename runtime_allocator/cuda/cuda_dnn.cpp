@@ -26,7 +26,7 @@ void run_matmul(ExecState& s, const Op& op) {
   if (b.size() == 1) b.push_back(1);
   const std::int64_t m = a[a.size() - 2], k = a.back(), n = b.back();
   if (b[b.size() - 2] != k) fail(ErrorKind::shape, "op '" + op.name + "': MatMul inner dimensions differ");
-  const std::int64_t batch_a = product(a, 0, a.size() - 2), batch_b = product(b, 0, b.size() - 2);
+  const std::int64_t batch_a = dims_product(a, 0, a.size() - 2), batch_b = dims_product(b, 0, b.size() - 2);
   const float one = 1.0f, zero = 0.0f;
   const float *pa = s.f32(op.inputs[0]), *pb = s.f32(op.inputs[1]);
   float* pc = s.f32(op.outputs[0]);
@@ -48,7 +48,7 @@ void run_matmul(ExecState& s, const Op& op) {
   // General broadcast of batch dims: one product per output batch.
   const auto out = s.dims(op.outputs[0]);
   const std::size_t rank = out.size() - (s.dims(op.outputs[0]).size() >= 2 ? 2 : 0);
-  const std::int64_t batches = product(out, 0, rank);
+  const std::int64_t batches = dims_product(out, 0, rank);
   for (std::int64_t i = 0; i < batches; ++i) {
     std::int64_t r = i, oa = 0, ob = 0, sa = 1, sb = 1;
     for (std::size_t d = rank; d-- > 0;) {

@@ -14,36 +14,13 @@ using analysis::Op;
 using analysis::OpId;
 using analysis::TensorId;
 
-std::int64_t product(const std::vector<std::int64_t>& d, std::size_t from, std::size_t to) {
-  std::int64_t p = 1;
-  for (std::size_t i = from; i < std::min(to, d.size()); ++i) p *= d[i];
-  return p;
-}
-
 std::size_t norm_axis(std::int64_t axis, std::size_t rank, const Op& op) {
   const auto r = static_cast<std::int64_t>(rank);
   if (axis < -r || axis >= std::max<std::int64_t>(r, 1)) fail(ErrorKind::shape, "op '" + op.name + "': axis out of range");
   return static_cast<std::size_t>(axis < 0 ? axis + r : axis);
 }
 
-std::vector<std::int64_t> contiguous_strides(const std::vector<std::int64_t>& d) {
-  std::vector<std::int64_t> s(d.size(), 1);
-  for (std::size_t i = d.size(); i-- > 1;) s[i - 1] = s[i] * d[i];
-  return s;
-}
-
-std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& in, const std::vector<std::int64_t>& out) {
-  std::vector<std::int64_t> st(out.size(), 0);
-  std::int64_t stride = 1;
-  for (std::size_t k = 0; k < in.size() && k < out.size(); ++k) {
-    const std::size_t di = in.size() - 1 - k, dout = out.size() - 1 - k;
-    st[dout] = in[di] == 1 ? 0 : stride;
-    stride *= in[di];
-  }
-  return st;
-}
-
-int elem_bytes(const ExecState& s, TensorId t) { return static_cast<int>(analysis::dtype_bits(s.tensor(t).dtype) / 8); }
+int elem_bytes(const ExecState& s, TensorId t) { return static_cast<int>(analysis::element_bytes(s.tensor(t).dtype)); }
 
 void copy_region(ExecState& s, const Op& op, int eb, const std::vector<std::int64_t>& dims, const void* src,
                  const std::vector<std::int64_t>& src_strides, void* dst, const std::vector<std::int64_t>& dst_strides) {
@@ -163,7 +140,7 @@ void run_gather(ExecState& s, const Op& op) {
   const std::size_t axis = norm_axis(op.attr_int("axis", 0), data.size(), op);
   const std::int64_t count = static_cast<std::int64_t>(s.tensor(op.inputs[1]).element_count());
   gather(s.ptr[op.inputs[0]], reinterpret_cast<const std::int64_t*>(s.ptr[op.inputs[1]]), s.ptr[op.outputs[0]],
-         product(data, 0, axis), data[axis], product(data, axis + 1), count, elem_bytes(s, op.inputs[0]), s.ctx.stream());
+         dims_product(data, 0, axis), data[axis], dims_product(data, axis + 1), count, elem_bytes(s, op.inputs[0]), s.ctx.stream());
 }
 
 void run_softmax(ExecState& s, const Op& op, bool log) {
@@ -171,21 +148,21 @@ void run_softmax(ExecState& s, const Op& op, bool log) {
   const auto d = s.dims(op.inputs[0]);
   const bool legacy = s.g.opset > 0 && s.g.opset < 13;  // before opset 13 the input is flattened at axis
   const std::size_t axis = norm_axis(op.attr_int("axis", legacy ? 1 : -1), d.size(), op);
-  const std::int64_t n = legacy ? product(d, axis) : d[axis], inner = legacy ? 1 : product(d, axis + 1);
-  softmax(s.f32(op.inputs[0]), s.f32(op.outputs[0]), product(d, 0, axis), n, inner, log, s.ctx.stream());
+  const std::int64_t n = legacy ? dims_product(d, axis) : d[axis], inner = legacy ? 1 : dims_product(d, axis + 1);
+  softmax(s.f32(op.inputs[0]), s.f32(op.outputs[0]), dims_product(d, 0, axis), n, inner, log, s.ctx.stream());
 }
 
 void run_layer_norm(ExecState& s, const Op& op) {
   need_f32(s, op);
   const auto d = s.dims(op.inputs[0]);
   const std::size_t axis = norm_axis(op.attr_int("axis", -1), d.size(), op);
-  const std::int64_t n = product(d, axis);
+  const std::int64_t n = dims_product(d, axis);
   for (std::size_t i = 1; i < 3; ++i)
     if (op.input(i) != kNoTensor && static_cast<std::int64_t>(s.tensor(op.input(i)).element_count()) != n)
       fail(ErrorKind::unsupported, "op '" + op.name + "': broadcast LayerNormalization scale/bias");
   auto optional = [&](TensorId t) { return t == kNoTensor ? nullptr : s.f32(t); };
   layer_norm(s.f32(op.inputs[0]), optional(op.input(1)), optional(op.input(2)), s.f32(op.outputs[0]), optional(op.output(1)),
-             optional(op.output(2)), product(d, 0, axis), n, static_cast<float>(op.attr_float("epsilon", 1e-5)), s.ctx.stream());
+             optional(op.output(2)), dims_product(d, 0, axis), n, static_cast<float>(op.attr_float("epsilon", 1e-5)), s.ctx.stream());
 }
 
 void run_reduce(ExecState& s, const Op& op, ReduceSpec::Kind kind, bool global_pool) {

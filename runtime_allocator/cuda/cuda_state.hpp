@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "analysis/graph.hpp"
+#include "analysis/tensor_index.hpp"
 #include "runtime_allocator/cuda/cuda_context.hpp"
 #include "runtime_allocator/cuda/fused_kernel.hpp"
 #include "runtime_allocator/cuda/kernels.hpp"
@@ -30,10 +31,9 @@ struct ExecState {
 };
 
 // Shape helpers shared by the op files (cuda_ops.cpp).
-std::int64_t product(const std::vector<std::int64_t>& d, std::size_t from = 0, std::size_t to = SIZE_MAX);
-std::vector<std::int64_t> contiguous_strides(const std::vector<std::int64_t>& d);
-// Element strides of a tensor of dims `in` read under numpy broadcasting against `out` (0 on broadcast dims).
-std::vector<std::int64_t> broadcast_strides(const std::vector<std::int64_t>& in, const std::vector<std::int64_t>& out);
+using analysis::broadcast_strides;  // the one copy of the index helpers: analysis/tensor_index.hpp
+using analysis::contiguous_strides;
+using analysis::dims_product;
 int elem_bytes(const ExecState& s, analysis::TensorId t);
 // Copies `dims` elements of `eb` bytes from src (strides src_strides) to dst (strides dst_strides) on the
 // compute stream; ErrorKind::unsupported naming `op` above rank 8.

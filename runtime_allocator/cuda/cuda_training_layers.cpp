@@ -108,7 +108,7 @@ void channel_view(const ExecState &s, const Op &op, TensorId x, std::int64_t &n,
   if (d.size() < 2) unsupported(op, "BatchNorm of a tensor of rank below 2");
   n = d[0];
   c = d[1];
-  plane = product(d, 2);
+  plane = dims_product(d, 2);
 }
 
 void run_batch_norm_training(ExecState &s, const Op &op) {
@@ -191,7 +191,7 @@ void run_slice_grad(ExecState &s, const Op &op) {
   }
   zero(s, dx, op);
   const auto yd = s.dims(dy);
-  if (product(yd) == 0) return;
+  if (dims_product(yd) == 0) return;
   const int eb = elem_bytes(s, dx);
   copy_region(s, op, eb, yd, s.ptr[dy], contiguous_strides(yd), s.ptr[dx] + base * eb, st);
 }
@@ -202,7 +202,7 @@ void run_gather_grad(ExecState &s, const Op &op) {
   if (it != DType::i64 && it != DType::i32) unsupported(op, "indices must be int64 or int32");
   const auto xd = s.dims(dx);
   const std::size_t axis = norm_axis(op.attr_int("axis", 0), xd.size(), op);
-  const std::int64_t outer = product(xd, 0, axis), dim = xd[axis], inner = product(xd, axis + 1);
+  const std::int64_t outer = dims_product(xd, 0, axis), dim = xd[axis], inner = dims_product(xd, axis + 1);
   const auto count = static_cast<std::int64_t>(s.tensor(idx).element_count());
   if (static_cast<std::int64_t>(s.tensor(dy).element_count()) != outer * count * inner)
     fail(ErrorKind::shape, "op '" + op.name +
@@ -219,7 +219,7 @@ void run_split_grad(ExecState &s, const Op &op) {
   const std::size_t axis = norm_axis(op.attr_int("axis", 0), xd.size(), op);
   const auto split = op.attr_ints("split");
   if (split.size() != op.inputs.size()) unsupported(op, "one split size per piece expected");
-  const std::int64_t outer = product(xd, 0, axis), inner = product(xd, axis + 1), row = xd[axis] * inner;
+  const std::int64_t outer = dims_product(xd, 0, axis), inner = dims_product(xd, axis + 1), row = xd[axis] * inner;
   const int eb = elem_bytes(s, dx);
   zero(s, dx, op);
   std::int64_t at = 0;

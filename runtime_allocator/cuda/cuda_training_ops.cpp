@@ -174,7 +174,7 @@ void run_layer_norm_grad(ExecState& s, const Op& op) {
   const auto x = s.dims(op.inputs[1]);
   const std::size_t axis = norm_axis(op.attr_int("axis", -1), x.size(), op);
   layer_norm_grad(s.f32(op.inputs[0]), s.f32(op.inputs[1]), s.f32(op.inputs[2]), s.f32(op.inputs[3]), s.f32(op.inputs[4]),
-                  optional_out(s, op, 0), optional_out(s, op, 1), optional_out(s, op, 2), product(x, 0, axis), product(x, axis),
+                  optional_out(s, op, 0), optional_out(s, op, 1), optional_out(s, op, 2), dims_product(x, 0, axis), dims_product(x, axis),
                   s.ctx.stream());
 }
 
@@ -182,8 +182,8 @@ void run_softmax_grad(ExecState& s, const Op& op, bool log) {
   const auto y = s.dims(op.inputs[1]);
   const std::size_t axis = norm_axis(op.attr_int("axis", -1), y.size(), op);
   const bool coerce = op.attr_int("coerce_2d", 0) != 0;
-  softmax_grad(s.f32(op.inputs[0]), s.f32(op.inputs[1]), s.f32(op.outputs[0]), product(y, 0, axis),
-               coerce ? product(y, axis) : y[axis], coerce ? 1 : product(y, axis + 1), log, s.ctx.stream());
+  softmax_grad(s.f32(op.inputs[0]), s.f32(op.inputs[1]), s.f32(op.outputs[0]), dims_product(y, 0, axis),
+               coerce ? dims_product(y, axis) : y[axis], coerce ? 1 : dims_product(y, axis + 1), log, s.ctx.stream());
 }
 
 void run_max_pool_grad(ExecState& s, const Op& op) {

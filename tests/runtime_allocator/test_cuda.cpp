@@ -12,7 +12,8 @@
 #include "planner/fusion.hpp"
 #include "planner/inference.hpp"
 #include "runtime_allocator/cuda/cuda_context.hpp"
-#include "runtime_allocator/cuda/cuda_executor.hpp"
+#include "runtime_allocator/cuda/cuda_backend.hpp"
+#include "runtime_allocator/executor.hpp"
 #include "runtime_allocator/cuda/fused_kernel.hpp"
 #include "runtime_allocator/npy.hpp"
 
@@ -75,9 +76,7 @@ std::vector<float> cpu_reference(const FusedExpr& e, const std::vector<std::vect
   return res;
 }
 
-HostValue to_host(const analysis::TensorData& d) { return HostValue{d.dtype, d.dims, d.bytes}; }
-
-std::vector<float> floats(const HostValue& v) {
+std::vector<float> floats(const analysis::TensorData& v) {
   std::vector<float> f(v.bytes.size() / 4);
   std::memcpy(f.data(), v.bytes.data(), f.size() * 4);
   return f;
@@ -154,17 +153,18 @@ TEST_CASE("tiny models run on the GPU, fused or not, within 1e-4 of their refere
         g = std::move(fr.graph);
       }
       const auto ip = planner::plan_inference(g);
-      CudaExecutor ex(g, ip.plan);
+      CudaBackend gpu;
+      runtime::Executor ex(g, ip.plan, gpu);
       const auto input = runtime::read_npy(dir + name + ".input.npy");
       const auto want = runtime::read_npy(dir + name + ".output.npy");
-      const auto outs = ex.run({{g.tensors[g.inputs[0]].name, to_host(input)}});
+      const auto outs = ex.run({{g.tensors[g.inputs[0]].name, input}});
       REQUIRE(outs.size() == 1);
       std::vector<float> ref(want.bytes.size() / 4);
       std::memcpy(ref.data(), want.bytes.data(), ref.size() * 4);
       CHECK(max_abs_diff(floats(outs[0]), ref) <= 1e-4);
       CHECK(ex.stats().arena_bytes == ip.plan.arena_bytes);
       // Running twice gives the same bytes: no state leaks between runs through the arena.
-      const auto again = ex.run({{g.tensors[g.inputs[0]].name, to_host(input)}});
+      const auto again = ex.run({{g.tensors[g.inputs[0]].name, input}});
       CHECK(again[0].bytes == outs[0].bytes);
     }
   }

@@ -13,7 +13,7 @@
 #include "analysis/training.hpp"
 #include "planner/inference.hpp"
 #include "planner/training_plan.hpp"
-#include "runtime_allocator/cuda/cuda_executor.hpp"
+#include "runtime_allocator/cuda/cuda_backend.hpp"
 #include "runtime_allocator/executor.hpp"
 #include "runtime_allocator/npy.hpp"
 #include "tests/runtime_allocator/op_graph.hpp"
@@ -24,8 +24,8 @@ using namespace memplan::runtime::testing;
 using analysis::DType;
 using analysis::TensorData;
 using analysis::TensorId;
-using runtime::cuda::CudaExecutor;
-using runtime::cuda::HostValue;
+using runtime::cuda::CudaBackend;
+using HostValue = analysis::TensorData;
 
 namespace {
 
@@ -77,7 +77,8 @@ void check_against_cpu(const OpGraph& b, const std::vector<TensorId>& checked, d
   runtime::Executor cpu(b.g, planner::Plan{}, backend, runtime::ExecOptions{.unshared = true});
   cpu.run(b.feeds);
   const auto ip = planner::plan_inference(b.g);
-  CudaExecutor gpu(b.g, ip.plan);
+  CudaBackend gpu_backend;
+  runtime::Executor gpu(b.g, ip.plan, gpu_backend);
   std::map<std::string, HostValue> feed;
   for (std::size_t k = 0; k < b.feeds.size(); ++k)
     feed[b.g.tensors[b.g.inputs[k]].name] = HostValue{b.feeds[k].dtype, b.feeds[k].dims, b.feeds[k].bytes};
@@ -165,7 +166,8 @@ TEST_CASE(
       for (const auto& r : plans) {
         INFO(name << " " << std::string(analysis::optimizer_name(opt)) << " strategy " << r.strategy);
         REQUIRE(r.report.valid);
-        CudaExecutor ex(r.graph, r.plan);
+        CudaBackend ex_backend;
+        runtime::Executor ex(r.graph, r.plan, ex_backend);
         const auto got = ex.run(feed);
         REQUIRE(got.size() == ref.outputs.size());
         const double loss_diff = max_rel_diff(floats(got[0].bytes.data(), got[0].bytes.size()),
@@ -363,7 +365,8 @@ TEST_CASE(
     ref.outputs = ref.ex->run(in);
     const auto r = planner::plan_training(tg, planner::TrainingPlanOptions{});
     REQUIRE(r.report.valid);
-    CudaExecutor ex(r.graph, r.plan);
+    CudaBackend ex_backend;
+    runtime::Executor ex(r.graph, r.plan, ex_backend);
     const auto got = ex.run(feed);
     REQUIRE(got.size() == ref.outputs.size());
     CHECK(max_rel_diff(floats(got[0].bytes.data(), got[0].bytes.size()),
@@ -439,9 +442,10 @@ TEST_CASE("the training steps of resnet50 and bert_base (Adam) run on the GPU wi
     }
     const auto r = planner::plan_training(tg, planner::TrainingPlanOptions{});
     REQUIRE(r.report.valid);
-    runtime::cuda::CudaRunOptions o;
+    runtime::ExecOptions o;
     o.synthesize_missing_weights = true;
-    CudaExecutor ex(r.graph, r.plan, o);
+    CudaBackend gpu;
+    runtime::Executor ex(r.graph, r.plan, gpu, o);
     const auto got = ex.run(feed);
     REQUIRE(!got.empty());
     const auto loss = floats(got[0].bytes.data(), got[0].bytes.size());

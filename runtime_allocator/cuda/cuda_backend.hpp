@@ -1,0 +1,69 @@
+// The CUDA backend: device memory (cudaMalloc), pinned host memory, compute and copy streams ordered by
+// events, and the CUDA kernels behind the runtime's Backend and KernelSet interfaces.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "runtime_allocator/backend.hpp"
+
+namespace memplan::runtime::cuda {
+
+struct CudaOptions {
+  int device = 0;
+  bool allow_tf32 = false;  // exact float32 matrix products unless asked
+  // Ignore the plan's scratch regions: one cuDNN workspace beside the arena, sized for the algorithm
+  // cuDNN ranks first for every convolution (what a runtime without planned workspaces does).
+  bool side_workspace = false;
+};
+
+struct CudaStats {
+  std::uint64_t device_bytes = 0;       // cudaMalloc'd by the executor now (arena, buffers, pool chunks)
+  std::uint64_t host_bytes = 0;         // pinned host memory now (swapped-out tensors)
+  std::uint64_t workspace_bytes = 0;    // with side_workspace: the workspace beside the arena (else 0)
+  std::uint64_t peak_device_bytes = 0;  // device memory in use at the end of a run (cudaMemGetInfo), over
+                                        // what was in use before the backend was made; the highest so far
+  double last_run_seconds = 0.0;        // device time of the last run (events)
+  std::size_t fused_kernels = 0;        // NVRTC kernels compiled so far
+  double nvrtc_seconds = 0.0;
+};
+
+// One device. Errors: ErrorKind::runtime when there is no such device or a CUDA call fails.
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const CudaOptions& options = {});
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  std::byte* allocate(std::uint64_t bytes, std::uint64_t alignment) override;
+  void deallocate(std::byte* p, std::uint64_t bytes) noexcept override;
+  void copy_to_device(std::byte* dst, const std::byte* host_src, std::uint64_t bytes) override;
+  void copy_to_host(std::byte* host_dst, const std::byte* src, std::uint64_t bytes) override;
+  void copy_on_device(std::byte* dst, const std::byte* src, std::uint64_t bytes) override;
+  void synchronize() override;
+  KernelSet& kernels() override;
+  std::uint64_t buffer_alignment() const override { return 256; }
+  std::byte* allocate_host(std::uint64_t bytes, std::uint64_t alignment) override;
+  void deallocate_host(std::byte* p, std::uint64_t bytes) noexcept override;
+  Event create_event() override;
+  void record_on_compute(Event e) override;
+  void copy_async(std::byte* dst, const std::byte* src, std::uint64_t bytes, Event after, Event done) override;
+  void compute_waits(Event e) override;
+  void begin_run() override;
+  double end_run() override;
+
+  const CudaStats& stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// True when a CUDA device is present and usable (false without a driver or without the CUDA build;
+// never throws).
+bool cuda_available() noexcept;
+
+}  // namespace memplan::runtime::cuda

@@ -1,0 +1,119 @@
+// The CUDA KernelSet: which ops the CUDA implementations cover (and which may overwrite an input), and
+// the per-graph state they run with, pointed at each OpCall's tensors and scratch region.
+#include "runtime_allocator/cuda/cuda_kernels.hpp"
+
+#include <algorithm>
+#include <map>
+#include <string_view>
+
+#include "planner/fusion.hpp"
+
+namespace memplan::runtime::cuda {
+
+using analysis::kNoTensor;
+using analysis::Op;
+using analysis::OpId;
+
+namespace {
+
+struct Entry {
+  bool alias_safe = false;  // reads element i before writing element i: an output may share an input's bytes
+  bool cudnn = false;       // needs cuDNN
+};
+
+// Key: type for the default ONNX domain, "memplan::<type>" for memplan's own ops. Elementwise ONNX ops
+// on float32 run as generated NVRTC kernels (planner::elementwise_expr) and are not listed.
+const std::map<std::string, Entry, std::less<>>& table() {
+  static const std::map<std::string, Entry, std::less<>> t = [] {
+    std::map<std::string, Entry, std::less<>> m;
+    for (const char* v : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Softmax", "LogSoftmax",
+                          "LayerNormalization"})
+      m[v] = {true, false};
+    for (const char* v : {"Transpose", "Split", "Concat", "Slice", "Expand", "Gather", "ReduceMean", "ReduceSum",
+                          "ReduceMax", "ReduceMin", "GlobalAveragePool", "GlobalMaxPool", "Where", "IsNaN", "Tile", "Shape",
+                          "ConstantOfShape", "ReduceProd", "ReduceSumSquare", "MatMul", "Gemm"})
+      m[v] = {false, false};
+    m["BatchNormalization"] = {true, true};
+    for (const char* v : {"Conv", "MaxPool", "AveragePool"}) m[v] = {false, true};
+    // memplan's elementwise gradients and one-output optimizer steps (generated kernels).
+    for (const char* v : {"ReluGrad", "LeakyReluGrad", "SigmoidGrad", "TanhGrad", "SqrtGrad", "ErfGrad", "GeluGrad",
+                          "ClipGrad", "DropoutGrad", "DivGradB", "PowGradBase", "PowGradExponent", "WhereGrad",
+                          "MSELossGrad", "SGDUpdate", "AdamStep"})
+      m[std::string("memplan::") + v] = {true, false};
+    for (const char* v : {"SoftmaxGrad", "LogSoftmaxGrad"}) m[std::string("memplan::") + v] = {true, false};
+    for (const char* v : {"BatchNormTraining", "BatchNormGrad", "AveragePoolGrad", "SliceGrad", "GatherGrad", "SplitGrad",
+                          "MatMulGradA", "MatMulGradB", "ReduceSumTo", "BroadcastTo", "ConvGradBias", "MSELoss",
+                          "AdamUpdate", "MomentumUpdate", "LayerNormGrad", "MaxPoolGrad"})
+      m[std::string("memplan::") + v] = {false, false};
+    for (const char* v : {"ConvGradInput", "ConvGradWeight"}) m[std::string("memplan::") + v] = {false, true};
+    return m;
+  }();
+  return t;
+}
+
+const Entry* find(const Op& op) {
+  const std::string key = op.domain.empty() || op.domain == "ai.onnx" ? op.type : op.domain + "::" + op.type;
+  auto it = table().find(key);
+  if (it == table().end()) return nullptr;
+#ifndef MEMPLAN_HAVE_CUDNN
+  if (it->second.cudnn) return nullptr;
+#endif
+  return &it->second;
+}
+
+OpId id_in(const analysis::Graph& g, const Op& op) { return static_cast<OpId>(&op - g.ops.data()); }
+
+}  // namespace
+
+std::string CudaKernels::unsupported_reason(const analysis::Graph& g, const Op& op) const {
+  if (find(op)) return {};
+  const OpId id = id_in(g, op);
+  if (id < g.ops.size() && planner::elementwise_expr(g, id)) return {};
+  return "no kernel";
+}
+
+ExecState* CudaKernels::state_of(const Op& op) const {
+  for (const auto& s : states_)
+    if (&op >= s->g.ops.data() && &op < s->g.ops.data() + s->g.ops.size()) return s.get();
+  return nullptr;
+}
+
+bool CudaKernels::alias_safe(const Op& op) const {
+  if (const Entry* e = find(op)) return e->alias_safe;
+  const ExecState* s = state_of(op);
+  return s && planner::elementwise_expr(s->g, s->id_of(op)).has_value();  // generated kernels read element i first
+}
+
+void CudaKernels::prepare(const analysis::Graph& g) {
+  ExecState* s = nullptr;
+  for (const auto& p : states_)
+    if (&p->g == &g) s = p.get();
+  if (!s) {
+    states_.push_back(std::make_unique<ExecState>(ExecState{g, ctx_, fused_, {}, {}, {}, {}}));
+    s = states_.back().get();
+  }
+  s->ptr.assign(g.tensors.size(), nullptr);
+  s->scratch.assign(g.ops.size(), nullptr);
+  s->scratch_bytes.assign(g.ops.size(), 0);
+  s->prepared.assign(g.ops.size(), nullptr);
+  if (!side_workspace_) return;
+  std::uint64_t ws = 0;
+  for (OpId o = 0; o < g.ops.size(); ++o) ws = std::max(ws, op_workspace_bytes(*s, o));
+  if (ws > workspace_.size()) workspace_ = Buffer(ws, Buffer::Kind::device, "cuDNN workspace");
+}
+
+void CudaKernels::run(const OpCall& call) {
+  ExecState* s = state_of(call.op);
+  if (!s) fail(ErrorKind::runtime, "op '" + call.op.name + "' of a graph the CUDA kernels were not prepared for");
+  const Op& op = call.op;
+  for (std::size_t k = 0; k < op.inputs.size() && k < call.in.size(); ++k)
+    if (op.inputs[k] != kNoTensor) s->ptr[op.inputs[k]] = call.in[k].data;
+  for (std::size_t k = 0; k < op.outputs.size() && k < call.out.size(); ++k)
+    if (op.outputs[k] != kNoTensor) s->ptr[op.outputs[k]] = call.out[k].data;
+  const OpId id = call.id;
+  s->scratch[id] = side_workspace_ ? workspace_.data() : call.scratch;
+  s->scratch_bytes[id] = side_workspace_ ? workspace_.size() : call.scratch_bytes;
+  run_op(*s, id);
+}
+
+}  // namespace memplan::runtime::cuda
