@@ -10,7 +10,6 @@
 #include "cli/common.hpp"
 #include "cli/registry.hpp"
 #include "runtime_allocator/backend.hpp"
-#include "runtime_allocator/zz_stub_kernels_opscli.hpp"
 
 namespace memplan::cli {
 namespace {

@@ -1,8 +1,8 @@
 // TEMPORARY stub of registered_kernels for the opscli branch until the runtime branch lands. DELETE.
+#include "runtime_allocator/backend.hpp"
 #include <string_view>
 #include <vector>
 
-#include "runtime_allocator/zz_stub_kernels_opscli.hpp"
 
 namespace memplan::runtime {
 std::vector<analysis::OpTypeId> registered_kernels(std::string_view backend) {

@@ -11,7 +11,6 @@
 #include "analysis/shapes.hpp"
 #include "analysis/training.hpp"
 #include "runtime_allocator/executor.hpp"
-#include "runtime_allocator/zz_stub_kernels_opscli.hpp"
 #include "tests/runtime_allocator/registry_examples.hpp"
 
 using namespace memplan;
