@@ -72,15 +72,13 @@ inline constexpr std::uint32_t kAll = 0xffffffffu;
 void add_elementwise_grads(GradTable& t);
 void add_nn_grads(GradTable& t);
 void add_tensor_grads(GradTable& t);
-const GradTable& grad_table();
+void add_loss_grads(GradTable& t);  // MSELoss
+// The op registry (ops.cpp) owns the table built from these; look rules up with op_registry().
 
 // Appends the MSE loss of the first float graph output against a new input "target"; returns the loss.
 TensorId add_loss(Graph& g);
 // Appends the optimizer's ops and state after the backward ops; sets the graph outputs.
 void add_optimizer(Graph& g, const TrainingOptions& opts, TrainingGraph& tg);
-
-// Ops whose float outputs carry no gradient (constants from shapes, random numbers, comparisons).
-bool non_differentiable(const Op& op);
 
 // `base`, or `base#k` for the first k that no tensor of `g` is named yet.
 std::string unique_name(const Graph& g, const std::string& base);

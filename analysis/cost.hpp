@@ -17,7 +17,8 @@ struct OpCost {
 };
 
 // Cost of one op from its tensors' concrete shapes (ErrorKind::shape when one is unknown). Formulas are
-// in docs/backward-ops.md ("Cost model"); ops not listed there count one FLOP per output element.
+// in docs/backward-ops.md ("Cost model") and held by the op registry; an op it does not know is
+// ErrorKind::unsupported.
 OpCost op_cost(const Graph& g, OpId op);
 
 struct DeviceProfile {

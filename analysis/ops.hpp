@@ -68,9 +68,19 @@ struct OpInfo {
   GradKind grad_kind = GradKind::none;
   const autodiff::GradRule* grad = nullptr;  // set when grad_kind is rule
   bool deterministic = true;    // false: two runs give different outputs (random ops)
+  // Training graphs: bit i set when input i holds a layer's parameter (PyTorch nn.Parameter), never
+  // trains (running statistics, clip bounds), or is a parameter when it has rank 1 (a bias, a scale).
+  std::uint32_t parameter_inputs = 0;
+  std::uint32_t frozen_inputs = 0;
+  std::uint32_t rank1_parameter_inputs = 0;
+  // A view only in the forward pass; in backward it copies (Identity of an accumulated gradient).
+  bool forward_only_view = false;
+  bool gathers_input0 = false;  // reads only the rows of input 0 that output 0 holds (embedding lookups)
   std::string_view summary;     // one line for `memplan ops` and docs/ops.md
 
   bool is_view() const noexcept { return kind == OpKind::view; }
+  // No kernel runs for `op` of this type: a view (forward_only_view: in the forward pass only).
+  bool is_free(const Op& op) const noexcept { return !launches && (!forward_only_view || op.phase == Phase::forward); }
   std::uint32_t inplace_mask(const Op& op) const { return inplace ? inplace(op) : inplace_inputs; }
 };
 
@@ -80,12 +90,24 @@ class OpRegistry {
   // Null when memplan does not know the op. "ai.onnx" is the default domain.
   const OpInfo* find(std::string_view domain, std::string_view type) const noexcept;
   const OpInfo* find(const Op& op) const noexcept { return find(op.domain, op.type); }
-  // ErrorKind::unsupported naming the op and `needed_for` ("a cost", "a backward rule") when unknown.
+  // ErrorKind::unsupported when unknown: "op 'x' (Type): memplan has no <needed_for> for this op"
+  // (`needed_for`: "cost", "backward rule").
   const OpInfo& at(const Op& op, std::string_view needed_for) const;
   std::span<const OpInfo> all() const noexcept;
   const OpInfo& info(OpTypeId id) const { return all()[id]; }
 };
 
 const OpRegistry& op_registry();
+
+// memplan's own domain and op types, named once.
+inline constexpr std::string_view kMemplanDomain = "memplan";
+namespace memplan_ops {
+inline constexpr std::string_view kSwapOut = "SwapOut";
+inline constexpr std::string_view kSwapIn = "SwapIn";
+inline constexpr std::string_view kFusedElementwise = "FusedElementwise";
+inline constexpr std::string_view kMSELoss = "MSELoss";
+inline constexpr std::string_view kBatchNormTraining = "BatchNormTraining";
+inline constexpr std::string_view kReduceSumTo = "ReduceSumTo";
+}  // namespace memplan_ops
 
 }  // namespace memplan::analysis

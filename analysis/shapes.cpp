@@ -3,13 +3,13 @@
 
 #include <algorithm>
 
+#include "analysis/ops.hpp"
 #include "analysis/shape_rules.hpp"
 
 namespace memplan::analysis {
 
 using shape_detail::OpContext;
 using shape_detail::OpRule;
-using shape_detail::RuleTable;
 using shape_detail::Shape;
 using shape_detail::Values;
 
@@ -19,19 +19,6 @@ namespace {
 // smaller, so that shape arithmetic still resolves.
 constexpr std::uint64_t kTrackElements = 4096;
 constexpr std::int64_t kMaxBoundDim = std::int64_t{1} << 40;
-
-const RuleTable& rules() {
-  static const RuleTable table = [] {
-    RuleTable t;
-    shape_detail::add_elementwise_rules(t);
-    shape_detail::add_nn_rules(t);
-    shape_detail::add_tensor_rules(t);
-    shape_detail::add_reduce_rules(t);
-    shape_detail::add_fold_rules(t);
-    return t;
-  }();
-  return table;
-}
 
 // Values of these dtypes can be folded: whole bytes, and numbers TensorData can read and write.
 bool foldable(DType t) {
@@ -89,8 +76,8 @@ bool visit(Graph& g, OpId o, Values& values, const ShapeOptions& opts) {
                                          g.tensors[t].name + "' has no declared shape");
     return false;
   }
-  auto it = rules().find(op.type);
-  if (it == rules().end()) fail(ErrorKind::unsupported, where + ": unknown op type");
+  const OpInfo* info = op_registry().find(op);
+  if (!info || !info->shape) fail(ErrorKind::unsupported, where + ": unknown op type");
   for (TensorId t : op.inputs)
     if (t != kNoTensor && !g.tensors[t].shape_known())
       fail(ErrorKind::shape, where + ": input '" + g.tensors[t].name + "' has no known shape");
@@ -102,7 +89,7 @@ bool visit(Graph& g, OpId o, Values& values, const ShapeOptions& opts) {
       g.tensors[t].dtype = DType::undefined;
     }
   OpContext c(g, o, values);
-  it->second.shape(c);
+  info->shape->shape(c);
   std::uint64_t largest = 0;
   bool evaluable = true;
   for (TensorId t : op.outputs) {
@@ -114,7 +101,7 @@ bool visit(Graph& g, OpId o, Values& values, const ShapeOptions& opts) {
     largest = std::max(largest, x.element_count());
     evaluable = evaluable && foldable(x.dtype);
   }
-  const OpRule& rule = it->second;
+  const OpRule& rule = *info->shape;
   if (!rule.eval || !evaluable || largest > std::max(opts.fold_max_elements, kTrackElements)) return false;
   if (rule.eval_needs_data)
     for (TensorId t : op.inputs)

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "analysis/autodiff.hpp"
+#include "analysis/ops.hpp"
 
 namespace memplan::analysis {
 namespace autodiff {
@@ -24,9 +25,8 @@ struct State {
   std::vector<std::uint32_t> given;         // per input slot of the op being differentiated
 
   const GradRule* rule(const Op& op) const {
-    if (!(op.domain.empty() || op.domain == "ai.onnx" || op.domain == "memplan")) return nullptr;
-    auto it = grad_table().find(op.type);
-    return it == grad_table().end() ? nullptr : &it->second;
+    const OpInfo* i = op_registry().find(op);
+    return i ? i->grad : nullptr;
   }
   bool output_active(const Op& op, const GradRule& r, std::size_t i, const std::vector<bool>& has_grad) const {
     TensorId t = op.output(i);
@@ -214,6 +214,11 @@ void order_forward(Graph& g) {
   g.relink();
 }
 
+bool not_differentiable(const Op& op) {
+  const OpInfo* i = op_registry().find(op);
+  return i && i->grad_kind == GradKind::not_differentiable;
+}
+
 void mark_requires_grad(State& s) {
   const Graph& g = s.g;
   s.requires_grad = s.trainable;
@@ -224,7 +229,7 @@ void mark_requires_grad(State& s) {
       TensorId t = op.inputs[i];
       if (t == kNoTensor || !s.requires_grad[t]) continue;
       // Unknown ops propagate conservatively: an error is raised only if a gradient must cross one.
-      any = any || (r ? (i < 32 && ((r->diff_inputs >> i) & 1u)) : !autodiff::non_differentiable(op));
+      any = any || (r ? (i < 32 && ((r->diff_inputs >> i) & 1u)) : !not_differentiable(op));
     }
     if (!any) continue;
     for (std::size_t i = 0; i < op.outputs.size(); ++i) {

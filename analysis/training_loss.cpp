@@ -1,6 +1,5 @@
-// The MSE loss and its gradient, the table of backward rules, and helpers the rules share.
+// The MSE loss and its gradient, and helpers the backward rules share.
 #include <algorithm>
-#include <set>
 
 #include "analysis/autodiff.hpp"
 
@@ -53,15 +52,6 @@ std::vector<std::int64_t> explicit_pads(const Op& op, const Shape& x, const Shap
   return pads;
 }
 
-bool non_differentiable(const Op& op) {
-  static const std::set<std::string> ops = {
-      "Shape", "Size", "ConstantOfShape", "Range", "EyeLike", "RandomNormal", "RandomNormalLike", "RandomUniform",
-      "RandomUniformLike", "Bernoulli", "Multinomial", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual",
-      "Not", "And", "Or", "Xor", "IsNaN", "IsInf", "ArgMax", "ArgMin", "NonZero", "Floor", "Ceil", "Round", "Sign",
-      "OneHot", "TopK"};
-  return ops.count(op.type) > 0;
-}
-
 namespace {
 
 // MSELossGrad(y, target) -> dy = 2 (y - target) / numel: the seed of the backward pass (dloss = 1).
@@ -107,16 +97,6 @@ TensorId add_loss(Graph& g) {
   return lt;
 }
 
-const GradTable& grad_table() {
-  static const GradTable table = [] {
-    GradTable t;
-    add_elementwise_grads(t);
-    add_nn_grads(t);
-    add_tensor_grads(t);
-    t["MSELoss"] = {mse_loss_grad, 1u, 1u};
-    return t;
-  }();
-  return table;
-}
+void add_loss_grads(GradTable& t) { t["MSELoss"] = {mse_loss_grad, 1u, 1u}; }
 
 }  // namespace memplan::analysis::autodiff

@@ -31,7 +31,7 @@ inline TensorId add_f32(Graph& g, const std::string& name, std::int64_t elems, T
 inline OpId add_node(Graph& g, const std::string& name, std::vector<TensorId> in, std::vector<TensorId> out, Phase ph) {
   Op op;
   op.name = name;
-  op.type = ph == Phase::forward ? "Fwd" : "Bwd";
+  op.type = "Einsum";  // an op the cost model knows (one FLOP per element) that never runs in place
   op.inputs = std::move(in);
   op.outputs = std::move(out);
   op.phase = ph;

@@ -1,0 +1,160 @@
+// The op registry built once from the op table, the shape rules and the backward rules; lookups by domain and type.
+#include "analysis/ops.hpp"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "analysis/autodiff.hpp"
+#include "analysis/ops_detail.hpp"
+#include "analysis/shape_rules.hpp"
+
+namespace memplan::analysis {
+namespace {
+
+using ops_detail::OpSpec;
+
+std::string_view canonical_domain(std::string_view d) noexcept { return d == "ai.onnx" ? std::string_view{} : d; }
+
+const shape_detail::RuleTable& shape_rules() {
+  static const shape_detail::RuleTable table = [] {
+    shape_detail::RuleTable t;
+    shape_detail::add_elementwise_rules(t);
+    shape_detail::add_nn_rules(t);
+    shape_detail::add_tensor_rules(t);
+    shape_detail::add_reduce_rules(t);
+    shape_detail::add_fold_rules(t);
+    return t;
+  }();
+  return table;
+}
+
+const autodiff::GradTable& grad_rules() {
+  static const autodiff::GradTable table = [] {
+    autodiff::GradTable t;
+    autodiff::add_elementwise_grads(t);
+    autodiff::add_nn_grads(t);
+    autodiff::add_tensor_grads(t);
+    autodiff::add_loss_grads(t);
+    return t;
+  }();
+  return table;
+}
+
+[[noreturn]] void inconsistent(const std::string& what) { fail(ErrorKind::verification, "op registry: " + what); }
+
+struct Registry {
+  std::vector<OpInfo> ops;                                           // sorted by (domain, type); id = index
+  std::map<std::pair<std::string_view, std::string_view>, OpTypeId> by_name;  // no allocation on lookup
+
+  Registry() {
+    const auto& rules = shape_rules();
+    const auto& grads = grad_rules();
+    std::vector<const OpSpec*> specs;
+    for (const OpSpec& s : ops_detail::op_specs()) specs.push_back(&s);
+    std::sort(specs.begin(), specs.end(), [](const OpSpec* a, const OpSpec* b) {
+      return std::pair(a->domain, a->type) < std::pair(b->domain, b->type);
+    });
+    for (const OpSpec* s : specs) {
+      OpInfo i;
+      i.id = static_cast<OpTypeId>(ops.size());
+      i.domain = s->domain;
+      i.type = s->type;
+      i.kind = s->kind;
+      if (s->domain.empty()) {
+        auto r = rules.find(std::string(s->type));
+        if (r == rules.end() || !r->second.shape) inconsistent("'" + std::string(s->type) + "' has no shape rule");
+        i.shape = &r->second;
+      } else {
+        i.declared_shapes = true;
+      }
+      i.flops = s->flops;
+      i.launches = s->kind != OpKind::view;
+      i.inplace_inputs = s->inplace_inputs;
+      i.inplace = s->inplace;
+      if (auto g = grads.find(std::string(s->type)); g != grads.end()) {
+        i.grad_kind = GradKind::rule;
+        i.grad = &g->second;
+      } else if (s->not_differentiable) {
+        i.grad_kind = GradKind::not_differentiable;
+      }
+      i.deterministic = s->kind != OpKind::random;
+      i.summary = s->summary;
+      i.parameter_inputs = s->parameter_inputs;
+      i.frozen_inputs = s->frozen_inputs;
+      i.rank1_parameter_inputs = s->rank1_parameter_inputs;
+      i.forward_only_view = s->forward_only_view;
+      i.gathers_input0 = s->gathers_input0;
+      if (!by_name.emplace(std::pair(i.domain, i.type), i.id).second)
+        inconsistent("'" + std::string(s->domain) + "::" + std::string(s->type) + "' is declared twice");
+      ops.push_back(i);
+    }
+    // Every shape rule and every backward rule belongs to a declared op.
+    for (const auto& [type, rule] : rules)
+      if (!by_name.count({std::string_view{}, type})) inconsistent("shape rule of '" + type + "' has no op");
+    for (const auto& [type, rule] : grads) {
+      const OpTypeId* id = nullptr;
+      for (std::string_view d : {std::string_view{}, kMemplanDomain})
+        if (auto it = by_name.find({d, type}); it != by_name.end() && !id) id = &it->second;
+      if (!id) inconsistent("backward rule of '" + type + "' has no op");
+    }
+  }
+};
+
+const Registry& registry() {
+  static const Registry r;
+  return r;
+}
+
+}  // namespace
+
+const char* op_kind_name(OpKind k) noexcept {
+  switch (k) {
+    case OpKind::view: return "view";
+    case OpKind::elementwise: return "elementwise";
+    case OpKind::reduction: return "reduction";
+    case OpKind::normalization: return "normalization";
+    case OpKind::layout: return "layout";
+    case OpKind::matmul: return "matmul";
+    case OpKind::convolution: return "convolution";
+    case OpKind::pooling: return "pooling";
+    case OpKind::random: return "random";
+    case OpKind::shape: return "shape";
+    case OpKind::loss: return "loss";
+    case OpKind::optimizer: return "optimizer";
+    case OpKind::memory: return "memory";
+    case OpKind::fused: return "fused";
+  }
+  return "?";
+}
+
+const char* grad_kind_name(GradKind k) noexcept {
+  switch (k) {
+    case GradKind::rule: return "rule";
+    case GradKind::not_differentiable: return "not_differentiable";
+    case GradKind::none: return "none";
+  }
+  return "?";
+}
+
+const OpInfo* OpRegistry::find(std::string_view domain, std::string_view type) const noexcept {
+  const Registry& r = registry();
+  auto it = r.by_name.find({canonical_domain(domain), type});
+  return it == r.by_name.end() ? nullptr : &r.ops[it->second];
+}
+
+const OpInfo& OpRegistry::at(const Op& op, std::string_view needed_for) const {
+  if (const OpInfo* i = find(op)) return *i;
+  const std::string type = canonical_domain(op.domain).empty() ? op.type : op.domain + "::" + op.type;
+  fail(ErrorKind::unsupported, "op '" + op.name + "' (" + type + "): memplan has no " + std::string(needed_for) + " for this op");
+}
+
+std::span<const OpInfo> OpRegistry::all() const noexcept { return registry().ops; }
+
+const OpRegistry& op_registry() {
+  static const OpRegistry r;
+  return r;
+}
+
+}  // namespace memplan::analysis

@@ -1,0 +1,77 @@
+// FLOP formulas of the op registry from concrete shapes: matmuls, convolutions and pools exactly, the rest per element.
+#include <algorithm>
+
+#include "analysis/ops_detail.hpp"
+
+namespace memplan::analysis::ops_detail {
+namespace {
+
+double numel(const Graph& g, TensorId t) { return t == kNoTensor ? 0.0 : static_cast<double>(g.tensors[t].element_count()); }
+std::vector<std::int64_t> shape_of(const Graph& g, TensorId t) { return g.tensors.at(t).shape(); }
+double product(const std::vector<std::int64_t>& s, std::size_t from, std::size_t to) {
+  double p = 1.0;
+  for (std::size_t k = from; k < to && k < s.size(); ++k) p *= static_cast<double>(s[k]);
+  return p;
+}
+
+// 2 * N * Cout * prod(out spatial) * Cin/group * prod(kernel): the same count for the forward conv and
+// both of its gradients; `y` is the conv's output (dY for the gradients), `w` its weight.
+double conv_count(const std::vector<std::int64_t>& y, const std::vector<std::int64_t>& w) {
+  if (y.size() < 2 || w.size() < 2) return 0.0;
+  return 2.0 * product(y, 0, y.size()) * static_cast<double>(w[1]) * product(w, 2, w.size());
+}
+
+// Contraction length of a matmul whose left operand is `a` (its last dim).
+double last_dim(const std::vector<std::int64_t>& a) { return a.empty() ? 1.0 : static_cast<double>(a.back()); }
+
+double window(const Op& op) {
+  const auto k = op.attr_ints("kernel_shape");
+  return product(k, 0, k.size());
+}
+
+}  // namespace
+
+double conv_flops(const Graph& g, const Op& op) {
+  const TensorId y = op.output(0);
+  return conv_count(shape_of(g, y), shape_of(g, op.input(1))) + (op.input(2) != kNoTensor ? numel(g, y) : 0.0);
+}
+double conv_grad_input_flops(const Graph& g, const Op& op) { return conv_count(shape_of(g, op.input(0)), shape_of(g, op.input(1))); }
+double conv_grad_weight_flops(const Graph& g, const Op& op) { return conv_count(shape_of(g, op.input(0)), shape_of(g, op.output(0))); }
+
+double matmul_flops(const Graph& g, const Op& op) { return 2.0 * numel(g, op.output(0)) * last_dim(shape_of(g, op.input(0))); }
+// dA = dY B^T: contraction over N, one M x K product per batch.
+double matmul_grad_a_flops(const Graph& g, const Op& op) {
+  const auto b = shape_of(g, op.input(1));
+  return 2.0 * numel(g, op.input(0)) * (b.size() >= 2 ? static_cast<double>(b[b.size() - 2]) : last_dim(b));
+}
+double matmul_grad_b_flops(const Graph& g, const Op& op) { return 2.0 * numel(g, op.input(1)) * last_dim(shape_of(g, op.input(0))); }
+double gemm_flops(const Graph& g, const Op& op) {
+  const TensorId y = op.output(0);
+  const auto a = shape_of(g, op.input(0));
+  const double k = a.size() == 2 ? static_cast<double>(op.attr_int("transA", 0) ? a[0] : a[1]) : 1.0;
+  return 2.0 * numel(g, y) * k + (op.input(2) != kNoTensor ? numel(g, y) : 0.0);
+}
+
+double pool_flops(const Graph& g, const Op& op) { return numel(g, op.output(0)) * window(op); }
+double pool_grad_flops(const Graph& g, const Op& op) { return numel(g, op.input(0)) * window(op); }
+
+double no_flops(const Graph&, const Op&) { return 0.0; }
+double reduction_flops(const Graph& g, const Op& op) { return std::max(numel(g, op.input(0)), numel(g, op.output(0))); }
+double one_flop(const Graph&, const Op&) { return 1.0; }
+
+double largest_operand(const Graph& g, const Op& op) {
+  double n = 0.0;
+  for (TensorId x : op.inputs) n = std::max(n, numel(g, x));
+  for (TensorId x : op.outputs) n = std::max(n, numel(g, x));
+  return n;
+}
+
+std::uint32_t batch_norm_inplace(const Op& op) {
+  return op.attr_int("training_mode", 0) == 0 && op.output(1) == kNoTensor ? 1u : 0u;
+}
+
+std::uint32_t all_inputs_inplace(const Op& op) {
+  return op.inputs.size() >= 32 ? 0xffffffffu : (std::uint32_t{1} << op.inputs.size()) - 1u;
+}
+
+}  // namespace memplan::analysis::ops_detail
