@@ -1,15 +1,41 @@
-// TEMPORARY stub of registered_kernels for the opscli branch until the runtime branch lands. DELETE.
-#include "runtime_allocator/backend.hpp"
+// TEMPORARY stub of registered_kernels for the opscli branch until the runtime branch defines it. DELETE.
+#include <algorithm>
 #include <string_view>
 #include <vector>
 
+#include "analysis/ops.hpp"
+#include "runtime_allocator/backend.hpp"
+#include "runtime_allocator/cpu_kernels.hpp"
 
 namespace memplan::runtime {
 std::vector<analysis::OpTypeId> registered_kernels(std::string_view backend) {
-  if (backend == "cpu") return {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71, 72, 74, 75, 76, 77, 78, 79, 80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 94, 95, 96, 97, 98, 99, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115, 116, 117};
+  std::vector<std::string> names;
+  if (backend == "cpu") {
+    cpu::KernelTable t;
+    cpu::add_elementwise_kernels(t);
+    cpu::add_linalg_kernels(t);
+    cpu::add_conv_kernels(t);
+    cpu::add_reduce_kernels(t);
+    cpu::add_shape_kernels(t);
+    cpu::add_training_kernels(t);
+    for (const auto& [k, v] : t) names.push_back(k);
+  }
 #ifdef MEMPLAN_HAVE_CUDA
-  if (backend == "cuda") return {0, 1, 2, 3, 5};
+  if (backend == "cuda")
+    names = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Softmax", "LogSoftmax",
+             "LayerNormalization", "Transpose", "Split", "Concat", "Slice", "Expand", "Gather", "ReduceMean", "ReduceSum",
+             "ReduceMax", "ReduceMin", "GlobalAveragePool", "GlobalMaxPool", "Where", "IsNaN", "Tile", "Shape",
+             "ConstantOfShape", "ReduceProd", "ReduceSumSquare", "MatMul", "Gemm", "BatchNormalization", "Conv", "MaxPool",
+             "AveragePool"};
 #endif
-  return {};
+  std::vector<analysis::OpTypeId> ids;
+  for (const auto& n : names) {
+    const auto colon = n.find("::");
+    const auto* info = colon == std::string::npos ? analysis::op_registry().find("", n)
+                                                  : analysis::op_registry().find(n.substr(0, colon), n.substr(colon + 2));
+    if (info) ids.push_back(info->id);
+  }
+  std::sort(ids.begin(), ids.end());
+  return ids;
 }
 }  // namespace memplan::runtime
