@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "analysis/graph.hpp"
+#include "analysis/ops.hpp"  // kMemplanDomain
 
 namespace memplan::analysis {
 
@@ -49,7 +50,6 @@ struct FusedExpr {
 };
 
 inline constexpr const char* kFusedOpType = "FusedElementwise";
-inline constexpr const char* kMemplanDomain = "memplan";
 
 // The expression of one op that fusion can take (an elementwise op on float32 tensors whose constant
 // parameters are known), with the op's inputs as operands 0..n-1; nullopt otherwise. A
