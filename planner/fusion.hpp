@@ -7,53 +7,20 @@
 #include <string_view>
 #include <vector>
 
+#include "analysis/fused_expr.hpp"
 #include "analysis/graph.hpp"
 
 namespace memplan::planner {
 
-// The operations a fused expression may hold. All arithmetic is float32.
-enum class ElemOp : std::uint8_t {
-  input, constant,                                          // leaves
-  add, sub, mul, div, pow, max, min,                        // binary
-  neg, abs, relu, sigmoid, tanh, erf, exp, log, sqrt, reciprocal, identity,  // unary
-  clip, leaky_relu,                                         // unary with parameters
-};
-const char* elem_op_name(ElemOp op) noexcept;
-int elem_op_arity(ElemOp op) noexcept;  // 0 for leaves
-
-// One node of the expression: an SSA value computed from earlier nodes (`a`, `b` index `nodes`).
-struct ExprNode {
-  ElemOp op = ElemOp::input;
-  std::uint32_t a = 0;  // input: which operand of the fused op; otherwise the first argument node
-  std::uint32_t b = 0;  // second argument node of a binary op
-  double p0 = 0.0;      // constant value, clip min, leaky_relu alpha
-  double p1 = 0.0;      // clip max
-};
-
-// A fused sub-expression. The last node is the result; operands are broadcast to the output shape
-// (numpy rules), so a bias of shape [C] or a scalar constant is read without being expanded.
-struct FusedExpr {
-  std::uint32_t num_inputs = 0;
-  std::vector<ExprNode> nodes;
-
-  std::uint32_t add(ExprNode n);  // appends, returns its index
-  // Text form kept in the op's "expr" attribute: nodes separated by ';', e.g. "in 0;const 0.5;mul 0 1".
-  std::string to_string() const;
-  static FusedExpr parse(std::string_view text);  // ErrorKind::malformed on bad text
-  // Evaluates the expression on one element per operand, in float32 (the CPU reference); `scratch`
-  // holds nodes.size() floats.
-  float evaluate(const float* operand_values, float* scratch) const;
-  // Number of non-leaf nodes (the ops it replaces).
-  std::size_t op_count() const;
-};
-
-inline constexpr const char* kFusedOpType = "FusedElementwise";
-inline constexpr const char* kMemplanDomain = "memplan";
-
-// The expression of one op that fusion can take (an elementwise op on float32 tensors whose constant
-// parameters are known), with the op's inputs as operands 0..n-1; nullopt otherwise. A
-// FusedElementwise op returns its own expression.
-std::optional<FusedExpr> elementwise_expr(const analysis::Graph& g, analysis::OpId op);
+// The fused-expression IR lives in analysis/fused_expr.hpp.
+using analysis::elem_op_arity;
+using analysis::elem_op_name;
+using analysis::elementwise_expr;
+using analysis::ElemOp;
+using analysis::ExprNode;
+using analysis::FusedExpr;
+using analysis::kFusedOpType;
+using analysis::kMemplanDomain;
 
 struct FusedGroup {
   analysis::OpId op = analysis::kNoOp;  // the FusedElementwise op in the new graph

@@ -1,12 +1,12 @@
 // CPU evaluation of memplan::FusedElementwise ops: FusedExpr::evaluate per element, broadcasting operands.
 #include "runtime_allocator/fused_cpu.hpp"
 
-#include "planner/fusion.hpp"
+#include "analysis/fused_expr.hpp"
 
 namespace memplan::runtime {
 
 void run_fused_cpu(const analysis::Op& op, const std::vector<TensorRef>& in, const std::vector<TensorRef>& out) {
-  const planner::FusedExpr e = planner::FusedExpr::parse(op.attr_string("expr", ""));
+  const analysis::FusedExpr e = analysis::FusedExpr::parse(op.attr_string("expr", ""));
   if (in.size() < e.num_inputs || out.empty() || !out[0].data)
     fail(ErrorKind::invalid_graph, "fused op '" + op.name + "' has " + std::to_string(in.size()) + " inputs for an expression of " +
                                        std::to_string(e.num_inputs));

@@ -6,7 +6,7 @@
 #include <map>
 #include <string_view>
 
-#include "planner/fusion.hpp"
+#include "analysis/fused_expr.hpp"
 
 namespace memplan::runtime::cuda {
 
@@ -22,7 +22,7 @@ struct Entry {
 };
 
 // Key: type for the default ONNX domain, "memplan::<type>" for memplan's own ops. Elementwise ONNX ops
-// on float32 run as generated NVRTC kernels (planner::elementwise_expr) and are not listed.
+// on float32 run as generated NVRTC kernels (analysis::elementwise_expr) and are not listed.
 const std::map<std::string, Entry, std::less<>>& table() {
   static const std::map<std::string, Entry, std::less<>> t = [] {
     std::map<std::string, Entry, std::less<>> m;
@@ -68,7 +68,7 @@ OpId id_in(const analysis::Graph& g, const Op& op) { return static_cast<OpId>(&o
 std::string CudaKernels::unsupported_reason(const analysis::Graph& g, const Op& op) const {
   if (find(op)) return {};
   const OpId id = id_in(g, op);
-  if (id < g.ops.size() && planner::elementwise_expr(g, id)) return {};
+  if (id < g.ops.size() && analysis::elementwise_expr(g, id)) return {};
   return "no kernel";
 }
 
@@ -81,7 +81,7 @@ ExecState* CudaKernels::state_of(const Op& op) const {
 bool CudaKernels::alias_safe(const Op& op) const {
   if (const Entry* e = find(op)) return e->alias_safe;
   const ExecState* s = state_of(op);
-  return s && planner::elementwise_expr(s->g, s->id_of(op)).has_value();  // generated kernels read element i first
+  return s && analysis::elementwise_expr(s->g, s->id_of(op)).has_value();  // generated kernels read element i first
 }
 
 void CudaKernels::prepare(const analysis::Graph& g) {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "planner/fusion.hpp"
+#include "analysis/fused_expr.hpp"
 #include "runtime_allocator/cuda/cuda_state.hpp"
 #include "runtime_allocator/cuda/kernels.hpp"
 
@@ -55,7 +55,7 @@ std::vector<std::int64_t> const_ints(const ExecState& s, const Op& op, std::size
   return s.tensor(t).data->as_int64();
 }
 
-void run_elementwise(ExecState& s, const Op& op, const planner::FusedExpr& e) {
+void run_elementwise(ExecState& s, const Op& op, const analysis::FusedExpr& e) {
   std::vector<std::vector<std::int64_t>> dims;
   std::vector<const float*> ptrs;
   for (std::uint32_t k = 0; k < e.num_inputs; ++k) {
@@ -204,7 +204,7 @@ void reduce_axes(ExecState& s, const Op& op, TensorId in, TensorId out, const st
 
 void run_op(ExecState& s, OpId id) {
   const Op& op = s.g.ops[id];
-  if (auto e = planner::elementwise_expr(s.g, id)) return run_elementwise(s, op, *e);
+  if (auto e = analysis::elementwise_expr(s.g, id)) return run_elementwise(s, op, *e);
   const std::string& t = op.type;
   if (t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze" || t == "Identity") return run_view(s, op);
   if (t == "Transpose") return run_transpose(s, op);

@@ -13,9 +13,9 @@
 
 namespace memplan::runtime::cuda {
 
-using planner::ElemOp;
-using planner::ExprNode;
-using planner::FusedExpr;
+using analysis::ElemOp;
+using analysis::ExprNode;
+using analysis::FusedExpr;
 
 namespace {
 

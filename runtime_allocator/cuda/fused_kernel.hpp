@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/fusion.hpp"
+#include "analysis/fused_expr.hpp"
 
 namespace memplan::runtime::cuda {
 
@@ -22,7 +22,7 @@ struct OperandLayout {
 };
 
 struct FusedSignature {
-  planner::FusedExpr expr;
+  analysis::FusedExpr expr;
   std::vector<std::int64_t> out_dims;
   std::vector<OperandLayout> operands;  // one per expr.num_inputs
   // When set, the statements of the element function (operands x0..xN-1, ends in `return`) in place of expr's nodes:
@@ -31,7 +31,7 @@ struct FusedSignature {
 };
 
 // Derives the operand layouts from the operand shapes and the output shape (numpy broadcasting).
-FusedSignature make_signature(const planner::FusedExpr& expr, const std::vector<std::vector<std::int64_t>>& operand_dims,
+FusedSignature make_signature(const analysis::FusedExpr& expr, const std::vector<std::vector<std::int64_t>>& operand_dims,
                               const std::vector<std::int64_t>& out_dims);
 
 // A CUDA float literal that reads back as exactly the float32 value of v (NaN and infinities too).

@@ -6,15 +6,9 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "planner/fusion.hpp"
+#include "analysis/fused_expr.hpp"
 
-namespace memplan::planner {
-
-using analysis::DType;
-using analysis::Graph;
-using analysis::Op;
-using analysis::OpId;
-using analysis::TensorId;
+namespace memplan::analysis {
 
 namespace {
 
@@ -154,7 +148,7 @@ namespace {
 
 // A known single float value (a scalar constant), if `t` is one.
 std::optional<double> scalar_constant(const Graph& g, TensorId t) {
-  if (t == analysis::kNoTensor) return std::nullopt;
+  if (t == kNoTensor) return std::nullopt;
   const auto& x = g.tensors[t];
   if (!x.data || x.data->element_count() != 1 || !analysis::dtype_is_float(x.data->dtype)) return std::nullopt;
   return x.data->as_double().front();
@@ -162,9 +156,9 @@ std::optional<double> scalar_constant(const Graph& g, TensorId t) {
 
 bool all_f32(const Graph& g, const Op& op) {
   for (TensorId t : op.inputs)
-    if (t != analysis::kNoTensor && (g.tensors[t].dtype != DType::f32 || !g.tensors[t].shape_known())) return false;
+    if (t != kNoTensor && (g.tensors[t].dtype != DType::f32 || !g.tensors[t].shape_known())) return false;
   for (TensorId t : op.outputs)
-    if (t == analysis::kNoTensor || g.tensors[t].dtype != DType::f32 || !g.tensors[t].shape_known()) return false;
+    if (t == kNoTensor || g.tensors[t].dtype != DType::f32 || !g.tensors[t].shape_known()) return false;
   return op.outputs.size() == 1;
 }
 
@@ -209,8 +203,8 @@ std::optional<FusedExpr> elementwise_expr(const Graph& g, OpId id) {
   auto kind = simple_op(op.type);
   if (!kind) return std::nullopt;
   const int arity = elem_op_arity(*kind);
-  if (op.inputs[0] == analysis::kNoTensor) return std::nullopt;
-  if (arity == 2 && (op.inputs.size() != 2 || op.inputs[1] == analysis::kNoTensor)) return std::nullopt;
+  if (op.inputs[0] == kNoTensor) return std::nullopt;
+  if (arity == 2 && (op.inputs.size() != 2 || op.inputs[1] == kNoTensor)) return std::nullopt;
   if (arity == 1 && *kind != ElemOp::clip && op.inputs.size() != 1) return std::nullopt;
   ExprNode n{*kind, operand(e, g, op, 0), 0, 0.0, 0.0};
   if (arity == 2) n.b = operand(e, g, op, 1);
@@ -219,7 +213,7 @@ std::optional<FusedExpr> elementwise_expr(const Graph& g, OpId id) {
     n.p0 = op.attr_float("min", -HUGE_VAL);
     n.p1 = op.attr_float("max", HUGE_VAL);
     for (std::size_t i = 1; i < op.inputs.size() && i < 3; ++i) {
-      if (op.inputs[i] == analysis::kNoTensor) continue;
+      if (op.inputs[i] == kNoTensor) continue;
       auto c = scalar_constant(g, op.inputs[i]);
       if (!c) return std::nullopt;  // a bound computed at run time cannot be inlined
       (i == 1 ? n.p0 : n.p1) = *c;
@@ -229,4 +223,4 @@ std::optional<FusedExpr> elementwise_expr(const Graph& g, OpId id) {
   return e;
 }
 
-}  // namespace memplan::planner
+}  // namespace memplan::analysis

@@ -1,0 +1,163 @@
+// One example instance per op type (shapes, attributes, which inputs train), read by the registry walks.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "analysis/graph.hpp"
+
+namespace memplan::runtime::testing {
+
+using Dims = std::vector<std::int64_t>;
+using analysis::DType;
+
+// How an input's values are drawn: `distinct` values are ±[0.2, 1] on a grid spaced far wider than the
+// finite-difference step, so no element sits near a kink (0 for Relu/Abs) or ties another (MaxPool).
+enum class Fill : std::uint8_t { distinct, positive, mask };
+
+struct ExampleInput {
+  Dims dims;
+  DType dtype = DType::f32;
+  Fill fill = Fill::distinct;
+  bool trains = false;                       // a trainable weight whose gradient the FD walk checks
+  std::optional<std::vector<double>> value;  // a constant in the graph (shape arguments, bounds)
+};
+
+struct ExampleOutput {
+  Dims dims;  // declared: only memplan's own ops (ONNX ops' outputs are inferred)
+  DType dtype = DType::f32;
+};
+
+struct Example {
+  std::string domain;  // "" for ONNX's default domain
+  std::string type;
+  std::vector<ExampleInput> in;
+  std::vector<ExampleOutput> out{ExampleOutput{}};
+  std::map<std::string, analysis::Attribute> attrs;
+  std::vector<std::string> covers = {};  // further op types ("memplan::BatchNormTraining") its training graph exercises
+  bool forward = true;                   // false: only meaningful inside a training graph (not run alone)
+  // Trained inputs reach the op as 1 * weight (an activation): Identity of a weight is folded into a weight
+  // of its own, and Pow's exponent slot never trains as a weight.
+  bool through_mul = false;
+};
+
+namespace ex {
+inline ExampleInput t(Dims d) { return {std::move(d), DType::f32, Fill::distinct, true, std::nullopt}; }
+inline ExampleInput tp(Dims d) { return {std::move(d), DType::f32, Fill::positive, true, std::nullopt}; }
+inline ExampleInput x(Dims d) { return {std::move(d), DType::f32, Fill::distinct, false, std::nullopt}; }
+inline ExampleInput xp(Dims d) { return {std::move(d), DType::f32, Fill::positive, false, std::nullopt}; }
+inline ExampleInput mask(Dims d) { return {std::move(d), DType::boolean, Fill::mask, false, std::nullopt}; }
+inline ExampleInput i64(Dims d, std::vector<double> v) { return {std::move(d), DType::i64, Fill::distinct, false, std::move(v)}; }
+inline ExampleInput f32(double v) { return {{}, DType::f32, Fill::distinct, false, std::vector<double>{v}}; }
+inline ExampleInput flag(bool v) { return {{}, DType::boolean, Fill::mask, false, std::vector<double>{v ? 1.0 : 0.0}}; }
+
+inline analysis::Attribute i(std::int64_t v) {
+  analysis::Attribute a;
+  a.kind = analysis::Attribute::Kind::i;
+  a.i = v;
+  return a;
+}
+inline analysis::Attribute f(double v) {
+  analysis::Attribute a;
+  a.kind = analysis::Attribute::Kind::f;
+  a.f = v;
+  return a;
+}
+inline analysis::Attribute is(std::vector<std::int64_t> v) {
+  analysis::Attribute a;
+  a.kind = analysis::Attribute::Kind::ints;
+  a.ints = std::move(v);
+  return a;
+}
+inline analysis::Attribute s(std::string v) {
+  analysis::Attribute a;
+  a.kind = analysis::Attribute::Kind::s;
+  a.s = std::move(v);
+  return a;
+}
+inline Example unary(const std::string& type, std::map<std::string, analysis::Attribute> attrs = {}) {
+  return {"", type, {t({2, 3})}, {{}}, std::move(attrs)};
+}
+inline Example binary(const std::string& type, Dims b = {2, 3}, DType out = DType::f32) {
+  return {"", type, {t({2, 3}), t(std::move(b))}, {{{}, out}}, {}};
+}
+}  // namespace ex
+
+// Opset 17 spellings (ReduceMean's axes an attribute, ReduceSum's an input).
+inline const std::vector<Example>& examples() {
+  using namespace ex;
+  using A = std::map<std::string, analysis::Attribute>;
+  static const std::vector<Example> all = [] {
+    std::vector<Example> v;
+    // Identity passes the loss's gradient through unchanged: its check is the check of MSELoss's backward
+    // rule, which seeds every training graph.
+    v.push_back({"", "Identity", {t({2, 3})}, {{}}, {}, {"memplan::MSELoss"}, true, true});
+    for (const char* u : {"Relu", "Sigmoid", "Tanh", "Erf", "Gelu", "Neg", "Exp", "Abs", "Reciprocal",
+                          "Floor", "Ceil", "Softplus", "Elu", "HardSigmoid", "HardSwish", "Round", "Sign", "Sin", "Cos",
+                          "Mish", "Selu", "Celu"})
+      v.push_back(unary(u));
+    v.push_back({"", "Sqrt", {tp({2, 3})}});
+    v.push_back({"", "Log", {tp({2, 3})}});
+    v.push_back(unary("LeakyRelu", {{"alpha", f(0.1)}}));
+    v.push_back(unary("Cast", {{"to", i(1)}}));
+    v.push_back({"", "IsNaN", {x({2, 3})}, {{{}, DType::boolean}}});
+    v.push_back({"", "Not", {mask({2, 3})}, {{{}, DType::boolean}}});
+    v.push_back({"", "Clip", {t({2, 3}), f32(-0.55), f32(0.55)}});
+    v.push_back(binary("Add", {3}));
+    v.push_back(binary("Sub"));
+    v.push_back(binary("Mul", {1, 3}));
+    v.push_back(binary("Div"));
+    v.push_back({"", "Pow", {tp({2, 3}), t({2, 3})}, {{}}, {}, {"memplan::PowGradExponent"}, true, true});
+    v.push_back(binary("Max"));
+    v.push_back(binary("Min"));
+    v.push_back({"", "Sum", {t({2, 3}), t({2, 3}), t({3})}});
+    v.push_back(binary("PRelu", {3}));
+    for (const char* c : {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"})
+      v.push_back({"", c, {x({2, 3}), x({2, 3})}, {{{}, DType::boolean}}});
+    for (const char* c : {"And", "Or"}) v.push_back({"", c, {mask({2, 3}), mask({2, 3})}, {{{}, DType::boolean}}});
+    v.push_back({"", "Where", {mask({2, 3}), t({2, 3}), t({2, 3})}});
+    v.push_back({"", "Expand", {t({1, 3}), i64({2}, {4, 3})}});
+    v.push_back({"", "Tile", {x({2, 3}), i64({2}, {2, 1})}});
+    v.push_back({"", "MatMul", {t({2, 3, 4}), t({4, 5})}});
+    v.push_back({"", "Gemm", {t({3, 4}), t({5, 4}), t({5})}, {{}}, A{{"transB", i(1)}}});
+    v.push_back({"", "Conv", {t({1, 2, 5, 5}), t({3, 2, 3, 3}), t({3})}, {{}}, A{{"pads", is({1, 1, 1, 1})}}});
+    v.push_back({"", "BatchNormalization", {t({2, 3, 2, 2}), t({3}), t({3}), x({3}), xp({3})}, {{}},
+                 A{{"training_mode", i(1)}, {"epsilon", f(1e-5)}}, {"memplan::BatchNormTraining"}, false});
+    v.push_back({"", "BatchNormalization", {x({2, 3, 2, 2}), x({3}), x({3}), x({3}), xp({3})}});
+    v.push_back({"", "LayerNormalization", {t({2, 3, 4}), t({4}), t({4})}, {{}}, A{{"axis", i(-1)}}});
+    v.push_back({"", "Softmax", {t({2, 4})}, {{}}, A{{"axis", i(-1)}}});
+    v.push_back({"", "LogSoftmax", {t({2, 4})}, {{}}, A{{"axis", i(-1)}}});
+    const A pool{{"kernel_shape", is({2, 2})}, {"strides", is({2, 2})}};
+    v.push_back({"", "MaxPool", {t({1, 2, 4, 4})}, {{}}, pool});
+    v.push_back({"", "AveragePool", {t({1, 2, 4, 4})}, {{}}, pool});
+    v.push_back({"", "GlobalAveragePool", {t({1, 2, 3, 3})}});
+    v.push_back({"", "GlobalMaxPool", {x({1, 2, 3, 3})}});
+    v.push_back({"", "ReduceMean", {t({2, 3, 4})}, {{}}, A{{"axes", is({1})}, {"keepdims", i(0)}}});
+    v.push_back({"", "ReduceSum", {t({2, 3, 4}), i64({1}, {1})}, {{}}, A{{"keepdims", i(0)}}});
+    for (const char* r : {"ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare"})
+      v.push_back({"", r, {x({2, 3, 4})}, {{}}, A{{"axes", is({1})}, {"keepdims", i(1)}}});
+    v.push_back({"", "Transpose", {t({2, 3, 4})}, {{}}, A{{"perm", is({2, 0, 1})}}});
+    v.push_back({"", "Concat", {t({2, 3}), t({2, 2})}, {{}}, A{{"axis", i(1)}}});
+    v.push_back({"", "Split", {t({2, 6}), i64({2}, {2, 4})}, {{}, {}}, A{{"axis", i(1)}}});
+    v.push_back({"", "Slice", {t({4, 5}), i64({1}, {1}), i64({1}, {4}), i64({1}, {1})}});
+    v.push_back({"", "Gather", {t({5, 3}), i64({4}, {0, 2, 4, 2})}, {{}}, A{{"axis", i(0)}}});
+    v.push_back({"", "GatherElements", {t({3, 4}), i64({3, 2}, {0, 3, 1, 1, 2, 0})}, {{}}, A{{"axis", i(1)}}});
+    v.push_back({"", "Reshape", {t({2, 6}), i64({2}, {3, 4})}});
+    v.push_back({"", "Flatten", {t({2, 3, 2})}, {{}}, A{{"axis", i(1)}}});
+    v.push_back({"", "Squeeze", {t({2, 1, 3}), i64({1}, {1})}});
+    v.push_back({"", "Unsqueeze", {t({2, 3}), i64({1}, {0})}});
+    v.push_back({"", "Shape", {x({2, 3})}, {{{}, DType::i64}}});
+    v.push_back({"", "ConstantOfShape", {i64({2}, {2, 3})}});
+    v.push_back({"", "Dropout", {t({2, 6}), f32(0.5), flag(true)}, {{}}, A{{"seed", i(7)}}});
+    v.push_back({"memplan", "SwapOut", {x({2, 3})}, {{{2, 3}}}});
+    v.push_back({"memplan", "SwapIn", {x({2, 3})}, {{{2, 3}}}});
+    v.push_back({"memplan", "FusedElementwise", {x({2, 3}), x({2, 3})}, {{{2, 3}}}, A{{"expr", s("in 0;in 1;add 0 1;relu 2")}}});
+    return v;
+  }();
+  return all;
+}
+
+}  // namespace memplan::runtime::testing
