@@ -142,6 +142,7 @@ inline const std::vector<Example>& examples() {
     v.push_back({"", "Transpose", {t({2, 3, 4})}, {{}}, A{{"perm", is({2, 0, 1})}}});
     v.push_back({"", "Concat", {t({2, 3}), t({2, 2})}, {{}}, A{{"axis", i(1)}}});
     v.push_back({"", "Split", {t({2, 6}), i64({2}, {2, 4})}, {{}, {}}, A{{"axis", i(1)}}});
+    v.push_back({"", "Pad", {t({2, 3}), i64({4}, {1, 0, 0, 2})}});
     v.push_back({"", "Slice", {t({4, 5}), i64({1}, {1}), i64({1}, {4}), i64({1}, {1})}});
     v.push_back({"", "Gather", {t({5, 3}), i64({4}, {0, 2, 4, 2})}, {{}}, A{{"axis", i(0)}}});
     v.push_back({"", "GatherElements", {t({3, 4}), i64({3, 2}, {0, 3, 1, 1, 2, 0})}, {{}}, A{{"axis", i(1)}}});
