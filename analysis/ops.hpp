@@ -65,6 +65,8 @@ struct OpInfo {
   bool launches = true;         // false: no kernel runs (views), costs 0 seconds
   std::uint32_t inplace_inputs = 0;  // bit i: output 0 may overwrite input i (elementwise, same size)
   InplaceFn inplace = nullptr;       // when set, decides instead of `inplace_inputs`
+  bool inplace_across_dtypes = false;  // in place over an input of another dtype of the same width (Cast)
+  bool uses_workspace = false;  // its kernel wants scratch memory beside its operands (cuDNN convolutions)
   GradKind grad_kind = GradKind::none;
   const autodiff::GradRule* grad = nullptr;  // set when grad_kind is rule
   bool deterministic = true;    // false: two runs give different outputs (random ops)

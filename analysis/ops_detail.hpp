@@ -47,6 +47,8 @@ struct OpSpec {
   std::uint32_t rank1_parameter_inputs = 0;
   bool forward_only_view = false;
   bool gathers_input0 = false;
+  bool inplace_across_dtypes = false;
+  bool uses_workspace = false;
 };
 
 std::span<const OpSpec> op_specs();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "analysis/graph.hpp"
+#include "analysis/ops.hpp"
 
 namespace memplan::planner {
 
@@ -47,8 +48,8 @@ struct FusedExpr {
   std::size_t op_count() const;
 };
 
-inline constexpr const char* kFusedOpType = "FusedElementwise";
-inline constexpr const char* kMemplanDomain = "memplan";
+inline constexpr std::string_view kFusedOpType = analysis::memplan_ops::kFusedElementwise;
+inline constexpr std::string_view kMemplanDomain = analysis::kMemplanDomain;
 
 // The expression of one op that fusion can take (an elementwise op on float32 tensors whose constant
 // parameters are known), with the op's inputs as operands 0..n-1; nullopt otherwise. A
