@@ -263,8 +263,11 @@ std::vector<OpSpec> build() {
       // Memory and fusion.
       mine(memplan_ops::kSwapOut, K::memory, e1, "copies a tensor from the device to host memory"),
       mine(memplan_ops::kSwapIn, K::memory, e1, "copies a swapped-out tensor back to the device"),
-      inplace_fn(mine(memplan_ops::kFusedElementwise, K::fused, e1, "a chain of elementwise ops run as one kernel (expression in `expr`)"),
-                 all_inputs_inplace),
+      [] {
+        OpSpec s = mine(memplan_ops::kFusedElementwise, K::fused, e1, "a chain of elementwise ops run as one kernel (expression in `expr`)");
+        s.inplace_any_input = true;
+        return s;
+      }(),
   };
   t.insert(t.end(), own.begin(), own.end());
   return t;

@@ -188,10 +188,9 @@ bool is_view_op(const Op& op) noexcept {
 std::vector<std::size_t> inplace_candidates(const Op& op) {
   const analysis::OpInfo* info = analysis::op_registry().find(op);
   if (!info) return {};
-  const std::uint32_t mask = info->inplace_mask(op);
   std::vector<std::size_t> out;
-  for (std::size_t i = 0; i < 32; ++i)
-    if ((mask >> i) & 1u) out.push_back(i);
+  for (std::size_t i = 0; i < op.inputs.size(); ++i)
+    if (info->inplace_input(op, i)) out.push_back(i);
   return out;
 }
 
