@@ -49,7 +49,7 @@ struct FusedExpr {
   std::size_t op_count() const;
 };
 
-inline constexpr const char* kFusedOpType = "FusedElementwise";
+inline constexpr std::string_view kFusedOpType = memplan_ops::kFusedElementwise;
 
 // The expression of one op that fusion can take (an elementwise op on float32 tensors whose constant
 // parameters are known), with the op's inputs as operands 0..n-1; nullopt otherwise. A

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <iterator>
 
+#include "analysis/ops.hpp"
+
 namespace memplan::analysis {
 
 namespace {
@@ -340,7 +342,7 @@ OpId Graph::add_op(Op op) {
       fail(ErrorKind::invalid_graph, "tensor '" + tensors[t].name + "' is produced by two ops ('" +
                                          ops[tensors[t].producer].name + "' and '" + op.name + "')");
     // Only memplan's own ops may write a weight: updated parameters and BatchNorm running statistics.
-    if (tensors[t].role == TensorRole::input || (tensors[t].role == TensorRole::weight && op.domain != "memplan"))
+    if (tensors[t].role == TensorRole::input || (tensors[t].role == TensorRole::weight && op.domain != kMemplanDomain))
       fail(ErrorKind::invalid_graph, "op '" + op.name + "' writes '" + tensors[t].name + "', which is a graph input or weight");
     tensors[t].producer = id;
   }

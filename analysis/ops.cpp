@@ -86,6 +86,9 @@ struct Registry {
       i.rank1_parameter_inputs = s->rank1_parameter_inputs;
       i.forward_only_view = s->forward_only_view;
       i.gathers_input0 = s->gathers_input0;
+      i.inplace_across_dtypes = s->inplace_across_dtypes;
+      i.inplace_any_input = s->inplace_any_input;
+      i.uses_workspace = s->uses_workspace;
       if (!by_name.emplace(std::pair(i.domain, i.type), i.id).second)
         inconsistent("'" + std::string(s->domain) + "::" + std::string(s->type) + "' is declared twice");
       ops.push_back(i);

@@ -65,6 +65,9 @@ struct OpInfo {
   bool launches = true;         // false: no kernel runs (views), costs 0 seconds
   std::uint32_t inplace_inputs = 0;  // bit i: output 0 may overwrite input i (elementwise, same size)
   InplaceFn inplace = nullptr;       // when set, decides instead of `inplace_inputs`
+  bool inplace_any_input = false;    // output 0 may overwrite any input, whatever the arity (FusedElementwise)
+  bool inplace_across_dtypes = false;  // in place over an input of another dtype of the same width (Cast)
+  bool uses_workspace = false;  // its kernel wants scratch memory beside its operands (cuDNN convolutions)
   GradKind grad_kind = GradKind::none;
   const autodiff::GradRule* grad = nullptr;  // set when grad_kind is rule
   bool deterministic = true;    // false: two runs give different outputs (random ops)
@@ -82,6 +85,11 @@ struct OpInfo {
   // No kernel runs for `op` of this type: a view (forward_only_view: in the forward pass only).
   bool is_free(const Op& op) const noexcept { return !launches && (!forward_only_view || op.phase == Phase::forward); }
   std::uint32_t inplace_mask(const Op& op) const { return inplace ? inplace(op) : inplace_inputs; }
+  // Output 0 of `op` may take input i's bytes (when input i dies at `op` and the sizes agree).
+  bool inplace_input(const Op& op, std::size_t i) const {
+    if (inplace_any_input) return i < op.inputs.size();
+    return i < 32 && ((inplace_mask(op) >> i) & 1u);
+  }
 };
 
 // The registry is immutable data built once; lookups never allocate.

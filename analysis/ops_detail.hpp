@@ -30,7 +30,6 @@ double per_element(const Graph& g, const Op& op) {
 
 // In-place rules that depend on the op's attributes or arity.
 std::uint32_t batch_norm_inplace(const Op& op);  // inference BatchNormalization: input 0
-std::uint32_t all_inputs_inplace(const Op& op);  // FusedElementwise: any input (the first 32)
 
 // One op as the registry's table declares it; shape and backward rules are attached by ops.cpp.
 struct OpSpec {
@@ -47,6 +46,9 @@ struct OpSpec {
   std::uint32_t rank1_parameter_inputs = 0;
   bool forward_only_view = false;
   bool gathers_input0 = false;
+  bool inplace_across_dtypes = false;
+  bool inplace_any_input = false;
+  bool uses_workspace = false;
 };
 
 std::span<const OpSpec> op_specs();

@@ -70,8 +70,4 @@ std::uint32_t batch_norm_inplace(const Op& op) {
   return op.attr_int("training_mode", 0) == 0 && op.output(1) == kNoTensor ? 1u : 0u;
 }
 
-std::uint32_t all_inputs_inplace(const Op& op) {
-  return op.inputs.size() >= 32 ? 0xffffffffu : (std::uint32_t{1} << op.inputs.size()) - 1u;
-}
-
 }  // namespace memplan::analysis::ops_detail

@@ -16,7 +16,7 @@ OpSpec onnx(std::string_view type, OpKind kind, FlopsFn flops, std::string_view 
 }
 OpSpec mine(std::string_view type, OpKind kind, FlopsFn flops, std::string_view summary) {
   OpSpec s = onnx(type, kind, flops, summary);
-  s.domain = "memplan";
+  s.domain = kMemplanDomain;
   return s;
 }
 OpSpec inplace(OpSpec s, std::uint32_t inputs) {
@@ -25,6 +25,10 @@ OpSpec inplace(OpSpec s, std::uint32_t inputs) {
 }
 OpSpec inplace_fn(OpSpec s, InplaceFn fn) {
   s.inplace = fn;
+  return s;
+}
+OpSpec workspace(OpSpec s) {
+  s.uses_workspace = true;
   return s;
 }
 OpSpec nondiff(OpSpec s) {
@@ -86,7 +90,11 @@ std::vector<OpSpec> build() {
       inplace(nondiff(onnx("Round", K::elementwise, e1, "x rounded to the nearest integer, halves to even")), 1u),
       inplace(nondiff(onnx("Sign", K::elementwise, e1, "-1, 0 or 1 by the sign of x")), 1u),
       inplace(nondiff(onnx("Not", K::elementwise, e1, "logical not of a bool tensor")), 1u),
-      inplace(onnx("Cast", K::elementwise, no_flops, "x converted to dtype `to`"), 1u),
+      [] {
+        OpSpec s = inplace(onnx("Cast", K::elementwise, no_flops, "x converted to dtype `to`"), 1u);
+        s.inplace_across_dtypes = true;
+        return s;
+      }(),
       onnx("CastLike", K::elementwise, e1, "x converted to the dtype of input 1"),
       onnx("Tan", K::elementwise, e1, "tan(x)"),
       onnx("Asin", K::elementwise, e1, "asin(x)"),
@@ -151,7 +159,7 @@ std::vector<OpSpec> build() {
       params(onnx("MatMul", K::matmul, matmul_flops, "batched matrix product (numpy matmul)"), kAllInputs),
       params(onnx("Gemm", K::matmul, gemm_flops, "alpha * A' B' + beta * C with optional transposes"), 6u),
       onnx("Einsum", K::matmul, e1, "a tensor contraction written in Einstein notation"),
-      params(onnx("Conv", K::convolution, conv_flops, "N-d convolution with groups, strides, dilations and pads"), 6u),
+      params(workspace(onnx("Conv", K::convolution, conv_flops, "N-d convolution with groups, strides, dilations and pads")), 6u),
       params(onnx("ConvTranspose", K::convolution, e1, "N-d transposed convolution"), 6u),
 
       // Pooling.
@@ -223,12 +231,12 @@ std::vector<OpSpec> build() {
       mine("WhereGrad", K::elementwise, no_flops, "dY where cond == select, else 0"),
 
       // Gradients of layers.
-      mine("ConvGradInput", K::convolution, conv_grad_input_flops, "dX of a Conv from dY and W"),
-      mine("ConvGradWeight", K::convolution, conv_grad_weight_flops, "dW of a Conv from dY and X"),
+      workspace(mine("ConvGradInput", K::convolution, conv_grad_input_flops, "dX of a Conv from dY and W")),
+      workspace(mine("ConvGradWeight", K::convolution, conv_grad_weight_flops, "dW of a Conv from dY and X")),
       mine("ConvGradBias", K::reduction, reduction_flops, "dB of a Conv: dY summed over all but the channel axis"),
       mine("MatMulGradA", K::matmul, matmul_grad_a_flops, "dA = dY B^T, reduced over broadcast batch axes"),
       mine("MatMulGradB", K::matmul, matmul_grad_b_flops, "dB = A^T dY, reduced over broadcast batch axes"),
-      params(mine("BatchNormTraining", K::normalization, &per_element<8>, "BatchNormalization in training mode: batch statistics, running statistics updated, mean and inverse std saved"),
+      params(mine(memplan_ops::kBatchNormTraining, K::normalization, &per_element<8>, "BatchNormalization in training mode: batch statistics, running statistics updated, mean and inverse std saved"),
              6u, 24u),
       mine("BatchNormGrad", K::normalization, &per_element<12>, "dX, dScale, dBias of BatchNormTraining from its saved statistics"),
       mine("LayerNormGrad", K::normalization, &per_element<12>, "dX, dScale, dBias of LayerNormalization from its saved mean and inverse std"),
@@ -238,7 +246,7 @@ std::vector<OpSpec> build() {
       mine("AveragePoolGrad", K::pooling, pool_grad_flops, "dX: dY spread evenly over each window"),
 
       // Gradients of shape and layout ops.
-      mine("ReduceSumTo", K::reduction, reduction_flops, "x summed down to a broadcast operand's shape, times `scale`"),
+      mine(memplan_ops::kReduceSumTo, K::reduction, reduction_flops, "x summed down to a broadcast operand's shape, times `scale`"),
       mine("BroadcastTo", K::reduction, reduction_flops, "x broadcast back over reduced axes, times `scale`"),
       mine("SliceGrad", K::layout, no_flops, "zeros with dY written into the sliced window"),
       mine("SplitGrad", K::layout, no_flops, "the split outputs' gradients joined along `axis`"),
@@ -246,7 +254,7 @@ std::vector<OpSpec> build() {
       mine("GatherElementsGrad", K::layout, no_flops, "zeros with dY elements added at the gathered indices"),
 
       // Loss and optimizers.
-      mine("MSELoss", K::loss, &per_element<3>, "mean of (y - target)^2"),
+      mine(memplan_ops::kMSELoss, K::loss, &per_element<3>, "mean of (y - target)^2"),
       mine("MSELossGrad", K::loss, &per_element<3>, "dY = 2 (y - target) / numel"),
       mine("SGDUpdate", K::optimizer, &per_element<2>, "w' = w - lr * dW"),
       mine("MomentumUpdate", K::optimizer, &per_element<4>, "v' = momentum * v + dW; w' = w - lr * v'"),
@@ -254,10 +262,13 @@ std::vector<OpSpec> build() {
       mine("AdamStep", K::optimizer, one_flop, "step' = step + 1 (Adam's bias correction)"),
 
       // Memory and fusion.
-      mine("SwapOut", K::memory, e1, "copies a tensor from the device to host memory"),
-      mine("SwapIn", K::memory, e1, "copies a swapped-out tensor back to the device"),
-      inplace_fn(mine("FusedElementwise", K::fused, e1, "a chain of elementwise ops run as one kernel (expression in `expr`)"),
-                 all_inputs_inplace),
+      mine(memplan_ops::kSwapOut, K::memory, e1, "copies a tensor from the device to host memory"),
+      mine(memplan_ops::kSwapIn, K::memory, e1, "copies a swapped-out tensor back to the device"),
+      [] {
+        OpSpec s = mine(memplan_ops::kFusedElementwise, K::fused, e1, "a chain of elementwise ops run as one kernel (expression in `expr`)");
+        s.inplace_any_input = true;
+        return s;
+      }(),
   };
   t.insert(t.end(), own.begin(), own.end());
   return t;

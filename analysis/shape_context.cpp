@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "analysis/shape_rules.hpp"
+#include "analysis/tensor_index.hpp"
 
 namespace memplan::analysis::shape_detail {
 
@@ -92,17 +93,15 @@ Shape broadcast(const OpContext& c, const Shape& a, const Shape& b) {
   return out;
 }
 
+// Unsigned views of the shared index helpers (analysis/tensor_index.hpp): folding indexes bytes with them.
 std::vector<std::uint64_t> strides_of(const Shape& s) {
-  std::vector<std::uint64_t> st(s.size(), 1);
-  for (std::size_t k = s.size(); k-- > 1;) st[k - 1] = st[k] * static_cast<std::uint64_t>(s[k]);
-  return st;
+  const auto st = contiguous_strides(s);
+  return {st.begin(), st.end()};
 }
 
 std::vector<std::uint64_t> broadcast_strides(const Shape& s, std::size_t rank) {
-  std::vector<std::uint64_t> own = strides_of(s), out(rank, 0);
-  for (std::size_t k = 0; k < s.size(); ++k)
-    if (s[k] != 1) out[rank - s.size() + k] = own[k];
-  return out;
+  const auto st = analysis::broadcast_strides(s, Shape(rank, 1));
+  return {st.begin(), st.end()};
 }
 
 }  // namespace memplan::analysis::shape_detail

@@ -127,7 +127,7 @@ void GradContext::give_reduced(std::size_t i, TensorId full, double scale) {
   TensorId g = grad_tensor(i);
   std::map<std::string, Attribute> attrs;
   if (scale != 1.0) attrs["scale"] = attr_f(scale);
-  emit("ReduceSumTo", "memplan", {full}, {g}, std::move(attrs));
+  emit(std::string(memplan_ops::kReduceSumTo), std::string(kMemplanDomain), {full}, {g}, std::move(attrs));
   give(i, g);
 }
 
@@ -295,7 +295,7 @@ TrainingGraph build_training_graph(const Graph& shaped_forward, const TrainingOp
     if (!r) continue;
     bool wanted = false;
     for (std::size_t i = 0; i < op.inputs.size(); ++i) wanted = wanted || (s.slot_wants(op, *r, i) && s.pending[op.inputs[i]] > s.received[op.inputs[i]]);
-    bool active = op.type == "MSELoss";
+    bool active = op.type == memplan_ops::kMSELoss;
     for (std::size_t i = 0; i < op.outputs.size(); ++i)
       active = active || (op.outputs[i] != kNoTensor && ((r->diff_outputs >> i) & 1u) && s.grad[op.outputs[i]] != kNoTensor);
     if (!wanted || !active) continue;

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "analysis/autodiff.hpp"
+#include "analysis/ops.hpp"
 #include "analysis/training.hpp"
 
 namespace memplan::analysis {
@@ -10,28 +11,15 @@ namespace {
 
 bool is_op(const Op& op, std::string_view type) { return op.type == type && (op.domain.empty() || op.domain == "ai.onnx"); }
 
-// Input slots that hold a layer's parameters (PyTorch nn.Parameter in the exported module).
-bool parameter_slot(const Graph& g, const Op& op, std::size_t i) {
-  const std::string& t = op.type;
-  if (t == "Conv" || t == "ConvTranspose" || t == "Gemm" || t == "LayerNormalization" ||
-      t == "BatchNormalization" || t == "BatchNormTraining" || t == "InstanceNormalization")
-    return i == 1 || i == 2;
-  if (t == "MatMul") return true;
-  if (t == "Gather") return i == 0;  // an embedding table
-  if (t == "Add" || t == "Mul") {    // a Linear bias or a per-channel scale: rank 1
-    const Tensor& x = g.tensors[op.inputs[i]];
-    return x.rank_known && x.dims.size() == 1;
-  }
-  return false;
-}
+bool has_bit(std::uint32_t mask, std::size_t i) { return i < 32 && ((mask >> i) & 1u); }
 
-// Input slots that hold constants or buffers that never train, whatever their size.
-bool frozen_slot(const Op& op, std::size_t i) {
-  const std::string& t = op.type;
-  if (t == "BatchNormalization" || t == "BatchNormTraining") return i == 3 || i == 4;  // running statistics
-  if (t == "Clip" || t == "Dropout" || t == "Pow") return i >= 1;
-  if (t == "Where") return i == 0;
-  return false;
+// Input slots that hold a layer's parameters (PyTorch nn.Parameter in the exported module), as the op
+// registry declares them; a rank-1 parameter slot (a Linear bias, a per-channel scale) needs rank 1.
+bool parameter_slot(const Graph& g, const OpInfo& info, const Op& op, std::size_t i) {
+  if (has_bit(info.parameter_inputs, i)) return true;
+  if (!has_bit(info.rank1_parameter_inputs, i)) return false;
+  const Tensor& x = g.tensors[op.inputs[i]];
+  return x.rank_known && x.dims.size() == 1;
 }
 
 using autodiff::unique_name;
@@ -68,13 +56,17 @@ bool dropout_training(const Graph& g, const Op& op) {
 std::vector<bool> trainable_weights(const Graph& g, const TrainingOptions& opts) {
   const std::set<std::string> frozen(opts.frozen.begin(), opts.frozen.end());
   std::vector<bool> param(g.tensors.size(), false), never(g.tensors.size(), false);
-  for (const Op& op : g.ops)
+  for (const Op& op : g.ops) {
+    const OpInfo* info = op_registry().find(op);
+    if (!info) continue;
     for (std::size_t i = 0; i < op.inputs.size(); ++i) {
       TensorId t = op.inputs[i];
       if (t == kNoTensor) continue;
-      if (frozen_slot(op, i)) never[t] = true;
-      else if (parameter_slot(g, op, i)) param[t] = true;
+      // Slots that never train (running statistics, clip bounds) whatever their size.
+      if (has_bit(info->frozen_inputs, i)) never[t] = true;
+      else if (parameter_slot(g, *info, op, i)) param[t] = true;
     }
+  }
   std::vector<bool> out(g.tensors.size(), false);
   for (TensorId t = 0; t < g.tensors.size(); ++t) {
     const Tensor& x = g.tensors[t];
@@ -126,8 +118,8 @@ void prepare_forward(Graph& g) {
       const Tensor& x = g.tensors[op.inputs.at(0)];
       const std::vector<std::int64_t> c{x.shape().at(1)};
       const DType dt = x.dtype;
-      op.type = "BatchNormTraining";
-      op.domain = "memplan";
+      op.type = memplan_ops::kBatchNormTraining;
+      op.domain = kMemplanDomain;
       op.attrs.erase("training_mode");
       ensure_output(g, op, 1, "/running_mean", dt, c);
       ensure_output(g, op, 2, "/running_var", dt, c);

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "analysis/autodiff.hpp"
+#include "analysis/ops.hpp"
 
 namespace memplan::analysis::autodiff {
 
@@ -86,8 +87,8 @@ TensorId add_loss(Graph& g) {
   const TensorId lt = g.add_tensor(std::move(loss));
   Op op;
   op.name = "loss/MSELoss";
-  op.type = "MSELoss";
-  op.domain = "memplan";
+  op.type = memplan_ops::kMSELoss;
+  op.domain = kMemplanDomain;
   op.inputs = {y, tt};
   op.outputs = {lt};
   g.add_op(std::move(op));
@@ -97,6 +98,6 @@ TensorId add_loss(Graph& g) {
   return lt;
 }
 
-void add_loss_grads(GradTable& t) { t["MSELoss"] = {mse_loss_grad, 1u, 1u}; }
+void add_loss_grads(GradTable& t) { t[std::string(memplan_ops::kMSELoss)] = {mse_loss_grad, 1u, 1u}; }
 
 }  // namespace memplan::analysis::autodiff

@@ -1,5 +1,6 @@
 // The optimizer step after backward: SGD, momentum or Adam update ops, their state, the graph outputs.
 #include "analysis/autodiff.hpp"
+#include "analysis/ops.hpp"
 
 namespace memplan::analysis::autodiff {
 namespace {
@@ -19,7 +20,7 @@ void add_update(Graph& g, const std::string& name, const char* type, std::vector
   Op op;
   op.name = name;
   op.type = type;
-  op.domain = "memplan";
+  op.domain = kMemplanDomain;
   op.inputs = std::move(inputs);
   op.outputs = std::move(outputs);
   op.attrs = std::move(attrs);
@@ -33,7 +34,7 @@ void add_optimizer(Graph& g, const TrainingOptions& opts, TrainingGraph& tg) {
   std::vector<TensorId> outputs{tg.loss};
   // Running statistics written by BatchNormTraining are results of the step too.
   for (const Op& op : g.ops)
-    if (op.type == "BatchNormTraining")
+    if (op.type == memplan_ops::kBatchNormTraining)
       for (std::size_t i = 1; i <= 2; ++i) outputs.push_back(op.outputs.at(i));
   TensorId step = kNoTensor;
   if (opts.optimizer == Optimizer::adam && !tg.param_grads.empty()) {

@@ -7,6 +7,7 @@
 #include <set>
 #include <string_view>
 
+#include "analysis/ops.hpp"
 #include "planner/pack.hpp"
 
 namespace memplan::planner {
@@ -16,8 +17,10 @@ using analysis::Op;
 using analysis::Tensor;
 constexpr std::uint32_t kNoBuffer = UINT32_MAX;
 
-bool one_of(std::string_view type, std::initializer_list<std::string_view> names) {
-  return std::find(names.begin(), names.end(), type) != names.end();
+// Cast may overwrite an input of another dtype of the same width.
+bool inplace_any_dtype(const Op& op) {
+  const analysis::OpInfo* info = analysis::op_registry().find(op);
+  return info && info->inplace_across_dtypes;
 }
 
 // A buffer under construction: every tensor bound to it and the union of their lifetimes.
@@ -95,8 +98,7 @@ class AliasBuilder {
       if (in == analysis::kNoTensor || a_.buffer_of[in] == kNoBuffer) continue;
       const Draft& d = a_.drafts[a_.buffer_of[in]];
       const Tensor& x = g_.tensors[in];
-      const bool same_type = x.dtype == y.dtype ||
-                             (op.type == "Cast" && analysis::dtype_bits(x.dtype) == analysis::dtype_bits(y.dtype));
+      const bool same_type = x.dtype == y.dtype || (inplace_any_dtype(op) && analysis::dtype_bits(x.dtype) == analysis::dtype_bits(y.dtype));
       if (d.interval.last != step || d.holds_graph_output || !same_type || x.bytes() != y.bytes()) continue;
       bind(out, a_.buffer_of[in]);
       a_.aliases.push_back(Alias{out, in, AliasKind::inplace, id});
@@ -179,31 +181,23 @@ void grow_scratch(std::vector<Scratch>& scratch, const std::vector<PackItem>& it
 }  // namespace
 
 bool is_view_op(const Op& op) noexcept {
-  return op.domain.empty() && one_of(op.type, {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"});
+  const analysis::OpInfo* info = analysis::op_registry().find(op);
+  return info && info->is_view();
 }
 
 std::vector<std::size_t> inplace_candidates(const Op& op) {
-  if (op.domain == "memplan" && op.type == "FusedElementwise") {
-    std::vector<std::size_t> all(op.inputs.size());
-    std::iota(all.begin(), all.end(), std::size_t{0});
-    return all;
-  }
-  if (!op.domain.empty()) return {};
-  if (one_of(op.type, {"Add", "Mul", "Div", "Sub", "Pow", "PRelu", "Max", "Min"})) return {0, 1};
-  if (op.type == "BatchNormalization")
-    return op.attr_int("training_mode", 0) == 0 && op.output(1) == analysis::kNoTensor ? std::vector<std::size_t>{0} : std::vector<std::size_t>{};
-  if (one_of(op.type, {"Relu", "Clip", "Sigmoid", "Tanh", "Erf", "Sqrt", "Neg", "Gelu", "Dropout", "LeakyRelu", "Cast",
-                       "Exp", "Log", "Abs", "Reciprocal", "Elu", "Selu", "HardSigmoid", "HardSwish", "Softplus",
-                       "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Mish", "Not", "Celu"}))
-    return {0};
-  return {};
+  const analysis::OpInfo* info = analysis::op_registry().find(op);
+  if (!info) return {};
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < op.inputs.size(); ++i)
+    if (info->inplace_input(op, i)) out.push_back(i);
+  return out;
 }
 
 std::uint64_t scratch_request(const Graph& g, OpId id, std::uint64_t limit) {
   const Op& op = g.ops[id];
-  const bool conv = (op.domain.empty() && op.type == "Conv") ||
-                    (op.domain == "memplan" && (op.type == "ConvGradInput" || op.type == "ConvGradWeight"));
-  if (!conv || limit == 0) return 0;
+  const analysis::OpInfo* info = analysis::op_registry().find(op);
+  if (!info || !info->uses_workspace || limit == 0) return 0;
   // Conv: x -> y; ConvGradInput: dy -> dx; ConvGradWeight: (dy, x) -> dw. The activations are the
   // first input and, but for ConvGradWeight, the output; ConvGradWeight's second input is x.
   std::uint64_t act = 0;

@@ -9,6 +9,7 @@
 
 #include "analysis/fused_expr.hpp"
 #include "analysis/graph.hpp"
+#include "analysis/ops.hpp"
 
 namespace memplan::planner {
 

@@ -3,6 +3,7 @@
 #include <array>
 #include <string_view>
 
+#include "analysis/ops.hpp"
 #include "planner/remat_segments.hpp"
 
 namespace memplan::planner {
@@ -11,9 +12,8 @@ namespace {
 
 // Ops whose output differs between two runs: a rebuild would not reproduce what the forward saw.
 bool is_random(const analysis::Op& op) {
-  constexpr std::array<std::string_view, 7> kRandom = {"Dropout",          "RandomNormal", "RandomUniform", "RandomNormalLike",
-                                                       "RandomUniformLike", "Bernoulli",    "Multinomial"};
-  return std::find(kRandom.begin(), kRandom.end(), op.type) != kRandom.end();
+  const analysis::OpInfo* info = analysis::op_registry().find(op);
+  return info && !info->deterministic;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "analysis/liveness.hpp"
+#include "analysis/ops.hpp"
 #include "planner/remat.hpp"
 
 namespace memplan::planner {
@@ -160,14 +161,14 @@ void Builder::swap(TensorId t) {
   TensorId back = add_copy_tensor(t, "@swapin", false);
   Op so;
   so.name = x.name + "@swapout";
-  so.type = "SwapOut";
-  so.domain = "memplan";
+  so.type = analysis::memplan_ops::kSwapOut;
+  so.domain = analysis::kMemplanDomain;
   so.phase = Phase::swap;
   so.inputs = {t};
   so.outputs = {host};
   Op si = so;
   si.name = x.name + "@swapin_op";
-  si.type = "SwapIn";
+  si.type = analysis::memplan_ops::kSwapIn;
   si.inputs = {host};
   si.outputs = {back};
   after[out_after].push_back(add_op(std::move(so), static_cast<OpId>(out.graph.ops.size())));

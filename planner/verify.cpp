@@ -6,6 +6,8 @@
 #include <set>
 #include <tuple>
 
+#include "planner/assign.hpp"
+
 namespace memplan::planner {
 namespace {
 
@@ -123,9 +125,8 @@ class Checker {
 
   void check_view(const Alias& a) {
     const Op& op = g_.ops[a.op];
-    static const std::set<std::string> kViews = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
     const std::string claim = "view alias '" + tname(a.tensor) + "' of '" + tname(a.source) + "' by op '" + op.name + "'";
-    if (!op.domain.empty() || !kViews.count(op.type)) return problem(claim + ": " + op.type + " is not a view op");
+    if (!is_view_op(op)) return problem(claim + ": " + op.type + " is not a view op");
     if (op.input(0) != a.source || op.output(0) != a.tensor) return problem(claim + ": the op does not read the source and write the tensor");
     const Tensor& src = g_.tensors[a.source];
     if (!src.shape_known() || src.bytes() != g_.tensors[a.tensor].bytes()) return problem(claim + ": sizes differ");

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "analysis/ops.hpp"
 #include "viz/svg.hpp"
 #include "viz/timeline.hpp"
 
@@ -39,7 +40,7 @@ std::vector<NodeDecision> op_decisions(const Graph& g) {
     for (auto t : op.inputs) {
       if (t == analysis::kNoTensor || g.tensors[t].producer == kNoOp) continue;
       const OpId p = g.tensors[t].producer;
-      if (op.type == "SwapOut") swapped[p] = true;
+      if (op.type == analysis::memplan_ops::kSwapOut) swapped[p] = true;
       if (op.phase == Phase::backward || op.phase == Phase::optimizer) saved[p] = true;
     }
   }

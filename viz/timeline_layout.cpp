@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "analysis/ops.hpp"
 #include "viz/timeline.hpp"
 
 namespace memplan::viz {
@@ -29,7 +30,9 @@ const char* buffer_kind_colour(BufferKind k) noexcept {
 }
 
 bool is_swap_op(const analysis::Op& op) noexcept {
-  return op.phase == Phase::swap || op.type == "SwapIn" || op.type == "SwapOut";
+  if (op.phase == Phase::swap) return true;
+  const analysis::OpInfo* info = analysis::op_registry().find(op);
+  return info && info->kind == analysis::OpKind::memory;
 }
 
 std::vector<std::uint32_t> steps_of_ops(const Graph& g, const std::vector<OpId>& schedule) {

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "analysis/ops.hpp"
 #include "viz/timeline.hpp"
 
 namespace memplan::viz {
@@ -11,10 +12,11 @@ std::vector<double> estimated_op_seconds(const analysis::Graph& g, const analysi
   std::vector<double> out(g.ops.size(), 0.0);
   for (analysis::OpId o = 0; o < g.ops.size(); ++o) {
     const auto& op = g.ops[o];
-    if (op.type == "SwapOut" || op.type == "SwapIn") {
+    const analysis::OpInfo* info = analysis::op_registry().find(op);
+    if (info && info->kind == analysis::OpKind::memory) {
       const auto t = op.input(0);
       const std::uint64_t bytes = t == analysis::kNoTensor ? 0 : g.tensors[t].bytes();
-      out[o] = op.type == "SwapOut" ? analysis::device_to_host_seconds(bytes, profile) : analysis::host_to_device_seconds(bytes, profile);
+      out[o] = info->type == analysis::memplan_ops::kSwapOut ? analysis::device_to_host_seconds(bytes, profile) : analysis::host_to_device_seconds(bytes, profile);
     } else {
       out[o] = analysis::op_seconds(analysis::op_cost(g, o), profile);
     }

@@ -92,3 +92,28 @@ TEST_CASE("a forward Identity is a free view, a backward Identity copies a gradi
   CHECK(c.bytes_read == 32u);
   CHECK(c.bytes_written == 32u);
 }
+
+TEST_CASE("in-place inputs: binary ops either input, inference BatchNorm input 0, FusedElementwise any input") {
+  Op add;
+  add.type = "Add";
+  add.inputs = {0, 1};
+  const OpInfo& a = *op_registry().find(add);
+  CHECK(a.inplace_input(add, 0));
+  CHECK(a.inplace_input(add, 1));
+  CHECK_FALSE(a.inplace_input(add, 2));
+  Op bn;
+  bn.type = "BatchNormalization";
+  bn.inputs = {0, 1, 2, 3, 4};
+  bn.outputs = {5};
+  const OpInfo& b = *op_registry().find(bn);
+  CHECK(b.inplace_input(bn, 0));
+  bn.attrs["training_mode"] = memplan::analysis::testing::ai(1);
+  CHECK_FALSE(b.inplace_input(bn, 0));
+  Op fused;
+  fused.domain = "memplan";
+  fused.type = "FusedElementwise";
+  fused.inputs.assign(40, 0);
+  const OpInfo& f = *op_registry().find(fused);
+  CHECK(f.inplace_input(fused, 39));
+  CHECK_FALSE(f.inplace_input(fused, 40));
+}
