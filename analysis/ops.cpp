@@ -86,6 +86,7 @@ struct Registry {
       i.rank1_parameter_inputs = s->rank1_parameter_inputs;
       i.forward_only_view = s->forward_only_view;
       i.gathers_input0 = s->gathers_input0;
+      i.identity_in_inference = s->identity_in_inference;
       if (!by_name.emplace(std::pair(i.domain, i.type), i.id).second)
         inconsistent("'" + std::string(s->domain) + "::" + std::string(s->type) + "' is declared twice");
       ops.push_back(i);

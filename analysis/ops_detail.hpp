@@ -47,6 +47,7 @@ struct OpSpec {
   std::uint32_t rank1_parameter_inputs = 0;
   bool forward_only_view = false;
   bool gathers_input0 = false;
+  bool identity_in_inference = false;
 };
 
 std::span<const OpSpec> op_specs();

@@ -27,6 +27,10 @@ OpSpec inplace_fn(OpSpec s, InplaceFn fn) {
   s.inplace = fn;
   return s;
 }
+OpSpec identity_in_inference(OpSpec s) {
+  s.identity_in_inference = true;
+  return s;
+}
 OpSpec nondiff(OpSpec s) {
   s.not_differentiable = true;
   return s;
@@ -133,7 +137,7 @@ std::vector<OpSpec> build() {
       params(onnx("Where", K::elementwise, no_flops, "a where cond, else b"), 0, 1u),
 
       // Random draws.
-      params(inplace(onnx("Dropout", K::random, &per_element<2>, "zeroes random elements in training mode and scales the rest; also the mask"), 1u), 0, kBut0),
+      params(identity_in_inference(inplace(onnx("Dropout", K::random, &per_element<2>, "zeroes random elements in training mode and scales the rest; also the mask"), 1u)), 0, kBut0),
 
       // Normalization.
       onnx("Softmax", K::normalization, &per_element<5>, "exp(x) / sum(exp(x)) along `axis`"),
