@@ -89,6 +89,7 @@ struct Registry {
       i.inplace_across_dtypes = s->inplace_across_dtypes;
       i.inplace_any_input = s->inplace_any_input;
       i.uses_workspace = s->uses_workspace;
+      i.identity_in_inference = s->identity_in_inference;
       if (!by_name.emplace(std::pair(i.domain, i.type), i.id).second)
         inconsistent("'" + std::string(s->domain) + "::" + std::string(s->type) + "' is declared twice");
       ops.push_back(i);

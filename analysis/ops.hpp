@@ -79,6 +79,9 @@ struct OpInfo {
   // A view only in the forward pass; in backward it copies (Identity of an accumulated gradient).
   bool forward_only_view = false;
   bool gathers_input0 = false;  // reads only the rows of input 0 that output 0 holds (embedding lookups)
+  // Output 0 is input 0 unchanged in inference (Dropout): where the runtime binds them to the same bytes,
+  // it counts the op as an elided view.
+  bool identity_in_inference = false;
   std::string_view summary;     // one line for `memplan ops` and docs/ops.md
 
   bool is_view() const noexcept { return kind == OpKind::view; }

@@ -49,6 +49,7 @@ struct OpSpec {
   bool inplace_across_dtypes = false;
   bool inplace_any_input = false;
   bool uses_workspace = false;
+  bool identity_in_inference = false;
 };
 
 std::span<const OpSpec> op_specs();

@@ -31,6 +31,10 @@ OpSpec workspace(OpSpec s) {
   s.uses_workspace = true;
   return s;
 }
+OpSpec identity_in_inference(OpSpec s) {
+  s.identity_in_inference = true;
+  return s;
+}
 OpSpec nondiff(OpSpec s) {
   s.not_differentiable = true;
   return s;
@@ -142,7 +146,7 @@ std::vector<OpSpec> build() {
 
       // Random draws.
       nondiff(onnx("RandomUniformLike", K::random, &per_element<2>, "uniform random numbers in [low, high) of the input's shape (stochastic depth)")),
-      params(inplace(onnx("Dropout", K::random, &per_element<2>, "zeroes random elements in training mode and scales the rest; also the mask"), 1u), 0, kBut0),
+      params(identity_in_inference(inplace(onnx("Dropout", K::random, &per_element<2>, "zeroes random elements in training mode and scales the rest; also the mask"), 1u)), 0, kBut0),
 
       // Normalization.
       onnx("Softmax", K::normalization, &per_element<5>, "exp(x) / sum(exp(x)) along `axis`"),

@@ -58,6 +58,31 @@ class KernelSet {
   virtual void run(const OpCall& call) = 0;
 };
 
+// What a kernel accepts, beside its op type: the dtypes of its input 0 (one bit per analysis::DType) and
+// the highest rank of any of its inputs and outputs.
+using DTypeMask = std::uint32_t;
+constexpr DTypeMask dtype_bit(analysis::DType d) noexcept { return DTypeMask{1} << static_cast<unsigned>(d); }
+inline constexpr DTypeMask kF32 = dtype_bit(analysis::DType::f32);
+inline constexpr DTypeMask kBool = dtype_bit(analysis::DType::boolean);
+// The dtypes visited by the CPU kernels that compute on any numeric input (float, double, int64, int32,
+// bool, uint8).
+inline constexpr DTypeMask kVisitedDTypes = kF32 | dtype_bit(analysis::DType::f64) | dtype_bit(analysis::DType::i64) |
+                                            dtype_bit(analysis::DType::i32) | kBool | dtype_bit(analysis::DType::u8);
+inline constexpr DTypeMask kAnyDType = ~DTypeMask{0};
+inline constexpr std::uint8_t kAnyRank = 255;
+
+struct KernelConstraints {
+  DTypeMask dtypes = kF32;
+  std::uint8_t max_rank = kAnyRank;
+};
+// Empty when op of g meets `c`; otherwise "dtype X of input 0" or "rank R above N" (of input or output i).
+// An input whose dtype the graph does not know is not checked.
+std::string constraint_reason(const analysis::Graph& g, const analysis::Op& op, const KernelConstraints& c);
+// The registry id of a kernel table's key: the op type for the default ONNX domain, "memplan::<type>" for
+// memplan's own ops. A key the registry does not know is ErrorKind::unsupported naming it, raised when
+// the table is built (a kernel for an op memplan cannot plan is a bug in the table).
+analysis::OpTypeId kernel_op_id(std::string_view key);
+
 // The op types a backend's kernels cover, known without a device: "cpu", and "cuda" when memplan was
 // built with the CUDA backend (empty otherwise). Sorted by id.
 std::vector<analysis::OpTypeId> registered_kernels(std::string_view backend);

@@ -40,18 +40,32 @@ void copy_if_moved(std::byte* dst, const std::byte* src, std::uint64_t bytes) {
 }
 
 namespace {
+KernelTable build_table() {
+  KernelTable t;
+  add_elementwise_kernels(t);
+  add_linalg_kernels(t);
+  add_conv_kernels(t);
+  add_reduce_kernels(t);
+  add_shape_kernels(t);
+  add_training_kernels(t);
+  return t;
+}
+
+const KernelTable& table() {
+  static const KernelTable t = build_table();
+  return t;
+}
+
+const Kernel* find(const Op& op) {
+  const analysis::OpInfo* info = analysis::op_registry().find(op);
+  return info ? table().find(info->id) : nullptr;
+}
+
 class CpuKernels final : public KernelSet {
  public:
-  CpuKernels() {
-    add_elementwise_kernels(table_);
-    add_linalg_kernels(table_);
-    add_conv_kernels(table_);
-    add_reduce_kernels(table_);
-    add_shape_kernels(table_);
-    add_training_kernels(table_);
-  }
-  std::string unsupported_reason(const analysis::Graph& /*g*/, const Op& op) const override {
-    return find(op) ? std::string() : "no kernel";
+  std::string unsupported_reason(const analysis::Graph& g, const Op& op) const override {
+    const Kernel* k = find(op);
+    return k ? constraint_reason(g, op, k->accepts) : "no kernel";
   }
   bool alias_safe(const Op& op) const override {
     const Kernel* k = find(op);
@@ -63,16 +77,10 @@ class CpuKernels final : public KernelSet {
                                              (call.op.domain.empty() ? "" : call.op.domain + "::") + call.op.type);
     k->fn(call.op, call.in, call.out);
   }
-
- private:
-  const Kernel* find(const Op& op) const {
-    const std::string key = op.domain.empty() || op.domain == "ai.onnx" ? op.type : op.domain + "::" + op.type;
-    auto it = table_.find(key);
-    return it == table_.end() ? nullptr : &it->second;
-  }
-  KernelTable table_;
 };
 }  // namespace
+
+std::vector<analysis::OpTypeId> registered_cpu_kernels() { return table().ids(); }
 }  // namespace cpu
 
 std::unique_ptr<KernelSet> make_cpu_kernels() { return std::make_unique<cpu::CpuKernels>(); }

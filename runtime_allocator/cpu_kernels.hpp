@@ -20,9 +20,30 @@ using KernelFn = void (*)(const Op& op, const Refs& in, const Refs& out);
 struct Kernel {
   KernelFn fn = nullptr;
   bool alias_safe = false;  // correct when an output shares the bytes of a same-shaped input
+  KernelConstraints accepts{};  // float32 input 0 of any rank unless said otherwise
 };
-// Key: op type for the default ONNX domain, "memplan::<type>" for memplan's own ops.
-using KernelTable = std::map<std::string, Kernel>;
+// The CPU kernels by op registry id. Keys given to `operator[]` name the op as the op type for the
+// default ONNX domain, "memplan::<type>" for memplan's own ops; an op the registry does not know fails
+// there (ErrorKind::unsupported naming it).
+class KernelTable {
+ public:
+  Kernel& operator[](std::string_view key) { return table_[kernel_op_id(key)]; }
+  const Kernel* find(analysis::OpTypeId id) const {
+    auto it = table_.find(id);
+    return it == table_.end() ? nullptr : &it->second;
+  }
+  std::vector<analysis::OpTypeId> ids() const {
+    std::vector<analysis::OpTypeId> v;
+    for (const auto& [id, k] : table_) v.push_back(id);
+    return v;
+  }
+
+ private:
+  std::map<analysis::OpTypeId, Kernel> table_;
+};
+
+// The ids of the CPU table, sorted (registered_kernels("cpu")).
+std::vector<analysis::OpTypeId> registered_cpu_kernels();
 
 void add_elementwise_kernels(KernelTable& t);
 void add_linalg_kernels(KernelTable& t);

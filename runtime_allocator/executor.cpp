@@ -2,6 +2,7 @@
 // checks inputs, stages unsafe overlaps and orders swaps on the copy queue, then runs ops on a backend.
 #include "runtime_allocator/executor.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
@@ -23,12 +24,15 @@ std::string shape_text(const std::vector<std::int64_t>& dims) {
 }
 
 bool is_copy_view(const analysis::Op& op) {
-  return op.domain.empty() && (op.type == "Reshape" || op.type == "Flatten" || op.type == "Squeeze" ||
-                               op.type == "Unsqueeze" || op.type == "Identity" || op.type == "Dropout");
+  const analysis::OpInfo* info = analysis::op_registry().find(op);
+  return info && (info->kind == analysis::OpKind::view || info->identity_in_inference);
 }
 
 // SwapOut / SwapIn: copies between the backend's memory and its host memory, run by the executor itself.
-bool is_swap(const analysis::Op& op) { return op.domain == "memplan" && (op.type == "SwapOut" || op.type == "SwapIn"); }
+bool is_swap(const analysis::Op& op) {
+  const analysis::OpInfo* info = analysis::op_registry().find(op);
+  return info && info->kind == analysis::OpKind::memory;
+}
 
 std::string op_label(const analysis::Op& op) {
   return "op '" + op.name + "' (" + (op.domain.empty() ? "" : op.domain + "::") + op.type + ")";
@@ -43,7 +47,6 @@ Executor::Executor(const analysis::Graph& g, const planner::Plan& plan, Backend&
   if (schedule_.size() != g.ops.size() || !analysis::is_topological(g, schedule_))
     fail(ErrorKind::plan_mismatch, "the plan's schedule is not a topological order of every op of '" + g.name + "'");
   check_supported();
-  pool_ = std::make_unique<PoolAllocator>(backend, options.pool);
   addr_.assign(g.tensors.size(), nullptr);
   if (options.unshared) bind_unshared();
   else bind_planned(plan);
@@ -66,20 +69,37 @@ void Executor::check_supported() const {
 }
 
 Executor::~Executor() {
-  for (const auto& h : host_) backend_.deallocate_host(h.p, h.bytes);
+  if (host_.p) backend_.deallocate_host(host_.p, host_.bytes);
 }
 
-std::byte* Executor::own_buffer(TensorId t) {
-  buffers_.emplace_back(backend_, g_.tensors[t].bytes(), backend_.buffer_alignment());
-  stats_.separate_bytes = checked_add(stats_.separate_bytes, g_.tensors[t].bytes(), "separate buffers");
-  return buffers_.back().data();
+// Tensors outside the arena are packed at aligned offsets into one resident device allocation, and
+// tensors placed on the host into one host allocation: `bind_separate` allocates both and binds them.
+void Executor::place_separate(TensorId t) {
+  auto& list = g_.tensors[t].on_host ? host_list_ : resident_list_;
+  list.push_back(t);
 }
 
-std::byte* Executor::host_buffer(TensorId t) {
-  const std::uint64_t bytes = g_.tensors[t].bytes();
-  host_.push_back({backend_.allocate_host(bytes, backend_.buffer_alignment()), bytes});
-  stats_.host_bytes = checked_add(stats_.host_bytes, bytes, "host memory");
-  return host_.back().p;
+void Executor::bind_separate() {
+  const std::uint64_t align = backend_.buffer_alignment();
+  auto offsets = [&](const std::vector<TensorId>& list, std::vector<std::uint64_t>& at) {
+    std::uint64_t end = 0;
+    for (TensorId t : list) {
+      at.push_back(end);
+      end = checked_add(end, align_up(g_.tensors[t].bytes(), align), "buffers outside the arena");
+    }
+    return end;
+  };
+  std::vector<std::uint64_t> dev_at, host_at;
+  const std::uint64_t dev_bytes = offsets(resident_list_, dev_at), host_bytes = offsets(host_list_, host_at);
+  // At least one aligned block when anything is placed, so that even an empty tensor has an address.
+  if (!resident_list_.empty()) resident_ = DeviceBuffer(backend_, std::max(dev_bytes, align), align);
+  for (std::size_t k = 0; k < resident_list_.size(); ++k) addr_[resident_list_[k]] = resident_.data() + dev_at[k];
+  if (!host_list_.empty()) host_ = {backend_.allocate_host(std::max(host_bytes, align), align), std::max(host_bytes, align)};
+  for (std::size_t k = 0; k < host_list_.size(); ++k) addr_[host_list_[k]] = host_.p + host_at[k];
+  stats_.separate_bytes = resident_.size();
+  stats_.host_bytes = host_.bytes;
+  resident_list_.clear();
+  host_list_.clear();
 }
 
 // Tensors some op reads or writes, or the user feeds or reads.
@@ -99,7 +119,8 @@ static std::vector<bool> used_tensors(const analysis::Graph& g) {
 void Executor::bind_unshared() {
   const auto used = used_tensors(g_);
   for (TensorId t = 0; t < g_.tensors.size(); ++t)
-    if (used[t]) addr_[t] = g_.tensors[t].on_host ? host_buffer(t) : own_buffer(t);
+    if (used[t]) place_separate(t);
+  bind_separate();
 }
 
 void Executor::bind_planned(const planner::Plan& plan) {
@@ -118,11 +139,9 @@ void Executor::bind_planned(const planner::Plan& plan) {
   for (TensorId t = 0; t < g_.tensors.size(); ++t) {
     if (!used[t]) continue;
     if (arena_->in_arena(t)) addr_[t] = arena_->bind(t);
-    else if (view_of.count(t)) continue;  // bound to its source below
-    else if (g_.tensors[t].on_host) addr_[t] = host_buffer(t);  // swapped-out copies
-    else if (g_.tensors[t].producer == kNoOp) addr_[t] = own_buffer(t);
-    else addr_[t] = pool_->allocate(bytes[t], backend_.buffer_alignment());  // gradients, optimizer state
+    else if (!view_of.count(t)) place_separate(t);  // inputs, weights, optimizer state, gradients, host copies
   }
+  bind_separate();
   // A view of a tensor outside the arena (a reshaped weight or input) reads its source's bytes.
   for (const auto& [t, src] : view_of) {
     if (addr_[t] || !used[t]) continue;
@@ -200,6 +219,7 @@ void Executor::prepare_ops() {
     for (auto y : op.outputs)
       if (y != kNoTensor) total = checked_add(total, align_up(g_.tensors[y].bytes(), backend_.buffer_alignment()), "staging");
     mode_[o] = Mode::staged;
+    if (!pool_) pool_ = std::make_unique<PoolAllocator>(backend_, options_.pool);  // only when something stages
     staging_[o] = pool_->allocate(total, backend_.buffer_alignment());
   }
 }
@@ -279,7 +299,7 @@ void Executor::run_schedule() {
   for (std::size_t step = 0; step < schedule_.size(); ++step) run_one(step, in, out);
   stats_.device_seconds = backend_.end_run();  // waits for the queues
   stats_.touched_bytes = arena_ ? arena_->touched_bytes() : 0;
-  stats_.pool_peak_bytes = pool_->stats().peak_in_use_bytes;
+  stats_.pool_peak_bytes = pool_ ? pool_->stats().peak_in_use_bytes : 0;
 }
 
 std::vector<analysis::TensorData> Executor::run(const std::vector<analysis::TensorData>& inputs) {

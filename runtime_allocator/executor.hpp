@@ -20,7 +20,7 @@ struct ExecOptions {
   // or the graph's topological order when the plan has none): the reference a plan must reproduce.
   bool unshared = false;
   bool check_bounds = true;  // arena bounds checks in release builds too
-  PoolOptions pool;          // for tensors outside the arena and staging buffers
+  PoolOptions pool;          // for staging buffers (allocated when the first op stages)
   // Weights kept as external data and never loaded get deterministic stand-in values (benchmarks of
   // models whose weights are not at hand) instead of ErrorKind::io.
   bool synthesize_missing_weights = false;
@@ -29,9 +29,12 @@ struct ExecOptions {
 struct ExecStats {
   std::uint64_t arena_bytes = 0;     // the plan's arena (0 unshared)
   std::uint64_t touched_bytes = 0;   // highest arena byte the last run wrote
-  std::uint64_t separate_bytes = 0;  // tensors in their own buffers: inputs, weights, (unshared) everything
-  std::uint64_t pool_peak_bytes = 0; // tensors outside the arena (gradients) and staging
-  std::uint64_t host_bytes = 0;      // tensors placed on the host (swapped-out copies): the backend's host memory
+  // The one resident allocation holding every tensor outside the arena at aligned offsets: inputs,
+  // weights, optimizer state, produced tensors the plan keeps outside the arena (gradients, updated
+  // weights), and, unshared, everything.
+  std::uint64_t separate_bytes = 0;
+  std::uint64_t pool_peak_bytes = 0; // staging buffers of ops whose outputs overlap inputs unsafely
+  std::uint64_t host_bytes = 0;      // the one host allocation of tensors placed on the host (swapped-out copies)
   std::size_t ops_run = 0;           // per run
   std::size_t views_elided = 0;      // view ops whose output is their input's bytes: nothing copied
   std::size_t inplace_ops = 0;       // ops that wrote over an input, as planned
@@ -80,8 +83,8 @@ class Executor {
   void bind_planned(const planner::Plan& plan);
   void bind_unshared();
   void bind_scratch(const planner::Plan& plan);
-  std::byte* own_buffer(analysis::TensorId t);
-  std::byte* host_buffer(analysis::TensorId t);
+  void place_separate(analysis::TensorId t);
+  void bind_separate();
   void upload_constants();
   void prepare_ops();
   void order_swaps();
@@ -94,10 +97,11 @@ class Executor {
   ExecOptions options_;
   std::vector<analysis::OpId> schedule_;
   std::unique_ptr<Arena> arena_;
-  std::unique_ptr<PoolAllocator> pool_;
-  std::vector<DeviceBuffer> buffers_;
+  std::unique_ptr<PoolAllocator> pool_;  // staging buffers only; made when the first op stages
+  DeviceBuffer resident_;                // every tensor outside the arena, at aligned offsets
+  HostBlock host_;                       // every tensor on the host, freed with the executor
+  std::vector<analysis::TensorId> resident_list_, host_list_;  // placed, bound by bind_separate
   std::vector<std::byte*> addr_;
-  std::vector<HostBlock> host_;       // tensors on the host, freed with the executor
   std::vector<std::byte*> staging_;  // per op: one block for all outputs when staged
   std::vector<std::byte*> scratch_;  // per op: its scratch region in the arena, or null
   std::vector<std::uint64_t> scratch_bytes_;

@@ -191,9 +191,10 @@ void k_batch_norm(const Op& op, const Refs& in, const Refs& out) {
 }  // namespace
 
 void add_conv_kernels(KernelTable& t) {
-  t["Conv"] = {k_conv, false};
-  t["MaxPool"] = {pool<true>, false};
-  t["AveragePool"] = {pool<false>, false};
+  // Windows of 1-D and 2-D spatial inputs ([N, C, W] or [N, C, H, W]).
+  t["Conv"] = {k_conv, false, {kF32, 4}};
+  t["MaxPool"] = {pool<true>, false, {kF32, 4}};
+  t["AveragePool"] = {pool<false>, false, {kF32, 4}};
   t["GlobalAveragePool"] = {global_pool<false>, false};
   t["GlobalMaxPool"] = {global_pool<true>, false};
   t["BatchNormalization"] = {k_batch_norm, true};  // statistics are read before any output is written

@@ -177,16 +177,24 @@ void add_elementwise_kernels(KernelTable& t) {
            {"Relu", k_relu}, {"Sigmoid", k_sigmoid}, {"Tanh", k_tanh}, {"Erf", k_erf}, {"Sqrt", k_sqrt},
            {"Exp", k_exp}, {"Log", k_log}, {"Abs", k_abs}, {"Reciprocal", k_reciprocal}, {"Floor", k_floor},
            {"Ceil", k_ceil}, {"Softplus", k_softplus}, {"LeakyRelu", k_leaky_relu}, {"Elu", k_elu},
-           {"HardSigmoid", k_hard_sigmoid}, {"HardSwish", k_hard_swish}, {"Gelu", k_gelu}, {"Neg", k_neg},
-           {"Not", k_not}, {"Clip", k_clip}, {"Add", k_add}, {"Sub", k_sub}, {"Mul", k_mul}, {"Div", k_div},
-           {"Pow", k_pow}, {"Max", variadic<k_max2>}, {"Min", variadic<k_min2>}, {"Equal", k_equal},
-           {"Less", k_less}, {"LessOrEqual", k_less_equal}, {"Greater", k_greater},
-           {"GreaterOrEqual", k_greater_equal}, {"And", k_and}, {"Or", k_or}, {"Where", k_where}, {"PRelu", k_prelu}, {"Round", k_round},
-           {"Sign", k_sign}, {"Sin", k_sin}, {"Cos", k_cos}, {"Mish", k_mish}, {"Selu", k_selu}, {"Celu", k_celu},
-           {"memplan::FusedElementwise", run_fused_cpu}})
-    t[name] = {fn, true};
-  t["Cast"] = {k_cast, true};  // exact aliasing only happens between equal element sizes
-  t["IsNaN"] = {k_is_nan, false};
+           {"HardSigmoid", k_hard_sigmoid}, {"HardSwish", k_hard_swish}, {"Gelu", k_gelu}, {"Clip", k_clip},
+           {"Round", k_round}, {"Sign", k_sign}, {"Sin", k_sin}, {"Cos", k_cos}, {"Mish", k_mish}, {"Selu", k_selu},
+           {"Celu", k_celu}, {"memplan::FusedElementwise", run_fused_cpu}})
+    t[name] = {fn, true, {kF32}};  // float32 only
+  // numpy broadcasting over the dtypes visit_dtype knows.
+  for (auto [name, fn] : std::initializer_list<std::pair<const char*, KernelFn>>{
+           {"Add", k_add}, {"Sub", k_sub}, {"Mul", k_mul}, {"Div", k_div}, {"Pow", k_pow}, {"Equal", k_equal},
+           {"Less", k_less}, {"LessOrEqual", k_less_equal}, {"Greater", k_greater}, {"GreaterOrEqual", k_greater_equal},
+           {"And", k_and}, {"Or", k_or}, {"PRelu", k_prelu}})
+    t[name] = {fn, true, {kVisitedDTypes}};
+  // One input is copied whatever its dtype; two are compared over visit_dtype's dtypes.
+  t["Max"] = {variadic<k_max2>, true, {kAnyDType}};
+  t["Min"] = {variadic<k_min2>, true, {kAnyDType}};
+  t["Neg"] = {k_neg, true, {kF32 | dtype_bit(DType::f64) | dtype_bit(DType::i64) | dtype_bit(DType::i32)}};
+  t["Not"] = {k_not, true, {kBool}};
+  t["Where"] = {k_where, true, {kBool}};  // input 0 is the condition; values of any fixed-size dtype
+  t["Cast"] = {k_cast, true, {kVisitedDTypes}};  // exact aliasing only happens between equal element sizes
+  t["IsNaN"] = {k_is_nan, false, {kF32}};
 }
 
 }  // namespace memplan::runtime::cpu

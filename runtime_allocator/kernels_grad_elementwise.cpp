@@ -132,7 +132,7 @@ void add_gradient_elementwise_kernels(KernelTable& t) {
            {"DivGradB", k_div_grad_b}, {"PowGradBase", k_pow_grad_base}, {"PowGradExponent", k_pow_grad_exponent},
            {"WhereGrad", k_where_grad}, {"MSELossGrad", k_mse_loss_grad}, {"SGDUpdate", k_sgd},
            {"MomentumUpdate", k_momentum}, {"AdamUpdate", k_adam}})
-    t[std::string("memplan::") + name] = {fn, true};
+    t[std::string("memplan::") + name] = {fn, true, {kF32 | kBool}};  // float32 operands, bool masks
   t["memplan::MSELoss"] = {k_mse_loss, false};
   t["memplan::AdamStep"] = {k_adam_step, true};
 }

@@ -243,8 +243,8 @@ void k_average_pool_grad(const Op& op, const Refs& in, const Refs& out) {
 }  // namespace
 
 void add_gradient_layer_kernels(KernelTable& t) {
-  t["memplan::ConvGradInput"] = {k_conv_grad_input, false};
-  t["memplan::ConvGradWeight"] = {k_conv_grad_weight, false};
+  t["memplan::ConvGradInput"] = {k_conv_grad_input, false, {kF32, 4}};
+  t["memplan::ConvGradWeight"] = {k_conv_grad_weight, false, {kF32, 4}};
   t["memplan::ConvGradBias"] = {k_conv_grad_bias, false};
   t["memplan::MatMulGradA"] = {k_matmul_grad<true>, false};
   t["memplan::MatMulGradB"] = {k_matmul_grad<false>, false};
@@ -254,7 +254,7 @@ void add_gradient_layer_kernels(KernelTable& t) {
   t["memplan::SoftmaxGrad"] = {k_softmax_grad<false>, true};
   t["memplan::LogSoftmaxGrad"] = {k_softmax_grad<true>, true};
   t["memplan::MaxPoolGrad"] = {k_max_pool_grad, false};
-  t["memplan::AveragePoolGrad"] = {k_average_pool_grad, false};
+  t["memplan::AveragePoolGrad"] = {k_average_pool_grad, false, {kF32, 4}};
 }
 
 }  // namespace memplan::runtime::cpu

@@ -84,7 +84,7 @@ void k_matmul(const Op& op, const Refs& in, const Refs& out) {
 }  // namespace
 
 void add_linalg_kernels(KernelTable& t) {
-  t["Gemm"] = {k_gemm, false};
+  t["Gemm"] = {k_gemm, false, {kF32, 2}};
   t["MatMul"] = {k_matmul, false};
 }
 

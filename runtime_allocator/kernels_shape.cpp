@@ -175,17 +175,18 @@ void k_constant_of_shape(const Op& op, const Refs&, const Refs& out) {
 }  // namespace
 
 void add_shape_kernels(KernelTable& t) {
-  for (const char* v : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}) t[v] = {k_view, true};
-  t["Dropout"] = {k_dropout, true};
-  t["Transpose"] = {k_transpose, false};
-  t["Split"] = {k_split, false};
-  t["Concat"] = {k_concat, false};
-  t["Slice"] = {k_slice, false};
-  t["Gather"] = {k_gather, false};
-  t["Expand"] = {k_expand, false};
-  t["Tile"] = {k_tile, false};
-  t["Shape"] = {k_shape, false};
-  t["ConstantOfShape"] = {k_constant_of_shape, false};
+  // Bytes moved whatever the dtype (training-mode Dropout checks float32 itself).
+  for (const char* v : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}) t[v] = {k_view, true, {kAnyDType}};
+  t["Dropout"] = {k_dropout, true, {kAnyDType}};
+  t["Transpose"] = {k_transpose, false, {kAnyDType}};
+  t["Split"] = {k_split, false, {kAnyDType}};
+  t["Concat"] = {k_concat, false, {kAnyDType}};
+  t["Slice"] = {k_slice, false, {kAnyDType}};
+  t["Gather"] = {k_gather, false, {kAnyDType}};
+  t["Expand"] = {k_expand, false, {kAnyDType}};
+  t["Tile"] = {k_tile, false, {kAnyDType}};
+  t["Shape"] = {k_shape, false, {kAnyDType}};
+  t["ConstantOfShape"] = {k_constant_of_shape, false, {kAnyDType}};
 }
 
 }  // namespace memplan::runtime::cpu

@@ -14,8 +14,8 @@ void k_swap(const Op& op, const Refs& in, const Refs& out) {
 }  // namespace
 
 void add_training_kernels(KernelTable& t) {
-  t["memplan::SwapOut"] = {k_swap, false};
-  t["memplan::SwapIn"] = {k_swap, false};
+  t["memplan::SwapOut"] = {k_swap, false, {kAnyDType}};
+  t["memplan::SwapIn"] = {k_swap, false, {kAnyDType}};
   add_gradient_elementwise_kernels(t);
   add_gradient_layer_kernels(t);
   add_gradient_shape_kernels(t);

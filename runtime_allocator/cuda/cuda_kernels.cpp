@@ -1,10 +1,8 @@
-// The CUDA KernelSet: which ops the CUDA implementations cover (and which may overwrite an input), and
-// the per-graph state they run with, pointed at each OpCall's tensors and scratch region.
+// The CUDA KernelSet: support and aliasing read from the kernel table (cuda_ops.cpp) or the fused
+// elementwise path, and the per-graph state the kernels run with, pointed at each OpCall's tensors.
 #include "runtime_allocator/cuda/cuda_kernels.hpp"
 
 #include <algorithm>
-#include <map>
-#include <string_view>
 
 #include "analysis/fused_expr.hpp"
 
@@ -16,57 +14,12 @@ using analysis::OpId;
 
 namespace {
 
-struct Entry {
-  bool alias_safe = false;  // reads element i before writing element i: an output may share an input's bytes
-  bool cudnn = false;       // needs cuDNN
-};
-
-// Key: type for the default ONNX domain, "memplan::<type>" for memplan's own ops. Elementwise ONNX ops
-// on float32 run as generated NVRTC kernels (analysis::elementwise_expr) and are not listed.
-const std::map<std::string, Entry, std::less<>>& table() {
-  static const std::map<std::string, Entry, std::less<>> t = [] {
-    std::map<std::string, Entry, std::less<>> m;
-    for (const char* v : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Softmax", "LogSoftmax",
-                          "LayerNormalization"})
-      m[v] = {true, false};
-    for (const char* v : {"Transpose", "Split", "Concat", "Slice", "Expand", "Gather", "ReduceMean", "ReduceSum",
-                          "ReduceMax", "ReduceMin", "GlobalAveragePool", "GlobalMaxPool", "Where", "IsNaN", "Tile", "Shape",
-                          "ConstantOfShape", "ReduceProd", "ReduceSumSquare", "MatMul", "Gemm"})
-      m[v] = {false, false};
-    m["BatchNormalization"] = {true, true};
-    for (const char* v : {"Conv", "MaxPool", "AveragePool"}) m[v] = {false, true};
-    // memplan's elementwise gradients and one-output optimizer steps (generated kernels).
-    for (const char* v : {"ReluGrad", "LeakyReluGrad", "SigmoidGrad", "TanhGrad", "SqrtGrad", "ErfGrad", "GeluGrad",
-                          "ClipGrad", "DropoutGrad", "DivGradB", "PowGradBase", "PowGradExponent", "WhereGrad",
-                          "MSELossGrad", "SGDUpdate", "AdamStep"})
-      m[std::string("memplan::") + v] = {true, false};
-    for (const char* v : {"SoftmaxGrad", "LogSoftmaxGrad"}) m[std::string("memplan::") + v] = {true, false};
-    for (const char* v : {"BatchNormTraining", "BatchNormGrad", "AveragePoolGrad", "SliceGrad", "GatherGrad", "SplitGrad",
-                          "MatMulGradA", "MatMulGradB", "ReduceSumTo", "BroadcastTo", "ConvGradBias", "MSELoss",
-                          "AdamUpdate", "MomentumUpdate", "LayerNormGrad", "MaxPoolGrad"})
-      m[std::string("memplan::") + v] = {false, false};
-    for (const char* v : {"ConvGradInput", "ConvGradWeight"}) m[std::string("memplan::") + v] = {false, true};
-    return m;
-  }();
-  return t;
-}
-
-const Entry* find(const Op& op) {
-  const std::string key = op.domain.empty() || op.domain == "ai.onnx" ? op.type : op.domain + "::" + op.type;
-  auto it = table().find(key);
-  if (it == table().end()) return nullptr;
-#ifndef MEMPLAN_HAVE_CUDNN
-  if (it->second.cudnn) return nullptr;
-#endif
-  return &it->second;
-}
-
 OpId id_in(const analysis::Graph& g, const Op& op) { return static_cast<OpId>(&op - g.ops.data()); }
 
 }  // namespace
 
 std::string CudaKernels::unsupported_reason(const analysis::Graph& g, const Op& op) const {
-  if (find(op)) return {};
+  if (const CudaKernel* k = cuda_kernel(op)) return constraint_reason(g, op, k->accepts);
   const OpId id = id_in(g, op);
   if (id < g.ops.size() && analysis::elementwise_expr(g, id)) return {};
   return "no kernel";
@@ -79,7 +32,7 @@ ExecState* CudaKernels::state_of(const Op& op) const {
 }
 
 bool CudaKernels::alias_safe(const Op& op) const {
-  if (const Entry* e = find(op)) return e->alias_safe;
+  if (const CudaKernel* k = cuda_kernel(op)) return k->alias_safe;
   const ExecState* s = state_of(op);
   return s && analysis::elementwise_expr(s->g, s->id_of(op)).has_value();  // generated kernels read element i first
 }

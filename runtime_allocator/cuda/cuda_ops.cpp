@@ -1,6 +1,7 @@
 // The CUDA executor's forward ops other than cuBLAS/cuDNN ones: elementwise (NVRTC), data movement, softmax, layer
 // norm, reductions; the dispatch of every op.
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "analysis/fused_expr.hpp"
@@ -202,28 +203,147 @@ void reduce_axes(ExecState& s, const Op& op, TensorId in, TensorId out, const st
   reduce(s.f32(in), s.f32(out), spec, s.ctx.stream());
 }
 
+namespace {
+
+[[noreturn]] void no_implementation(const Op& op) {
+  fail(ErrorKind::unsupported,
+       "op '" + op.name + "' (" + (op.domain.empty() ? "" : op.domain + ".") + op.type + ") has no CUDA implementation");
+}
+
+// The ops implemented in other files, dispatched by their family's function there.
+template <bool (*Family)(ExecState&, const Op&)>
+void by_family(ExecState& s, const Op& op) {
+  if (!Family(s, op)) no_implementation(op);
+}
+
+template <ReduceSpec::Kind K, bool kGlobal>
+void reduce_op(ExecState& s, const Op& op) { run_reduce(s, op, K, kGlobal); }
+
+using analysis::DType;
+constexpr KernelConstraints kAny{kAnyDType};
+constexpr KernelConstraints kCopy{kAnyDType, static_cast<std::uint8_t>(kMaxRank)};  // strided copies: rank 8
+constexpr KernelConstraints kFloat{kF32};
+constexpr KernelConstraints kFloatReduce{kF32, static_cast<std::uint8_t>(kMaxRank)};
+// Generated elementwise gradients and optimizer steps: float32 operands, bool masks.
+constexpr KernelConstraints kGrad{kF32 | kBool};
+
+struct Row {
+  const char* key;  // op type for the default ONNX domain, "memplan::<type>" for memplan's own ops
+  CudaKernel kernel;
+};
+
+std::map<analysis::OpTypeId, CudaKernel> build_table() {
+  constexpr auto extra = by_family<run_extra_op>;
+  constexpr auto dnn = by_family<run_dnn_op>;
+  constexpr auto training = by_family<run_training_op>;
+  const Row rows[] = {
+      {"Reshape", {run_view, true, false, kAny}},
+      {"Flatten", {run_view, true, false, kAny}},
+      {"Squeeze", {run_view, true, false, kAny}},
+      {"Unsqueeze", {run_view, true, false, kAny}},
+      {"Identity", {run_view, true, false, kAny}},
+      {"Transpose", {run_transpose, false, false, kCopy}},
+      {"Split", {[](ExecState& s, const Op& op) { run_split_concat(s, op, true); }, false, false, kCopy}},
+      {"Concat", {[](ExecState& s, const Op& op) { run_split_concat(s, op, false); }, false, false, kCopy}},
+      {"Slice", {run_slice, false, false, kCopy}},
+      {"Expand", {run_expand, false, false, kCopy}},
+      {"Gather", {run_gather, false, false, kAny}},
+      {"Softmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, false); }, true, false, kFloat}},
+      {"LogSoftmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, true); }, true, false, kFloat}},
+      {"LayerNormalization", {run_layer_norm, true, false, kFloat}},
+      {"ReduceMean", {reduce_op<ReduceSpec::mean, false>, false, false, kFloatReduce}},
+      {"ReduceSum", {reduce_op<ReduceSpec::sum, false>, false, false, kFloatReduce}},
+      {"ReduceMax", {reduce_op<ReduceSpec::max, false>, false, false, kFloatReduce}},
+      {"ReduceMin", {reduce_op<ReduceSpec::min, false>, false, false, kFloatReduce}},
+      {"GlobalAveragePool", {reduce_op<ReduceSpec::mean, true>, false, false, kFloatReduce}},
+      {"GlobalMaxPool", {reduce_op<ReduceSpec::max, true>, false, false, kFloatReduce}},
+      {"Dropout", {extra, true, false, kAny}},
+      {"Where", {extra, false, false, {kBool}}},
+      {"IsNaN", {extra, false, false, kFloat}},
+      {"Tile", {extra, false, false, kAny}},
+      {"Shape", {extra, false, false, kAny}},
+      {"ConstantOfShape", {extra, false, false, kAny}},
+      {"ReduceProd", {extra, false, false, kFloat}},
+      {"ReduceSumSquare", {extra, false, false, kFloat}},
+      {"MatMul", {dnn, false, false, kFloat}},
+      {"Gemm", {dnn, false, false, kFloat}},
+      {"BatchNormalization", {dnn, true, true, kFloat}},
+      {"Conv", {dnn, false, true, kFloat}},
+      {"MaxPool", {dnn, false, true, kFloat}},
+      {"AveragePool", {dnn, false, true, kFloat}},
+      {"memplan::ReluGrad", {training, true, false, kGrad}},
+      {"memplan::LeakyReluGrad", {training, true, false, kGrad}},
+      {"memplan::SigmoidGrad", {training, true, false, kGrad}},
+      {"memplan::TanhGrad", {training, true, false, kGrad}},
+      {"memplan::SqrtGrad", {training, true, false, kGrad}},
+      {"memplan::ErfGrad", {training, true, false, kGrad}},
+      {"memplan::GeluGrad", {training, true, false, kGrad}},
+      {"memplan::ClipGrad", {training, true, false, kGrad}},
+      {"memplan::DropoutGrad", {training, true, false, kGrad}},
+      {"memplan::DivGradB", {training, true, false, kGrad}},
+      {"memplan::PowGradBase", {training, true, false, kGrad}},
+      {"memplan::PowGradExponent", {training, true, false, kGrad}},
+      {"memplan::WhereGrad", {training, true, false, kGrad}},
+      {"memplan::MSELossGrad", {training, true, false, kGrad}},
+      {"memplan::SGDUpdate", {training, true, false, kGrad}},
+      {"memplan::AdamStep", {training, true, false, kGrad}},
+      {"memplan::SoftmaxGrad", {training, true, false, kFloat}},
+      {"memplan::LogSoftmaxGrad", {training, true, false, kFloat}},
+      {"memplan::BatchNormTraining", {training, false, false, kFloat}},
+      {"memplan::BatchNormGrad", {training, false, false, kFloat}},
+      {"memplan::AveragePoolGrad", {training, false, false, kFloat}},
+      {"memplan::SliceGrad", {training, false, false, kFloat}},
+      {"memplan::GatherGrad", {training, false, false, kFloat}},
+      {"memplan::SplitGrad", {training, false, false, kFloat}},
+      {"memplan::MatMulGradA", {training, false, false, kFloat}},
+      {"memplan::MatMulGradB", {training, false, false, kFloat}},
+      {"memplan::ReduceSumTo", {training, false, false, kFloat}},
+      {"memplan::BroadcastTo", {training, false, false, kFloat}},
+      {"memplan::ConvGradBias", {training, false, false, kFloat}},
+      {"memplan::MSELoss", {training, false, false, kFloat}},
+      {"memplan::AdamUpdate", {training, false, false, kFloat}},
+      {"memplan::MomentumUpdate", {training, false, false, kFloat}},
+      {"memplan::LayerNormGrad", {training, false, false, kFloat}},
+      {"memplan::MaxPoolGrad", {training, false, false, kFloat}},
+      {"memplan::ConvGradInput", {training, false, true, kFloat}},
+      {"memplan::ConvGradWeight", {training, false, true, kFloat}},
+  };
+  std::map<analysis::OpTypeId, CudaKernel> t;
+  for (const Row& r : rows) {
+#ifndef MEMPLAN_HAVE_CUDNN
+    if (r.kernel.cudnn) continue;
+#endif
+    t[kernel_op_id(r.key)] = r.kernel;
+  }
+  return t;
+}
+
+const std::map<analysis::OpTypeId, CudaKernel>& table() {
+  static const std::map<analysis::OpTypeId, CudaKernel> t = build_table();
+  return t;
+}
+
+}  // namespace
+
+const CudaKernel* cuda_kernel(const Op& op) {
+  const analysis::OpInfo* info = analysis::op_registry().find(op);
+  if (!info) return nullptr;
+  auto it = table().find(info->id);
+  return it == table().end() ? nullptr : &it->second;
+}
+
+std::vector<analysis::OpTypeId> registered_cuda_kernels() {
+  std::vector<analysis::OpTypeId> ids;
+  for (const auto& [id, k] : table()) ids.push_back(id);
+  return ids;
+}
+
 void run_op(ExecState& s, OpId id) {
   const Op& op = s.g.ops[id];
   if (auto e = analysis::elementwise_expr(s.g, id)) return run_elementwise(s, op, *e);
-  const std::string& t = op.type;
-  if (t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze" || t == "Identity") return run_view(s, op);
-  if (t == "Transpose") return run_transpose(s, op);
-  if (t == "Split") return run_split_concat(s, op, true);
-  if (t == "Concat") return run_split_concat(s, op, false);
-  if (t == "Slice") return run_slice(s, op);
-  if (t == "Expand") return run_expand(s, op);
-  if (t == "Gather") return run_gather(s, op);
-  if (t == "Softmax" || t == "LogSoftmax") return run_softmax(s, op, t == "LogSoftmax");
-  if (t == "LayerNormalization") return run_layer_norm(s, op);
-  if (t == "ReduceMean") return run_reduce(s, op, ReduceSpec::mean, false);
-  if (t == "ReduceSum") return run_reduce(s, op, ReduceSpec::sum, false);
-  if (t == "ReduceMax") return run_reduce(s, op, ReduceSpec::max, false);
-  if (t == "ReduceMin") return run_reduce(s, op, ReduceSpec::min, false);
-  if (t == "GlobalAveragePool") return run_reduce(s, op, ReduceSpec::mean, true);
-  if (t == "GlobalMaxPool") return run_reduce(s, op, ReduceSpec::max, true);
-  if (run_extra_op(s, op) || run_dnn_op(s, op) || run_training_op(s, op)) return;
-  fail(ErrorKind::unsupported,
-       "op '" + op.name + "' (" + (op.domain.empty() ? "" : op.domain + ".") + t + ") has no CUDA implementation");
+  const CudaKernel* k = cuda_kernel(op);
+  if (!k) no_implementation(op);
+  k->fn(s, op);
 }
 
 }  // namespace memplan::runtime::cuda

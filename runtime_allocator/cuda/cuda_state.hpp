@@ -8,6 +8,7 @@
 
 #include "analysis/graph.hpp"
 #include "analysis/tensor_index.hpp"
+#include "runtime_allocator/backend.hpp"
 #include "runtime_allocator/cuda/cuda_context.hpp"
 #include "runtime_allocator/cuda/fused_kernel.hpp"
 #include "runtime_allocator/cuda/kernels.hpp"
@@ -47,7 +48,21 @@ int as_int(std::int64_t v, const analysis::Op& op);
 void reduce_axes(ExecState& s, const analysis::Op& op, analysis::TensorId in, analysis::TensorId out,
                  const std::vector<bool>& reduced, ReduceSpec::Kind kind, float scale);
 
-// Runs one compute op (not SwapOut/SwapIn) on ctx.stream().
+// One CUDA kernel of the table keyed by the op registry's ids (cuda_ops.cpp). Ops that the fused
+// elementwise path runs (planner::elementwise_expr) need no entry.
+using CudaKernelFn = void (*)(ExecState& s, const analysis::Op& op);
+struct CudaKernel {
+  CudaKernelFn fn = nullptr;
+  bool alias_safe = false;  // reads element i before writing element i: an output may share an input's bytes
+  bool cudnn = false;       // needs cuDNN (absent from the table when built without it)
+  KernelConstraints accepts{};
+};
+// Null when the table has no kernel for op's type.
+const CudaKernel* cuda_kernel(const analysis::Op& op);
+// The table's ids, sorted.
+std::vector<analysis::OpTypeId> registered_cuda_kernels();
+
+// Runs one compute op (not SwapOut/SwapIn) on ctx.stream(): the fused elementwise path, else the table.
 void run_op(ExecState& s, analysis::OpId op);
 // Workspace bytes of the algorithm cuDNN ranks first for op (a convolution; at most 256 MiB), 0 for
 // the others: what the executor allocates beside the arena when asked to ignore planned scratch.
