@@ -25,6 +25,9 @@ struct CudaBackend::Impl {
   std::size_t free_before = 0;
   CudaStats stats;
 
+  std::byte* take(std::uint64_t bytes, std::uint64_t alignment, bool on_host);
+  void give(std::byte* p, bool on_host) noexcept;
+
   explicit Impl(const CudaOptions& o) : opts(o), ctx(o.device, o.allow_tf32) {
     std::size_t total = 0;
     check(cudaMemGetInfo(&free_before, &total), "cudaMemGetInfo");
@@ -59,47 +62,36 @@ std::byte* aligned_inside(void* p, std::uint64_t alignment) {
 }
 }  // namespace
 
-std::byte* CudaBackend::allocate(std::uint64_t bytes, std::uint64_t alignment) {
-  const std::uint64_t pad = padding_for(alignment, "CUDA allocation");
+// One allocation of either kind: `live` and `counted` are the device or the host books.
+std::byte* CudaBackend::Impl::take(std::uint64_t bytes, std::uint64_t alignment, bool on_host) {
+  const char* what = on_host ? "pinned allocation" : "CUDA allocation";
+  const std::uint64_t pad = padding_for(alignment, what);
+  const std::uint64_t n = std::max<std::uint64_t>(checked_add(bytes, pad, what), 1);
   void* p = nullptr;
-  check(cudaMalloc(&p, std::max<std::uint64_t>(checked_add(bytes, pad, "CUDA allocation"), 1)),
-        "cudaMalloc of " + std::to_string(bytes) + " bytes");
+  if (on_host) check(cudaMallocHost(&p, n), "cudaMallocHost of " + std::to_string(bytes) + " bytes");
+  else check(cudaMalloc(&p, n), "cudaMalloc of " + std::to_string(bytes) + " bytes");
   std::byte* at = aligned_inside(p, alignment);
-  impl_->device[at] = bytes + pad;
-  impl_->raw[at] = p;
-  impl_->stats.device_bytes += bytes + pad;
+  (on_host ? host : device)[at] = bytes + pad;
+  raw[at] = p;
+  (on_host ? stats.host_bytes : stats.device_bytes) += bytes + pad;
   return at;
 }
 
-void CudaBackend::deallocate(std::byte* p, std::uint64_t /*bytes*/) noexcept {
-  auto it = impl_->device.find(p);
-  if (it == impl_->device.end()) return;
-  impl_->stats.device_bytes -= it->second;
-  impl_->device.erase(it);
-  (void)cudaFree(impl_->raw[p]);
-  impl_->raw.erase(p);
+void CudaBackend::Impl::give(std::byte* p, bool on_host) noexcept {
+  auto& live = on_host ? host : device;
+  auto it = live.find(p);
+  if (it == live.end()) return;
+  (on_host ? stats.host_bytes : stats.device_bytes) -= it->second;
+  live.erase(it);
+  if (on_host) (void)cudaFreeHost(raw[p]);
+  else (void)cudaFree(raw[p]);
+  raw.erase(p);
 }
 
-std::byte* CudaBackend::allocate_host(std::uint64_t bytes, std::uint64_t alignment) {
-  const std::uint64_t pad = padding_for(alignment, "pinned allocation");
-  void* p = nullptr;
-  check(cudaMallocHost(&p, std::max<std::uint64_t>(checked_add(bytes, pad, "pinned allocation"), 1)),
-        "cudaMallocHost of " + std::to_string(bytes) + " bytes");
-  std::byte* at = aligned_inside(p, alignment);
-  impl_->host[at] = bytes + pad;
-  impl_->raw[at] = p;
-  impl_->stats.host_bytes += bytes + pad;
-  return at;
-}
-
-void CudaBackend::deallocate_host(std::byte* p, std::uint64_t /*bytes*/) noexcept {
-  auto it = impl_->host.find(p);
-  if (it == impl_->host.end()) return;
-  impl_->stats.host_bytes -= it->second;
-  impl_->host.erase(it);
-  (void)cudaFreeHost(impl_->raw[p]);
-  impl_->raw.erase(p);
-}
+std::byte* CudaBackend::allocate(std::uint64_t bytes, std::uint64_t alignment) { return impl_->take(bytes, alignment, false); }
+void CudaBackend::deallocate(std::byte* p, std::uint64_t /*bytes*/) noexcept { impl_->give(p, false); }
+std::byte* CudaBackend::allocate_host(std::uint64_t bytes, std::uint64_t alignment) { return impl_->take(bytes, alignment, true); }
+void CudaBackend::deallocate_host(std::byte* p, std::uint64_t /*bytes*/) noexcept { impl_->give(p, true); }
 
 // Copies are ordered on the compute stream; the host side waits where it reads or reuses its buffer.
 void CudaBackend::copy_to_device(std::byte* dst, const std::byte* host_src, std::uint64_t bytes) {

@@ -78,6 +78,12 @@ inline analysis::Attribute ints_attr(std::vector<std::int64_t> v) {
   a.ints = std::move(v);
   return a;
 }
+inline analysis::Attribute string_attr(std::string v) {
+  analysis::Attribute a;
+  a.kind = analysis::Attribute::Kind::s;
+  a.s = std::move(v);
+  return a;
+}
 
 inline analysis::TensorData random_f32(const std::vector<std::int64_t> &dims, std::mt19937 &rng, double lo = -1.0,
                                        double hi = 1.0) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "analysis/graph.hpp"
+#include "tests/runtime_allocator/op_graph.hpp"
 
 namespace memplan::runtime::testing {
 
@@ -54,30 +55,10 @@ inline ExampleInput i64(Dims d, std::vector<double> v) { return {std::move(d), D
 inline ExampleInput f32(double v) { return {{}, DType::f32, Fill::distinct, false, std::vector<double>{v}}; }
 inline ExampleInput flag(bool v) { return {{}, DType::boolean, Fill::mask, false, std::vector<double>{v ? 1.0 : 0.0}}; }
 
-inline analysis::Attribute i(std::int64_t v) {
-  analysis::Attribute a;
-  a.kind = analysis::Attribute::Kind::i;
-  a.i = v;
-  return a;
-}
-inline analysis::Attribute f(double v) {
-  analysis::Attribute a;
-  a.kind = analysis::Attribute::Kind::f;
-  a.f = v;
-  return a;
-}
-inline analysis::Attribute is(std::vector<std::int64_t> v) {
-  analysis::Attribute a;
-  a.kind = analysis::Attribute::Kind::ints;
-  a.ints = std::move(v);
-  return a;
-}
-inline analysis::Attribute s(std::string v) {
-  analysis::Attribute a;
-  a.kind = analysis::Attribute::Kind::s;
-  a.s = std::move(v);
-  return a;
-}
+inline analysis::Attribute i(std::int64_t v) { return testing::int_attr(v); }
+inline analysis::Attribute f(double v) { return testing::float_attr(v); }
+inline analysis::Attribute is(std::vector<std::int64_t> v) { return testing::ints_attr(std::move(v)); }
+inline analysis::Attribute s(std::string v) { return testing::string_attr(std::move(v)); }
 inline Example unary(const std::string& type, std::map<std::string, analysis::Attribute> attrs = {}) {
   return {"", type, {t({2, 3})}, {{}}, std::move(attrs)};
 }
