@@ -119,6 +119,11 @@ inline constexpr std::string_view kFusedElementwise = "FusedElementwise";
 inline constexpr std::string_view kMSELoss = "MSELoss";
 inline constexpr std::string_view kBatchNormTraining = "BatchNormTraining";
 inline constexpr std::string_view kReduceSumTo = "ReduceSumTo";
+// Fused transformer ops (analysis/fused_ops.hpp says what they compute).
+inline constexpr std::string_view kFusedAttention = "FusedAttention";
+inline constexpr std::string_view kFusedAttentionGrad = "FusedAttentionGrad";
+inline constexpr std::string_view kRMSNormalization = "RMSNormalization";
+inline constexpr std::string_view kRMSNormGrad = "RMSNormGrad";
 }  // namespace memplan_ops
 
 }  // namespace memplan::analysis

@@ -20,6 +20,8 @@ double pool_grad_flops(const Graph& g, const Op& op);  // dY elements times the 
 double no_flops(const Graph& g, const Op& op);         // data movement: copies, gathers, shapes
 double reduction_flops(const Graph& g, const Op& op);  // max(elements of input 0, of output 0)
 double one_flop(const Graph& g, const Op& op);         // a scalar update (AdamStep)
+double attention_flops(const Graph& g, const Op& op);       // FusedAttention: 2 S^2 (D + Dv) per head + softmax
+double attention_grad_flops(const Graph& g, const Op& op);  // FusedAttentionGrad: scores recomputed, four products
 // Elements of the largest operand (inputs and outputs).
 double largest_operand(const Graph& g, const Op& op);
 // Elementwise and normalization ops: N FLOPs per element of the largest operand.

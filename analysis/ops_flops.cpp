@@ -1,6 +1,7 @@
 // FLOP formulas of the op registry from concrete shapes: matmuls, convolutions and pools exactly, the rest per element.
 #include <algorithm>
 
+#include "analysis/fused_ops.hpp"
 #include "analysis/ops_detail.hpp"
 
 namespace memplan::analysis::ops_detail {
@@ -58,6 +59,30 @@ double pool_grad_flops(const Graph& g, const Op& op) { return numel(g, op.input(
 double no_flops(const Graph&, const Op&) { return 0.0; }
 double reduction_flops(const Graph& g, const Op& op) { return std::max(numel(g, op.input(0)), numel(g, op.output(0))); }
 double one_flop(const Graph&, const Op&) { return 1.0; }
+
+namespace {
+// Score elements one FusedAttention(Grad) computes: B Hq Sq Sk, about half of it under a causal mask.
+double score_elements(const AttentionGeometry& a) {
+  const double n = static_cast<double>(a.batch) * static_cast<double>(a.q_heads) * static_cast<double>(a.q_len) *
+                   static_cast<double>(a.kv_len);
+  return a.causal ? 0.5 * n : n;
+}
+}  // namespace
+
+double attention_flops(const Graph& g, const Op& op) {
+  const TensorId q = op.input(0), k = op.input(1), v = op.input(2);
+  const auto a = attention_geometry(op, shape_of(g, q), shape_of(g, k), shape_of(g, v));
+  const double s = score_elements(a);
+  return s * (2.0 * static_cast<double>(a.head_dim) + 2.0 * static_cast<double>(a.v_head_dim) + 5.0);
+}
+
+double attention_grad_flops(const Graph& g, const Op& op) {
+  const TensorId q = op.input(1), k = op.input(2), v = op.input(3);
+  const auto a = attention_geometry(op, shape_of(g, q), shape_of(g, k), shape_of(g, v));
+  const double s = score_elements(a);
+  // S = Q K^T again, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q.
+  return s * (6.0 * static_cast<double>(a.head_dim) + 4.0 * static_cast<double>(a.v_head_dim) + 8.0);
+}
 
 double largest_operand(const Graph& g, const Op& op) {
   double n = 0.0;

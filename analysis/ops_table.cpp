@@ -268,6 +268,14 @@ std::vector<OpSpec> build() {
       // Memory and fusion.
       mine(memplan_ops::kSwapOut, K::memory, e1, "copies a tensor from the device to host memory"),
       mine(memplan_ops::kSwapIn, K::memory, e1, "copies a swapped-out tensor back to the device"),
+      mine(memplan_ops::kFusedAttention, K::fused, attention_flops,
+           "softmax(scale Q K^T + bias) V with causal mask, GQA and replayed dropout; saves Q, K, V, O and one logsumexp per row"),
+      mine(memplan_ops::kFusedAttentionGrad, K::fused, attention_grad_flops,
+           "dQ, dK, dV (and dBias) of FusedAttention, recomputing the scores tile by tile"),
+      params(mine(memplan_ops::kRMSNormalization, K::normalization, &per_element<5>,
+                  "x / sqrt(mean(x^2) + eps) * scale over the trailing axes; saves x and the inverse rms"),
+             2u),
+      mine(memplan_ops::kRMSNormGrad, K::normalization, &per_element<10>, "dX, dScale of RMSNormalization from its saved inverse rms"),
       [] {
         OpSpec s = mine(memplan_ops::kFusedElementwise, K::fused, e1, "a chain of elementwise ops run as one kernel (expression in `expr`)");
         s.inplace_any_input = true;

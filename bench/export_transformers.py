@@ -11,7 +11,7 @@ random anyway), so each file is small. Optionally also an eval-mode export throu
 
 Writes DIR/manifest.json (what was exported, input and output names, dynamic axes, parameter counts).
 
-usage: export_transformers.py [--out DIR] [--only NAME,...] [--list] [--attn eager|sdpa]
+usage: export_transformers.py [--out DIR] [--only NAME,...] [--list] [--attn eager|sdpa] [--opset N]
                               [--dynamo NAME,...|all|none]
 """
 import argparse
@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from transformer_zoo import MODELS, TEXT, build, make_input, select  # noqa: E402  (shared with the peaks script)
 
 OPSET = 17
+OPSET_USED = [OPSET]  # --opset sets it
 SIZE_THRESHOLD = 1024  # bytes: initializers at least this large go to the (deleted) external data file
 MAX_FILE_BYTES = 16 << 20
 DEFAULT_DYNAMO = "bert_small,gpt2_small,llama_gqa,deit_tiny"
@@ -172,7 +173,7 @@ def export_train(spec, model, out_dir):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(model, (x,), buf, input_names=[in_name], output_names=["logits"],
-                          dynamic_axes={in_name: axes, "logits": out_axes}, opset_version=OPSET,
+                          dynamic_axes={in_name: axes, "logits": out_axes}, opset_version=OPSET_USED[0],
                           training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, dynamo=False)
     proto = onnx.load_from_string(buf.getvalue())
     onnx.checker.check_model(proto)
@@ -232,8 +233,10 @@ def main():
     ap.add_argument("--dynamo", default=DEFAULT_DYNAMO,
                     help=f"models also exported in eval mode by the dynamo exporter: names, 'all' or 'none' "
                          f"(default {DEFAULT_DYNAMO})")
+    ap.add_argument("--opset", type=int, default=OPSET, help=f"opset of the TorchScript export (default {OPSET})")
     ap.add_argument("--verbose", action="store_true", help="print tracebacks of failures")
     args = ap.parse_args()
+    OPSET_USED[0] = args.opset
 
     if args.list:
         for spec in MODELS.values():
@@ -267,7 +270,7 @@ def main():
     if os.path.exists(path):  # --only updates the entries of the models it names
         with open(path) as f:
             old = json.load(f).get("models", {})
-    manifest = {"versions": versions, "opset": OPSET, "attn": args.attn, "size_threshold": SIZE_THRESHOLD,
+    manifest = {"versions": versions, "opset": args.opset, "attn": args.attn, "size_threshold": SIZE_THRESHOLD,
                 "models": old}
     failures = 0
     for spec in specs:

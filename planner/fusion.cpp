@@ -182,6 +182,7 @@ FusionResult fuse_elementwise(const Graph& g, const FusionOptions& opts) {
       if (m != grp.root)
         fg.intermediate_bytes = checked_add(fg.intermediate_bytes, g.tensors[g.ops[m].outputs[0]].bytes(), "fused intermediates");
     }
+    fg.kind = "elementwise";
     fg.members = names.strings;
     fused.attrs["fused_ops"] = std::move(names);
     fg.op = out.add_op(std::move(fused));

@@ -24,7 +24,8 @@ using analysis::kFusedOpType;
 using analysis::kMemplanDomain;
 
 struct FusedGroup {
-  analysis::OpId op = analysis::kNoOp;  // the FusedElementwise op in the new graph
+  analysis::OpId op = analysis::kNoOp;  // the fused op in the new graph
+  std::string kind;                     // "elementwise" | "attention" | "layer_norm" | "rms_norm" | "gelu" | "layout"
   std::vector<std::string> members;     // names of the ops it replaces, in their original order
   std::uint64_t intermediate_bytes = 0; // bytes of the tensors that no longer exist
 };
@@ -38,6 +39,31 @@ struct FusionResult {
 struct FusionOptions {
   std::size_t min_group_ops = 2;  // a lone elementwise op is left as it is
 };
+
+// Which pattern passes fuse_graph runs (docs/fusion.md). Each pass keeps the graph's meaning: a near miss
+// (softmax over another axis, a mask after the softmax) is left as it is.
+struct FuseOptions {
+  bool attention = true;    // scaled-dot-product attention subgraphs and ONNX Attention -> memplan FusedAttention
+  bool norms = true;        // decomposed LayerNorm -> LayerNormalization; RMSNorm forms -> memplan RMSNormalization
+  bool gelu = true;         // decomposed GELU (erf and tanh forms) -> ONNX Gelu
+  bool elementwise = true;  // remaining elementwise chains -> memplan FusedElementwise
+  bool layouts = true;      // Transpose into a consumer that reads strides (MatMul operands) -> no copy
+  // Nothing fused (`--no-fuse`).
+  static FuseOptions none() { return {false, false, false, false, false}; }
+  // What PyTorch eager runs as single kernels: its library ops (LayerNorm, GELU, SDPA when `sdpa`), no
+  // general elementwise fusion and no layout rewriting (used to predict PyTorch's peak).
+  static FuseOptions pytorch_eager(bool sdpa) { return {sdpa, true, true, false, false}; }
+};
+
+// Runs the enabled passes in the order attention, norms, gelu, layouts, elementwise on a graph with
+// concrete shapes; group op ids refer to the returned graph.
+FusionResult fuse_graph(const analysis::Graph& g, const FuseOptions& opts = {});
+
+// The passes (each one a whole rewrite; fuse_graph chains them).
+FusionResult fuse_attention(const analysis::Graph& g);  // fusion_attention.cpp
+FusionResult fuse_norms(const analysis::Graph& g);      // fusion_norms.cpp: LayerNorm and RMSNorm
+FusionResult fuse_gelu(const analysis::Graph& g);       // fusion_norms.cpp
+FusionResult fuse_layouts(const analysis::Graph& g);    // fusion_layouts.cpp
 
 // Groups maximal sets of fusible ops whose internal tensors are read only inside the group and are not
 // graph outputs; each group has one result. The graph must have concrete shapes (after infer_shapes).

@@ -190,7 +190,9 @@ std::size_t check_gradients(const Example& e, std::uint32_t seed) {
   to.optimizer = analysis::Optimizer::none;
   analysis::TrainingGraph tg = analysis::build_training_graph(fwd.g, to);
   Graph& g = tg.graph;
-  for (const auto& [name, value] : fwd.weights) {
+  for (const auto& entry : fwd.weights) {
+    const std::string& name = entry.first;
+    const auto& value = entry.second;
     const TensorId w = by_name(g, name);
     REQUIRE_MESSAGE(w != analysis::kNoTensor, "trained input " << name << " is missing from the training graph");
     g.tensors[w].data = std::make_shared<TensorData>(value);
