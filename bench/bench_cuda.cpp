@@ -6,7 +6,8 @@
 // budget less weights, optimizer state and inputs: PyTorch's peak over what lives between steps),
 // optimizer=none|sgd|momentum|adam,
 // strategies=none,sqrt,optimal,... (train), side_workspace=1 (train: cuDNN's workspace beside the arena, the
-// same for every plan), train=1 (workspace: a training step instead of inference).
+// same for every plan), train=1 (workspace: a training step instead of inference), fuse=0|1 (train: the forward graph
+// fused before the training graph is built; default 1), strategies=none (train: plan and run `none` alone).
 #ifdef MEMPLAN_HAVE_CUDA
 #include <algorithm>
 #include <cmath>
@@ -342,6 +343,8 @@ struct BenchArgs {
   std::vector<std::string> strategies{"optimal", "swap"};  // planned at the budget, beside none and sqrt
   bool train = false;
   bool side_workspace = false;  // train: one cuDNN workspace beside the arena instead of the plans' scratch
+  bool fuse = true;             // train: the forward graph fused (planner::fuse_graph) before the training graph
+  bool sqrt_too = true;         // train: also sqrt (strategies=none plans `none` alone)
 };
 
 BenchArgs parse_args(int argc, char** argv, int from) {
@@ -355,12 +358,14 @@ BenchArgs parse_args(int argc, char** argv, int from) {
     else if (k == "activation_budget") a.activation_budget = planner::parse_size(v);
     else if (k == "train") a.train = v == "1";
     else if (k == "side_workspace") a.side_workspace = v == "1";
+    else if (k == "fuse") a.fuse = v == "1";
     else if (k == "optimizer") {
       const auto o = analysis::optimizer_from_name(v);
       if (!o) throw std::invalid_argument("unknown optimizer '" + v + "'");
       a.optimizer = *o;
     } else if (k == "strategies") {
       a.strategies.clear();
+      a.sqrt_too = v != "none";
       for (std::size_t p = 0; p <= v.size();) {
         const auto c = std::min(v.find(',', p), v.size());
         if (c > p && v.substr(p, c - p) != "none" && v.substr(p, c - p) != "sqrt") a.strategies.push_back(v.substr(p, c - p));
@@ -376,7 +381,9 @@ analysis::TrainingGraph load_training(const std::string& path, const BenchArgs& 
   io.keep_weight_data = true;
   analysis::TrainingOptions to;
   to.optimizer = a.optimizer;
-  return analysis::build_training_graph(analysis::infer_shapes(analysis::import_onnx(path, io), a.shapes), to);
+  analysis::Graph forward = analysis::infer_shapes(analysis::import_onnx(path, io), a.shapes);
+  if (a.fuse) forward = planner::fuse_graph(forward).graph;
+  return analysis::build_training_graph(forward, to);
 }
 
 // A training step of an ONNX model planned under none, sqrt, and the other strategies (default optimal and
@@ -386,9 +393,11 @@ json bench_train(const std::string& path, int steps, const BenchArgs& args) {
   const std::map<std::string, HostValue> feed = synthetic_feed(tg.graph);
   planner::TrainingPlanOptions po;
   std::vector<planner::TrainingPlanResult> plans{planner::plan_training(tg, po)};
-  po.strategy = "sqrt";
-  plans.push_back(planner::plan_training(tg, po));
-  std::uint64_t budget = args.budget.value_or((plans[0].peak_bytes + std::min(plans[0].peak_bytes, plans[1].peak_bytes)) / 2);
+  if (args.sqrt_too) {
+    po.strategy = "sqrt";
+    plans.push_back(planner::plan_training(tg, po));
+  }
+  std::uint64_t budget = args.budget.value_or((plans[0].peak_bytes + std::min(plans[0].peak_bytes, plans.back().peak_bytes)) / 2);
   if (args.activation_budget) budget = plans[0].persistent_bytes + plans[0].input_bytes + *args.activation_budget;
   json notes = json::array();
   for (const std::string& strategy : args.strategies) {
