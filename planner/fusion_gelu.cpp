@@ -72,7 +72,8 @@ bool close_product(const Graph& g, TensorId a, GeluMatch& gm) {
     std::vector<OpId> muls;
     const auto f = product_factors(g, *it, 3, muls);
     if (f.size() != 3 || std::find(f.begin(), f.end(), a) == f.end() || std::find(f.begin(), f.end(), gm.x) == f.end()) continue;
-    const bool half = std::any_of(f.begin(), f.end(), [&](TensorId v) { return v != a && v != gm.x && is_scalar_constant(g, v, 0.5, kTol); });
+    const bool half =
+        std::any_of(f.begin(), f.end(), [&](TensorId v) { return v != a && v != gm.x && is_scalar_constant(g, v, 0.5, kTol); });
     if (!half) continue;
     gm.m.members.insert(muls.begin(), muls.end());
     gm.m.result = *it;
@@ -93,35 +94,26 @@ std::optional<GeluMatch> match_gelu(const Graph& g, OpId f) {
   if (one == kNoOp || !split_constant(g, g.ops[one], 1.0, kTol, a) || a != g.ops[f].outputs[0]) return std::nullopt;
   gm.m.members.insert(one);
   if (!close_product(g, g.ops[one].outputs[0], gm)) return std::nullopt;
-  const auto& xt = g.tensors[gm.x];
-  const auto& yt = g.tensors[gm.m.result];
-  if (!xt.shape_known() || !yt.shape_known() || xt.shape() != yt.shape() || xt.dtype != yt.dtype) return std::nullopt;
+  if (!same_shape(g, gm.x, gm.m.result)) return std::nullopt;
   return gm;
+}
+
+std::optional<Found> found_gelu(const Graph& g, OpId o) {
+  if (!is(g, o, "Erf") && !is(g, o, "Tanh")) return std::nullopt;
+  const auto gm = match_gelu(g, o);
+  if (!gm) return std::nullopt;
+  Found f{gm->m, {}, "gelu"};
+  f.op.type = "Gelu";
+  f.op.inputs = {gm->x};
+  analysis::Attribute approx;
+  approx.kind = analysis::Attribute::Kind::s;
+  approx.s = gm->tanh ? "tanh" : "none";
+  f.op.attrs["approximate"] = approx;
+  return f;
 }
 
 }  // namespace
 
-FusionResult fuse_gelu(const Graph& g) {
-  std::vector<bool> claimed(g.ops.size(), false);
-  std::vector<Match> matches;
-  std::vector<Op> fused;
-  for (OpId o = 0; o < g.ops.size(); ++o) {
-    if (!is(g, o, "Erf") && !is(g, o, "Tanh")) continue;
-    const auto gm = match_gelu(g, o);
-    if (!gm || !closed(g, gm->m, claimed)) continue;
-    for (OpId m : gm->m.members) claimed[m] = true;
-    matches.push_back(gm->m);
-    Op op;
-    op.name = g.ops[g.tensors[gm->m.result].producer].name;
-    op.type = "Gelu";
-    op.inputs = {gm->x};
-    analysis::Attribute approx;
-    approx.kind = analysis::Attribute::Kind::s;
-    approx.s = gm->tanh ? "tanh" : "none";
-    op.attrs["approximate"] = approx;
-    fused.push_back(std::move(op));
-  }
-  return apply_matches(g, matches, std::move(fused), std::vector<std::string>(matches.size(), "gelu"));
-}
+FusionResult fuse_gelu(const Graph& g) { return fuse_matches(g, &found_gelu); }
 
 }  // namespace memplan::planner

@@ -46,8 +46,8 @@ TensorId normalized(const Graph& g, TensorId v, TensorId num, Match& m) {
       m.members.insert(rc);
       r = g.ops[rc].outputs[0];
     }
-  } else if (OpId p = sole_reader(g, v, "Pow"); p != kNoOp && g.ops[p].inputs[0] == v &&
-                                                  is_scalar_constant(g, g.ops[p].input(1), -0.5)) {
+  } else if (OpId p = sole_reader(g, v, "Pow");
+             p != kNoOp && g.ops[p].inputs[0] == v && is_scalar_constant(g, g.ops[p].input(1), -0.5)) {
     m.members.insert(p);
     r = g.ops[p].outputs[0];
   }
@@ -103,8 +103,8 @@ std::optional<NormMatch> match_norm(const Graph& g, OpId r2) {
   TensorId cur = normalized(g, g.ops[add].outputs[0], b, n.m);
   if (cur == kNoTensor) return std::nullopt;
   // A Cast to the dtype it already has is a no-op (Llama casts to float32 and back).
-  if (OpId c = sole_reader(g, cur, "Cast"); c != kNoOp &&
-                                            g.ops[c].attr_int("to", 0) == static_cast<std::int64_t>(g.tensors[cur].dtype)) {
+  if (OpId c = sole_reader(g, cur, "Cast");
+      c != kNoOp && g.ops[c].attr_int("to", 0) == static_cast<std::int64_t>(g.tensors[cur].dtype)) {
     n.m.members.insert(c);
     cur = g.ops[c].outputs[0];
   }
@@ -123,16 +123,13 @@ std::optional<NormMatch> match_norm(const Graph& g, OpId r2) {
   // ONNX LayerNormalization needs a scale: a LayerNorm without one is left as it is (a ones weight would
   // become a trained parameter).
   if (!n.rms && n.scale == kNoTensor) return std::nullopt;
-  const auto& xt = g.tensors[n.x];
-  const auto& yt = g.tensors[cur];
-  if (!yt.shape_known() || yt.shape() != xt.shape() || yt.dtype != xt.dtype) return std::nullopt;
+  if (!same_shape(g, n.x, cur)) return std::nullopt;
   n.m.result = cur;
   return n;
 }
 
-Op fused_norm(const Graph& g, const NormMatch& n) {
+Op fused_norm(const NormMatch& n) {
   Op op;
-  op.name = g.ops[g.tensors[n.m.result].producer].name;
   op.type = n.rms ? std::string(analysis::memplan_ops::kRMSNormalization) : "LayerNormalization";
   op.domain = n.rms ? std::string(analysis::kMemplanDomain) : "";
   op.inputs = {n.x};
@@ -148,23 +145,15 @@ Op fused_norm(const Graph& g, const NormMatch& n) {
   return op;
 }
 
+std::optional<Found> found_norm(const Graph& g, OpId o) {
+  if (!is(g, o, "ReduceMean")) return std::nullopt;
+  const auto n = match_norm(g, o);
+  if (!n) return std::nullopt;
+  return Found{n->m, fused_norm(*n), n->rms ? "rms_norm" : "layer_norm"};
+}
+
 }  // namespace
 
-FusionResult fuse_norms(const Graph& g) {
-  std::vector<bool> claimed(g.ops.size(), false);
-  std::vector<Match> matches;
-  std::vector<Op> fused;
-  std::vector<std::string> kinds;
-  for (OpId o = 0; o < g.ops.size(); ++o) {
-    if (!is(g, o, "ReduceMean")) continue;
-    const auto n = match_norm(g, o);
-    if (!n || !closed(g, n->m, claimed)) continue;
-    for (OpId m : n->m.members) claimed[m] = true;
-    matches.push_back(n->m);
-    fused.push_back(fused_norm(g, *n));
-    kinds.push_back(n->rms ? "rms_norm" : "layer_norm");
-  }
-  return apply_matches(g, matches, std::move(fused), kinds);
-}
+FusionResult fuse_norms(const Graph& g) { return fuse_matches(g, &found_norm); }
 
 }  // namespace memplan::planner

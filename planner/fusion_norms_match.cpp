@@ -134,32 +134,47 @@ std::uint64_t intermediate_bytes(const Graph& g, const Match& m) {
   std::uint64_t b = 0;
   for (OpId o : m.members)
     for (TensorId t : g.ops[o].outputs)
-      if (t != kNoTensor && t != m.result && g.tensors[t].shape_known()) b = checked_add(b, g.tensors[t].bytes(), "fused intermediates");
+      if (t != kNoTensor && t != m.result && g.tensors[t].shape_known())
+        b = checked_add(b, g.tensors[t].bytes(), "fused intermediates");
   return b;
 }
 
-FusionResult apply_matches(const Graph& g, const std::vector<Match>& matches, std::vector<Op> fused,
-                           const std::vector<std::string>& kinds) {
+bool same_shape(const Graph& g, TensorId x, TensorId y) {
+  const auto& a = g.tensors[x];
+  const auto& b = g.tensors[y];
+  return a.shape_known() && b.shape_known() && a.shape() == b.shape() && a.dtype == b.dtype;
+}
+
+FusionResult fuse_matches(const Graph& g, Matcher match) {
+  std::vector<bool> claimed(g.ops.size(), false);
+  std::vector<Found> found;
+  for (OpId o = 0; o < g.ops.size(); ++o) {
+    auto f = match(g, o);
+    if (!f || !closed(g, f->m, claimed)) continue;
+    for (OpId m : f->m.members) claimed[m] = true;
+    found.push_back(std::move(*f));
+  }
   FusionResult r;
-  if (matches.empty()) {
+  if (found.empty()) {
     r.graph = g;
     return r;
   }
   GraphRewrite rw(g);
   std::vector<FusedGroup> groups;
-  for (std::size_t k = 0; k < matches.size(); ++k) {
-    const Match& m = matches[k];
-    for (OpId o : m.members) rw.remove(o);
+  for (Found& f : found) {
+    for (OpId o : f.m.members) rw.remove(o);
     FusedGroup grp;
-    grp.kind = kinds[k];
-    grp.members = member_names(g, m);
-    grp.intermediate_bytes = intermediate_bytes(g, m);
+    grp.kind = f.kind;
+    grp.members = member_names(g, f.m);
+    grp.intermediate_bytes = intermediate_bytes(g, f.m);
     analysis::Attribute names;
     names.kind = analysis::Attribute::Kind::strings;
     names.strings = grp.members;
-    fused[k].attrs["fused_ops"] = std::move(names);
-    fused[k].outputs = {m.result};
-    rw.add(std::move(fused[k]), g.tensors[m.result].producer);
+    const OpId last = g.tensors[f.m.result].producer;
+    f.op.name = g.ops[last].name;  // the op it ends with is gone: its name is free
+    f.op.attrs["fused_ops"] = std::move(names);
+    f.op.outputs = {f.m.result};
+    rw.add(std::move(f.op), last);
     r.intermediate_bytes_removed = checked_add(r.intermediate_bytes_removed, grp.intermediate_bytes, "fused intermediates");
     groups.push_back(std::move(grp));
   }
@@ -167,7 +182,8 @@ FusionResult apply_matches(const Graph& g, const std::vector<Match>& matches, st
   // Fused ops are found again by their first member's name (op ids of the rewritten graph).
   for (auto& grp : groups) {
     for (OpId o = 0; o < r.graph.ops.size(); ++o)
-      if (const auto* a = r.graph.ops[o].attr("fused_ops"); a && !a->strings.empty() && a->strings.front() == grp.members.front()) {
+      if (const auto* a = r.graph.ops[o].attr("fused_ops");
+          a && !a->strings.empty() && a->strings.front() == grp.members.front()) {
         grp.op = o;
         break;
       }

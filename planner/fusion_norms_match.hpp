@@ -56,8 +56,18 @@ bool closed(const Graph& g, const Match& m, const std::vector<bool>& claimed);
 std::vector<std::string> member_names(const Graph& g, const Match& m);
 // Bytes of the members' outputs other than the result (the intermediates the fused op never writes).
 std::uint64_t intermediate_bytes(const Graph& g, const Match& m);
-// Applies the matches: members removed, each `fused[k]` added writing matches[k].result.
-FusionResult apply_matches(const Graph& g, const std::vector<Match>& matches, std::vector<Op> fused,
-                           const std::vector<std::string>& kinds);
+// True when x and y have the same known shape and dtype (a norm's or GELU's input and result).
+bool same_shape(const Graph& g, TensorId x, TensorId y);
+
+// What a matcher found at one op: the group, the fused op (its outputs are set from the group's result)
+// and the group kind.
+struct Found {
+  Match m;
+  Op op;
+  std::string kind;
+};
+using Matcher = std::optional<Found> (*)(const Graph& g, OpId anchor);
+// Tries `match` at every op in order; a closed group whose ops no earlier group took is replaced by its op.
+FusionResult fuse_matches(const Graph& g, Matcher match);
 
 }  // namespace memplan::planner::norm_match

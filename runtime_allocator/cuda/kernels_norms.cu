@@ -93,7 +93,8 @@ void rms_norm_grad(const float* dy, const float* x, const float* scale, const fl
   if (rows == 0 || n == 0) return;
   if (dscale) {
     check(cudaMemsetAsync(dscale, 0, static_cast<std::size_t>(n) * sizeof(float), stream), "RMSNormGrad zero");
-    const dim3 grid(static_cast<unsigned>((n + kCols - 1) / kCols), static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock));
+    const dim3 grid(static_cast<unsigned>((n + kCols - 1) / kCols),
+                    static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock));
     rms_norm_scale_kernel<<<grid, dim3(kCols, kRowLanes), 0, stream>>>(dy, x, rstd, dscale, rows, n);
     check_launch("rms_norm_grad (scale)");
   }

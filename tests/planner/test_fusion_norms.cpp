@@ -21,7 +21,7 @@ using memplan::runtime::testing::OpGraph;
 
 namespace {
 
-const FuseOptions kNormsAndGelu{false, true, true, false, false};
+const planner::FuseOptions kNormsAndGelu{false, true, true, false, false};
 
 Graph load(const std::string& file) {
   Graph g = import_model(std::string(MEMPLAN_SOURCE_DIR) + "/samples/transformers/" + file);
@@ -56,7 +56,9 @@ struct Net {
   std::vector<std::int64_t> shape{3, 5, 8};
 
   TensorId x() { return o.input("x", runtime::testing::random_f32(shape, rng, -2.0, 2.0)); }
-  TensorId k(double v) { return o.constant("k" + std::to_string(o.g.tensors.size()), TensorData::from_double(DType::f32, {}, {v})); }
+  TensorId k(double v) {
+    return o.constant("k" + std::to_string(o.g.tensors.size()), TensorData::from_double(DType::f32, {}, {v}));
+  }
   TensorId w(std::vector<std::int64_t> dims) {
     return o.constant("w" + std::to_string(o.g.tensors.size()), runtime::testing::random_f32(dims, rng, 0.5, 1.5));
   }
@@ -66,7 +68,8 @@ struct Net {
   }
   TensorId op(const std::string& type, std::vector<TensorId> in, std::vector<std::int64_t> dims = {},
               std::map<std::string, Attribute> attrs = {}) {
-    const TensorId t = o.tensor("t" + std::to_string(o.g.tensors.size()), DType::f32, dims.empty() ? shape : dims, TensorRole::activation);
+    const TensorId t =
+        o.tensor("t" + std::to_string(o.g.tensors.size()), DType::f32, dims.empty() ? shape : dims, TensorRole::activation);
     o.op(type, "", std::move(in), {t}, std::move(attrs));
     return t;
   }
@@ -110,7 +113,8 @@ planner::FusionResult fuse_and_compare(Net& n, std::string_view fused_type, std:
 
 // LayerNorm as the opset-14 exports write it: ReduceMean, Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul, Add.
 TensorId layer_norm_14(Net& n, TensorId x, std::vector<std::int64_t> mean_axes = {-1}) {
-  const auto m = n.mean(x, mean_axes, mean_axes == std::vector<std::int64_t>{-1} ? n.stats(2) : std::vector<std::int64_t>{3, 1, 8});
+  const auto m =
+      n.mean(x, mean_axes, mean_axes == std::vector<std::int64_t>{-1} ? n.stats(2) : std::vector<std::int64_t>{3, 1, 8});
   const auto d = n.op("Sub", {x, m});
   const auto v = n.mean(n.op("Pow", {d, n.k(2.0)}), {-1}, n.stats(2));
   const auto s = n.op("Sqrt", {n.op("Add", {v, n.k(1e-5)}, n.stats(2))}, n.stats(2));
@@ -159,12 +163,11 @@ TEST_CASE("the RMSNorms of Llama, Qwen2 and T5 (TorchScript and dynamo exports) 
 }
 
 TEST_CASE("the erf GELU of BERT and the tanh GELU of GPT-2, Phi and T5 become ONNX Gelu") {
-  for (const auto& [file, source] : std::map<std::string, std::string>{{"bert_small.opset14.train.onnx", "Erf"},
-                                                                        {"bert_small.train.onnx", "Erf"},
-                                                                        {"deit_tiny.train.onnx", "Erf"},
-                                                                        {"gpt2_small.opset14.train.onnx", "Tanh"},
-                                                                        {"phi_small.train.onnx", "Tanh"},
-                                                                        {"t5_encoder.train.onnx", "Tanh"}}) {
+  const std::map<std::string, std::string> cases{
+      {"bert_small.opset14.train.onnx", "Erf"},  {"bert_small.train.onnx", "Erf"}, {"deit_tiny.train.onnx", "Erf"},
+      {"gpt2_small.opset14.train.onnx", "Tanh"}, {"phi_small.train.onnx", "Tanh"}, {"t5_encoder.train.onnx", "Tanh"}};
+  for (const auto& c : cases) {
+    const std::string file = c.first, source = c.second;
     INFO(file);
     const Graph g = load(file);
     const auto r = planner::fuse_gelu(g);
@@ -243,7 +246,8 @@ TEST_CASE("near misses stay unfused: a mean over another axis, no epsilon, a non
   const auto v = n.op("Add", {n.mean(n.op("Mul", {x, x}), {1}, {3, 1, 8}), n.k(1e-6)}, {3, 1, 8});
   n.output(n.op("Div", {x, n.op("Sqrt", {v}, {3, 1, 8})}));
   // An intermediate read elsewhere: the rms is also a graph output.
-  const auto s = n.op("Sqrt", {n.op("Add", {n.mean(n.op("Pow", {x, n.k(2.0)}), {-1}, n.stats(2)), n.k(1e-6)}, n.stats(2))}, n.stats(2));
+  const auto s =
+      n.op("Sqrt", {n.op("Add", {n.mean(n.op("Pow", {x, n.k(2.0)}), {-1}, n.stats(2)), n.k(1e-6)}, n.stats(2))}, n.stats(2));
   n.output(s);
   n.output(n.op("Div", {x, s}));
   // A GELU whose half is 0.4: not a GELU.
