@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "analysis/autodiff.hpp"
+#include "analysis/ops.hpp"
 
 namespace memplan::analysis::autodiff {
 namespace {
@@ -88,6 +89,14 @@ void layer_norm(GradContext& c) {
         {{"axis", attr_i(static_cast<std::int64_t>(axis))}});
 }
 
+// memplan RMSNormalization (analysis/fused_ops.hpp): one RMSNormGrad from X, scale and the saved InvStdDev.
+void rms_norm(GradContext& c) {
+  const auto axis = positive_axis(c, c.fwd().attr_int("axis", -1), c.shape(c.in(0)).size());
+  const bool scaled = c.in(1) != kNoTensor;
+  multi(c, "RMSNormGrad", {c.dy(), c.in(0), c.in(1), c.out(1)}, scaled ? std::vector<std::size_t>{0, 1} : std::vector<std::size_t>{0},
+        {{"axis", attr_i(static_cast<std::int64_t>(axis))}});
+}
+
 void softmax(GradContext& c) {
   const bool old = c.graph().opset > 0 && c.graph().opset < 13;  // before opset 13: flattened to 2-D at axis
   const auto axis = positive_axis(c, c.fwd().attr_int("axis", old ? 1 : -1), c.shape(c.in(0)).size());
@@ -158,6 +167,7 @@ void add_nn_grads(GradTable& t) {
   t["MatMul"] = {matmul, 3u, 1u};
   t["BatchNormTraining"] = {batch_norm, 7u, 1u};
   t["LayerNormalization"] = {layer_norm, 7u, 1u};
+  t[std::string(memplan_ops::kRMSNormalization)] = {rms_norm, 3u, 1u};
   t["Softmax"] = {softmax, 1u, 1u};
   t["LogSoftmax"] = {softmax, 1u, 1u};
   t["MaxPool"] = {max_pool, 1u, 1u};

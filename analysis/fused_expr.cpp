@@ -191,6 +191,17 @@ std::optional<FusedExpr> elementwise_expr(const Graph& g, OpId id) {
   if (!all_f32(g, op) || op.inputs.empty()) return std::nullopt;
   FusedExpr e;
   e.num_inputs = static_cast<std::uint32_t>(op.inputs.size());
+  if (op.type == "Gelu" && op.attr_string("approximate", "none") == "tanh") {
+    // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GPT-2's gelu_new
+    const auto x = operand(e, g, op, 0);
+    auto c = [&](double v) { return e.add({ElemOp::constant, 0, 0, v, 0.0}); };
+    const auto x3 = e.add({ElemOp::mul, x, e.add({ElemOp::mul, x, x, 0, 0}), 0, 0});
+    const auto inner = e.add({ElemOp::add, x, e.add({ElemOp::mul, x3, c(0.044715), 0, 0}), 0, 0});
+    const auto th = e.add({ElemOp::tanh, e.add({ElemOp::mul, inner, c(0.7978845608028654), 0, 0}), 0, 0, 0});
+    const auto one = e.add({ElemOp::add, th, c(1.0), 0, 0});
+    e.add({ElemOp::mul, e.add({ElemOp::mul, x, c(0.5), 0, 0}), one, 0, 0});
+    return e;
+  }
   if (op.type == "Gelu") {  // opset 20, exact form: x * 0.5 * (1 + erf(x / sqrt(2)))
     if (op.attr_string("approximate", "none") != "none") return std::nullopt;
     const auto x = operand(e, g, op, 0);

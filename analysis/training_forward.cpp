@@ -41,6 +41,15 @@ void ensure_output(Graph& g, Op& op, std::size_t i, const std::string& suffix, D
   op.outputs[i] = new_output(g, g.tensors[op.outputs[0]].name + suffix, dtype, shape);
 }
 
+// X's shape with the normalized axes (from `axis` on) set to 1: LayerNorm's and RMSNorm's saved statistics.
+std::vector<std::int64_t> normalized_stats_shape(const Graph& g, const Op& op) {
+  auto s = g.tensors[op.inputs.at(0)].shape();
+  const auto axis = op.attr_int("axis", -1);
+  const auto a = static_cast<std::size_t>(axis < 0 ? axis + static_cast<std::int64_t>(s.size()) : axis);
+  for (std::size_t k = a; k < s.size(); ++k) s[k] = 1;
+  return s;
+}
+
 // ONNX Dropout runs in training mode when input 2 is true; unknown (computed) counts as training.
 bool dropout_training(const Graph& g, const Op& op) {
   TensorId m = op.input(2);
@@ -92,11 +101,16 @@ std::string unique_name(const Graph& g, const std::string& base) {
 // Rewrites the forward ops in place (docs/saved-tensors.md): Identity of a weight becomes a weight of
 // its own (exporters re-create deduplicated parameters that way, and each has its own gradient);
 // BatchNormalization in training mode becomes memplan BatchNormTraining with saved mean and invstd;
-// LayerNormalization, MaxPool and training Dropout get their optional Mean/InvStdDev, Indices, mask.
+// LayerNormalization, MaxPool and training Dropout get their optional Mean/InvStdDev, Indices, mask;
+// memplan RMSNormalization its InvStdDev.
 void prepare_forward(Graph& g) {
   std::vector<bool> drop(g.ops.size(), false);
   for (OpId o = 0; o < g.ops.size(); ++o) {
     Op& op = g.ops[o];
+    if (op.domain == kMemplanDomain && op.type == memplan_ops::kRMSNormalization && op.output(0) != kNoTensor) {
+      ensure_output(g, op, 1, "/invstd", DType::f32, normalized_stats_shape(g, op));
+      continue;
+    }
     if (!(op.domain.empty() || op.domain == "ai.onnx")) continue;
     if (op.type == "Identity" && op.input(0) != kNoTensor && op.output(0) != kNoTensor) {
       const Tensor& src = g.tensors[op.inputs[0]];
@@ -129,10 +143,7 @@ void prepare_forward(Graph& g) {
       g.tensors[op.outputs[1]].role = TensorRole::weight;
       g.tensors[op.outputs[2]].role = TensorRole::weight;
     } else if (is_op(op, "LayerNormalization")) {
-      auto s = g.tensors[op.inputs.at(0)].shape();
-      const auto axis = op.attr_int("axis", -1);
-      const auto a = static_cast<std::size_t>(axis < 0 ? axis + static_cast<std::int64_t>(s.size()) : axis);
-      for (std::size_t k = a; k < s.size(); ++k) s[k] = 1;
+      const auto s = normalized_stats_shape(g, op);
       const DType stash = op.attr_int("stash_type", 1) == 1 ? DType::f32 : y.dtype;
       ensure_output(g, op, 1, "/mean", stash, s);
       ensure_output(g, op, 2, "/invstd", stash, s);

@@ -62,7 +62,7 @@ FusionResult fuse_graph(const analysis::Graph& g, const FuseOptions& opts = {});
 // The passes (each one a whole rewrite; fuse_graph chains them).
 FusionResult fuse_attention(const analysis::Graph& g);  // fusion_attention.cpp
 FusionResult fuse_norms(const analysis::Graph& g);      // fusion_norms.cpp: LayerNorm and RMSNorm
-FusionResult fuse_gelu(const analysis::Graph& g);       // fusion_norms.cpp
+FusionResult fuse_gelu(const analysis::Graph& g);       // fusion_gelu.cpp: erf and tanh forms
 FusionResult fuse_layouts(const analysis::Graph& g);    // fusion_layouts.cpp
 
 // Groups maximal sets of fusible ops whose internal tensors are read only inside the group and are not

@@ -46,6 +46,7 @@ KernelTable build_table() {
   add_linalg_kernels(t);
   add_conv_kernels(t);
   add_reduce_kernels(t);
+  add_norm_kernels(t);
   add_shape_kernels(t);
   add_training_kernels(t);
   return t;

@@ -49,6 +49,7 @@ void add_elementwise_kernels(KernelTable& t);
 void add_linalg_kernels(KernelTable& t);
 void add_conv_kernels(KernelTable& t);
 void add_reduce_kernels(KernelTable& t);
+void add_norm_kernels(KernelTable& t);  // memplan RMSNormalization and RMSNormGrad
 void add_shape_kernels(KernelTable& t);
 void add_training_kernels(KernelTable& t);
 void add_gradient_elementwise_kernels(KernelTable& t);

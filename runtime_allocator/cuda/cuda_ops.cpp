@@ -304,6 +304,8 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"memplan::AdamUpdate", {training, false, false, kFloat}},
       {"memplan::MomentumUpdate", {training, false, false, kFloat}},
       {"memplan::LayerNormGrad", {training, false, false, kFloat}},
+      {"memplan::RMSNormalization", {by_family<run_norm_op>, true, false, kFloat}},
+      {"memplan::RMSNormGrad", {by_family<run_norm_op>, false, false, kFloat}},
       {"memplan::MaxPoolGrad", {training, false, false, kFloat}},
       {"memplan::ConvGradInput", {training, false, true, kFloat}},
       {"memplan::ConvGradWeight", {training, false, true, kFloat}},

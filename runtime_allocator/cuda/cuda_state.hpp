@@ -80,6 +80,8 @@ bool run_dnn_grad_op(ExecState& s, const analysis::Op& op);
 // BatchNormTraining/Grad, AveragePoolGrad, SliceGrad, GatherGrad, SplitGrad, and DropoutGrad/WhereGrad with bool
 // masks (cuda_training_layers.cpp); false when `op` is none of them.
 bool run_layer_training_op(ExecState& s, const analysis::Op& op);
+// memplan RMSNormalization and RMSNormGrad (cuda_norms.cpp); false when `op` is neither.
+bool run_norm_op(ExecState& s, const analysis::Op& op);
 // ONNX ops of training graphs without a library kernel: Dropout (deterministic in training mode), Where, IsNaN,
 // Tile, Shape, ConstantOfShape, ReduceProd, ReduceSumSquare (cuda_training_layers.cpp); false for the others.
 bool run_extra_op(ExecState& s, const analysis::Op& op);

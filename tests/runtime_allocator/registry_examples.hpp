@@ -109,6 +109,10 @@ inline const std::vector<Example>& examples() {
                  A{{"training_mode", i(1)}, {"epsilon", f(1e-5)}}, {"memplan::BatchNormTraining"}, false});
     v.push_back({"", "BatchNormalization", {x({2, 3, 2, 2}), x({3}), x({3}), x({3}), xp({3})}});
     v.push_back({"", "LayerNormalization", {t({2, 3, 4}), t({4}), t({4})}, {{}}, A{{"axis", i(-1)}}});
+    v.push_back({"memplan", "RMSNormalization", {t({2, 3, 4}), t({4})}, {{{2, 3, 4}}}, A{{"axis", i(-1)}, {"epsilon", f(1e-6)}},
+                 {"memplan::RMSNormGrad"}});
+    v.push_back({"memplan", "RMSNormalization", {t({2, 3, 4})}, {{{2, 3, 4}}}, A{{"axis", i(1)}, {"epsilon", f(1e-5)}}});  // no scale
+    v.push_back(unary("Gelu", {{"approximate", s("tanh")}}));
     v.push_back({"", "Softmax", {t({2, 4})}, {{}}, A{{"axis", i(-1)}}});
     v.push_back({"", "LogSoftmax", {t({2, 4})}, {{}}, A{{"axis", i(-1)}}});
     const A pool{{"kernel_shape", is({2, 2})}, {"strides", is({2, 2})}};

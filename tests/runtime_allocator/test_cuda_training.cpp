@@ -16,6 +16,7 @@
 #include "runtime_allocator/cuda/cuda_backend.hpp"
 #include "runtime_allocator/executor.hpp"
 #include "runtime_allocator/npy.hpp"
+#include "tests/runtime_allocator/cuda_compare.hpp"
 #include "tests/runtime_allocator/op_graph.hpp"
 #include "tests/runtime_allocator/training_fixture.hpp"
 
@@ -28,22 +29,6 @@ using runtime::cuda::CudaBackend;
 using HostValue = analysis::TensorData;
 
 namespace {
-
-std::vector<float> floats(const std::byte* p, std::size_t bytes) {
-  std::vector<float> f(bytes / 4);
-  std::memcpy(f.data(), p, f.size() * 4);
-  return f;
-}
-
-// Largest |a-b| / max(1, |b|): absolute near zero, relative for large values.
-double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double m = a.size() == b.size() ? 0.0 : INFINITY;
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    const double d = std::fabs(static_cast<double>(a[i]) - b[i]) / std::max(1.0, std::fabs(static_cast<double>(b[i])));
-    m = std::isnan(d) ? INFINITY : std::max(m, d);
-  }
-  return m;
-}
 
 // Adam's first step from zero moments: w - lr * g / (|g| + eps) up to the bias corrections, i.e. about lr * sign(g)
 // for |g| >> eps. So where |g| is near eps (a gradient that is zero in exact arithmetic), a rounding difference of
@@ -69,34 +54,6 @@ struct Reference {
   std::vector<TensorData> outputs;
   std::vector<float> values(const analysis::Graph& g, TensorId t) const { return floats(ex->address(t), g.tensors[t].bytes()); }
 };
-
-// Runs a hand-built graph on the CPU executor (unshared) and on the GPU (its inference plan) with the same feeds, and
-// compares the tensors `checked`: float32 ones within `tol` by max_rel_diff, all others byte for byte.
-void check_against_cpu(const OpGraph& b, const std::vector<TensorId>& checked, double tol = 1e-5) {
-  runtime::HostBackend backend;
-  runtime::Executor cpu(b.g, planner::Plan{}, backend, runtime::ExecOptions{.unshared = true});
-  cpu.run(b.feeds);
-  const auto ip = planner::plan_inference(b.g);
-  CudaBackend gpu_backend;
-  runtime::Executor gpu(b.g, ip.plan, gpu_backend);
-  std::map<std::string, HostValue> feed;
-  for (std::size_t k = 0; k < b.feeds.size(); ++k)
-    feed[b.g.tensors[b.g.inputs[k]].name] = HostValue{b.feeds[k].dtype, b.feeds[k].dims, b.feeds[k].bytes};
-  gpu.run(feed);
-  for (TensorId t : checked) {
-    const auto& x = b.g.tensors[t];
-    INFO("tensor " << x.name);
-    const auto got = gpu.read(t);
-    REQUIRE(got.bytes.size() == x.bytes());
-    const std::vector<std::byte> want(cpu.address(t), cpu.address(t) + x.bytes());
-    if (x.dtype == DType::f32) {
-      const double d = max_rel_diff(floats(got.bytes.data(), got.bytes.size()), floats(want.data(), want.size()));
-      CHECK(d <= tol);
-    } else {
-      CHECK(got.bytes == want);
-    }
-  }
-}
 
 analysis::Attribute tensor_attr(const TensorData& v) {
   analysis::Attribute a;
