@@ -4,6 +4,7 @@
 #ifdef MEMPLAN_HAVE_CUDA
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -79,8 +80,8 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-json bench_shape(runtime::cuda::CudaBackend& backend, const Shape& s, int runs) {
-  const Graph g = attention_graph(s);
+// `g` is attention_graph(s); it outlives the backend's kernels, which keep state per graph.
+json bench_shape(runtime::cuda::CudaBackend& backend, const Graph& g, const Shape& s, int runs) {
   runtime::KernelSet& ks = backend.kernels();
   for (const auto& op : g.ops)
     if (const std::string why = ks.unsupported_reason(g, op); !why.empty()) fail(ErrorKind::unsupported, op.type + ": " + why);
@@ -153,6 +154,7 @@ int main(int argc, char** argv) {
         for (std::string item; std::getline(list, item, ',');) lengths.push_back(std::stoll(item));
       }
     }
+    std::deque<Graph> graphs;  // declared before the backend: destroyed after it
     runtime::cuda::CudaBackend backend;
     json results = json::array();
     for (std::int64_t len : lengths)
@@ -160,7 +162,7 @@ int main(int argc, char** argv) {
         Shape s = base;
         s.s = len;
         s.causal = causal;
-        results.push_back(bench_shape(backend, s, 20));
+        results.push_back(bench_shape(backend, graphs.emplace_back(attention_graph(s)), s, 20));
       }
     cudaDeviceProp prop{};
     runtime::cuda::check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");

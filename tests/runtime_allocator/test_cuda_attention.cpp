@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <random>
 #include <sstream>
 
@@ -32,11 +33,12 @@ struct Spec {
   bool causal = false;
   double dropout = 0.0;
   Bias bias = Bias::none;
+  unsigned grads = 0xf;  // the backward's outputs: bit 0 dQ, 1 dK, 2 dV, 3 dBias (with a float bias)
   std::string describe() const {
     std::ostringstream s;
     s << analysis::head_layout_name(q) << "/" << analysis::head_layout_name(k) << "/" << analysis::head_layout_name(v) << "/"
       << analysis::head_layout_name(o) << " B=" << b << " Hq=" << hq << " Hkv=" << hkv << " Sq=" << sq << " Sk=" << sk << " D=" << d
-      << " Dv=" << dv << " causal=" << causal << " dropout=" << dropout << " bias=" << static_cast<int>(bias);
+      << " Dv=" << dv << " causal=" << causal << " dropout=" << dropout << " bias=" << static_cast<int>(bias) << " grads=" << grads;
     return s.str();
   }
   void all(HeadLayout l) { q = k = v = o = l; }
@@ -142,9 +144,21 @@ void compare(const std::vector<std::vector<std::byte>>& got, const std::vector<s
   }
 }
 
+struct Backends {
+  std::deque<OpGraph> graphs;  // first: the kernels keep per-graph state, so every graph outlives them
+  runtime::HostBackend cpu;
+  runtime::cuda::CudaBackend gpu;
+};
+
+std::unique_ptr<Backends> backends_or_skip() {
+  if (!runtime::cuda::cuda_available()) std::exit(77);
+  return std::make_unique<Backends>();
+}
+
 // The forward and the backward of one spec on the CPU and the GPU, from the same random operands; the backward's
-// O and LSE are the CPU forward's. `dbias`: the backward also returns dBias (float biases).
-void check_spec(const Spec& s, runtime::Backend& cpu, runtime::Backend& gpu) {
+// O and LSE are the CPU forward's, and it returns dBias too with a float bias.
+void check_spec(const Spec& s, Backends& be) {
+  runtime::Backend &cpu = be.cpu, &gpu = be.gpu;
   INFO(s.describe());
   std::mt19937 rng(7);
   const TensorData q = random_f32(analysis::head_shape(s.q, s.b, s.hq, s.sq, s.d), rng);
@@ -155,7 +169,7 @@ void check_spec(const Spec& s, runtime::Backend& cpu, runtime::Backend& gpu) {
   const std::vector<std::int64_t> lse_dims = {s.b, s.hq, s.sq};
   const bool has_bias = s.bias != Bias::none;
 
-  OpGraph f;
+  OpGraph& f = be.graphs.emplace_back();
   std::vector<TensorId> f_in = {f.input("q", q), f.input("k", k), f.input("v", v)};
   std::vector<TensorData> f_vals = {q, k, v};
   if (has_bias) {
@@ -170,29 +184,22 @@ void check_spec(const Spec& s, runtime::Backend& cpu, runtime::Backend& gpu) {
 
   const TensorData o{DType::f32, o_dims, want_f[0]}, lse{DType::f32, lse_dims, want_f[1]};
   const TensorData d_o = random_f32(o_dims, rng);
-  OpGraph g;
+  OpGraph& g = be.graphs.emplace_back();
   std::vector<TensorId> g_in = {g.input("do", d_o), g.input("q", q), g.input("k", k), g.input("v", v), g.input("o", o), g.input("lse", lse)};
   std::vector<TensorData> g_vals = {d_o, q, k, v, o, lse};
-  std::vector<TensorId> g_out = {g.result("dq", DType::f32, q.dims), g.result("dk", DType::f32, k.dims), g.result("dv", DType::f32, v.dims)};
+  auto grad = [&](unsigned bit, const char* name, const std::vector<std::int64_t>& dims) {
+    return s.grads & bit ? g.result(name, DType::f32, dims) : analysis::kNoTensor;
+  };
+  std::vector<TensorId> g_out = {grad(1, "dq", q.dims), grad(2, "dk", k.dims), grad(4, "dv", v.dims)};
   if (has_bias) {
     g_in.push_back(g.input("bias", bias));
     g_vals.push_back(bias);
-    if (bias.dtype == DType::f32) g_out.push_back(g.result("dbias", DType::f32, bias.dims));
+    if (bias.dtype == DType::f32 && (s.grads & 8)) g_out.push_back(g.result("dbias", DType::f32, bias.dims));
   }
   g.op("FusedAttentionGrad", "memplan", g_in, g_out, attrs_of(s));
   require_kernels(cpu, gpu, g.g);
   const char* const g_names[] = {"dQ", "dK", "dV", "dBias"};
   compare(run_op(gpu, g.g, g_vals), run_op(cpu, g.g, g_vals), g_names);
-}
-
-struct Backends {
-  runtime::HostBackend cpu;
-  runtime::cuda::CudaBackend gpu;
-};
-
-std::unique_ptr<Backends> backends_or_skip() {
-  if (!runtime::cuda::cuda_available()) std::exit(77);
-  return std::make_unique<Backends>();
 }
 
 }  // namespace
@@ -201,16 +208,16 @@ TEST_CASE("FusedAttention on CUDA matches the CPU kernels in both layouts, mixed
   const auto be = backends_or_skip();
   Spec s;
   s.sq = s.sk = 77;
-  check_spec(s, be->cpu, be->gpu);
+  check_spec(s, *be);
   s.all(HeadLayout::bshd);
   s.hq = s.hkv = 3;
   s.sq = 50;
-  check_spec(s, be->cpu, be->gpu);
+  check_spec(s, *be);
   s.q = HeadLayout::bhsd;
   s.v = HeadLayout::bhsd;
   s.sq = 130;
   s.sk = 65;
-  check_spec(s, be->cpu, be->gpu);
+  check_spec(s, *be);
 }
 
 TEST_CASE("FusedAttention on CUDA matches the CPU kernels for head dims 32, 64, 128, unequal D and Dv, tiny lengths") {
@@ -219,21 +226,21 @@ TEST_CASE("FusedAttention on CUDA matches the CPU kernels for head dims 32, 64, 
     Spec s;
     s.d = s.dv = d;
     s.sq = s.sk = 100;
-    check_spec(s, be->cpu, be->gpu);
+    check_spec(s, *be);
   }
   Spec s;
   s.d = 32;
   s.dv = 96;
   s.sq = 40;
   s.sk = 70;
-  check_spec(s, be->cpu, be->gpu);
+  check_spec(s, *be);
   s.d = s.dv = 6;  // not a multiple of 4: scalar loads
   s.sq = 3;
   s.sk = 5;
-  check_spec(s, be->cpu, be->gpu);
+  check_spec(s, *be);
   s.d = s.dv = 8;
   s.sq = s.sk = 1;
-  check_spec(s, be->cpu, be->gpu);
+  check_spec(s, *be);
 }
 
 TEST_CASE("FusedAttention on CUDA matches the CPU kernels with GQA 8/2, causal masks and Sq != Sk") {
@@ -243,15 +250,15 @@ TEST_CASE("FusedAttention on CUDA matches the CPU kernels with GQA 8/2, causal m
   s.hkv = 2;
   s.sq = s.sk = 130;
   s.causal = true;
-  check_spec(s, be->cpu, be->gpu);
+  check_spec(s, *be);
   s.hq = s.hkv = 2;
   s.sq = 77;
   s.sk = 150;
-  check_spec(s, be->cpu, be->gpu);
+  check_spec(s, *be);
   s.sq = 150;
   s.sk = 77;
   s.all(HeadLayout::bshd);
-  check_spec(s, be->cpu, be->gpu);
+  check_spec(s, *be);
 }
 
 TEST_CASE("FusedAttention on CUDA matches the CPU kernels with float biases, boolean masks and their dBias") {
@@ -261,14 +268,19 @@ TEST_CASE("FusedAttention on CUDA matches the CPU kernels with float biases, boo
   s.sk = 90;
   for (Bias b : {Bias::scores, Bias::matrix, Bias::padding, Bias::mask}) {
     s.bias = b;
-    check_spec(s, be->cpu, be->gpu);
+    check_spec(s, *be);
   }
   s.bias = Bias::padding;
   s.causal = true;
   s.hq = 8;
   s.hkv = 2;
   s.d = s.dv = 128;
-  check_spec(s, be->cpu, be->gpu);
+  check_spec(s, *be);
+  s.grads = 1 | 8;  // dQ and dBias alone
+  check_spec(s, *be);
+  s.grads = 4;  // dV alone
+  s.bias = Bias::scores;
+  check_spec(s, *be);
 }
 
 TEST_CASE("FusedAttention on CUDA replays the CPU kernels' dropout mask") {
@@ -276,13 +288,13 @@ TEST_CASE("FusedAttention on CUDA replays the CPU kernels' dropout mask") {
   Spec s;
   s.dropout = 0.1;
   s.sq = s.sk = 77;
-  check_spec(s, be->cpu, be->gpu);
+  check_spec(s, *be);
   s.causal = true;
   s.hq = 8;
   s.hkv = 2;
   s.bias = Bias::scores;
   s.all(HeadLayout::bshd);
-  check_spec(s, be->cpu, be->gpu);
+  check_spec(s, *be);
 }
 
 TEST_CASE("FusedAttention on CUDA matches the CPU kernels at length 512") {
@@ -292,7 +304,7 @@ TEST_CASE("FusedAttention on CUDA matches the CPU kernels at length 512") {
   s.sq = s.sk = 512;
   s.causal = true;
   s.bias = Bias::padding;
-  check_spec(s, be->cpu, be->gpu);
+  check_spec(s, *be);
 }
 
 TEST_CASE("the CUDA attention kernels say before a run which head dims and biases they refuse") {
