@@ -5,14 +5,15 @@
 # remat strategy (bench_cuda train) beside PyTorch (bench/torch_train.py), compute-sanitizer memcheck and
 # racecheck, the planned cuDNN workspaces (`workspace` alone), and writes OUTDIR/cuda.json (default
 # bench/results). `test [FILTER]` runs the GPU tests alone; `yardstick [OUTDIR]` runs bench/pytorch_yardstick.py
-# with memplan's plans measured on the same GPU.
+# with memplan's plans measured on the same GPU. `attention [OUTDIR]` runs the attention kernels' GPU tests, the
+# sanitizers on one of them, and bench_attention beside bench/torch_sdpa_bench.py (cuda_attention*.json).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 if [[ "${1:-run}" == pack ]]; then
   set -e
   rm -rf .carry && mkdir -p .carry/bin .carry/lib
-  for exe in build/test_runtime_allocator build/bench_cuda build/memplan; do
+  for exe in build/test_runtime_allocator build/bench_cuda build/bench_attention build/memplan; do
     cp -f "$exe" .carry/bin/
     ldd "$exe" | awk '/=> \//{print $3}' | while read -r lib; do
       case "$lib" in  # glibc and the CUDA toolkit's own libraries are on the GPU machine already
@@ -47,6 +48,8 @@ CASES='NVRTC*,tiny models run on the GPU*,one training step on the GPU*,BatchNor
 CASES+=',training-mode Dropout draws*,IsNaN*,training steps of mobilenet_v2*,the training steps of resnet50*'
 SAN_CASES="${CASES%,the training steps of resnet50*}"  # the sanitizers skip the two full-size training steps
 RACE_CASES="${SAN_CASES%,training steps of mobilenet_v2*}"  # racecheck: the op-level tests of the training kernels
+ATTN_CASES='FusedAttention on CUDA*,the CUDA attention kernels*'
+CASES+=",$ATTN_CASES"  # after the sanitizer sets: `attention` sanitizes one attention case
 
 if [[ "${1:-run}" == test ]]; then  # the GPU tests alone: bench/cuda_bench.sh test [doctest filter]
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
@@ -62,6 +65,23 @@ workspace() {  # cuDNN workspaces planned in the arena at several caps against o
     > "$OUT_DIR/cuda_workspace_train.json"
 }
 if [[ "${1:-run}" == workspace ]]; then workspace; exit; fi
+if [[ "${1:-run}" == attention ]]; then  # FusedAttention(Grad): tests, sanitizers on one case, beside torch SDPA
+  "$T" -tc="$ATTN_CASES" 2>&1 | tail -4
+  one='FusedAttention on CUDA matches the CPU kernels in both layouts*'
+  for tool in memcheck racecheck; do
+    timeout "${SANITIZE_SECONDS:-300}" compute-sanitizer --tool "$tool" "$T" -tc="$one" 2>&1 | grep -E 'SUMMARY' | tail -1
+  done
+  .carry/bin/bench_attention > "$OUT_DIR/cuda_attention.json"
+  python3 bench/torch_sdpa_bench.py > "$OUT_DIR/cuda_attention_torch.json"
+  python3 - "$OUT_DIR" <<'EOF'
+import json, sys
+ours, torch = (json.load(open(f"{sys.argv[1]}/{n}")) for n in ("cuda_attention.json", "cuda_attention_torch.json"))
+for a, b in zip(ours["results"], torch["results"]):
+    print(f"s={a['s']} causal={a['causal']}: forward {a['forward_ms']:.3f} ms vs torch {b['forward_ms']:.3f} ms, "
+          f"forward+backward {a['forward_backward_ms']:.3f} ms vs torch {b['forward_backward_ms']:.3f} ms")
+EOF
+  exit
+fi
 if [[ "${1:-run}" == yardstick ]]; then  # PyTorch beside memplan's predictions and plans run on this GPU
   python3 bench/pytorch_yardstick.py --memplan .carry/bin/memplan --bench-cuda .carry/bin/bench_cuda --out "$OUT_DIR/yardstick.json"
   python3 bench/yardstick_report.py "$OUT_DIR/yardstick.json" > "$OUT_DIR/yardstick.md"

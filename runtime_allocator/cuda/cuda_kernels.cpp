@@ -19,7 +19,10 @@ OpId id_in(const analysis::Graph& g, const Op& op) { return static_cast<OpId>(&o
 }  // namespace
 
 std::string CudaKernels::unsupported_reason(const analysis::Graph& g, const Op& op) const {
-  if (const CudaKernel* k = cuda_kernel(op)) return constraint_reason(g, op, k->accepts);
+  if (const CudaKernel* k = cuda_kernel(op)) {
+    std::string why = constraint_reason(g, op, k->accepts);
+    return why.empty() && k->reason ? k->reason(g, op) : why;
+  }
   const OpId id = id_in(g, op);
   if (id < g.ops.size() && analysis::elementwise_expr(g, id)) return {};
   return "no kernel";

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "analysis/graph.hpp"
@@ -51,11 +52,14 @@ void reduce_axes(ExecState& s, const analysis::Op& op, analysis::TensorId in, an
 // One CUDA kernel of the table keyed by the op registry's ids (cuda_ops.cpp). Ops that the fused
 // elementwise path runs (planner::elementwise_expr) need no entry.
 using CudaKernelFn = void (*)(ExecState& s, const analysis::Op& op);
+// Beyond the constraints: empty when the kernel runs op as shaped in g, else why not (attributes, head dims).
+using CudaReasonFn = std::string (*)(const analysis::Graph& g, const analysis::Op& op);
 struct CudaKernel {
   CudaKernelFn fn = nullptr;
   bool alias_safe = false;  // reads element i before writing element i: an output may share an input's bytes
   bool cudnn = false;       // needs cuDNN (absent from the table when built without it)
   KernelConstraints accepts{};
+  CudaReasonFn reason = nullptr;
 };
 // Null when the table has no kernel for op's type.
 const CudaKernel* cuda_kernel(const analysis::Op& op);
@@ -82,6 +86,9 @@ bool run_dnn_grad_op(ExecState& s, const analysis::Op& op);
 bool run_layer_training_op(ExecState& s, const analysis::Op& op);
 // memplan RMSNormalization and RMSNormGrad (cuda_norms.cpp); false when `op` is neither.
 bool run_norm_op(ExecState& s, const analysis::Op& op);
+// memplan::FusedAttention and FusedAttentionGrad (cuda_attention.cpp), and what they do not support.
+void run_fused_attention(ExecState& s, const analysis::Op& op);
+std::string attention_unsupported_reason(const analysis::Graph& g, const analysis::Op& op);
 // ONNX ops of training graphs without a library kernel: Dropout (deterministic in training mode), Where, IsNaN,
 // Tile, Shape, ConstantOfShape, ReduceProd, ReduceSumSquare (cuda_training_layers.cpp); false for the others.
 bool run_extra_op(ExecState& s, const analysis::Op& op);

@@ -1,0 +1,46 @@
+// FlashAttention-2 style CUDA kernels of memplan::FusedAttention and FusedAttentionGrad (float32, no tensor cores):
+// the operands as the kernels read them and their launchers (attention.cu, attention_grad.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace memplan::runtime::cuda {
+
+// One attention operand: element (b, h, s, d) at data + b*batch + h*head + s*row + d (analysis::HeadStrides).
+struct AttnOperand {
+  float* data = nullptr;
+  std::int64_t batch = 0, head = 0, row = 0;
+};
+
+// The highest head dim (of Q/K and of V) the kernels take.
+inline constexpr int kAttentionMaxHeadDim = 128;
+
+struct AttentionParams {
+  int batch = 0, q_heads = 0, kv_heads = 0, q_len = 0, kv_len = 0, head_dim = 0, v_head_dim = 0;
+  AttnOperand q, k, v, o;  // o: the forward's output, an input of the backward
+  float* lse = nullptr;    // [B, Hq, Sq]: written by the forward (may be null there), read by the backward
+  // Bias broadcast over [B, Hq, Sq, Sk]: element (b, h, i, j) at bias + dot(bias_strides, (b, h, i, j)).
+  const void* bias = nullptr;  // float32, or one byte per element when bias_is_mask (nonzero: attend)
+  bool bias_is_mask = false;
+  std::int64_t bias_strides[4] = {0, 0, 0, 0};
+  float scale = 1.0f;
+  bool causal = false;
+  bool dropout = false;  // with the dropout_mask.hpp key and threshold, kept elements scaled by dropout_scale
+  std::uint64_t dropout_key = 0, dropout_threshold = 0;
+  float dropout_scale = 1.0f;
+  bool vec4 = false;  // every operand 16-byte aligned with head dims multiple of 4: float4 loads and stores
+  // Backward only: dO (O's strides), and the gradients (each may be null); dbias has the bias's strides.
+  AttnOperand d_o, dq, dk, dv;
+  float* dbias = nullptr;
+  std::int64_t dbias_elements = 0;  // the bias's element count
+};
+
+// O (and LSE when p.lse is set) from Q, K, V and the bias; max(head_dim, v_head_dim) <= kAttentionMaxHeadDim.
+void attention_forward(const AttentionParams& p, cudaStream_t stream);
+// dQ, dK, dV and dBias (those not null) from dO, Q, K, V, O, LSE and the bias. dQ is computed per query tile
+// and dK, dV per key tile (deterministic); dBias is zeroed, then accumulated with atomic adds.
+void attention_backward(const AttentionParams& p, cudaStream_t stream);
+
+}  // namespace memplan::runtime::cuda

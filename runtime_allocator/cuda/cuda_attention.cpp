@@ -1,0 +1,159 @@
+// memplan::FusedAttention and FusedAttentionGrad on the CUDA backend: what the kernels (attention.cu,
+// attention_grad.cu) take, checked before a run, and the op's operands read through analysis::attention_geometry.
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "analysis/fused_ops.hpp"
+#include "runtime_allocator/cuda/attention.hpp"
+#include "runtime_allocator/cuda/cuda_state.hpp"
+#include "runtime_allocator/dropout_mask.hpp"
+
+namespace memplan::runtime::cuda {
+
+using analysis::DType;
+using analysis::Graph;
+using analysis::kNoTensor;
+using analysis::Op;
+using analysis::TensorId;
+
+namespace {
+
+bool is_grad(const Op& op) { return op.type == analysis::memplan_ops::kFusedAttentionGrad; }
+
+// Input positions of Q, K, V and the bias in the forward (0..3) and the backward (1..3, 6).
+struct Slots {
+  std::size_t q, k, v, bias;
+};
+Slots slots_of(const Op& op) { return is_grad(op) ? Slots{1, 2, 3, 6} : Slots{0, 1, 2, 3}; }
+
+std::vector<std::int64_t> score_dims(const analysis::AttentionGeometry& a) { return {a.batch, a.q_heads, a.q_len, a.kv_len}; }
+
+// Empty when the kernels run `op` as shaped in g, else why not. ErrorKind::shape from attention_geometry (operands
+// that disagree) is returned as a reason too.
+std::string reason_of(const Graph& g, const Op& op) {
+  const Slots at = slots_of(op);
+  const std::size_t needed[] = {at.q, at.k, at.v};
+  for (std::size_t i : needed)
+    if (op.input(i) == kNoTensor) return "input " + std::to_string(i) + " (Q, K or V) is absent";
+  std::vector<std::size_t> floats = {at.q, at.k, at.v};
+  if (is_grad(op)) {
+    for (std::size_t i : {std::size_t{0}, std::size_t{4}, std::size_t{5}})
+      if (op.input(i) == kNoTensor) return "input " + std::to_string(i) + " (dO, O or LSE) is absent";
+    floats.insert(floats.end(), {0, 4, 5});
+  } else if (op.output(0) == kNoTensor) {
+    return "output 0 (O) is absent";
+  }
+  for (std::size_t i : floats) {
+    const auto& t = g.tensors[op.input(i)];
+    if (t.dtype != DType::f32) return std::string("dtype ") + analysis::dtype_name(t.dtype) + " of input " + std::to_string(i) + " (float32 only)";
+    if (!t.shape_known()) return "input " + std::to_string(i) + " has no concrete shape";
+  }
+  try {
+    const auto a = analysis::attention_geometry(op, g.tensors[op.input(at.q)].shape(), g.tensors[op.input(at.k)].shape(),
+                                                g.tensors[op.input(at.v)].shape());
+    if (std::max(a.head_dim, a.v_head_dim) > kAttentionMaxHeadDim)
+      return "head dim " + std::to_string(std::max(a.head_dim, a.v_head_dim)) + " above " + std::to_string(kAttentionMaxHeadDim);
+    for (std::int64_t d : {a.batch, a.q_heads, a.q_len, a.kv_len})
+      if (d > INT_MAX) return "a batch, head count or length above 2^31";
+    const TensorId bias = op.input(at.bias);
+    if (bias == kNoTensor) return {};
+    const auto& bt = g.tensors[bias];
+    if (bt.dtype != DType::f32 && bt.dtype != DType::boolean)
+      return std::string("bias of dtype ") + analysis::dtype_name(bt.dtype) + " (float32 or bool only)";
+    if (!bt.shape_known()) return "the bias has no concrete shape";
+    const auto bd = bt.shape(), sd = score_dims(a);
+    if (bd.size() > 4) return "bias of rank " + std::to_string(bd.size()) + " above 4";
+    for (std::size_t k = 0; k < bd.size(); ++k) {
+      const std::int64_t want = sd[4 - bd.size() + k];
+      if (bd[k] != 1 && bd[k] != want) return "the bias does not broadcast to [B, Hq, Sq, Sk]";
+    }
+    if (is_grad(op) && op.output(3) != kNoTensor && bt.dtype == DType::boolean) return "dBias of a boolean mask";
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+AttnOperand operand(const ExecState& s, TensorId t, const analysis::HeadStrides& st) {
+  if (t == kNoTensor) return {};
+  return {s.f32(t), st.batch, st.head, st.row};
+}
+
+bool aligned16(const AttnOperand& t) { return reinterpret_cast<std::uintptr_t>(t.data) % 16 == 0; }
+
+AttentionParams params_of(ExecState& s, const Op& op) {
+  if (const std::string why = reason_of(s.g, op); !why.empty())
+    fail(ErrorKind::unsupported, "op '" + op.name + "' (" + op.type + ") on CUDA: " + why);
+  const Slots at = slots_of(op);
+  const auto a = analysis::attention_geometry(op, s.dims(op.input(at.q)), s.dims(op.input(at.k)), s.dims(op.input(at.v)));
+  AttentionParams p;
+  p.batch = static_cast<int>(a.batch);
+  p.q_heads = static_cast<int>(a.q_heads);
+  p.kv_heads = static_cast<int>(a.kv_heads);
+  p.q_len = static_cast<int>(a.q_len);
+  p.kv_len = static_cast<int>(a.kv_len);
+  p.head_dim = static_cast<int>(a.head_dim);
+  p.v_head_dim = static_cast<int>(a.v_head_dim);
+  p.q = operand(s, op.input(at.q), a.q);
+  p.k = operand(s, op.input(at.k), a.k);
+  p.v = operand(s, op.input(at.v), a.v);
+  p.scale = static_cast<float>(a.scale);
+  p.causal = a.causal;
+  if (a.dropout_ratio > 0.0) {
+    p.dropout = true;
+    p.dropout_key = dropout_key(a.seed);
+    p.dropout_threshold = dropout_threshold(static_cast<float>(a.dropout_ratio));
+    p.dropout_scale = 1.0f / (1.0f - static_cast<float>(a.dropout_ratio));
+  }
+  if (const TensorId bias = op.input(at.bias); bias != kNoTensor) {
+    p.bias = s.ptr[bias];
+    p.bias_is_mask = s.tensor(bias).dtype == DType::boolean;
+    const auto st = broadcast_strides(s.dims(bias), score_dims(a));
+    std::copy(st.begin(), st.end(), p.bias_strides);
+    p.dbias_elements = static_cast<std::int64_t>(s.tensor(bias).element_count());
+  }
+  return p;
+}
+
+bool vec4_ok(const AttentionParams& p) {
+  if (p.head_dim % 4 != 0 || p.v_head_dim % 4 != 0) return false;
+  for (const AttnOperand* t : {&p.q, &p.k, &p.v, &p.o, &p.d_o, &p.dq, &p.dk, &p.dv})
+    if (!aligned16(*t)) return false;
+  return true;
+}
+
+void run_forward(ExecState& s, const Op& op) {
+  AttentionParams p = params_of(s, op);
+  const auto a = analysis::attention_geometry(op, s.dims(op.inputs[0]), s.dims(op.inputs[1]), s.dims(op.inputs[2]));
+  p.o = operand(s, op.outputs[0], a.o);
+  p.lse = op.output(1) == kNoTensor ? nullptr : s.f32(op.output(1));
+  p.vec4 = vec4_ok(p);
+  attention_forward(p, s.ctx.stream());
+}
+
+void run_backward(ExecState& s, const Op& op) {
+  AttentionParams p = params_of(s, op);
+  const auto a = analysis::attention_geometry(op, s.dims(op.inputs[1]), s.dims(op.inputs[2]), s.dims(op.inputs[3]));
+  p.d_o = operand(s, op.inputs[0], a.o);
+  p.o = operand(s, op.inputs[4], a.o);
+  p.lse = s.f32(op.inputs[5]);
+  p.dq = operand(s, op.output(0), a.q);
+  p.dk = operand(s, op.output(1), a.k);
+  p.dv = operand(s, op.output(2), a.v);
+  p.dbias = op.output(3) == kNoTensor ? nullptr : s.f32(op.output(3));
+  p.vec4 = vec4_ok(p);
+  attention_backward(p, s.ctx.stream());
+}
+
+}  // namespace
+
+std::string attention_unsupported_reason(const Graph& g, const Op& op) { return reason_of(g, op); }
+
+void run_fused_attention(ExecState& s, const Op& op) {
+  if (is_grad(op)) run_backward(s, op);
+  else run_forward(s, op);
+}
+
+}  // namespace memplan::runtime::cuda
