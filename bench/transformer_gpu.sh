@@ -6,7 +6,7 @@
 #   2. memplan's CUDA training step of the same model (its TorchScript training export in samples/transformers,
 #      fused, strategy none, optimizer none, synthesized weights): arena, device memory, step time
 #      (bench_cuda train ... fuse=1), and the same unfused (fuse=0) for comparison;
-#   3. FusedAttention forward+backward against torch SDPA at the same shapes (bench_cuda attention,
+#   3. FusedAttention forward+backward against torch SDPA at the same shapes (bench_attention,
 #      bench/torch_sdpa_bench.py); the fused 8-op chain against torch eager / torch.compile and a copy
 #      (bench_cuda fused, bench/torch_fused_chain.py).
 set -uo pipefail
@@ -26,7 +26,7 @@ for m in ${MODELS//,/ }; do
       strategies=none fuse=$f > "$OUT/memplan_${m}_fuse$f.json" 2> "$OUT/memplan_${m}_fuse$f.err"
   done
 done
-if .carry/bin/bench_cuda attention > "$OUT/memplan_attention.json" 2> "$OUT/memplan_attention.err"; then :; fi
+.carry/bin/bench_attention > "$OUT/memplan_attention.json" 2> "$OUT/memplan_attention.err" || true
 python3 bench/torch_sdpa_bench.py > "$OUT/torch_sdpa.json" 2> "$OUT/torch_sdpa.err" || true
 .carry/bin/bench_cuda fused $((1 << 28)) > "$OUT/memplan_fused_chain.json" 2> "$OUT/memplan_fused_chain.err" || true
 python3 bench/torch_fused_chain.py > "$OUT/torch_fused_chain.json" 2> "$OUT/torch_fused_chain.err" || true
