@@ -315,3 +315,68 @@ TEST_CASE("a FusedAttention training graph saves Q, K, V, O and LSE only, and no
                                    g.tensors[qkv[2]].name, "O", "O/lse", "target"};
   CHECK(saved == want);
 }
+
+TEST_CASE("FusedAttention gradients with dropout, GQA, causal and a trained bias match central finite differences") {
+  const Spec s{"finite differences", true, 1, 4, 2, 3, 4, 4, 3, true, Bias::trained, 0.4};
+  const auto val = values(s, 300);
+  analysis::TrainingOptions to;
+  to.optimizer = analysis::Optimizer::none;
+  auto tg = analysis::build_training_graph(fused_graph(s, val), to);
+  attach(tg.graph, val);
+  std::mt19937 rng(301);
+  const std::map<std::string, TensorData> feeds{{"target", random_f32(s.o(), rng)}};
+  auto loss_at = [&](const std::string& w, std::size_t i, double delta) {
+    auto v = val;
+    float x;
+    std::memcpy(&x, v.at(w).bytes.data() + i * 4, 4);
+    x = static_cast<float>(x + delta);
+    std::memcpy(v.at(w).bytes.data() + i * 4, &x, 4);
+    analysis::Graph g = tg.graph;
+    attach(g, v);
+    HostBackend backend;
+    Executor ex(g, planner::Plan{}, backend, {.unshared = true});
+    ex.run(feeds);
+    return static_cast<double>(read(ex, g, tg.loss)[0]);
+  };
+  HostBackend backend;
+  Executor ex(tg.graph, planner::Plan{}, backend, {.unshared = true});
+  ex.run(feeds);
+  const double step = 1e-3;
+  for (const auto& pg : tg.param_grads) {
+    const std::string w = tg.graph.tensors[pg.first].name;
+    const auto grad = read(ex, tg.graph, pg.second);
+    for (std::size_t i : {std::size_t{0}, grad.size() / 3, grad.size() / 2, grad.size() - 1}) {
+      const double fd = (loss_at(w, i, step) - loss_at(w, i, -step)) / (2 * step);
+      INFO(w << "[" << i << "]: gradient " << grad[i] << ", finite difference " << fd);
+      CHECK(std::fabs(fd - grad[i]) <= 2e-2 * std::max(std::fabs(fd), std::fabs(static_cast<double>(grad[i]))) + 1e-4);
+    }
+  }
+  CHECK(tg.param_grads.size() == 4);
+}
+
+TEST_CASE("a row with every key masked gives O = 0, LSE = -inf, and no gradient to its query") {
+  Spec s{"fully masked batch", false, 2, 2, 2, 3, 4, 4, 3, false, Bias::mask, 0.0};
+  auto val = values(s, 400);
+  std::vector<std::int64_t> m{1, 0, 1, 1, 0, 0, 0, 0};  // batch 1 sees no key
+  val["mask"] = TensorData::from_int64(DType::boolean, s.bias_dims(), m);
+  auto tg = analysis::build_training_graph(fused_graph(s, val), {});
+  attach(tg.graph, val);
+  std::mt19937 rng(401);
+  HostBackend backend;
+  Executor ex(tg.graph, planner::Plan{}, backend, {.unshared = true});
+  ex.run(std::map<std::string, TensorData>{{"target", random_f32(s.o(), rng)}});
+  const auto o = read(ex, tg.graph, by_name(tg.graph, "O"));
+  const auto lse = read(ex, tg.graph, by_name(tg.graph, "O/lse"));
+  const std::size_t half_o = o.size() / 2, half_l = lse.size() / 2;
+  for (std::size_t k = 0; k < o.size(); ++k) CHECK((k < half_o ? o[k] != 0.0f : o[k] == 0.0f));
+  for (std::size_t k = 0; k < lse.size(); ++k) CHECK((k < half_l ? std::isfinite(lse[k]) : lse[k] == -std::numeric_limits<float>::infinity()));
+  for (const auto& pg : tg.param_grads) {
+    const std::string w = tg.graph.tensors[pg.first].name;
+    const auto grad = read(ex, tg.graph, pg.second);
+    for (std::size_t k = 0; k < grad.size(); ++k) {
+      INFO(w << "[" << k << "]");
+      CHECK(std::isfinite(grad[k]));
+      if (k >= grad.size() / 2) CHECK(grad[k] == 0.0f);  // batch 1: Q, K and V take no gradient
+    }
+  }
+}
