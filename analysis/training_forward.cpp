@@ -3,6 +3,7 @@
 #include <set>
 
 #include "analysis/autodiff.hpp"
+#include "analysis/fused_ops.hpp"
 #include "analysis/ops.hpp"
 #include "analysis/training.hpp"
 
@@ -102,13 +103,20 @@ std::string unique_name(const Graph& g, const std::string& base) {
 // its own (exporters re-create deduplicated parameters that way, and each has its own gradient);
 // BatchNormalization in training mode becomes memplan BatchNormTraining with saved mean and invstd;
 // LayerNormalization, MaxPool and training Dropout get their optional Mean/InvStdDev, Indices, mask;
-// memplan RMSNormalization its InvStdDev.
+// memplan RMSNormalization its InvStdDev;
+// memplan FusedAttention gets its per-row logsumexp (float32 [B, Hq, Sq]), which its backward reads.
 void prepare_forward(Graph& g) {
   std::vector<bool> drop(g.ops.size(), false);
   for (OpId o = 0; o < g.ops.size(); ++o) {
     Op& op = g.ops[o];
     if (op.domain == kMemplanDomain && op.type == memplan_ops::kRMSNormalization && op.output(0) != kNoTensor) {
       ensure_output(g, op, 1, "/invstd", DType::f32, normalized_stats_shape(g, op));
+      continue;
+    }
+    if (op.domain == kMemplanDomain && op.type == memplan_ops::kFusedAttention && op.output(0) != kNoTensor) {
+      const auto geo = attention_geometry(op, g.tensors[op.inputs.at(0)].shape(), g.tensors[op.inputs.at(1)].shape(),
+                                          g.tensors[op.inputs.at(2)].shape());
+      ensure_output(g, op, 1, "/lse", DType::f32, {geo.batch, geo.q_heads, geo.q_len});
       continue;
     }
     if (!(op.domain.empty() || op.domain == "ai.onnx")) continue;

@@ -49,6 +49,7 @@ KernelTable build_table() {
   add_norm_kernels(t);
   add_shape_kernels(t);
   add_training_kernels(t);
+  add_attention_kernels(t);
   return t;
 }
 

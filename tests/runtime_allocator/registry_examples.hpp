@@ -140,6 +140,18 @@ inline const std::vector<Example>& examples() {
     v.push_back({"", "Dropout", {t({2, 6}), f32(0.5), flag(true)}, {{}}, A{{"seed", i(7)}}});
     v.push_back({"memplan", "SwapOut", {x({2, 3})}, {{{2, 3}}}});
     v.push_back({"memplan", "SwapIn", {x({2, 3})}, {{{2, 3}}}});
+    // FusedAttention: grouped-query (4 query heads on 2 kv heads), mixed layouts, causal, a float bias
+    // broadcast over the heads that trains. Its training graph adds the LSE output and runs FusedAttentionGrad.
+    const A attention{{"scale", f(0.5)}, {"causal", i(1)}, {"k_layout", s("bshd")}, {"o_layout", s("bshd")}};
+    v.push_back({"memplan", "FusedAttention", {t({1, 4, 3, 4}), t({1, 4, 2, 4}), t({1, 2, 4, 3}), t({1, 1, 3, 4})},
+                 {{{1, 3, 4, 3}}}, attention, {"memplan::FusedAttentionGrad"}});
+    // With dropout and a constant boolean mask (every row keeps a key): LSE is an output of the example too.
+    const std::vector<double> keys{1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1};
+    v.push_back({"memplan", "FusedAttention", {t({2, 2, 3, 4}), t({2, 1, 4, 4}), t({2, 1, 4, 2}), {{3, 4}, DType::boolean, Fill::mask, false, keys}},
+                 {{{2, 2, 3, 2}}, {{2, 2, 3}}}, A{{"scale", f(0.5)}, {"dropout_ratio", f(0.25)}, {"seed", i(9)}}});
+    v.push_back({"memplan", "FusedAttentionGrad", {x({1, 4, 3, 2}), x({1, 4, 3, 4}), x({1, 2, 5, 4}), x({1, 2, 5, 2}),
+                  x({1, 4, 3, 2}), xp({1, 4, 3}), x({4, 1, 5})},
+                 {{{1, 4, 3, 4}}, {{1, 2, 5, 4}}, {{1, 2, 5, 2}}, {{4, 1, 5}}}, A{{"scale", f(0.5)}, {"dropout_ratio", f(0.5)}, {"seed", i(3)}}});
     v.push_back({"memplan", "FusedElementwise", {x({2, 3}), x({2, 3})}, {{{2, 3}}}, A{{"expr", s("in 0;in 1;add 0 1;relu 2")}}});
     return v;
   }();
