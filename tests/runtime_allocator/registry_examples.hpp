@@ -136,6 +136,16 @@ inline const std::vector<Example>& examples() {
     v.push_back({"", "Dropout", {t({2, 6}), f32(0.5), flag(true)}, {{}}, A{{"seed", i(7)}}});
     v.push_back({"memplan", "SwapOut", {x({2, 3})}, {{{2, 3}}}});
     v.push_back({"memplan", "SwapIn", {x({2, 3})}, {{{2, 3}}}});
+    // MatMulT: each transpose combination, a broadcast batch, and outputs summed down (its gradients' form).
+    const auto mm_t = [&](Dims a, Dims b, Dims y, int ta, int tb) {
+      v.push_back({"memplan", "MatMulT", {t(std::move(a)), t(std::move(b))}, {{std::move(y)}}, A{{"trans_a", i(ta)}, {"trans_b", i(tb)}}});
+    };
+    mm_t({2, 3, 4}, {5, 4}, {2, 3, 5}, 0, 1);
+    mm_t({4, 3}, {2, 4, 5}, {2, 3, 5}, 1, 0);
+    mm_t({2, 1, 4, 3}, {3, 5, 4}, {2, 3, 3, 5}, 1, 1);
+    mm_t({2, 3, 4}, {2, 4, 5}, {2, 3, 5}, 0, 0);
+    mm_t({2, 3, 4}, {2, 3, 5}, {4, 5}, 1, 0);
+    mm_t({2, 2, 3}, {2, 5, 3}, {1, 2, 5}, 0, 1);
     v.push_back({"memplan", "FusedElementwise", {x({2, 3}), x({2, 3})}, {{{2, 3}}}, A{{"expr", s("in 0;in 1;add 0 1;relu 2")}}});
     return v;
   }();
