@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <utility>
 
 #include "analysis/import.hpp"
 #include "analysis/ops.hpp"
@@ -77,7 +78,7 @@ FuseOptions layouts_only() {
 
 }  // namespace
 
-TEST_CASE("no MatMul of the transformer exports reads a transposed weight after layout fusion; outputs keep their shapes") {
+TEST_CASE("no MatMul of the transformer exports reads a transposed weight after layout fusion, and outputs keep their shapes") {
   for (const char* name : {"bert_small", "gpt2_small", "deit_tiny"}) {
     CAPTURE(name);
     const Graph g = sample(name);
@@ -107,7 +108,7 @@ TEST_CASE("no MatMul of the transformer exports reads a transposed weight after 
   }
 }
 
-TEST_CASE("a Transpose read by another op stays; a Gemm reading one flips its flag") {
+TEST_CASE("a Transpose read by another op stays, and a Gemm reading one flips its flag") {
   std::mt19937 rng(1);
   OpGraph b;
   const TensorId x = b.input("x", random_f32({3, 4}, rng));
@@ -178,10 +179,15 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // Output y and each weight's gradient after one training step's backward (CPU executor, unshared).
-std::map<std::string, std::vector<float>> train_step(const Graph& g, const TensorData& x) {
+// The weights train as initializers do (values off the graph while it is built, given back after).
+std::map<std::string, std::vector<float>> train_step(Graph g, const TensorData& x) {
+  std::map<std::string, std::shared_ptr<const TensorData>> weights;
+  for (Tensor& t : g.tensors)
+    if (t.role == TensorRole::weight) weights[t.name] = std::exchange(t.data, nullptr);
   TrainingOptions to;
   to.optimizer = Optimizer::none;
-  const TrainingGraph tg = build_training_graph(g, to);
+  TrainingGraph tg = build_training_graph(g, to);
+  for (const auto& [name, data] : weights) tg.graph.tensors[tg.graph.find(name)].data = data;
   runtime::HostBackend backend;
   runtime::Executor ex(tg.graph, Plan{}, backend, {.unshared = true});
   const Tensor& y = tg.graph.tensors[tg.graph.find("y")];
