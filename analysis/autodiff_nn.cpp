@@ -35,7 +35,7 @@ void multi(GradContext& c, const char* type, std::vector<TensorId> inputs, const
     if (outs[k] != kNoTensor) c.give(slots[k], outs[k]);
 }
 
-void single(GradContext& c, std::size_t i, const char* type, const char* domain, std::vector<TensorId> inputs,
+void single(GradContext& c, std::size_t i, const std::string& type, const char* domain, std::vector<TensorId> inputs,
             std::map<std::string, Attribute> attrs = {}) {
   TensorId g = c.grad_tensor(i);
   c.emit(type, domain, std::move(inputs), {g}, std::move(attrs));
@@ -51,32 +51,49 @@ void conv(GradContext& c) {
   if (c.wants(2)) single(c, 2, "ConvGradBias", "memplan", {c.dy()});
 }
 
+// Y = op(A) op(B): dA = dY op(B)^T, or its transpose op(B) dY^T where A was read transposed; dB = op(A)^T dY,
+// or dY^T op(A). `product(i, p, q, tp, tq)` emits input i's gradient as op(p) op(q).
+template <class Product>
+void product_grads(GradContext& c, bool ta, bool tb, Product&& product) {
+  const TensorId a = c.in(0), b = c.in(1), dy = c.dy();
+  if (c.wants(0)) {
+    if (!ta) product(0, dy, b, false, !tb);
+    else product(0, b, dy, tb, true);
+  }
+  if (c.wants(1)) {
+    if (!tb) product(1, a, dy, !ta, false);
+    else product(1, dy, a, true, ta);
+  }
+}
+
 // Y = alpha op(A) op(B) + beta C: each gradient is one plain Gemm (see docs/backward-ops.md).
 void gemm(GradContext& c) {
   const Op& f = c.fwd();
-  const bool ta = f.attr_int("transA", 0) != 0, tb = f.attr_int("transB", 0) != 0;
   const double alpha = f.attr_float("alpha", 1.0), beta = f.attr_float("beta", 1.0);
-  const TensorId a = c.in(0), b = c.in(1), dy = c.dy();
-  auto g = [&](std::size_t i, TensorId p, TensorId q, bool tp, bool tq) {
-    std::map<std::string, Attribute> at{{"alpha", attr_f(alpha)}};
-    if (tp) at["transA"] = attr_i(1);
-    if (tq) at["transB"] = attr_i(1);
-    single(c, i, "Gemm", "", {p, q}, std::move(at));
-  };
-  if (c.wants(0)) {
-    if (!ta) g(0, dy, b, false, !tb);
-    else g(0, b, dy, tb, true);
-  }
-  if (c.wants(1)) {
-    if (!tb) g(1, a, dy, !ta, false);
-    else g(1, dy, a, true, ta);
-  }
-  if (c.wants(2)) c.give_reduced(2, dy, beta);
+  product_grads(c, f.attr_int("transA", 0) != 0, f.attr_int("transB", 0) != 0,
+                [&](std::size_t i, TensorId p, TensorId q, bool tp, bool tq) {
+                  std::map<std::string, Attribute> at{{"alpha", attr_f(alpha)}};
+                  if (tp) at["transA"] = attr_i(1);
+                  if (tq) at["transB"] = attr_i(1);
+                  single(c, i, "Gemm", "", {p, q}, std::move(at));
+                });
+  if (c.wants(2)) c.give_reduced(2, c.dy(), beta);
 }
 
 void matmul(GradContext& c) {
   if (c.wants(0)) single(c, 0, "MatMulGradA", "memplan", {c.dy(), c.in(1)});
   if (c.wants(1)) single(c, 1, "MatMulGradB", "memplan", {c.in(0), c.dy()});
+}
+
+// memplan MatMulT: each gradient is one MatMulT whose output, the operand's shape, sums the broadcast batch
+// axes down (a transposed weight's gradient lands on the weight as it is stored).
+void matmul_t(GradContext& c) {
+  const Op& f = c.fwd();
+  product_grads(c, f.attr_int("trans_a", 0) != 0, f.attr_int("trans_b", 0) != 0,
+                [&](std::size_t i, TensorId p, TensorId q, bool tp, bool tq) {
+                  single(c, i, std::string(memplan_ops::kMatMulT), "memplan", {p, q},
+                         {{"trans_a", attr_i(tp ? 1 : 0)}, {"trans_b", attr_i(tq ? 1 : 0)}});
+                });
 }
 
 void batch_norm(GradContext& c) {
@@ -165,6 +182,7 @@ void add_nn_grads(GradTable& t) {
   t["Conv"] = {conv, 7u, 1u};
   t["Gemm"] = {gemm, 7u, 1u};
   t["MatMul"] = {matmul, 3u, 1u};
+  t[std::string(memplan_ops::kMatMulT)] = {matmul_t, 3u, 1u};
   t["BatchNormTraining"] = {batch_norm, 7u, 1u};
   t["LayerNormalization"] = {layer_norm, 7u, 1u};
   t[std::string(memplan_ops::kRMSNormalization)] = {rms_norm, 3u, 1u};

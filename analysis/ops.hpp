@@ -124,6 +124,8 @@ inline constexpr std::string_view kFusedAttention = "FusedAttention";
 inline constexpr std::string_view kFusedAttentionGrad = "FusedAttentionGrad";
 inline constexpr std::string_view kRMSNormalization = "RMSNormalization";
 inline constexpr std::string_view kRMSNormGrad = "RMSNormGrad";
+// op(A) op(B) with op a swap of the last two axes where `trans_a` / `trans_b` is 1 (planner/fusion_layouts.cpp).
+inline constexpr std::string_view kMatMulT = "MatMulT";
 }  // namespace memplan_ops
 
 }  // namespace memplan::analysis

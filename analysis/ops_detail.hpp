@@ -14,6 +14,7 @@ double conv_grad_weight_flops(const Graph& g, const Op& op);
 double matmul_flops(const Graph& g, const Op& op);
 double matmul_grad_a_flops(const Graph& g, const Op& op);
 double matmul_grad_b_flops(const Graph& g, const Op& op);
+double matmul_t_flops(const Graph& g, const Op& op);
 double gemm_flops(const Graph& g, const Op& op);
 double pool_flops(const Graph& g, const Op& op);       // output elements times the window
 double pool_grad_flops(const Graph& g, const Op& op);  // dY elements times the window

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "analysis/fused_ops.hpp"
+#include "analysis/matmul_t.hpp"
 #include "analysis/ops_detail.hpp"
 
 namespace memplan::analysis::ops_detail {
@@ -46,6 +47,12 @@ double matmul_grad_a_flops(const Graph& g, const Op& op) {
   return 2.0 * numel(g, op.input(0)) * (b.size() >= 2 ? static_cast<double>(b[b.size() - 2]) : last_dim(b));
 }
 double matmul_grad_b_flops(const Graph& g, const Op& op) { return 2.0 * numel(g, op.input(1)) * last_dim(shape_of(g, op.input(0))); }
+// Every broadcast batch's product counts, also where the output sums batches down.
+double matmul_t_flops(const Graph& g, const Op& op) {
+  const MatMulTGeometry geo = matmul_t_geometry(g, op);
+  return 2.0 * static_cast<double>(geo.batch_count()) * static_cast<double>(geo.m) * static_cast<double>(geo.n) *
+         static_cast<double>(geo.k);
+}
 double gemm_flops(const Graph& g, const Op& op) {
   const TensorId y = op.output(0);
   const auto a = shape_of(g, op.input(0));

@@ -1,8 +1,9 @@
-// CPU matrix kernels: a blocked float32 GEMM (k summed in order, so results are deterministic), Gemm, MatMul.
+// CPU matrix kernels: a blocked float32 GEMM (k summed in order, so results are deterministic), Gemm, MatMul, MatMulT.
 #include <algorithm>
 #include <vector>
 
 #include "runtime_allocator/cpu_kernels.hpp"
+#include "runtime_allocator/matmul_plan.hpp"
 
 namespace memplan::runtime::cpu {
 
@@ -81,11 +82,27 @@ void k_matmul(const Op& op, const Refs& in, const Refs& out) {
   });
 }
 
+// memplan MatMulT: the planned calls, each product added into the zeroed output.
+void k_matmul_t(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& a = required(op, in, 0);
+  const TensorRef& b = required(op, in, 1);
+  if (a.dtype != DType::f32 || b.dtype != DType::f32) unsupported(op, "float32 only");
+  const MatMulTPlan plan = plan_matmul_t(op.attr_int("trans_a", 0) != 0, op.attr_int("trans_b", 0) != 0, a.shape, b.shape,
+                                         out[0].shape, "op '" + op.name + "' (" + op.type + ")");
+  float* y = out[0].as<float>();
+  std::fill(y, y + out[0].elements(), 0.0f);
+  for (const GemmCall& c : plan.calls)
+    for (std::int64_t j = 0; j < c.count; ++j)
+      gemm_acc(c.m, c.n, c.k, a.as<float>() + c.offset_a + j * c.stride_a, c.ta ? 1 : c.lda, c.ta ? c.lda : 1,
+               b.as<float>() + c.offset_b + j * c.stride_b, c.tb ? 1 : c.ldb, c.tb ? c.ldb : 1, y + c.offset_c + j * c.stride_c);
+}
+
 }  // namespace
 
 void add_linalg_kernels(KernelTable& t) {
   t["Gemm"] = {k_gemm, false, {kF32, 2}};
   t["MatMul"] = {k_matmul, false};
+  t["memplan::MatMulT"] = {k_matmul_t, false};
 }
 
 }  // namespace memplan::runtime::cpu

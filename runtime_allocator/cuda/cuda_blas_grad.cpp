@@ -1,8 +1,10 @@
-// MatMulGradA / MatMulGradB on the GPU: cuBLAS products with transposes in exact float32, summed over the batch axes
-// along which the operand was broadcast (as the CPU kernel k_matmul_grad does).
+// MatMulGradA / MatMulGradB and MatMulT on the GPU: cuBLAS products with transposes in exact float32 (the context's
+// math mode: no TF32 unless asked), summed over the batch axes along which an operand was broadcast (as the CPU
+// kernels k_matmul_grad and k_matmul_t do).
 #include <algorithm>
 
 #include "runtime_allocator/cuda/cuda_state.hpp"
+#include "runtime_allocator/matmul_plan.hpp"
 
 namespace memplan::runtime::cuda {
 
@@ -106,6 +108,20 @@ void run_matmul_grad(ExecState& s, const Op& op, bool grad_a) {
       g.run(s, op, pdy + i * M * N, po + ob, out + oa);
     else
       g.run(s, op, po + oa, pdy + i * M * N, out + ob);
+  }
+}
+
+void run_matmul_t(ExecState& s, const Op& op) {
+  const MatMulTPlan plan = plan_matmul_t(op.attr_int("trans_a", 0) != 0, op.attr_int("trans_b", 0) != 0, s.dims(op.inputs[0]),
+                                         s.dims(op.inputs[1]), s.dims(op.outputs[0]), "op '" + op.name + "' (" + op.type + ")");
+  const float* a = s.f32(op.inputs[0]);
+  const float* b = s.f32(op.inputs[1]);
+  float* y = s.f32(op.outputs[0]);
+  if (plan.accumulate) check(cudaMemsetAsync(y, 0, s.tensor(op.outputs[0]).bytes(), s.ctx.stream()), "zero of '" + op.name + "'");
+  for (const GemmCall& c : plan.calls) {
+    const RowMajorGemm g{c.ta, c.tb, c.m, c.n, c.k, c.lda, c.ldb, c.ldc, c.stride_a, c.stride_b, c.stride_c, c.count,
+                         plan.accumulate ? 1.0f : 0.0f};
+    g.run(s, op, a + c.offset_a, b + c.offset_b, y + c.offset_c);
   }
 }
 

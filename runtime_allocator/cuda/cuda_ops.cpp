@@ -297,6 +297,7 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"memplan::SplitGrad", {training, false, false, kFloat}},
       {"memplan::MatMulGradA", {training, false, false, kFloat}},
       {"memplan::MatMulGradB", {training, false, false, kFloat}},
+      {"memplan::MatMulT", {run_matmul_t, false, false, kFloat}},
       {"memplan::ReduceSumTo", {training, false, false, kFloat}},
       {"memplan::BroadcastTo", {training, false, false, kFloat}},
       {"memplan::ConvGradBias", {training, false, false, kFloat}},

@@ -152,6 +152,16 @@ inline const std::vector<Example>& examples() {
     v.push_back({"memplan", "FusedAttentionGrad", {x({1, 4, 3, 2}), x({1, 4, 3, 4}), x({1, 2, 5, 4}), x({1, 2, 5, 2}),
                   x({1, 4, 3, 2}), xp({1, 4, 3}), x({4, 1, 5})},
                  {{{1, 4, 3, 4}}, {{1, 2, 5, 4}}, {{1, 2, 5, 2}}, {{4, 1, 5}}}, A{{"scale", f(0.5)}, {"dropout_ratio", f(0.5)}, {"seed", i(3)}}});
+    // MatMulT: each transpose combination, a broadcast batch, and outputs summed down (its gradients' form).
+    const auto mm_t = [&](Dims a, Dims b, Dims y, int ta, int tb) {
+      v.push_back({"memplan", "MatMulT", {t(std::move(a)), t(std::move(b))}, {{std::move(y)}}, A{{"trans_a", i(ta)}, {"trans_b", i(tb)}}});
+    };
+    mm_t({2, 3, 4}, {5, 4}, {2, 3, 5}, 0, 1);
+    mm_t({4, 3}, {2, 4, 5}, {2, 3, 5}, 1, 0);
+    mm_t({2, 1, 4, 3}, {3, 5, 4}, {2, 3, 3, 5}, 1, 1);
+    mm_t({2, 3, 4}, {2, 4, 5}, {2, 3, 5}, 0, 0);
+    mm_t({2, 3, 4}, {2, 3, 5}, {4, 5}, 1, 0);
+    mm_t({2, 2, 3}, {2, 5, 3}, {1, 2, 5}, 0, 1);
     v.push_back({"memplan", "FusedElementwise", {x({2, 3}), x({2, 3})}, {{{2, 3}}}, A{{"expr", s("in 0;in 1;add 0 1;relu 2")}}});
     return v;
   }();

@@ -185,6 +185,43 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("MatMulT on the GPU equals the CPU kernel for every transpose combination, broadcast and summed-down batches") {
+  if (!runtime::cuda::cuda_available()) std::exit(77);
+  struct Case {
+    std::vector<std::int64_t> a, b, y;  // A's and B's stored dims, Y's (summed down where smaller)
+  };
+  std::mt19937 rng(5);
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      const std::int64_t M = 33, K = 17, N = 40;
+      const std::vector<std::int64_t> a2 = ta ? std::vector<std::int64_t>{K, M} : std::vector<std::int64_t>{M, K};
+      const std::vector<std::int64_t> b2 = tb ? std::vector<std::int64_t>{N, K} : std::vector<std::int64_t>{K, N};
+      auto batched = [](std::vector<std::int64_t> pre, const std::vector<std::int64_t>& m) {
+        pre.insert(pre.end(), m.begin(), m.end());
+        return pre;
+      };
+      const std::vector<Case> cases{
+          {batched({3, 5}, a2), b2, {3, 5, M, N}},              // B shared by every batch
+          {a2, batched({4}, b2), {4, M, N}},                    // A shared
+          {batched({2, 1}, a2), batched({3, 1}, b2), {2, 3, M, N}},  // both broadcast
+          {batched({3, 5}, a2), batched({3, 5}, b2), {M, N}},        // every batch summed into one product
+          {batched({3, 5}, a2), batched({5}, b2), {3, 1, M, N}},     // summed over one axis
+      };
+      for (const Case& c : cases) {
+        CAPTURE(ta);
+        CAPTURE(tb);
+        CAPTURE(c.a.size());
+        CAPTURE(c.b.size());
+        CAPTURE(c.y.size());
+        OpGraph g;
+        const TensorId a = g.input("a", random_f32(c.a, rng)), b = g.input("b", random_f32(c.b, rng));
+        const TensorId y = g.result("y", DType::f32, c.y);
+        g.op("MatMulT", "memplan", {a, b}, {y}, {{"trans_a", int_attr(ta)}, {"trans_b", int_attr(tb)}});
+        check_against_cpu(g, {y}, 1e-4);
+      }
+    }
+}
+
 TEST_CASE("AveragePoolGrad, SliceGrad, GatherGrad and SplitGrad on the GPU equal the CPU kernels") {
   if (!runtime::cuda::cuda_available()) std::exit(77);
   std::mt19937 rng(4);

@@ -169,17 +169,19 @@ bool cpu_registered(const analysis::OpInfo& info) {
   return std::find(ids.begin(), ids.end(), info.id) != ids.end();
 }
 
-const Example* fd_example(const analysis::OpInfo& info) {
+// The examples with a trained input that exercise the op (every variant of it: transposes, broadcasts).
+std::vector<const Example*> fd_examples(const analysis::OpInfo& info) {
   const std::string k = key(info.domain, info.type);
+  std::vector<const Example*> found;
   for (const auto& e : examples()) {
     bool trains = false;
     for (const auto& in : e.in) trains = trains || in.trains;
     if (!trains) continue;
-    if (key(e.domain, e.type) == k) return &e;
-    for (const auto& c : e.covers)
-      if (c == k) return &e;
+    bool covers = key(e.domain, e.type) == k;
+    for (const auto& c : e.covers) covers = covers || c == k;
+    if (covers) found.push_back(&e);
   }
-  return nullptr;
+  return found;
 }
 
 // Checks every trained input's gradient of `e` against central differences; returns the elements checked.
@@ -261,23 +263,26 @@ TEST_CASE("registry walk: every op with a backward rule matches central finite d
   std::size_t ops = 0;
   for (const auto& info : analysis::op_registry().all()) {
     if (info.grad_kind != analysis::GradKind::rule) continue;
-    const Example* e = fd_example(info);
-    if (!e) {
+    const std::vector<const Example*> found = fd_examples(info);
+    if (found.empty()) {
       FAIL_CHECK("op " << key(info.domain, info.type) << " has a backward rule but no finite-difference example "
                        << "(tests/runtime_allocator/registry_examples.hpp)");
       continue;
     }
-    INFO("op " << key(info.domain, info.type) << " (example " << e->type << ")");
     if (kNoCpuKernelYet.count(key(info.domain, info.type))) {
       CHECK_MESSAGE(!cpu_registered(info), "op " << key(info.domain, info.type) << " has a CPU kernel now: "
                                                  << "remove it from kNoCpuKernelYet");
       MESSAGE("op " << key(info.domain, info.type) << ": no CPU kernel, gradient not checked");
       continue;
     }
-    try {
-      CHECK(check_gradients(*e, kSeed + static_cast<std::uint32_t>(info.id)) > 0);
-    } catch (const Error& err) {
-      FAIL_CHECK("op " << key(info.domain, info.type) << ": " << std::string(err.what()));
+    for (std::size_t n = 0; n < found.size(); ++n) {
+      const Example& e = *found[n];
+      INFO("op " << key(info.domain, info.type) << " (example " << n << ", " << e.type << ")");
+      try {
+        CHECK(check_gradients(e, kSeed + static_cast<std::uint32_t>(info.id)) > 0);
+      } catch (const Error& err) {
+        FAIL_CHECK("op " << key(info.domain, info.type) << ": " << std::string(err.what()));
+      }
     }
     ++ops;
   }

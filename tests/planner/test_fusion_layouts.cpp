@@ -1,0 +1,233 @@
+// Tests of layout fusion: Transposes read through strides by MatMul (memplan MatMulT) and Gemm (flags) plan no copy.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <utility>
+
+#include "analysis/import.hpp"
+#include "analysis/ops.hpp"
+#include "analysis/shapes.hpp"
+#include "analysis/training.hpp"
+#include "planner/fusion.hpp"
+#include "planner/training_plan.hpp"
+#include "runtime_allocator/executor.hpp"
+#include "runtime_allocator/backend.hpp"
+#include "tests/runtime_allocator/op_graph.hpp"
+
+using namespace memplan;
+using namespace memplan::analysis;
+using namespace memplan::planner;
+using runtime::testing::int_attr;
+using runtime::testing::ints_attr;
+using runtime::testing::OpGraph;
+using runtime::testing::random_f32;
+
+namespace {
+
+bool is_swap_transpose(const Graph& g, const Op& op) {
+  if (op.type != "Transpose") return false;
+  const std::size_t r = g.tensors[op.inputs[0]].dims.size();
+  std::vector<std::int64_t> perm = op.attr_ints("perm");
+  if (perm.empty())
+    for (std::size_t k = r; k-- > 0;) perm.push_back(static_cast<std::int64_t>(k));
+  for (std::size_t k = 0; k + 2 < r; ++k)
+    if (perm[k] != static_cast<std::int64_t>(k)) return false;
+  return r >= 2 && perm[r - 2] == static_cast<std::int64_t>(r - 1) && perm[r - 1] == static_cast<std::int64_t>(r - 2);
+}
+
+struct TransposeReads {
+  int any = 0;     // MatMul operands produced by a Transpose of the last two axes
+  int weight = 0;  // of them, transposes of a weight
+};
+
+TransposeReads transposed_matmul_operands(const Graph& g) {
+  TransposeReads n;
+  for (const Op& op : g.ops) {
+    if (op.type != "MatMul" && op.type != "MatMulT" && op.type != "Gemm") continue;
+    for (std::size_t i = 0; i < 2; ++i) {
+      const OpId p = g.tensors[op.inputs[i]].producer;
+      if (p == kNoOp || !is_swap_transpose(g, g.ops[p])) continue;
+      ++n.any;
+      const Tensor& src = g.tensors[g.ops[p].inputs[0]];
+      if (src.role == TensorRole::weight && src.producer == kNoOp) ++n.weight;
+    }
+  }
+  return n;
+}
+
+int count_type(const Graph& g, std::string_view type) {
+  int n = 0;
+  for (const Op& op : g.ops) n += op.type == type;
+  return n;
+}
+
+Graph sample(const std::string& name) {
+  ShapeOptions so;
+  so.dims = {{"batch", 2}, {"seq", 64}};
+  return infer_shapes(import_model(std::string(MEMPLAN_SOURCE_DIR) + "/samples/transformers/" + name + ".train.onnx"), so);
+}
+
+FuseOptions layouts_only() {
+  FuseOptions o = FuseOptions::none();
+  o.layouts = true;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("no MatMul of the transformer exports reads a transposed weight after layout fusion, and outputs keep their shapes") {
+  for (const char* name : {"bert_small", "gpt2_small", "deit_tiny"}) {
+    CAPTURE(name);
+    const Graph g = sample(name);
+    const TransposeReads before = transposed_matmul_operands(g);
+    CHECK(before.weight > 0);
+    const FusionResult r = fuse_graph(g, layouts_only());
+    r.graph.validate();
+    const TransposeReads after = transposed_matmul_operands(r.graph);
+    CHECK(after.weight == 0);
+    CHECK(after.any == 0);
+    CHECK(count_type(r.graph, "Transpose") <= count_type(g, "Transpose") - before.weight);
+    CHECK(count_type(r.graph, "MatMulT") == static_cast<int>(r.groups.size()));
+    CHECK(r.intermediate_bytes_removed > 0);
+    REQUIRE(r.graph.outputs.size() == g.outputs.size());
+    for (std::size_t k = 0; k < g.outputs.size(); ++k) {
+      CHECK(r.graph.tensors[r.graph.outputs[k]].name == g.tensors[g.outputs[k]].name);
+      CHECK(r.graph.tensors[r.graph.outputs[k]].shape() == g.tensors[g.outputs[k]].shape());
+    }
+    for (const FusedGroup& grp : r.groups) {
+      CHECK(grp.kind == "layout");
+      REQUIRE(grp.op != kNoOp);
+      const Op& op = r.graph.ops[grp.op];
+      CHECK(op.type == "MatMulT");
+      CHECK(op.attr("fused_ops")->strings == grp.members);
+      CHECK(op_registry().find(op)->flops(r.graph, op) > 0.0);
+    }
+  }
+}
+
+TEST_CASE("a Transpose read by another op stays, and a Gemm reading one flips its flag") {
+  std::mt19937 rng(1);
+  OpGraph b;
+  const TensorId x = b.input("x", random_f32({3, 4}, rng));
+  const TensorId w = b.constant("w", random_f32({5, 4}, rng));
+  const TensorId wt = b.tensor("wt", DType::f32, {4, 5}, TensorRole::activation);
+  b.op("Transpose", "", {w}, {wt}, {{"perm", ints_attr({1, 0})}});
+  const TensorId y = b.result("y", DType::f32, {3, 5}), r = b.result("r", DType::f32, {4, 5});
+  b.op("MatMul", "", {x, wt}, {y});
+  b.op("Relu", "", {wt}, {r});
+  const TensorId v = b.constant("v", random_f32({6, 3}, rng));
+  const TensorId vt = b.tensor("vt", DType::f32, {3, 6}, TensorRole::activation);
+  b.op("Transpose", "", {v}, {vt});  // default perm: reversed axes
+  const TensorId z = b.result("z", DType::f32, {6, 5});
+  b.op("Gemm", "", {vt, y}, {z}, {{"transA", int_attr(1)}});
+  b.g.validate();
+  const FusionResult f = fuse_layouts(b.g);
+  f.graph.validate();
+  REQUIRE(f.groups.size() == 2);
+  CHECK(count_type(f.graph, "Transpose") == 1);  // w's stays for the Relu
+  CHECK(f.groups[0].members == std::vector<std::string>{"MatMul_1"});
+  CHECK(f.groups[0].intermediate_bytes == 0);
+  CHECK(f.groups[1].members.size() == 2);
+  CHECK(f.groups[1].intermediate_bytes == 3 * 6 * 4);
+  const Op& gemm = f.graph.ops[f.groups[1].op];
+  CHECK(gemm.type == "Gemm");
+  CHECK(gemm.attr_int("transA", -1) == 0);
+  CHECK(gemm.inputs[0] == f.graph.find("v"));
+  const Op& mm = f.graph.ops[f.groups[0].op];
+  CHECK(mm.inputs[1] == f.graph.find("w"));
+  CHECK(mm.attr_int("trans_b", 0) == 1);
+  CHECK(mm.attr_int("trans_a", 1) == 0);
+}
+
+namespace {
+
+// Linear layers as TorchScript writes them, a K^T-style batched transpose and a transposed left operand.
+OpGraph small_model() {
+  std::mt19937 rng(7);
+  OpGraph b;
+  const TensorId x = b.input("x", random_f32({2, 3, 4}, rng));
+  auto weight = [&](const std::string& n, std::vector<std::int64_t> d) { return b.constant(n, random_f32(d, rng, -0.5, 0.5)); };
+  auto act = [&](const std::string& n, std::vector<std::int64_t> d) { return b.tensor(n, DType::f32, d, TensorRole::activation); };
+  const TensorId w1 = weight("w1", {5, 4}), z = weight("z", {2, 6, 5}), w2 = weight("w2", {6, 4});
+  const TensorId w1t = act("w1t", {4, 5}), h = act("h", {2, 3, 5}), zt = act("zt", {2, 5, 6}), s = act("s", {2, 3, 6});
+  const TensorId st = act("st", {2, 6, 3}), u = act("u", {2, 6, 4}), w2t = act("w2t", {4, 6});
+  b.op("Transpose", "", {w1}, {w1t}, {{"perm", ints_attr({1, 0})}});
+  b.op("MatMul", "", {x, w1t}, {h});
+  b.op("Transpose", "", {z}, {zt}, {{"perm", ints_attr({0, 2, 1})}});
+  b.op("MatMul", "", {h, zt}, {s});
+  b.op("Transpose", "", {s}, {st}, {{"perm", ints_attr({0, 2, 1})}});
+  b.op("MatMul", "", {st, x}, {u});
+  b.op("Transpose", "", {w2}, {w2t}, {{"perm", ints_attr({1, 0})}});
+  const TensorId y = b.result("y", DType::f32, {2, 6, 6});
+  b.op("MatMul", "", {u, w2t}, {y});
+  return b;
+}
+
+std::vector<float> values(const TensorData& d) {
+  std::vector<float> f(d.bytes.size() / 4);
+  std::memcpy(f.data(), d.bytes.data(), f.size() * 4);
+  return f;
+}
+
+double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = a.size() == b.size() ? 0.0 : INFINITY;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return m;
+}
+
+// Output y and each weight's gradient after one training step's backward (CPU executor, unshared).
+// The weights train as initializers do (values off the graph while it is built, given back after).
+std::map<std::string, std::vector<float>> train_step(Graph g, const TensorData& x) {
+  std::map<std::string, std::shared_ptr<const TensorData>> weights;
+  for (Tensor& t : g.tensors)
+    if (t.role == TensorRole::weight) weights[t.name] = std::exchange(t.data, nullptr);
+  TrainingOptions to;
+  to.optimizer = Optimizer::none;
+  TrainingGraph tg = build_training_graph(g, to);
+  for (const auto& [name, data] : weights) tg.graph.tensors[tg.graph.find(name)].data = data;
+  runtime::HostBackend backend;
+  runtime::Executor ex(tg.graph, Plan{}, backend, {.unshared = true});
+  const Tensor& y = tg.graph.tensors[tg.graph.find("y")];
+  std::vector<double> target(y.element_count());
+  for (std::size_t i = 0; i < target.size(); ++i) target[i] = std::sin(static_cast<double>(i));
+  ex.run(std::map<std::string, TensorData>{{"x", x}, {"target", TensorData::from_double(DType::f32, y.shape(), target)}});
+  std::map<std::string, std::vector<float>> out{{"y", values(ex.read(tg.graph.find("y")))}};
+  for (const auto& [w, grad] : tg.param_grads) out[tg.graph.tensors[w].name] = values(ex.read(grad));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("fused and unfused graphs give the same outputs and weight gradients on the CPU") {
+  const OpGraph b = small_model();
+  b.g.validate();
+  const FusionResult f = fuse_layouts(b.g);
+  f.graph.validate();
+  CHECK(count_type(f.graph, "Transpose") == 0);
+  CHECK(count_type(f.graph, "MatMulT") == 4);
+  const auto plain = train_step(b.g, b.feeds[0]), fused = train_step(f.graph, b.feeds[0]);
+  REQUIRE(plain.size() == 4);  // y, w1, z, w2
+  for (const auto& entry : plain) {
+    const std::string name = entry.first;
+    CAPTURE(name);
+    REQUIRE(fused.count(name) == 1);
+    const double d = max_diff(fused.at(name), entry.second);
+    CHECK(d <= 1e-4);
+  }
+}
+
+TEST_CASE("bert_small's planned training peak (strategy none) drops with layout fusion") {
+  const Graph g = sample("bert_small");
+  const FusionResult f = fuse_graph(g, layouts_only());
+  TrainingPlanOptions o;
+  o.strategy = "none";
+  const auto plain = plan_training(build_training_graph(g, {}), o), fused = plan_training(build_training_graph(f.graph, {}), o);
+  INFO("peak without " << plain.peak_bytes << " B, with " << fused.peak_bytes << " B");
+  CHECK(fused.report.valid);
+  CHECK(fused.peak_bytes < plain.peak_bytes);
+  // The saved transposed weights went: at least the bytes of one weight-sized copy.
+  CHECK(plain.peak_bytes - fused.peak_bytes >= f.intermediate_bytes_removed / 26);
+}
