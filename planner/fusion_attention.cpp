@@ -198,8 +198,8 @@ FusionResult fuse_attention(const Graph& g) {
   std::set<OpId> claimed;
   for (OpId o = 0; o < g.ops.size(); ++o) {
     const Op& op = g.ops[o];
-    if (!op.domain.empty() || op.type != "Softmax") continue;
-    auto r = match_attention(g, o);
+    if (!op.domain.empty() || (op.type != "Softmax" && op.type != "Attention")) continue;
+    auto r = op.type == "Softmax" ? match_attention(g, o) : match_onnx_attention(g, o);
     if (!r.match) continue;
     const auto& m = *r.match;
     if (std::any_of(m.members.begin(), m.members.end(), [&](OpId x) { return claimed.count(x) > 0; })) continue;

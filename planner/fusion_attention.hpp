@@ -51,6 +51,10 @@ struct AttentionMatchResult {
 // Matches the attention around `softmax` (an op of `g`, which has concrete shapes).
 AttentionMatchResult match_attention(const analysis::Graph& g, analysis::OpId softmax);
 
+// An ONNX Attention op (opset 23) with 4-D float32 operands, no KV cache, no softcap and only its output Y
+// read, as a match of itself (its attn_mask the bias); 3-D operands stay unfused.
+AttentionMatchResult match_onnx_attention(const analysis::Graph& g, analysis::OpId attention);
+
 // The seed of a training Dropout absorbed into FusedAttention: its `seed` attribute, else the 64-bit FNV-1a
 // hash of its name, top bit cleared (deterministic, and stable when ops around it are added or removed).
 std::int64_t attention_dropout_seed(const analysis::Op& dropout);

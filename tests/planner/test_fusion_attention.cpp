@@ -294,3 +294,47 @@ TEST_CASE("the dropout seed is the op's seed attribute, else a hash of its name"
   d.attrs["seed"] = integer(42);
   CHECK(attention_dropout_seed(d) == 42);
 }
+
+TEST_CASE("ONNX Attention with 4-D operands infers its shape and becomes FusedAttention; 3-D stays") {
+  Builder b;
+  b.g.opset = 23;
+  const Shape q{kB, 8, kS, kD}, kv{kB, 2, kS, kD};
+  const TensorId mask = b.tensor("mask", {kB, 1, 1, kS}, DType::boolean, TensorRole::input);
+  b.g.inputs.push_back(mask);
+  const TensorId y = b.tensor("y", {}, DType::undefined);
+  b.g.tensors[y].rank_known = false;
+  Op att;
+  att.name = "attn";
+  att.type = "Attention";
+  att.inputs = {b.input("q", q), b.input("k", kv), b.input("v", kv), mask};
+  att.outputs = {y};
+  att.attrs["is_causal"] = integer(1);
+  b.g.add_op(att);
+  b.output(y);
+  const Graph g = infer_shapes(b.g, {});
+  CHECK(g.tensors[g.find("y")].shape() == q);
+  CHECK(op_registry().find("", "Attention")->grad_kind == GradKind::none);
+  const FusionResult r = fuse_attention(g);
+  REQUIRE(fused(r.graph).size() == 1);
+  const Op& f = *fused(r.graph).front();
+  CHECK(f.attr_int("causal", 0) == 1);
+  CHECK(f.attr_float("scale", 0.0) == doctest::Approx(0.25));  // 1 / sqrt(16), ONNX's default
+  CHECK(r.graph.tensors[f.input(3)].name == "mask");
+  CHECK(geometry(r.graph, f).kv_heads == 2);
+  CHECK(r.graph.tensors[f.output(0)].name == "y");
+
+  Builder three;
+  three.g.opset = 23;
+  Op a3;
+  a3.name = "attn3";
+  a3.type = "Attention";
+  a3.inputs = {three.input("q", {kB, kS, 8 * kD}), three.input("k", {kB, kS, 2 * kD}), three.input("v", {kB, kS, 2 * kD})};
+  a3.outputs = {three.tensor("y", {kB, kS, 8 * kD})};
+  a3.attrs["q_num_heads"] = integer(8);
+  a3.attrs["kv_num_heads"] = integer(2);
+  three.g.add_op(a3);
+  three.output(three.g.find("y"));
+  const Graph g3 = infer_shapes(three.g, {});
+  CHECK(g3.tensors[g3.find("y")].shape() == Shape{kB, kS, 8 * kD});
+  CHECK(fused(fuse_attention(g3).graph).empty());
+}
