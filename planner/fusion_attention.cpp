@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 
+#include "analysis/autodiff.hpp"
 #include "analysis/ops.hpp"
 #include "planner/fusion.hpp"
 #include "planner/fusion_attention.hpp"
@@ -20,33 +21,12 @@ using analysis::Op;
 using analysis::OpId;
 using analysis::Tensor;
 using analysis::TensorId;
+using analysis::autodiff::attr_f;
+using analysis::autodiff::attr_i;
+using analysis::autodiff::attr_ints;
+using analysis::autodiff::attr_s;
 
 namespace {
-
-Attribute string_attr(std::string s) {
-  Attribute a;
-  a.kind = Attribute::Kind::s;
-  a.s = std::move(s);
-  return a;
-}
-Attribute int_attr(std::int64_t v) {
-  Attribute a;
-  a.kind = Attribute::Kind::i;
-  a.i = v;
-  return a;
-}
-Attribute float_attr(double v) {
-  Attribute a;
-  a.kind = Attribute::Kind::f;
-  a.f = v;
-  return a;
-}
-Attribute ints_attr(std::vector<std::int64_t> v) {
-  Attribute a;
-  a.kind = Attribute::Kind::ints;
-  a.ints = std::move(v);
-  return a;
-}
 
 std::vector<analysis::Dim> dims_of(const std::vector<std::int64_t>& s) {
   std::vector<analysis::Dim> d;
@@ -104,20 +84,21 @@ class Rewriter {
     const Op& sm = g_.ops[m.softmax];
     const std::string name = sm.name + "/attention";
     for (OpId o : m.members) rw_.remove(o);
-    Op f = new_op(name, std::string(analysis::memplan_ops::kFusedAttention), {m.q.tensor, k_input(m, name), m.v.tensor}, {m.output});
+    Op f =
+        new_op(name, std::string(analysis::memplan_ops::kFusedAttention), {m.q.tensor, k_input(m, name), m.v.tensor}, {m.output});
     f.domain = std::string(analysis::kMemplanDomain);
     f.phase = sm.phase;
     if (const TensorId b = bias_input(m, name); b != kNoTensor) f.inputs.push_back(b);
-    f.attrs["scale"] = float_attr(m.scale);
-    if (m.causal) f.attrs["causal"] = int_attr(1);
+    f.attrs["scale"] = attr_f(m.scale);
+    if (m.causal) f.attrs["causal"] = attr_i(1);
     if (m.dropout_ratio > 0.0) {
-      f.attrs["dropout_ratio"] = float_attr(m.dropout_ratio);
-      f.attrs["seed"] = int_attr(m.seed);
+      f.attrs["dropout_ratio"] = attr_f(m.dropout_ratio);
+      f.attrs["seed"] = attr_i(m.seed);
     }
-    f.attrs["q_layout"] = string_attr(analysis::head_layout_name(m.q.layout));
-    f.attrs["k_layout"] = string_attr(analysis::head_layout_name(m.k.layout));
-    f.attrs["v_layout"] = string_attr(analysis::head_layout_name(m.v.layout));
-    f.attrs["o_layout"] = string_attr(analysis::head_layout_name(m.o_layout));
+    f.attrs["q_layout"] = attr_s(analysis::head_layout_name(m.q.layout));
+    f.attrs["k_layout"] = attr_s(analysis::head_layout_name(m.k.layout));
+    f.attrs["v_layout"] = attr_s(analysis::head_layout_name(m.v.layout));
+    f.attrs["o_layout"] = attr_s(analysis::head_layout_name(m.o_layout));
     FusedGroup grp;
     grp.kind = "attention";
     Attribute names;
@@ -142,7 +123,8 @@ class Rewriter {
     for (std::size_t i = 0; i < groups.size(); ++i) {
       for (OpId o = 0; o < r.graph.ops.size(); ++o)
         if (r.graph.ops[o].name == names_[i]) groups[i].op = o;
-      r.intermediate_bytes_removed = checked_add(r.intermediate_bytes_removed, groups[i].intermediate_bytes, "fused intermediates");
+      r.intermediate_bytes_removed =
+          checked_add(r.intermediate_bytes_removed, groups[i].intermediate_bytes, "fused intermediates");
     }
     r.groups = std::move(groups);
     return r;
@@ -156,7 +138,7 @@ class Rewriter {
     std::swap(s[2], s[3]);
     const TensorId k = activation(rw_, name + "/K", DType::f32, s);
     Op t = new_op(name + "/k_transpose", "Transpose", {m.k_transposed}, {k});
-    t.attrs["perm"] = ints_attr({0, 1, 3, 2});
+    t.attrs["perm"] = attr_ints({0, 1, 3, 2});
     rw_.add(std::move(t), m.scores);
     return k;
   }

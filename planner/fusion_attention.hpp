@@ -20,9 +20,9 @@ struct AttentionOperand {
 // One matched softmax(scale Q K^T + bias) V, ready to become a memplan FusedAttention (docs/fusion.md).
 struct AttentionMatch {
   analysis::OpId softmax = analysis::kNoOp;
-  analysis::OpId scores = analysis::kNoOp;  // MatMul(Q, K^T)
+  analysis::OpId scores = analysis::kNoOp;     // MatMul(Q, K^T)
   analysis::OpId output_op = analysis::kNoOp;  // the last op replaced: MatMul(P, V) or the Transpose of O
-  std::vector<analysis::OpId> members;      // source ops replaced, ascending
+  std::vector<analysis::OpId> members;         // source ops replaced, ascending
   AttentionOperand q, k, v;
   // K^T came in as a tensor with no transposing op to look through: a Transpose(0,1,3,2) of it gives K.
   analysis::TensorId k_transposed = analysis::kNoTensor;
@@ -54,6 +54,9 @@ AttentionMatchResult match_attention(const analysis::Graph& g, analysis::OpId so
 // An ONNX Attention op (opset 23) with 4-D float32 operands, no KV cache, no softcap and only its output Y
 // read, as a match of itself (its attn_mask the bias); 3-D operands stay unfused.
 AttentionMatchResult match_onnx_attention(const analysis::Graph& g, analysis::OpId attention);
+
+// `from` broadcasts (numpy rules) to `to` without growing it.
+bool broadcasts_to(const std::vector<std::int64_t>& from, const std::vector<std::int64_t>& to);
 
 // The seed of a training Dropout absorbed into FusedAttention: its `seed` attribute, else the 64-bit FNV-1a
 // hash of its name, top bit cleared (deterministic, and stable when ops around it are added or removed).

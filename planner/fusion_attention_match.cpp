@@ -3,6 +3,7 @@
 #include <cmath>
 #include <set>
 
+#include "analysis/autodiff.hpp"
 #include "planner/fusion_attention.hpp"
 #include "planner/graph_rewrite.hpp"
 
@@ -20,8 +21,18 @@ using analysis::OpId;
 using analysis::TensorId;
 using Shape = std::vector<std::int64_t>;
 
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  for (std::size_t i = 0; i < from.size(); ++i) {
+    const std::int64_t f = from[from.size() - 1 - i], t = to[to.size() - 1 - i];
+    if (f != 1 && f != t) return false;
+  }
+  return true;
+}
+
 std::int64_t attention_dropout_seed(const Op& dropout) {
-  if (const auto* a = dropout.attr("seed")) return a->kind == analysis::Attribute::Kind::f ? static_cast<std::int64_t>(a->f) : a->i;
+  if (const auto* a = dropout.attr("seed"))
+    return a->kind == analysis::Attribute::Kind::f ? static_cast<std::int64_t>(a->f) : a->i;
   std::uint64_t h = 1469598103934665603ull;
   for (unsigned char c : dropout.name) h = (h ^ c) * 1099511628211ull;
   return static_cast<std::int64_t>(h >> 1);
@@ -33,15 +44,6 @@ namespace {
 constexpr double kMaskedBelow = -1e4;
 // How far a scale constant is followed through the ops computing it (Sqrt, Cast, Div, ...).
 constexpr int kScalarDepth = 6;
-
-bool broadcasts_to(const Shape& from, const Shape& to) {
-  if (from.size() > to.size()) return false;
-  for (std::size_t i = 0; i < from.size(); ++i) {
-    const std::int64_t f = from[from.size() - 1 - i], t = to[to.size() - 1 - i];
-    if (f != 1 && f != t) return false;
-  }
-  return true;
-}
 
 // True when the constant `x` is a causal mask of [sq, sk] (broadcast over leading axes): a key j > query i
 // masked (false, or an additive value <= kMaskedBelow), every other entry attended (true, or exactly 0).
@@ -71,8 +73,10 @@ class Matcher {
 
   AttentionMatchResult run() {
     AttentionMatchResult r;
-    if (match()) r.match = std::move(m_);
-    else r.near_miss = why_.empty() ? "no attention around this softmax" : why_;
+    if (match())
+      r.match = std::move(m_);
+    else
+      r.near_miss = why_.empty() ? "no attention around this softmax" : why_;
     return r;
   }
 
@@ -105,7 +109,8 @@ class Matcher {
     if (p == kNoOp || depth > kScalarDepth || g_.tensors[x].element_count() != 1) return std::nullopt;
     const Op& o = op(p);
     std::optional<double> v;
-    if (is(p, "Cast") || is(p, "Identity")) v = scalar(o.input(0), depth + 1);
+    if (is(p, "Cast") || is(p, "Identity"))
+      v = scalar(o.input(0), depth + 1);
     else if (is(p, "Sqrt") || is(p, "Reciprocal") || is(p, "Neg")) {
       if (auto a = scalar(o.input(0), depth + 1)) v = is(p, "Sqrt") ? std::sqrt(*a) : is(p, "Neg") ? -*a : 1.0 / *a;
     } else if (is(p, "Mul") || is(p, "Div")) {
@@ -144,8 +149,10 @@ class Matcher {
       const OpId p = producer(x);
       if (p == kNoOp) break;
       std::optional<TensorId> next;
-      if (f32_cast(p)) next = op(p).input(0);
-      else if (is(p, "Mul") || is(p, "Div")) next = scaled_operand(p);
+      if (f32_cast(p))
+        next = op(p).input(0);
+      else if (is(p, "Mul") || is(p, "Div"))
+        next = scaled_operand(p);
       if (!next) break;
       members_.insert(p);
       reader = p;
@@ -251,7 +258,8 @@ bool Matcher::match_scores_chain(TensorId x) {
       break;
     }
     TensorId next = kNoTensor;
-    if (f32_cast(p)) next = o.input(0);
+    if (f32_cast(p))
+      next = o.input(0);
     else if ((is(p, "Mul") || is(p, "Div"))) {
       auto s = scaled_operand(p);
       if (!s) return miss("'" + o.name + "' scales the scores by a non-constant");
@@ -320,8 +328,10 @@ bool Matcher::match_qk() {
       OpId k_reader = t;
       TensorId k = op(t).input(0);
       if (removable) k = walk_scale(k, k_reader);
-      if (pm[1] == 1) m_.k = resolve(k, k_reader, removable, true);
-      else m_.k = {k, HeadLayout::bshd};  // [B,Sk,H,D] -> [B,H,D,Sk]
+      if (pm[1] == 1)
+        m_.k = resolve(k, k_reader, removable, true);
+      else
+        m_.k = {k, HeadLayout::bshd};  // [B,Sk,H,D] -> [B,H,D,Sk]
       return true;
     }
   }
@@ -394,10 +404,7 @@ bool Matcher::check_geometry() {
   proto.name = op(m_.softmax).name;
   proto.type = "FusedAttention";
   auto layout = [&](const char* key, HeadLayout l) {
-    analysis::Attribute a;
-    a.kind = analysis::Attribute::Kind::s;
-    a.s = analysis::head_layout_name(l);
-    proto.attrs[key] = a;
+    proto.attrs[key] = analysis::autodiff::attr_s(analysis::head_layout_name(l));
   };
   layout("q_layout", m_.q.layout);
   layout("k_layout", m_.k.layout);
@@ -410,7 +417,8 @@ bool Matcher::check_geometry() {
   } else {
     k = shape(m_.k.tensor);
   }
-  if (!f32(m_.q.tensor) || !f32(m_.v.tensor) || !f32(m_.output) || !f32(m_.k_transposed != kNoTensor ? m_.k_transposed : m_.k.tensor))
+  if (!f32(m_.q.tensor) || !f32(m_.v.tensor) || !f32(m_.output) ||
+      !f32(m_.k_transposed != kNoTensor ? m_.k_transposed : m_.k.tensor))
     return miss("Q, K, V or O is not float32");
   analysis::AttentionGeometry a;
   try {
@@ -473,49 +481,5 @@ bool Matcher::check_closed() {
 }  // namespace
 
 AttentionMatchResult match_attention(const Graph& g, OpId softmax) { return Matcher(g, softmax).run(); }
-
-AttentionMatchResult match_onnx_attention(const Graph& g, OpId attention) {
-  const Op& op = g.ops[attention];
-  AttentionMatchResult r;
-  auto miss = [&](const std::string& why) {
-    r.near_miss = "Attention '" + op.name + "': " + why;
-    return r;
-  };
-  for (std::size_t i = 0; i < 3; ++i)
-    if (op.input(i) == kNoTensor || g.tensors[op.input(i)].dims.size() != 4 || g.tensors[op.input(i)].dtype != DType::f32)
-      return miss("Q, K and V are not 4-D float32");
-  for (std::size_t i = 4; i < op.inputs.size(); ++i)
-    if (op.inputs[i] != kNoTensor) return miss("a KV cache or sequence lengths are given");
-  for (std::size_t i = 1; i < op.outputs.size(); ++i)
-    if (op.outputs[i] != kNoTensor && (g.tensors[op.outputs[i]].is_graph_output || !g.tensors[op.outputs[i]].consumers.empty()))
-      return miss("an output besides Y is read");
-  if (op.attr_float("softcap", 0.0) != 0.0) return miss("softcap is set");
-  AttentionMatch m;
-  m.softmax = m.scores = m.output_op = attention;
-  m.members = {attention};
-  m.q = {op.input(0), HeadLayout::bhsd};
-  m.k = {op.input(1), HeadLayout::bhsd};
-  m.v = {op.input(2), HeadLayout::bhsd};
-  m.output = op.output(0);
-  Op proto;
-  proto.name = op.name;
-  analysis::AttentionGeometry a;
-  try {
-    a = attention_geometry(proto, g.tensors[m.q.tensor].shape(), g.tensors[m.k.tensor].shape(), g.tensors[m.v.tensor].shape());
-  } catch (const Error& e) {
-    return miss(e.what());
-  }
-  m.scale = op.attr_float("scale", 1.0 / std::sqrt(static_cast<double>(a.head_dim)));
-  m.causal = op.attr_int("is_causal", 0) != 0;
-  if (const TensorId mask = op.input(3); mask != kNoTensor) {
-    const auto& t = g.tensors[mask];
-    if (!broadcasts_to(t.shape(), {a.batch, a.q_heads, a.q_len, a.kv_len}) || (t.dtype != DType::f32 && t.dtype != DType::boolean))
-      return miss("attn_mask is not a float32 or boolean tensor broadcasting to the scores");
-    if (t.dtype == DType::boolean) m.bool_mask = mask;
-    else m.biases = {mask};
-  }
-  r.match = std::move(m);
-  return r;
-}
 
 }  // namespace memplan::planner

@@ -11,6 +11,7 @@
 #include "analysis/import.hpp"
 #include "analysis/ops.hpp"
 #include "analysis/shapes.hpp"
+#include "attention_fixtures.hpp"
 #include "planner/fusion.hpp"
 #include "planner/fusion_attention.hpp"
 
@@ -18,6 +19,9 @@ using namespace memplan;
 using namespace memplan::analysis;
 using namespace memplan::planner;
 using Shape = std::vector<std::int64_t>;
+using attention_fixtures::Builder;
+using attention_fixtures::integer;
+using attention_fixtures::ints;
 
 namespace {
 
@@ -39,60 +43,6 @@ std::vector<const Op*> fused(const Graph& g) {
 
 AttentionGeometry geometry(const Graph& g, const Op& op) {
   return attention_geometry(op, g.tensors[op.input(0)].shape(), g.tensors[op.input(1)].shape(), g.tensors[op.input(2)].shape());
-}
-
-struct Builder {
-  Graph g;
-  Builder() { g.opset = 17; }
-
-  TensorId tensor(const std::string& name, const Shape& shape, DType dt = DType::f32, TensorRole role = TensorRole::activation) {
-    Tensor t;
-    t.name = name;
-    t.dtype = dt;
-    t.rank_known = true;
-    for (auto d : shape) t.dims.push_back(Dim::of(d));
-    t.role = role;
-    return g.add_tensor(std::move(t));
-  }
-  TensorId input(const std::string& name, const Shape& shape) {
-    const TensorId t = tensor(name, shape, DType::f32, TensorRole::input);
-    g.inputs.push_back(t);
-    return t;
-  }
-  TensorId constant(const std::string& name, const Shape& shape, const std::vector<double>& v, DType dt = DType::f32) {
-    const TensorId t = tensor(name, shape, dt, TensorRole::weight);
-    g.tensors[t].data = std::make_shared<TensorData>(TensorData::from_double(dt, shape, v));
-    return t;
-  }
-  TensorId op(const std::string& type, std::vector<TensorId> ins, const Shape& out, std::map<std::string, Attribute> attrs = {},
-              DType dt = DType::f32) {
-    const TensorId o = tensor(type + "_" + std::to_string(g.ops.size()), out, dt);
-    Op x;
-    x.name = "op" + std::to_string(g.ops.size()) + "_" + type;
-    x.type = type;
-    x.inputs = std::move(ins);
-    x.outputs = {o};
-    x.attrs = std::move(attrs);
-    g.add_op(std::move(x));
-    return o;
-  }
-  void output(TensorId t) {
-    g.outputs.push_back(t);
-    g.tensors[t].is_graph_output = true;
-  }
-};
-
-Attribute ints(Shape v) {
-  Attribute a;
-  a.kind = Attribute::Kind::ints;
-  a.ints = std::move(v);
-  return a;
-}
-Attribute integer(std::int64_t v) {
-  Attribute a;
-  a.kind = Attribute::Kind::i;
-  a.i = v;
-  return a;
 }
 
 // The ways a hand-built attention deviates from softmax(Q K^T * 0.25) V.
@@ -120,7 +70,8 @@ Graph attention_graph(const Variant& v) {
   }
   k = b.input("k", bhsd);
   using S = Variant::Scale;
-  const TensorId half = b.constant("half", {1}, {0.5}), quarter = b.constant("quarter", {}, {0.25}), four = b.constant("four", {}, {4.0});
+  const TensorId half = b.constant("half", {1}, {0.5}), quarter = b.constant("quarter", {}, {0.25}),
+                 four = b.constant("four", {}, {4.0});
   if (v.scale == S::q) q = b.op("Mul", {q, quarter}, bhsd);
   if (v.scale == S::q_and_k) q = b.op("Mul", {half, q}, bhsd);
   TensorId kt = b.op("Transpose", {k}, {kB, kH, kD, kS}, {{"perm", ints({0, 1, 3, 2})}});
@@ -159,9 +110,9 @@ TEST_CASE("every sample transformer export fuses one FusedAttention per attentio
     std::int64_t q_heads, kv_heads;
     bool scaled, dropout;
   };
-  const Model models[] = {{"bert_small", 4, true, 4, 4, true, true},  {"gpt2_small", 4, true, 4, 4, true, true},
-                          {"llama_gqa", 4, true, 8, 2, true, true},   {"qwen2_gqa", 4, true, 8, 2, true, true},
-                          {"phi_small", 4, true, 4, 4, true, true},   {"t5_encoder", 4, true, 4, 4, false, true},
+  const Model models[] = {{"bert_small", 4, true, 4, 4, true, true},   {"gpt2_small", 4, true, 4, 4, true, true},
+                          {"llama_gqa", 4, true, 8, 2, true, true},    {"qwen2_gqa", 4, true, 8, 2, true, true},
+                          {"phi_small", 4, true, 4, 4, true, true},    {"t5_encoder", 4, true, 4, 4, false, true},
                           {"deit_tiny", 12, false, 3, 3, true, false}, {"swin_tiny", 12, false, 0, 0, true, false}};
   int files = 0;
   for (const auto& m : models)
@@ -295,7 +246,7 @@ TEST_CASE("the dropout seed is the op's seed attribute, else a hash of its name"
   CHECK(attention_dropout_seed(d) == 42);
 }
 
-TEST_CASE("ONNX Attention with 4-D operands infers its shape and becomes FusedAttention; 3-D stays") {
+TEST_CASE("ONNX Attention with 4-D operands infers its shape and becomes FusedAttention, 3-D stays") {
   Builder b;
   b.g.opset = 23;
   const Shape q{kB, 8, kS, kD}, kv{kB, 2, kS, kD};
