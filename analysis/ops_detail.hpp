@@ -22,6 +22,7 @@ double no_flops(const Graph& g, const Op& op);         // data movement: copies,
 double reduction_flops(const Graph& g, const Op& op);  // max(elements of input 0, of output 0)
 double one_flop(const Graph& g, const Op& op);         // a scalar update (AdamStep)
 double attention_flops(const Graph& g, const Op& op);       // FusedAttention: 2 S^2 (D + Dv) per head + softmax
+double onnx_attention_flops(const Graph& g, const Op& op);  // ONNX Attention (3-D or 4-D operands), the same count
 double attention_grad_flops(const Graph& g, const Op& op);  // FusedAttentionGrad: scores recomputed, four products
 // Elements of the largest operand (inputs and outputs).
 double largest_operand(const Graph& g, const Op& op);

@@ -74,13 +74,35 @@ double score_elements(const AttentionGeometry& a) {
                    static_cast<double>(a.kv_len);
   return a.causal ? 0.5 * n : n;
 }
+// S = Q K^T, the softmax (about 5 per score), O = P V.
+double forward_flops(const AttentionGeometry& a) {
+  return score_elements(a) * (2.0 * static_cast<double>(a.head_dim) + 2.0 * static_cast<double>(a.v_head_dim) + 5.0);
+}
 }  // namespace
 
 double attention_flops(const Graph& g, const Op& op) {
   const TensorId q = op.input(0), k = op.input(1), v = op.input(2);
-  const auto a = attention_geometry(op, shape_of(g, q), shape_of(g, k), shape_of(g, v));
-  const double s = score_elements(a);
-  return s * (2.0 * static_cast<double>(a.head_dim) + 2.0 * static_cast<double>(a.v_head_dim) + 5.0);
+  return forward_flops(attention_geometry(op, shape_of(g, q), shape_of(g, k), shape_of(g, v)));
+}
+
+double onnx_attention_flops(const Graph& g, const Op& op) {
+  auto q = shape_of(g, op.input(0)), k = shape_of(g, op.input(1)), v = shape_of(g, op.input(2));
+  if (q.size() == 3 && k.size() == 3 && v.size() == 3) {
+    const std::int64_t hq = std::max<std::int64_t>(1, op.attr_int("q_num_heads", 1)), hkv = std::max<std::int64_t>(1, op.attr_int("kv_num_heads", 1));
+    q = {q[0], hq, q[1], q[2] / hq};
+    k = {k[0], hkv, k[1], k[2] / hkv};
+    v = {v[0], hkv, v[1], v[2] / hkv};
+  }
+  if (q.size() != 4 || k.size() != 4 || v.size() != 4) return 0.0;
+  AttentionGeometry a;
+  a.batch = q[0];
+  a.q_heads = q[1];
+  a.q_len = q[2];
+  a.kv_len = k[2] + (op.input(4) != kNoTensor ? shape_of(g, op.input(4)).at(2) : 0);
+  a.head_dim = q[3];
+  a.v_head_dim = v[3];
+  a.causal = op.attr_int("is_causal", 0) != 0;
+  return forward_flops(a);
 }
 
 double attention_grad_flops(const Graph& g, const Op& op) {

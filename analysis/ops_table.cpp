@@ -149,6 +149,7 @@ std::vector<OpSpec> build() {
       params(identity_in_inference(inplace(onnx("Dropout", K::random, &per_element<2>, "zeroes random elements in training mode and scales the rest; also the mask"), 1u)), 0, kBut0),
 
       // Normalization.
+      onnx("Attention", K::fused, onnx_attention_flops, "softmax(scale Q K^T + mask) V with causal mask and grouped heads (opset 23)"),
       onnx("Softmax", K::normalization, &per_element<5>, "exp(x) / sum(exp(x)) along `axis`"),
       onnx("LogSoftmax", K::normalization, &per_element<5>, "log(softmax(x)) along `axis`"),
       onnx("Hardmax", K::normalization, e1, "1 at the maximum along `axis`, 0 elsewhere"),

@@ -165,6 +165,38 @@ void layer_norm_op(OpContext& c) {
   c.set_output(2, static_cast<DType>(stash), stats);
 }
 
+// ONNX Attention (opset 23): Q [B,Hq,Sq,D], K [B,Hkv,Sk,D], V [B,Hkv,Sk,Dv] -> Y [B,Hq,Sq,Dv]; or 3-D
+// [B,S,H*D] operands with q_num_heads and kv_num_heads -> Y [B,Sq,Hq*Dv]. past_key/past_value [B,Hkv,Sp,*]
+// are prepended along the sequence in present_key/present_value; qk_matmul_output is [B,Hq,Sq,Sp+Sk].
+void attention_op(OpContext& c) {
+  Shape q = c.in_shape(0), k = c.in_shape(1), v = c.in_shape(2);
+  const bool three = q.size() == 3;
+  if ((q.size() != 4 && !three) || k.size() != q.size() || v.size() != q.size())
+    c.fail_shape("needs Q, K and V all 3-D or all 4-D, got " + shape_str(q) + ", " + shape_str(k) + ", " + shape_str(v));
+  if (three) {
+    const std::int64_t hq = c.op().attr_int("q_num_heads", 0), hkv = c.op().attr_int("kv_num_heads", 0);
+    if (hq <= 0 || hkv <= 0 || q[2] % hq != 0 || k[2] % hkv != 0 || v[2] % hkv != 0)
+      c.fail_shape("3-D inputs need q_num_heads and kv_num_heads dividing their hidden sizes");
+    q = {q[0], hq, q[1], q[2] / hq};
+    k = {k[0], hkv, k[1], k[2] / hkv};
+    v = {v[0], hkv, v[1], v[2] / hkv};
+  }
+  if (q[0] != k[0] || q[0] != v[0] || q[3] != k[3] || k[1] != v[1] || k[2] != v[2] || k[1] <= 0 || q[1] % k[1] != 0)
+    c.fail_shape("Q " + shape_str(q) + ", K " + shape_str(k) + " and V " + shape_str(v) + " do not agree");
+  std::int64_t past = 0;
+  if (c.has_input(4)) {
+    const Shape pk = c.in_shape(4);
+    if (pk.size() != 4 || pk[0] != k[0] || pk[1] != k[1] || pk[3] != k[3]) c.fail_shape("past_key " + shape_str(pk) + " does not match K");
+    past = pk[2];
+  }
+  const std::int64_t total = c.add(past, k[2]);
+  const DType dt = c.in_dtype(0);
+  c.set_output(0, dt, three ? Shape{q[0], q[2], c.mul(q[1], v[3])} : Shape{q[0], q[1], q[2], v[3]});
+  c.set_output(1, dt, {k[0], k[1], total, k[3]});
+  c.set_output(2, dt, {v[0], v[1], total, v[3]});
+  c.set_output(3, dt, {q[0], q[1], q[2], total});
+}
+
 // Inference: Y only. Training (training_mode=1, or the old opsets' extra outputs): running or saved
 // mean and variance, each of shape [C].
 void batch_norm_op(OpContext& c) {
@@ -239,6 +271,7 @@ void add_nn_rules(RuleTable& t) {
   for (const char* name : {"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}) t[name].shape = &global_pool_op;
   t["Flatten"].shape = &flatten_op;
   t["LayerNormalization"].shape = &layer_norm_op;
+  t["Attention"].shape = &attention_op;
   t["BatchNormalization"].shape = &batch_norm_op;
   t["Resize"].shape = &resize_op;
   t["Upsample"].shape = &resize_op;
