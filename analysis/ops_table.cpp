@@ -283,6 +283,8 @@ std::vector<OpSpec> build() {
       [] {
         OpSpec s = mine(memplan_ops::kFusedElementwise, K::fused, e1, "a chain of elementwise ops run as one kernel (expression in `expr`)");
         s.inplace_any_input = true;
+        // A rank-1 operand of a fused group is a bias or scale an Add or Mul read: it keeps training.
+        s.rank1_parameter_inputs = 0xffffffffu;
         return s;
       }(),
   };
