@@ -73,6 +73,7 @@ void add_elementwise_grads(GradTable& t);
 void add_nn_grads(GradTable& t);
 void add_tensor_grads(GradTable& t);
 void add_loss_grads(GradTable& t);  // MSELoss
+void add_fused_grads(GradTable& t);  // memplan::FusedElementwise
 // The op registry (ops.cpp) owns the table built from these; look rules up with op_registry().
 
 // Appends the MSE loss of the first float graph output against a new input "target"; returns the loss.

@@ -12,9 +12,10 @@ namespace memplan::analysis {
 
 namespace {
 
-constexpr std::array<const char*, 22> kNames = {
+constexpr std::array<const char*, 24> kNames = {
     "in",  "const", "add", "sub",  "mul",     "div", "pow", "max",  "min",        "neg",      "abs",
     "relu", "sigmoid", "tanh", "erf", "exp", "log", "sqrt", "reciprocal", "identity", "clip", "leaky_relu",
+    "gt",   "ge",
 };
 
 // Reads a double written by fmt_double ("inf", "-inf" and "nan" included, which >> rejects).
@@ -38,7 +39,7 @@ const char* elem_op_name(ElemOp op) noexcept { return kNames[static_cast<std::si
 
 int elem_op_arity(ElemOp op) noexcept {
   if (op == ElemOp::input || op == ElemOp::constant) return 0;
-  if (op >= ElemOp::add && op <= ElemOp::min) return 2;
+  if ((op >= ElemOp::add && op <= ElemOp::min) || op == ElemOp::gt || op == ElemOp::ge) return 2;
   return 1;
 }
 
@@ -138,6 +139,8 @@ float FusedExpr::evaluate(const float* operand_values, float* v) const {
       case ElemOp::identity: r = x; break;
       case ElemOp::clip: r = std::fmin(std::fmax(x, static_cast<float>(n.p0)), static_cast<float>(n.p1)); break;
       case ElemOp::leaky_relu: r = x >= 0.0f ? x : x * static_cast<float>(n.p0); break;
+      case ElemOp::gt: r = x > y ? 1.0f : 0.0f; break;
+      case ElemOp::ge: r = x >= y ? 1.0f : 0.0f; break;
     }
     v[i] = r;
   }

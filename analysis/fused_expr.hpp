@@ -19,6 +19,7 @@ enum class ElemOp : std::uint8_t {
   add, sub, mul, div, pow, max, min,                        // binary
   neg, abs, relu, sigmoid, tanh, erf, exp, log, sqrt, reciprocal, identity,  // unary
   clip, leaky_relu,                                         // unary with parameters
+  gt, ge,  // binary comparisons as 1.0f / 0.0f (a > b, a >= b): the selections of derivatives (relu', max')
 };
 const char* elem_op_name(ElemOp op) noexcept;
 int elem_op_arity(ElemOp op) noexcept;  // 0 for leaves
@@ -50,6 +51,17 @@ struct FusedExpr {
 };
 
 inline constexpr std::string_view kFusedOpType = memplan_ops::kFusedElementwise;
+
+// Reverse-mode derivative of `e` with respect to operand `input`: an expression over operands
+// x0..x(n-1) and dy (operand n = e.num_inputs) computing dy * de/dx_input elementwise at the broadcast
+// output shape (summing it down to the operand's own shape is the caller's). The forward nodes a
+// derivative reads are rebuilt in it once (common subexpressions shared), trivial arithmetic is
+// simplified (x*1, x+0, constant folding, x*0 -> 0), nodes it does not need are dropped; num_inputs is n+1.
+// Kinks follow PyTorch: relu'(0) = abs'(0) = 0, leaky_relu'(0) = alpha, clip passes the gradient where
+// lo <= x <= hi, max/min split the gradient evenly between tied operands (torch.maximum's rule);
+// pow(a, b) gives b * a^(b-1) and a^b * log(a) (no special case at a = 0 or b = 0 beyond a constant
+// exponent 0, whose base gradient is 0). Errors: ErrorKind::usage when `input` >= e.num_inputs.
+FusedExpr gradient_expr(const FusedExpr& e, std::uint32_t input);
 
 // The expression of one op that fusion can take (an elementwise op on float32 tensors whose constant
 // parameters are known), with the op's inputs as operands 0..n-1; nullopt otherwise. A

@@ -37,6 +37,7 @@ const autodiff::GradTable& grad_rules() {
     autodiff::add_nn_grads(t);
     autodiff::add_tensor_grads(t);
     autodiff::add_loss_grads(t);
+    autodiff::add_fused_grads(t);
     return t;
   }();
   return table;

@@ -102,6 +102,9 @@ FusionResult fuse_elementwise(const Graph& g, const FusionOptions& opts) {
   std::vector<bool> fusible(n, false);
   for (OpId o = 0; o < n; ++o) {
     if (g.ops[o].type == kFusedOpType) continue;  // already fused: left alone
+    // Forward ops only: a training step's backward and optimizer ops are the backward rules' (a fused
+    // forward group already emits fused backward kernels), and fusing them would hide what they save.
+    if (g.ops[o].phase != analysis::Phase::forward) continue;
     if (auto e = elementwise_expr(g, o)) {
       exprs[o] = std::move(*e);
       fusible[o] = true;

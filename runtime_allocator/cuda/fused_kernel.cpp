@@ -66,6 +66,8 @@ std::string node_code(const ExprNode& n) {
     case ElemOp::identity: return a;
     case ElemOp::clip: return "fminf(fmaxf(" + a + ", " + literal(n.p0) + "), " + literal(n.p1) + ")";
     case ElemOp::leaky_relu: return a + " >= 0.0f ? " + a + " : " + a + " * " + literal(n.p0);
+    case ElemOp::gt: return a + " > " + b + " ? 1.0f : 0.0f";
+    case ElemOp::ge: return a + " >= " + b + " ? 1.0f : 0.0f";
   }
   return a;
 }

@@ -42,7 +42,7 @@ TEST_CASE("fused_groups_of lists exactly fuse_graph's groups, each op stamped wi
   CHECK(seen > 0);  // the random graphs do have elementwise chains to fuse
 }
 
-TEST_CASE("an op that replaced nothing is not fused and has no label; one without a kind falls back to its type") {
+TEST_CASE("an op that replaced nothing is not fused and has no label - one without a kind falls back to its type") {
   analysis::Op op;
   op.name = "n";
   op.type = "FusedElementwise";

@@ -137,6 +137,26 @@ TEST_CASE("a tensor read outside the group or returned by the graph keeps its bu
   CHECK(res.graph.ops.size() == 4);
 }
 
+TEST_CASE("only forward ops fuse: backward and optimizer chains of a training step are left alone") {
+  for (Phase phase : {Phase::backward, Phase::optimizer}) {
+    Builder b;
+    TensorId x = b.input("x");
+    TensorId f = b.op("Tanh", {b.op("Relu", {x}, "r")}, "f");  // forward: fuses
+    TensorId m = b.op("Mul", {f, b.scalar("two", 2.0)}, "m");
+    TensorId s = b.op("Sigmoid", {b.op("Neg", {m}, "n")}, "s");
+    for (auto& op : b.g.ops)
+      if (op.type == "Mul" || op.type == "Neg" || op.type == "Sigmoid") op.phase = phase;
+    b.output(s);
+    INFO("phase " << phase_name(phase));
+    FusionResult res = fuse_elementwise(b.g);
+    res.graph.validate();
+    REQUIRE(res.groups.size() == 1);
+    CHECK(res.groups[0].members.size() == 2);
+    CHECK(res.graph.ops.size() == 4);
+    CHECK(res.graph.find("n") != kNoTensor);
+  }
+}
+
 TEST_CASE("the text form round-trips, infinite clip bounds included, and bad text is rejected") {
   FusedExpr e;
   auto x = e.add({ElemOp::input, 0, 0, 0, 0});

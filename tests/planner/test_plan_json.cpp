@@ -1,8 +1,10 @@
 // Tests of the plan's JSON form: exact round trip, and each way a document can be wrong.
 #include <doctest/doctest.h>
 
+#include "analysis/import.hpp"
 #include "bench/gen_graph.hpp"
 #include "planner/fused_groups.hpp"
+#include "planner/fusion.hpp"
 #include "planner/plan_json.hpp"
 #include "tests/planner/planner_fixtures.hpp"
 
@@ -66,6 +68,33 @@ TEST_CASE("an embedded graph is written under \"graph\" and ignored when reading
   REQUIRE(doc.contains("graph"));
   CHECK(doc["graph"].is_object());
   CHECK(plan_to_json(g, plan_from_json(g, doc)).dump() == plan_to_json(g, p).dump());
+}
+
+TEST_CASE("a forward graph with fused elementwise ops round-trips through an embedded plan unchanged") {
+  const auto g = sample_graph(5);
+  const auto fr = fuse_elementwise(g);
+  REQUIRE(!fr.groups.empty());
+  const Plan p = testing::plan_checked(fr.graph);
+  const json doc = plan_to_json(fr.graph, p, true);
+  const analysis::Graph back = analysis::import_json(doc["graph"]);
+  REQUIRE(back.ops.size() == fr.graph.ops.size());
+  std::size_t fused = 0;
+  for (std::size_t o = 0; o < back.ops.size(); ++o) {
+    const auto &a = back.ops[o], &b = fr.graph.ops[o];
+    CHECK(a.name == b.name);
+    CHECK(a.type == b.type);
+    CHECK(a.domain == b.domain);
+    CHECK(a.phase == b.phase);
+    if (b.type != kFusedOpType) continue;
+    ++fused;
+    CHECK(a.attr_string("expr", "") == b.attr_string("expr", ""));
+    REQUIRE(a.attr("fused_ops") != nullptr);
+    CHECK(a.attr("fused_ops")->strings == b.attr("fused_ops")->strings);
+    REQUIRE(a.inputs.size() == b.inputs.size());
+    for (std::size_t i = 0; i < a.inputs.size(); ++i) CHECK(back.tensors[a.inputs[i]].name == fr.graph.tensors[b.inputs[i]].name);
+  }
+  CHECK(fused == fr.groups.size());
+  CHECK(plan_to_json(back, plan_from_json(back, doc), true).dump() == doc.dump());
 }
 
 TEST_CASE("a document of another schema, version or model is a plan mismatch") {

@@ -137,6 +137,10 @@ inline const std::vector<Example>& examples() {
     v.push_back({"memplan", "SwapOut", {x({2, 3})}, {{{2, 3}}}});
     v.push_back({"memplan", "SwapIn", {x({2, 3})}, {{{2, 3}}}});
     v.push_back({"memplan", "FusedElementwise", {x({2, 3}), x({2, 3})}, {{{2, 3}}}, A{{"expr", s("in 0;in 1;add 0 1;relu 2")}}});
+    // Exact GELU of x + bias, the bias broadcast (its gradient is summed down by ReduceSumTo).
+    v.push_back({"memplan", "FusedElementwise", {t({2, 3}), t({3})}, {{{2, 3}}},
+                 A{{"expr", s("in 0;in 1;add 0 1;const 1.4142135623730951;div 2 3;erf 4;const 1;add 5 6;const 0.5;mul 2 8;mul 9 7")}},
+                 {"memplan::ReduceSumTo"}});
     return v;
   }();
   return all;

@@ -41,7 +41,8 @@ FusedExpr random_expr(std::mt19937& rng, std::uint32_t inputs, int ops) {
   e.num_inputs = inputs;
   for (std::uint32_t k = 0; k < inputs; ++k) e.add({ElemOp::input, k, 0, 0, 0});
   const ElemOp choice[] = {ElemOp::add, ElemOp::sub, ElemOp::mul, ElemOp::max, ElemOp::relu, ElemOp::sigmoid,
-                           ElemOp::tanh, ElemOp::erf, ElemOp::abs, ElemOp::clip, ElemOp::leaky_relu, ElemOp::neg};
+                           ElemOp::tanh, ElemOp::erf, ElemOp::abs, ElemOp::clip, ElemOp::leaky_relu, ElemOp::neg,
+                           ElemOp::gt,  ElemOp::ge};
   for (int i = 0; i < ops; ++i) {
     const ElemOp op = choice[rng() % std::size(choice)];
     const auto n = static_cast<std::uint32_t>(e.nodes.size());
