@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-failures = []
+from viz_testlib import check, failures, run
 
 # pytorch_peak_bytes of the CNN training exports (strategy none, optimizer sgd), as `eager_peak_bytes` gave
 # them before fusion was part of planning (commit 7d6cee6).
@@ -26,20 +26,6 @@ CNN_EAGER_PEAKS = [
     ("mobilenet_v2.train.onnx", ["--dim", "batch=4"], 334243165),
 ]
 BERT = ["--dim", "batch=2", "--dim", "seq=64"]
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    return cond
-
-
-def run(memplan, *args):
-    r = subprocess.run([memplan, *args], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"memplan {' '.join(args)} exited {r.returncode}: {r.stderr.strip()}")
-    return r.stdout
 
 
 def run_json(memplan, *args):
