@@ -13,6 +13,7 @@ missing.
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -108,7 +109,13 @@ def bert_checks(memplan, samples, tmp):
     check("off (--no-fuse)" in text, "bert text --no-fuse: fusion not reported off")
     r = subprocess.run([memplan, "plan", model, "--train", *BERT, "--pytorch-attention", "flash"], capture_output=True, text=True)
     check(r.returncode != 0 and "--pytorch-attention" in r.stderr, "bert: a bad --pytorch-attention is not refused")
-    # A plan of the fused graph is refused against the unfused one, and read back against its own.
+    # The timeline names fused ops by kind and member count in its tooltips.
+    svg = os.path.join(tmp, "bert.svg")
+    run(memplan, "viz", model, "--train", *BERT, "-o", svg)
+    with open(svg, encoding="utf-8") as fh:
+        labels = set(re.findall(r"made by [^<&]* \(([^,()]+), ([a-z_]+) \u00d7(\d+)\)", fh.read()))
+    kinds = {g["kind"] for g in fused["fusion"]["groups"]}
+    check(labels and {k for _, k, _ in labels} <= kinds, f"bert timeline: fused labels {sorted(labels)[:3]} vs kinds {kinds}")
     trace = os.path.join(tmp, "bert.trace.json")
     run(memplan, "trace", model, "--train", *BERT, "--plan", fused_plan, "-o", trace)
     with open(trace) as fh:
