@@ -5,6 +5,7 @@
 
 #include "analysis/liveness.hpp"
 #include "cli/common.hpp"
+#include "cli/fusion_report.hpp"
 #include "cli/registry.hpp"
 #include "planner/assign.hpp"
 #include "planner/inference.hpp"
@@ -32,6 +33,7 @@ nlohmann::json shapes_json(const analysis::Graph& g) {
 int run_analyze(const AnalyzeArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   analysis::Graph g = load_shaped_model(a.model);
+  const FusionSummary fusion = fuse_in_place(g, fuse_options(a.model));
   planner::InferencePlan ip = planner::plan_inference(g, assign_options(a.arena));
   const double total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -90,6 +92,7 @@ int run_analyze(const AnalyzeArgs& a) {
                         {"producer_type", g.ops[x.producer].type}, {"shape", x.shape()}});
       }
     j["live_at_peak"] = live;
+    j["fusion"] = fusion_json(fusion);
     if (a.shapes) j["tensor_shapes"] = shapes_json(g);
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -97,6 +100,7 @@ int run_analyze(const AnalyzeArgs& a) {
 
   auto ratio = [](std::uint64_t x, std::uint64_t y) { return y ? static_cast<double>(x) / static_cast<double>(y) : 0.0; };
   std::printf("model              %s (%zu ops, %zu tensors)\n", a.model.model.c_str(), g.ops.size(), g.tensors.size());
+  std::printf("fused              %s\n", fusion_text(fusion).c_str());
   std::printf("weights            %s (%s parameters)\n", human_bytes(weights).c_str(), human_count(static_cast<double>(params)).c_str());
   std::printf("graph inputs       %s\n", human_bytes(inputs).c_str());
   std::printf("activation peak    %s at step %u%s%s%s\n", human_bytes(l.lower_bound_bytes).c_str(), peak,

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <optional>
 
 #include "analysis/import.hpp"
 #include "cli/cmd_plan.hpp"
@@ -31,6 +32,7 @@ int run_fit(const FitArgs& a) {
   std::vector<std::string> strategies = a.strategies.empty() ? planner::training_strategies() : a.strategies;
   // Shaped training graphs per value, shared by the strategies' searches.
   std::map<std::int64_t, analysis::Graph> shaped;
+  std::optional<FusionSummary> fusion;  // of the first value probed: the same groups at every value
   auto probe = [&](const std::string& strategy, std::int64_t v) {
     auto it = shaped.find(v);
     if (it == shaped.end()) {
@@ -42,6 +44,7 @@ int run_fit(const FitArgs& a) {
     TrainingArgs ta = a.train;
     ta.strategy = strategy;
     TrainingSetup s = training_setup(it->second, ta);
+    if (!fusion) fusion = s.fusion;
     Probe p;
     try {
       p.result = planner::plan_training(s.training, s.options);
@@ -91,11 +94,13 @@ int run_fit(const FitArgs& a) {
     per[s] = e;
   }
   out["strategies"] = per;
+  if (fusion) out["fusion"] = fusion_json(*fusion);
   if (a.json) {
     std::cout << out.dump(2) << "\n";
     return 0;
   }
   std::printf("model %s, budget %s, varying %s\n", a.train.model.model.c_str(), human_bytes(out["budget_bytes"]).c_str(), a.vary.c_str());
+  if (fusion) std::printf("fused %s\n", fusion_text(*fusion).c_str());
   std::printf("  %-9s %10s %14s %12s %14s\n", "strategy", ("max " + a.vary).c_str(), "peak", "recompute", "step estimate");
   for (const auto& s : strategies) {
     const auto& e = per[s];

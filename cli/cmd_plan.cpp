@@ -23,13 +23,19 @@ void add_training_args(CLI::App* cmd, TrainingArgs& args) {
 }
 
 TrainingSetup training_setup(const analysis::Graph& shaped_forward, const TrainingArgs& args) {
+  return training_setup(shaped_forward, args, fuse_options(args.model));
+}
+
+TrainingSetup training_setup(const analysis::Graph& shaped_forward, const TrainingArgs& args, const planner::FuseOptions& fuse) {
   if (!args.train) fail(ErrorKind::usage, "plan and fit need --train (use `memplan analyze` for inference)");
   TrainingSetup s;
   analysis::TrainingOptions to;
   const auto opt = analysis::optimizer_from_name(args.optimizer);
   if (!opt) fail(ErrorKind::usage, "--optimizer '" + args.optimizer + "' is not one of none, sgd, momentum, adam");
   to.optimizer = *opt;
-  s.training = analysis::build_training_graph(shaped_forward, to);
+  analysis::Graph forward = shaped_forward;
+  s.fusion = fuse_in_place(forward, fuse);
+  s.training = analysis::build_training_graph(forward, to);
   s.options.strategy = args.strategy;
   const auto& names = planner::training_strategies();
   if (std::find(names.begin(), names.end(), args.strategy) == names.end())
@@ -50,11 +56,30 @@ struct PlanArgs {
   TrainingArgs train;
   bool json = false;
   std::string plan_file;
+  std::string pytorch_attention = "sdpa";
 };
 
-int run_plan(const PlanArgs& a) {
-  const TrainingSetup s = load_training(a.train);
+// What PyTorch eager would hold at its peak running this training step: the forward graph fused only where
+// PyTorch runs one library kernel (LayerNorm, GELU, and SDPA with `sdpa`), planned with strategy none (no
+// recomputation, no swap, no budget), its memory replayed by the eager model (planner/eager_model.hpp).
+std::uint64_t pytorch_peak_bytes(const analysis::Graph& shaped_forward, const TrainingArgs& args, bool sdpa) {
+  TrainingArgs ta = args;
+  ta.strategy = "none";
+  ta.budget.clear();
+  const TrainingSetup s = training_setup(shaped_forward, ta, planner::FuseOptions::pytorch_eager(sdpa));
   const planner::TrainingPlanResult r = planner::plan_training(s.training, s.options);
+  return planner::eager_peak(r.graph, r.plan).peak_bytes;
+}
+
+int run_plan(const PlanArgs& a) {
+  if (a.pytorch_attention != "sdpa" && a.pytorch_attention != "eager")
+    fail(ErrorKind::usage, "--pytorch-attention '" + a.pytorch_attention + "' is not one of sdpa, eager");
+  if (!a.train.train) fail(ErrorKind::usage, "plan and fit need --train (use `memplan analyze` for inference)");
+  const analysis::Graph shaped = load_shaped_model(a.train.model);
+  const TrainingSetup s = training_setup(shaped, a.train);
+  const planner::TrainingPlanResult r = planner::plan_training(s.training, s.options);
+  const bool sdpa = a.pytorch_attention == "sdpa";
+  const std::uint64_t pytorch_peak = pytorch_peak_bytes(shaped, a.train, sdpa);
   const analysis::Graph& g = r.graph;
   std::uint64_t weights = 0, naive = 0;
   std::size_t unresolved = 0;
@@ -88,7 +113,10 @@ int run_plan(const PlanArgs& a) {
     j["budget_bytes"] = s.options.budget_bytes ? nlohmann::json(*s.options.budget_bytes) : nlohmann::json();
     j["peak_bytes"] = r.peak_bytes;
     j["persistent_bytes"] = r.persistent_bytes;
-    j["eager_peak_bytes"] = planner::eager_peak(r.graph, r.plan).peak_bytes;  // PyTorch's peak on this schedule
+    j["eager_peak_bytes"] = planner::eager_peak(r.graph, r.plan).peak_bytes;  // an eager allocator on this plan's graph and schedule
+    j["pytorch_peak_bytes"] = pytorch_peak;  // PyTorch eager's own peak (pytorch_peak_bytes above)
+    j["pytorch_attention"] = a.pytorch_attention;
+    j["fusion"] = fusion_json(s.fusion);
     j["input_bytes"] = r.input_bytes;
     j["activation_arena_bytes"] = r.activation_arena_bytes;
     j["training_flops"] = r.training_flops;
@@ -104,6 +132,7 @@ int run_plan(const PlanArgs& a) {
     return 0;
   }
   std::printf("model                %s (training step: %zu ops, %zu tensors)\n", a.train.model.model.c_str(), g.ops.size(), g.tensors.size());
+  std::printf("fused                %s\n", fusion_text(s.fusion).c_str());
   std::printf("strategy             %s%s\n", r.strategy.c_str(),
               s.options.budget_bytes ? (", budget " + human_bytes(*s.options.budget_bytes)).c_str() : " (no budget: least memory)");
   std::printf("peak                 %s = persistent %s + inputs %s + activation arena %s\n", human_bytes(r.peak_bytes).c_str(),
@@ -117,6 +146,7 @@ int run_plan(const PlanArgs& a) {
               human_bytes(r.swap_bytes).c_str());
   std::printf("step estimate        %.3f ms (%s FLOPs without recompute)\n", 1e3 * r.estimated_step_seconds,
               human_count(r.training_flops).c_str());
+  std::printf("PyTorch eager (%s attention) would peak at %s\n", sdpa ? "SDPA" : "eager", human_bytes(pytorch_peak).c_str());
   std::printf("plan                 %s, planned in %.3f s\n", r.report.valid ? "valid (verified)" : "INVALID", r.plan_seconds);
   if (!a.plan_file.empty()) std::printf("plan written to      %s\n", a.plan_file.c_str());
   return 0;
@@ -128,6 +158,8 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
   add_training_args(cmd, args->train);
   cmd->add_flag("--json", args->json, "print one JSON object");
   cmd->add_option("--plan", args->plan_file, "write the plan (JSON, graph embedded) to this file");
+  cmd->add_option("--pytorch-attention", args->pytorch_attention,
+                  "attention PyTorch runs in the pytorch_peak_bytes prediction: sdpa (default; one fused kernel) or eager (matmul, softmax, matmul)");
   cmd->callback([args, &action] { action = [args] { return run_plan(*args); }; });
 }
 

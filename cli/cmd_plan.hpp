@@ -6,6 +6,7 @@
 
 #include "analysis/training.hpp"
 #include "cli/common.hpp"
+#include "cli/fusion_report.hpp"
 #include "planner/training_plan.hpp"
 
 namespace memplan::cli {
@@ -22,12 +23,16 @@ struct TrainingArgs {
 struct TrainingSetup {
   analysis::TrainingGraph training;
   planner::TrainingPlanOptions options;
+  FusionSummary fusion;  // what was fused in the forward graph before the training graph was built
 };
 
 void add_training_args(CLI::App* cmd, TrainingArgs& args);
-// Builds the training step of an already shaped forward graph; --train missing or a bad
-// --optimizer/--budget/--strategy is ErrorKind::usage.
+// Fuses an already shaped forward graph (fuse_options: --no-fuse), then builds its training step, so the
+// fused ops' backward rules decide what is saved; --train missing or a bad --optimizer/--budget/--strategy
+// is ErrorKind::usage.
 TrainingSetup training_setup(const analysis::Graph& shaped_forward, const TrainingArgs& args);
+// The same with the fusion passes given (e.g. FuseOptions::pytorch_eager) in place of --no-fuse's.
+TrainingSetup training_setup(const analysis::Graph& shaped_forward, const TrainingArgs& args, const planner::FuseOptions& fuse);
 TrainingSetup load_training(const TrainingArgs& args);
 
 }  // namespace memplan::cli

@@ -7,6 +7,7 @@
 
 #include "analysis/liveness.hpp"
 #include "cli/common.hpp"
+#include "cli/fusion_report.hpp"
 #include "cli/registry.hpp"
 #include "planner/inference.hpp"
 #include "planner/plan_json.hpp"
@@ -61,6 +62,8 @@ int run_model(const RunArgs& a) {
   const std::unique_ptr<runtime::Backend> backend = make_backend(a.backend);
   analysis::Graph g = load_shaped_model(a.model, true);
   runtime::load_external_weights(g, a.model.model);
+  // Fused after the weights are read: the fused graph keeps the weight tensors (and their data) by name.
+  const FusionSummary fusion = fuse_in_place(g, fuse_options(a.model));
   if (a.inputs.size() != g.inputs.size())
     fail(ErrorKind::usage, "model '" + a.model.model + "' takes " + std::to_string(g.inputs.size()) + " input(s), " +
                                std::to_string(a.inputs.size()) + " --input given");
@@ -107,11 +110,13 @@ int run_model(const RunArgs& a) {
       outs.push_back(o);
     }
     j["outputs"] = outs;
+    j["fusion"] = fusion_json(fusion);
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
   std::printf("model      %s (%zu ops) on %s, %s\n", a.model.model.c_str(), s.ops_run, backend->name().c_str(),
               a.unshared ? "unshared (every tensor its own buffer)" : "planned arena (verified)");
+  std::printf("fused      %s\n", fusion_text(fusion).c_str());
   if (!a.unshared)
     std::printf("arena      %s planned, %s touched; %zu views without a copy, %zu ops in place\n",
                 human_bytes(s.arena_bytes).c_str(), human_bytes(s.touched_bytes).c_str(), s.views_elided, s.inplace_ops);

@@ -42,6 +42,7 @@ int run_viz(const VizArgs& a) {
     std::cout << m.title << ": " << m.plan.buffers.size() << " buffers, arena " << human_bytes(m.plan.arena_bytes) << ", peak "
               << human_bytes(u.peak_bytes) << " at step " << u.peak_step << " (" << op << ")" << (m.over_budget ? ", budget not met" : "")
               << "\n";
+    if (m.fusion) std::cout << "  fused " << fusion_text(*m.fusion) << "\n";
   }
   std::cout << "timeline written to " << a.output << "\n";
   return 0;

@@ -12,7 +12,11 @@ namespace memplan::cli {
 void add_model_args(CLI::App* cmd, ModelArgs& args) {
   cmd->add_option("MODEL", args.model, "model file: ONNX or memplan JSON graph")->required();
   cmd->add_option("--dim", args.dims, "bind a symbolic dim, e.g. --dim batch=32 (repeatable)");
+  cmd->add_flag("--no-fuse", args.no_fuse,
+                "plan the graph as imported: no fusion of attention, norms, GELU, layouts or elementwise chains");
 }
+
+planner::FuseOptions fuse_options(const ModelArgs& args) { return args.no_fuse ? planner::FuseOptions::none() : planner::FuseOptions{}; }
 
 void add_arena_args(CLI::App* cmd, ArenaArgs& args) {
   cmd->add_option("--alignment", args.alignment, "buffer alignment in bytes")->check(CLI::Range(1, 1 << 20));

@@ -9,20 +9,24 @@
 #include "analysis/graph.hpp"
 #include "analysis/shapes.hpp"
 #include "planner/assign.hpp"
+#include "planner/fusion.hpp"
 
 namespace memplan::cli {
 
 struct ModelArgs {
   std::string model;
   std::vector<std::string> dims;  // "batch=32"
+  bool no_fuse = false;           // --no-fuse: plan the graph as imported
 };
 
-// Adds the positional MODEL and the repeatable --dim k=v option to `cmd`.
+// Adds the positional MODEL, the repeatable --dim k=v option and --no-fuse to `cmd`.
 void add_model_args(CLI::App* cmd, ModelArgs& args);
 // Parses "k=v" pairs; a bad pair or an absurd value is ErrorKind::usage.
 analysis::DimBindings parse_dims(const std::vector<std::string>& pairs);
 // Imports (ONNX or JSON) and infers shapes.
 analysis::Graph load_shaped_model(const ModelArgs& args, bool keep_weight_data = false);
+// The passes fuse_graph runs on the shaped forward graph: all of them, or none with --no-fuse.
+planner::FuseOptions fuse_options(const ModelArgs& args);
 
 // How the arena is assigned: --alignment, --packer, --workspace-limit.
 struct ArenaArgs {

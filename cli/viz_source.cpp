@@ -31,6 +31,7 @@ std::string model_title(const TrainingArgs& a) {
 PlannedModel plan_inference_model(const TrainingArgs& a) {
   PlannedModel m;
   m.graph = load_shaped_model(a.model);
+  m.fusion = fuse_in_place(m.graph, fuse_options(a.model));
   auto ip = planner::plan_inference(m.graph, assign_options(a.arena));
   m.plan = std::move(ip.plan);
   m.lower_bound_bytes = m.plan.aliased_lower_bound_bytes;
@@ -44,6 +45,7 @@ PlannedModel plan_training_model(TrainingArgs a, const std::string& strategy) {
   auto s = load_training(a);
   auto& po = s.options;
   PlannedModel m;
+  m.fusion = s.fusion;
   m.budget = po.budget_bytes.value_or(0);
   planner::TrainingPlanResult r;
   try {

@@ -10,6 +10,7 @@
 #include "analysis/graph.hpp"
 #include "cli/cmd_plan.hpp"
 #include "cli/common.hpp"
+#include "cli/fusion_report.hpp"
 #include "planner/plan.hpp"
 
 namespace memplan::cli {
@@ -32,6 +33,7 @@ struct PlannedModel {
   std::uint64_t budget = 0;              // the whole budget as given
   std::uint64_t lower_bound_bytes = 0;   // most arena bytes live at one step with views and in-place shared
   bool over_budget = false;              // planned without the budget because it could not be met
+  std::optional<FusionSummary> fusion;   // what planning fused (none for a saved plan: its graph says)
 };
 
 // Plans the model, with `strategy` for --train (in place of --strategy; ignores a.plan_files). With --train and a budget

@@ -1,7 +1,9 @@
 // fuse_graph: the pattern passes in order, their groups collected against the final graph.
 #include <map>
 
+#include "analysis/autodiff.hpp"
 #include "planner/fusion.hpp"
+#include "planner/fused_groups.hpp"
 
 namespace memplan::planner {
 
@@ -30,6 +32,9 @@ FusionResult fuse_graph(const analysis::Graph& g, const FuseOptions& opts) {
   for (auto& grp : res.groups)
     if (!grp.members.empty())
       if (auto it = by_first_member.find(grp.members.front()); it != by_first_member.end()) grp.op = it->second;
+  // The group's kind goes with its op, so plans, pictures and traces of the graph name it (fused_groups.hpp).
+  for (const auto& grp : res.groups)
+    if (grp.op != analysis::kNoOp) res.graph.ops[grp.op].attrs[kFusedKindAttr] = analysis::autodiff::attr_s(grp.kind);
   return res;
 }
 

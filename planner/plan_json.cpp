@@ -1,9 +1,10 @@
-// Plan <-> JSON, version 2 (version 1 read too): names for ops and tensors, per-tensor tables rebuilt from the buffers.
+// Plan <-> JSON, version 2 (version 1 read too): names for ops and tensors, per-tensor tables rebuilt from the buffers, fused groups checked.
 #include "planner/plan_json.hpp"
 
 #include <unordered_map>
 
 #include "analysis/import.hpp"
+#include "planner/fused_groups.hpp"
 
 namespace memplan::planner {
 namespace {
@@ -81,6 +82,36 @@ Alias read_alias(const json& j, const Names& names) {
   return a;
 }
 
+json fused_groups_json(const Graph& g, const std::vector<FusedGroup>& groups) {
+  json out = json::array();
+  for (const auto& grp : groups) out.push_back({{"kind", grp.kind}, {"op", g.ops.at(grp.op).name}, {"members", grp.members}});
+  return out;
+}
+
+// The plan's "fused_groups" must list exactly the fused ops of the graph it is read against, with the same
+// kinds and members: a plan of a fused graph read against another fusion of the model is refused.
+void check_fused_groups(const Graph& g, const json& listed, const Names& names) {
+  if (!listed.is_array()) fail(ErrorKind::malformed, "plan: \"fused_groups\" is not an array");
+  const std::vector<FusedGroup> have = fused_groups_of(g);
+  std::size_t k = 0;
+  for (const auto& e : listed) {
+    const OpId op = names.op(get<std::string>(e, "op", "a fused group"));
+    const auto kind = get<std::string>(e, "kind", "a fused group");
+    const auto members = get<std::vector<std::string>>(e, "members", "a fused group");
+    if (k >= have.size() || have[k].op != op)
+      fail(ErrorKind::plan_mismatch, "the plan lists op '" + g.ops[op].name + "' as fused group " + std::to_string(k) + ", but graph '" +
+                                         g.name + "' has " + (is_fused(g.ops[op]) ? "its fused ops in another order" : "it unfused"));
+    if (have[k].kind != kind || have[k].members != members)
+      fail(ErrorKind::plan_mismatch, "the plan's fused group '" + g.ops[op].name + "' (" + kind + ", " + std::to_string(members.size()) +
+                                         " members) differs from the graph's (" + have[k].kind + ", " + std::to_string(have[k].members.size()) +
+                                         " members)");
+    ++k;
+  }
+  if (k != have.size())
+    fail(ErrorKind::plan_mismatch, "graph '" + g.name + "' has " + std::to_string(have.size()) + " fused ops; the plan lists " + std::to_string(k) +
+                                       " (first unlisted: '" + g.ops[have[k].op].name + "')");
+}
+
 }  // namespace
 
 json plan_to_json(const Graph& g, const Plan& p, bool embed_graph) {
@@ -113,6 +144,9 @@ json plan_to_json(const Graph& g, const Plan& p, bool embed_graph) {
   json scratch = json::array();
   for (const Scratch& sc : p.scratch) scratch.push_back({{"op", g.ops.at(sc.op).name}, {"offset", sc.offset}, {"bytes", sc.bytes}});
   j["scratch"] = std::move(scratch);
+  // Only a graph with fused ops gets the section: plans of unfused graphs stay as they were, and readers
+  // that predate it skip an unknown key (the embedded graph carries the same facts in its op attributes).
+  if (auto groups = fused_groups_of(g); !groups.empty()) j["fused_groups"] = fused_groups_json(g, groups);
   if (embed_graph) j["graph"] = analysis::export_json(g);
   return j;
 }
@@ -155,6 +189,7 @@ Plan plan_from_json(const Graph& g, const json& doc) {
     for (const auto& sc : array_field(doc, "scratch", "the plan"))
       p.scratch.push_back(Scratch{names.op(get<std::string>(sc, "op", "a scratch region")), get<std::uint64_t>(sc, "offset", "a scratch region"),
                                   get<std::uint64_t>(sc, "bytes", "a scratch region")});
+  if (doc.contains("fused_groups")) check_fused_groups(g, doc["fused_groups"], names);
   return p;
 }
 

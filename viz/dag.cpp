@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "analysis/ops.hpp"
+#include "planner/fused_groups.hpp"
 #include "viz/svg.hpp"
 #include "viz/timeline.hpp"
 
@@ -71,7 +72,8 @@ std::uint64_t bytes_made(const Graph& g, OpId o) {
 
 std::string node_label(const Graph& g, const DagNode& n) {
   const auto& first = g.ops[n.ops.front()];
-  if (n.ops.size() == 1) return tail(first.name, 34) + "\n" + first.type + " \u00b7 " + bytes_label(n.bytes);
+  const std::string fused = planner::fused_label(first);  // "attention ×9"
+  if (n.ops.size() == 1) return tail(first.name, 34) + "\n" + first.type + (fused.empty() ? "" : " \u00b7 " + fused) + " \u00b7 " + bytes_label(n.bytes);
   std::vector<std::string> types;
   for (auto o : n.ops)
     if (std::find(types.begin(), types.end(), g.ops[o].type) == types.end()) types.push_back(g.ops[o].type);

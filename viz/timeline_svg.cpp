@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "planner/fused_groups.hpp"
 #include "viz/timeline.hpp"
 
 namespace memplan::viz {
@@ -18,7 +19,8 @@ std::string shorten(const std::string& s, std::size_t n) { return s.size() <= n 
 
 std::string op_label(const Graph& g, analysis::OpId op) {
   if (op >= g.ops.size()) return "?";
-  return g.ops[op].name + " (" + g.ops[op].type + ")";
+  const std::string fused = planner::fused_label(g.ops[op]);  // "attention ×9"
+  return g.ops[op].name + " (" + g.ops[op].type + (fused.empty() ? "" : ", " + fused) + ")";
 }
 
 // Buffer `i` of the plan, or past them scratch region i - buffers (`b`: its region).

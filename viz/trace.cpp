@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "analysis/ops.hpp"
+#include "planner/fused_groups.hpp"
 #include "viz/timeline.hpp"
 
 namespace memplan::viz {
@@ -45,9 +46,15 @@ nlohmann::json chrome_trace(const analysis::Graph& g, const planner::Plan& plan,
     std::uint64_t out_bytes = 0;
     for (auto t : op.outputs)
       if (t != analysis::kNoTensor && g.tensors[t].shape_known()) out_bytes = checked_add(out_bytes, g.tensors[t].bytes(), "op output bytes");
-    events.push_back({{"ph", "X"}, {"name", op.name}, {"cat", analysis::phase_name(op.phase)}, {"pid", kPid},
-                      {"tid", is_swap_op(op) ? kCopy : kCompute}, {"ts", ts}, {"dur", dur},
-                      {"args", {{"type", op.type}, {"step", s}, {"output_bytes", out_bytes}}}});
+    nlohmann::json args = {{"op", op.name}, {"type", op.type}, {"step", s}, {"output_bytes", out_bytes}};
+    // A fused op's span says what it stands for ("attention ×9 · name") and lists the ops it replaced.
+    const std::string fused = planner::fused_label(op);
+    if (!fused.empty()) {
+      args["fused"] = planner::fused_kind(op);
+      args["members"] = op.attr(planner::kFusedOpsAttr)->strings;
+    }
+    events.push_back({{"ph", "X"}, {"name", fused.empty() ? op.name : fused + " \u00b7 " + op.name}, {"cat", analysis::phase_name(op.phase)},
+                      {"pid", kPid}, {"tid", is_swap_op(op) ? kCopy : kCompute}, {"ts", ts}, {"dur", dur}, {"args", std::move(args)}});
     events.push_back({{"ph", "C"}, {"name", "arena live bytes"}, {"pid", kPid}, {"ts", ts}, {"args", {{"live", usage.live_bytes[s]}}}});
     ts += dur;
   }

@@ -3,6 +3,7 @@
 
 #include "analysis/import.hpp"
 #include "bench/gen_graph.hpp"
+#include "planner/fused_groups.hpp"
 #include "planner/fusion.hpp"
 #include "planner/plan_json.hpp"
 #include "tests/planner/planner_fixtures.hpp"
@@ -155,4 +156,41 @@ TEST_CASE("scratch regions are written by op name - a version 1 document (no scr
     CHECK(kind_of_reading(g, no_bytes) == ErrorKind::malformed);
   }
   CHECK(with_scratch > 5);
+}
+
+TEST_CASE("a fused graph's plan lists its fused groups, reads back, and is refused when they differ") {
+  bool any = false;
+  for (std::uint32_t seed = 1; seed <= 8; ++seed) {
+    const auto unfused = sample_graph(seed);
+    CHECK_FALSE(plan_to_json(unfused, testing::plan_checked(unfused)).contains("fused_groups"));
+    const auto g = fuse_graph(unfused).graph;
+    const auto groups = fused_groups_of(g);
+    if (groups.empty()) continue;
+    any = true;
+    const Plan p = testing::plan_checked(g);
+    const json doc = plan_to_json(g, p);
+    REQUIRE(doc.contains("fused_groups"));
+    REQUIRE(doc["fused_groups"].size() == groups.size());
+    CHECK(doc["fused_groups"][0]["op"] == g.ops[groups[0].op].name);
+    CHECK(doc["fused_groups"][0]["kind"] == groups[0].kind);
+    CHECK(doc["fused_groups"][0]["members"] == groups[0].members);
+    CHECK(plan_to_json(g, plan_from_json(g, doc)).dump() == doc.dump());
+
+    json fewer = doc;
+    fewer["fused_groups"].erase(fewer["fused_groups"].size() - 1);
+    CHECK(kind_of_reading(g, fewer) == ErrorKind::plan_mismatch);
+    json other_members = doc;
+    other_members["fused_groups"][0]["members"].push_back("an op it never replaced");
+    CHECK(kind_of_reading(g, other_members) == ErrorKind::plan_mismatch);
+    json other_kind = doc;
+    other_kind["fused_groups"][0]["kind"] = "attention";
+    CHECK(kind_of_reading(g, other_kind) == ErrorKind::plan_mismatch);
+    json not_array = doc;
+    not_array["fused_groups"] = "elementwise";
+    CHECK(kind_of_reading(g, not_array) == ErrorKind::malformed);
+    json without = doc;
+    without.erase("fused_groups");  // a plan written before the section existed still reads
+    CHECK(kind_of_reading(g, without) == ErrorKind::runtime);
+  }
+  CHECK(any);
 }

@@ -266,7 +266,8 @@ def commands(memplan):
 
 def plan_reader_args(memplan, cmd, model_path, plan_path, out_dir):
     h = subprocess.run([memplan, cmd, "--help"], capture_output=True, text=True).stdout
-    args = [cmd, model_path, "--plan", plan_path]
+    # --no-fuse: the plans are of the unfused model (see plan_checks), and `run` reads a plan against MODEL as it plans it.
+    args = [cmd, model_path, "--plan", plan_path, "--no-fuse"]
     if "--input" in h:  # run: one .npy per graph input
         import numpy as np
         x = os.path.join(out_dir, "x.npy")
@@ -289,14 +290,15 @@ def plan_cases(r, samples):
     d = tempfile.mkdtemp(dir=r.tmp)
     a, b = os.path.join(d, "a.onnx"), os.path.join(d, "b.onnx")
     with open(a, "wb") as f:
-        # h and s are live together: a plan that puts both at offset 0 is wrong.
+        # h and s are live together: a plan that puts both at offset 0 is wrong (planned with --no-fuse: fusion
+        # would make the three ops one, with no intermediates to overlap).
         f.write(model([helper.make_node("Relu", ["x"], ["h"], name="relu"), helper.make_node("Sigmoid", ["h"], ["s"], name="sig"),
                        helper.make_node("Add", ["h", "s"], ["y"], name="add")], [vi("x", [2, 64])], [vi("y", None)]))
     with open(b, "wb") as f:
         f.write(model([helper.make_node("Sigmoid", ["x"], ["y"], name="sig")], [vi("x", [8, 8])], [vi("y", None)]))
     plan_a, plan_b = os.path.join(d, "a.plan.json"), os.path.join(d, "b.plan.json")
     for m, p in ((a, plan_a), (b, plan_b)):
-        rc, err, secs = r.run(["analyze", m, "--plan", p])
+        rc, err, secs = r.run(["analyze", m, "--plan", p, "--no-fuse"])
         r.check("analyze --plan writes a plan", rc, err, {OK}, [], secs)
         if rc != 0 or not os.path.exists(p):
             return

@@ -1,8 +1,10 @@
 """Plans are byte-identical to the checked-in fingerprints: a refactor that changes no behaviour changes no plan.
 
 Each case runs `memplan analyze|plan ... --plan FILE` on a sample model and hashes the written plan (SHA-256 of
-its bytes). samples/plan_fingerprints.txt holds one line per case: `<sha256> <case name>`. A change that is meant
-to change plans regenerates the list with `--update` and says why in its commit.
+its bytes). Every case runs twice: with --no-fuse (the graph as imported; these fingerprints predate fusion
+in planning and must not move when only fusion changes) and with default fusion. samples/plan_fingerprints.txt
+holds one line per run: `<sha256> <case name> [--no-fuse]` or `<sha256> <case name> [fused]`. A change that is
+meant to change plans regenerates the list with `--update` and says why in its commit.
 """
 import argparse
 import hashlib
@@ -11,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 
-# (name, arguments after the model path); models are under samples/models.
+# (name, arguments after the model path); models are under samples/models. Each runs as both MODES.
 CASES = [
     ("analyze tiny_mlp", ["analyze", "tiny_mlp.onnx"]),
     ("analyze tiny_cnn", ["analyze", "tiny_cnn.onnx"]),
@@ -43,6 +45,9 @@ CASES = [
 ]
 
 
+MODES = [("--no-fuse", ["--no-fuse"]), ("fused", [])]
+
+
 def fingerprint(memplan, samples, args, tmp):
     out = os.path.join(tmp, "plan.json")
     cmd = [memplan, args[0], os.path.join(samples, "models", args[1])] + args[2:] + ["--plan", out]
@@ -61,7 +66,8 @@ def main():
     a = ap.parse_args()
     path = os.path.join(a.samples, "plan_fingerprints.txt")
     with tempfile.TemporaryDirectory() as tmp:
-        got = {name: fingerprint(a.memplan, a.samples, args, tmp) for name, args in CASES}
+        got = {f"{name} [{mode}]": fingerprint(a.memplan, a.samples, args + extra, tmp)
+               for name, args in CASES for mode, extra in MODES}
     if a.update:
         with open(path, "w") as f:
             f.writelines(f"{h} {name}\n" for name, h in got.items())

@@ -3,7 +3,8 @@
 
 Checks, per event type, the fields the format requires (ph, pid, name; ts and dur for complete events;
 numeric args for counters; args.name for metadata), non-negative times, spans laid end to end in the
-plan's schedule order, and counters equal to the live bytes the plan's buffers give at each step.
+plan's schedule order (args.op), fused ops' spans labelled "kind ×members · op" with their members in args,
+and counters equal to the live bytes the plan's buffers give at each step.
 Exit 77 when the command or the samples are missing.
 """
 import argparse
@@ -69,7 +70,16 @@ def main():
             with open(trace_file) as f:
                 doc = json.load(f)
             spans, counters = validate_events(doc, m)
-            check([s["name"] for s in spans] == plan["schedule"], f"{m}: spans are not the plan's schedule in order")
+            check([s["args"].get("op") for s in spans] == plan["schedule"], f"{m}: spans are not the plan's schedule in order")
+            # A fused op's span is labelled with its kind and member count and lists its members.
+            fused = {e["op"]: e for e in plan.get("fused_groups", [])}
+            for s in spans:
+                g = fused.get(s["args"]["op"])
+                if g is None:
+                    check(s["name"] == s["args"]["op"] and "members" not in s["args"], f"{m}: unfused span {s['name']} is labelled otherwise")
+                    continue
+                check(s["name"] == f"{g['kind']} \u00d7{len(g['members'])} \u00b7 {g['op']}", f"{m}: fused span named {s['name']!r}")
+                check(s["args"].get("members") == g["members"] and s["args"].get("fused") == g["kind"], f"{m}: fused span {g['op']} args")
             clock = 0.0
             for s in spans:
                 check(abs(s["ts"] - clock) <= 1e-6 * max(1.0, clock), f"{m}: span {s['name']} starts at {s['ts']}, expected {clock}")

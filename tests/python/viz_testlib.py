@@ -1,4 +1,4 @@
-"""Helpers shared by the viz tests (test_viz_svg.py, test_viz_trace.py): checks, running memplan, plan usage."""
+"""Helpers shared by the viz and fusion tests (test_viz_svg.py, test_viz_trace.py, test_fusion_cli.py): checks, running memplan, plan usage."""
 import subprocess
 
 failures = []
