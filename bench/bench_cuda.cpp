@@ -383,7 +383,9 @@ analysis::TrainingGraph load_training(const std::string& path, const BenchArgs& 
   analysis::TrainingOptions to;
   to.optimizer = a.optimizer;
   analysis::Graph forward = analysis::infer_shapes(analysis::import_onnx(path, io), a.shapes);
-  if (a.fuse) forward = planner::fuse_graph(forward).graph;
+  planner::FuseOptions fo;
+  fo.training = true;
+  if (a.fuse) forward = planner::fuse_graph(forward, fo).graph;
   return analysis::build_training_graph(forward, to);
 }
 

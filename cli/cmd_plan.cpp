@@ -34,7 +34,9 @@ TrainingSetup training_setup(const analysis::Graph& shaped_forward, const Traini
   if (!opt) fail(ErrorKind::usage, "--optimizer '" + args.optimizer + "' is not one of none, sgd, momentum, adam");
   to.optimizer = *opt;
   analysis::Graph forward = shaped_forward;
-  s.fusion = fuse_in_place(forward, fuse);
+  planner::FuseOptions training_fuse = fuse;
+  training_fuse.training = true;
+  s.fusion = fuse_in_place(forward, training_fuse);
   s.training = analysis::build_training_graph(forward, to);
   s.options.strategy = args.strategy;
   const auto& names = planner::training_strategies();

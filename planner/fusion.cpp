@@ -94,6 +94,36 @@ class ExprBuilder {
   std::map<TensorId, std::uint32_t> memo_;
 };
 
+// Activation tensors among `operands` that some input gradient of `e` reads (what its backward saves);
+// weights, constants and graph inputs live through the step anyway and count nothing.
+void saved_operands(const Graph& g, const FusedExpr& e, const std::vector<TensorId>& operands, std::set<TensorId>& saved) {
+  for (std::uint32_t i = 0; i < e.num_inputs; ++i) {
+    const FusedExpr d = analysis::gradient_expr(e, i);
+    for (const ExprNode& n : d.nodes) {
+      if (n.op != ElemOp::input || n.a >= operands.size()) continue;  // operand num_inputs is dy
+      const TensorId t = operands[n.a];
+      if (t != kNoTensor && !g.tensors[t].data && g.tensors[t].role == analysis::TensorRole::activation) saved.insert(t);
+    }
+  }
+}
+
+std::uint64_t bytes_of(const Graph& g, const std::set<TensorId>& ts) {
+  std::uint64_t n = 0;
+  for (TensorId t : ts) n = checked_add(n, g.tensors[t].bytes(), "saved bytes");
+  return n;
+}
+
+// Training: the fused group's backward saves its external inputs that its gradients read; unfused, each
+// member's own backward saves what its gradient reads. Fuse only when that is no more.
+bool saves_no_more_fused(const Graph& g, const Group& grp, const std::vector<FusedExpr>& exprs) {
+  std::set<TensorId> unfused, fused;
+  for (OpId m : grp.members) saved_operands(g, exprs[m], g.ops[m].inputs, unfused);
+  std::vector<TensorId> operands;
+  const FusedExpr e = ExprBuilder(g, grp, exprs).build(operands);
+  saved_operands(g, e, operands, fused);
+  return bytes_of(g, fused) <= bytes_of(g, unfused);
+}
+
 }  // namespace
 
 FusionResult fuse_elementwise(const Graph& g, const FusionOptions& opts) {
@@ -118,6 +148,7 @@ FusionResult fuse_elementwise(const Graph& g, const FusionOptions& opts) {
     if (!fusible[*it] || claimed[*it]) continue;
     Group grp = grow(g, *it, fusible, claimed);
     if (grp.members.size() < std::max<std::size_t>(opts.min_group_ops, 2)) continue;
+    if (opts.training && !saves_no_more_fused(g, grp, exprs)) continue;
     for (OpId m : grp.members) claimed[m] = true;
     groups.push_back(std::move(grp));
   }

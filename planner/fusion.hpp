@@ -38,6 +38,10 @@ struct FusionResult {
 
 struct FusionOptions {
   std::size_t min_group_ops = 2;  // a lone elementwise op is left as it is
+  // The graph will be trained: a group is fused only when its backward (which reads the group's external
+  // inputs, fused_expr_grad) saves no more activation bytes than its ops' own backward rules would
+  // (e.g. a residual Add + Relu stays apart: fused it would save both Add inputs instead of one output).
+  bool training = false;
 };
 
 // Which pattern passes fuse_graph runs (docs/fusion.md). Each pass keeps the graph's meaning: a near miss
@@ -48,6 +52,7 @@ struct FuseOptions {
   bool gelu = true;         // decomposed GELU (erf and tanh forms) -> ONNX Gelu
   bool elementwise = true;  // remaining elementwise chains -> memplan FusedElementwise
   bool layouts = true;      // Transpose into a consumer that reads strides (MatMul operands) -> no copy
+  bool training = false;    // the graph will be trained (FusionOptions::training)
   // Nothing fused (`--no-fuse`).
   static FuseOptions none() { return {false, false, false, false, false}; }
   // What PyTorch eager runs as single kernels: its library ops (LayerNorm, GELU, SDPA when `sdpa`), no

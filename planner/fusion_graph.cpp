@@ -1,4 +1,5 @@
 // fuse_graph: the pattern passes in order, their groups collected against the final graph.
+#include <functional>
 #include <map>
 
 #include "analysis/autodiff.hpp"
@@ -10,7 +11,7 @@ namespace memplan::planner {
 FusionResult fuse_graph(const analysis::Graph& g, const FuseOptions& opts) {
   FusionResult res;
   res.graph = g;
-  auto run = [&](bool on, FusionResult (*pass)(const analysis::Graph&)) {
+  auto run = [&](bool on, const std::function<FusionResult(const analysis::Graph&)>& pass) {
     if (!on) return;
     FusionResult step = pass(res.graph);
     res.graph = std::move(step.graph);
@@ -24,7 +25,9 @@ FusionResult fuse_graph(const analysis::Graph& g, const FuseOptions& opts) {
   run(opts.norms, &fuse_norms);
   run(opts.gelu, &fuse_gelu);
   run(opts.layouts, &fuse_layouts);
-  if (opts.elementwise) run(true, [](const analysis::Graph& x) { return fuse_elementwise(x); });
+  FusionOptions elementwise;
+  elementwise.training = opts.training;
+  run(opts.elementwise, [&](const analysis::Graph& x) { return fuse_elementwise(x, elementwise); });
   // Every fused op carries its members in `fused_ops`; a group is found by its first member.
   std::map<std::string, analysis::OpId> by_first_member;
   for (analysis::OpId o = 0; o < res.graph.ops.size(); ++o)
