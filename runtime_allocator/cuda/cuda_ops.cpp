@@ -224,6 +224,11 @@ constexpr KernelConstraints kAny{kAnyDType};
 constexpr KernelConstraints kCopy{kAnyDType, static_cast<std::uint8_t>(kMaxRank)};  // strided copies: rank 8
 constexpr KernelConstraints kFloat{kF32};
 constexpr KernelConstraints kFloatReduce{kF32, static_cast<std::uint8_t>(kMaxRank)};
+// Comparisons and Cast (cuda_compare.cpp): float32, int64, int32, bool; logic ops: rank 8 broadcasting.
+constexpr KernelConstraints kCompare{kF32 | dtype_bit(DType::i64) | dtype_bit(DType::i32) | kBool, static_cast<std::uint8_t>(kMaxRank)};
+constexpr KernelConstraints kLogic{kBool, static_cast<std::uint8_t>(kMaxRank)};
+// Integer arithmetic; the float32 ops of these types run as generated elementwise kernels.
+constexpr KernelConstraints kIntArith{kF32 | dtype_bit(DType::i64) | dtype_bit(DType::i32), static_cast<std::uint8_t>(kMaxRank)};
 // Generated elementwise gradients and optimizer steps: float32 operands, bool masks.
 constexpr KernelConstraints kGrad{kF32 | kBool};
 
@@ -265,6 +270,24 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"ConstantOfShape", {extra, false, false, kAny}},
       {"ReduceProd", {extra, false, false, kFloat}},
       {"ReduceSumSquare", {extra, false, false, kFloat}},
+      // cuda_compare.cpp; the float Add, Sub, Mul, Min, Max and Cast run as generated elementwise kernels first
+      {"Equal", {extra, false, false, kCompare}},
+      {"Greater", {extra, false, false, kCompare}},
+      {"GreaterOrEqual", {extra, false, false, kCompare}},
+      {"Less", {extra, false, false, kCompare}},
+      {"LessOrEqual", {extra, false, false, kCompare}},
+      {"And", {extra, false, false, kLogic}},
+      {"Or", {extra, false, false, kLogic}},
+      {"Xor", {extra, false, false, kLogic}},
+      {"Not", {extra, true, false, {kBool}}},
+      {"Cast", {extra, true, false, kCompare}},
+      {"Sin", {extra, true, false, kFloat}},
+      {"Cos", {extra, true, false, kFloat}},
+      {"Add", {extra, true, false, kIntArith}},
+      {"Sub", {extra, true, false, kIntArith}},
+      {"Mul", {extra, true, false, kIntArith}},
+      {"Min", {extra, true, false, kIntArith}},
+      {"Max", {extra, true, false, kIntArith}},
       {"MatMul", {dnn, false, false, kFloat}},
       {"Gemm", {dnn, false, false, kFloat}},
       {"BatchNormalization", {dnn, true, true, kFloat}},

@@ -2,12 +2,13 @@
 // training mode and its gradient, the AveragePool/Slice/Gather/Split gradients,
 // deterministic Dropout and its gradient, Where and its gradient with bool
 // conditions, IsNaN, Tile, Shape, ConstantOfShape, ReduceProd and
-// ReduceSumSquare. Semantics follow the CPU kernels
+// ReduceSumSquare (comparison, logic and Cast ops: cuda_compare.cpp). Semantics follow the CPU kernels
 // (runtime_allocator/kernels_*.cpp).
 #include <algorithm>
 #include <cstring>
 
 #include "runtime_allocator/cpu_kernels.hpp"
+#include "runtime_allocator/cuda/cuda_compare.hpp"
 #include "runtime_allocator/cuda/cuda_state.hpp"
 #include "runtime_allocator/cuda/kernels_layers.hpp"
 #include "runtime_allocator/dropout_mask.hpp"
@@ -78,6 +79,8 @@ float scalar_arg(ExecState &s, const Op &op, std::size_t i, float fallback) {
   return v;
 }
 
+}  // namespace
+
 BroadcastShape broadcast_shape(const ExecState &s, const Op &op, const std::vector<std::int64_t> &out,
                                const std::vector<TensorId> &operands) {
   if (out.size() > static_cast<std::size_t>(kMaxRank) || operands.size() > 3) unsupported(op, "rank above 8");
@@ -96,6 +99,8 @@ BroadcastShape broadcast_shape(const ExecState &s, const Op &op, const std::vect
   }
   return b;
 }
+
+namespace {
 
 void zero(ExecState &s, TensorId t, const Op &op) {
   if (s.tensor(t).bytes())
@@ -390,7 +395,7 @@ bool run_extra_op(ExecState &s, const Op &op) {
   if (t == "ConstantOfShape") return run_constant_of_shape(s, op), true;
   if (t == "ReduceProd") return run_serial_reduce(s, op, true), true;
   if (t == "ReduceSumSquare") return run_serial_reduce(s, op, false), true;
-  return false;
+  return run_compare_op(s, op);
 }
 
 }  // namespace memplan::runtime::cuda

@@ -331,6 +331,55 @@ TEST_CASE(
   check_against_cpu(b, {nan_mask, clean, picked, dwhere, dwhere0, tiled, shape, filled, prod, sumsq}, 0.0);
 }
 
+TEST_CASE("comparisons, logic ops, integer arithmetic, Cast, Sin and Cos on the GPU equal the CPU kernels, with broadcasting") {
+  if (!runtime::cuda::cuda_available()) std::exit(77);
+  std::mt19937 rng(9);
+  OpGraph b;
+  // Small integers, so that Equal is sometimes true; bools as 0/1.
+  auto values = [&](const std::string& name, DType dt, const std::vector<std::int64_t>& dims) {
+    std::size_t n = 1;
+    for (auto k : dims) n *= static_cast<std::size_t>(k);
+    std::vector<std::int64_t> v(n);
+    for (auto& e : v) e = dt == DType::boolean ? static_cast<std::int64_t>(rng() % 2) : static_cast<std::int64_t>(rng() % 5) - 2;
+    return b.constant(name, dt == DType::f32 ? TensorData::from_double(dt, dims, std::vector<double>(v.begin(), v.end()))
+                                             : ints(dt, dims, v));
+  };
+  std::vector<TensorId> checked;
+  for (DType dt : {DType::f32, DType::i64, DType::i32, DType::boolean}) {
+    const std::string d = analysis::dtype_name(dt);
+    const TensorId a = values("a_" + d, dt, {4, 1, 6});
+    const TensorId c = values("c_" + d, dt, {5, 1});
+    for (const char* cmp : {"Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual"}) {
+      checked.push_back(b.result(std::string(cmp) + "_" + d, DType::boolean, {4, 5, 6}));
+      b.op(cmp, "", {a, c}, {checked.back()});
+    }
+    for (DType to : {DType::f32, DType::i64, DType::i32, DType::boolean}) {
+      checked.push_back(b.result("cast_" + d + "_" + analysis::dtype_name(to), to, {4, 1, 6}));
+      b.op("Cast", "", {a}, {checked.back()}, {{"to", int_attr(static_cast<std::int64_t>(to))}});
+    }
+    if (dt == DType::boolean) {
+      for (const char* logic : {"And", "Or"}) {
+        checked.push_back(b.result(std::string(logic), DType::boolean, {4, 5, 6}));
+        b.op(logic, "", {a, c}, {checked.back()});
+      }
+      checked.push_back(b.result("not", DType::boolean, {4, 1, 6}));
+      b.op("Not", "", {a}, {checked.back()});
+    }
+    if (dt == DType::i64 || dt == DType::i32)
+      for (const char* arith : {"Add", "Sub", "Mul", "Min", "Max"}) {
+        checked.push_back(b.result(std::string(arith) + "_" + d, dt, {4, 5, 6}));
+        b.op(arith, "", {a, c}, {checked.back()});
+      }
+  }
+  check_against_cpu(b, checked, 0.0);
+  OpGraph t;
+  const TensorId x = t.input("x", random_f32({3, 7, 11}, rng, -10.0, 10.0));
+  const TensorId sin = t.result("sin", DType::f32, {3, 7, 11}), cos = t.result("cos", DType::f32, {3, 7, 11});
+  t.op("Sin", "", {x}, {sin});
+  t.op("Cos", "", {x}, {cos});
+  check_against_cpu(t, {sin, cos}, 1e-6);
+}
+
 TEST_CASE(
     "training steps of mobilenet_v2 and resnet18 at batch 2 with synthesized weights give the CPU executor's loss, "
     "weight gradients and BatchNorm running statistics on the GPU") {
