@@ -7,6 +7,7 @@
 #include "analysis/import.hpp"
 #include "planner/inference.hpp"
 #include "planner/plan_json.hpp"
+#include "planner/fusion.hpp"
 #include "planner/training_plan.hpp"
 #include "planner/verify.hpp"
 #include "viz/svg.hpp"
@@ -125,7 +126,9 @@ void require_plan_of_model(const analysis::Graph& model, const PlannedModel& m, 
 std::vector<PlannedModel> planned_models(const VizSourceArgs& a) {
   std::vector<PlannedModel> out;
   if (!a.plan_files.empty()) {
-    const analysis::Graph model = load_shaped_model(a.train.model);
+    // Checked against the model with every fusion pass applied: its weights are the fewest any plan of the
+    // model holds (a fused op absorbs the constants of its group), so fused and --no-fuse plans both pass.
+    const analysis::Graph model = planner::fuse_graph(load_shaped_model(a.train.model)).graph;
     for (const auto& f : a.plan_files) {
       out.push_back(load_plan_file(f));
       require_plan_of_model(model, out.back(), f);

@@ -1,4 +1,5 @@
 // fuse_graph: the pattern passes in order, their groups collected against the final graph.
+#include <algorithm>
 #include <functional>
 #include <map>
 
@@ -11,12 +12,22 @@ namespace memplan::planner {
 FusionResult fuse_graph(const analysis::Graph& g, const FuseOptions& opts) {
   FusionResult res;
   res.graph = g;
+  // The name of each group's op in the graph of its own pass: later passes may absorb that op.
+  std::vector<std::string> op_names;
   auto run = [&](bool on, const std::function<FusionResult(const analysis::Graph&)>& pass) {
     if (!on) return;
     FusionResult step = pass(res.graph);
     res.graph = std::move(step.graph);
     res.intermediate_bytes_removed = checked_add(res.intermediate_bytes_removed, step.intermediate_bytes_removed, "fused intermediates");
+    std::map<std::string, analysis::OpId> by_member;
+    for (analysis::OpId o = 0; o < res.graph.ops.size(); ++o)
+      if (const auto* a = res.graph.ops[o].attr("fused_ops"))
+        for (const auto& m : a->strings) by_member.emplace(m, o);
     for (auto& grp : step.groups) {
+      analysis::OpId op = grp.op;
+      if (op >= res.graph.ops.size() && !grp.members.empty())
+        if (auto it = by_member.find(grp.members.front()); it != by_member.end()) op = it->second;
+      op_names.push_back(op < res.graph.ops.size() ? res.graph.ops[op].name : std::string());
       grp.op = analysis::kNoOp;  // ids of an intermediate graph: found again by name below
       res.groups.push_back(std::move(grp));
     }
@@ -28,13 +39,32 @@ FusionResult fuse_graph(const analysis::Graph& g, const FuseOptions& opts) {
   FusionOptions elementwise;
   elementwise.training = opts.training;
   run(opts.elementwise, [&](const analysis::Graph& x) { return fuse_elementwise(x, elementwise); });
-  // Every fused op carries its members in `fused_ops`; a group is found by its first member.
-  std::map<std::string, analysis::OpId> by_first_member;
-  for (analysis::OpId o = 0; o < res.graph.ops.size(); ++o)
-    if (const auto* a = res.graph.ops[o].attr("fused_ops"); a && !a->strings.empty()) by_first_member.emplace(a->strings.front(), o);
-  for (auto& grp : res.groups)
-    if (!grp.members.empty())
-      if (auto it = by_first_member.find(grp.members.front()); it != by_first_member.end()) grp.op = it->second;
+  // A group whose op a later pass absorbed (a Gelu inside an elementwise group) joins the absorbing group:
+  // its members take the absorbed op's place there.
+  std::map<std::string, analysis::OpId> by_name;
+  for (analysis::OpId o = 0; o < res.graph.ops.size(); ++o) by_name.emplace(res.graph.ops[o].name, o);
+  for (std::size_t k = 0; k < res.groups.size(); ++k)
+    if (auto it = by_name.find(op_names[k]); it != by_name.end()) res.groups[k].op = it->second;
+  for (std::size_t k = res.groups.size(); k-- > 0;) {
+    if (res.groups[k].op != analysis::kNoOp || op_names[k].empty()) continue;
+    for (std::size_t j = k + 1; j < res.groups.size(); ++j) {
+      auto& into = res.groups[j].members;
+      auto at = std::find(into.begin(), into.end(), op_names[k]);
+      if (at == into.end()) continue;
+      at = into.erase(at);
+      into.insert(at, res.groups[k].members.begin(), res.groups[k].members.end());
+      if (res.groups[j].op != analysis::kNoOp) {  // the op records the original ops too
+        analysis::Attribute names;
+        names.kind = analysis::Attribute::Kind::strings;
+        names.strings = into;
+        res.graph.ops[res.groups[j].op].attrs["fused_ops"] = std::move(names);
+      }
+      res.groups[j].intermediate_bytes = checked_add(res.groups[j].intermediate_bytes, res.groups[k].intermediate_bytes, "fused intermediates");
+      res.groups.erase(res.groups.begin() + static_cast<std::ptrdiff_t>(k));
+      op_names.erase(op_names.begin() + static_cast<std::ptrdiff_t>(k));
+      break;
+    }
+  }
   // The group's kind goes with its op, so plans, pictures and traces of the graph name it (fused_groups.hpp).
   for (const auto& grp : res.groups)
     if (grp.op != analysis::kNoOp) res.graph.ops[grp.op].attrs[kFusedKindAttr] = analysis::autodiff::attr_s(grp.kind);
