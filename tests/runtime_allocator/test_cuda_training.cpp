@@ -203,7 +203,7 @@ TEST_CASE("MatMulT on the GPU equals the CPU kernel for every transpose combinat
       const std::vector<Case> cases{
           {batched({3, 5}, a2), b2, {3, 5, M, N}},              // B shared by every batch
           {a2, batched({4}, b2), {4, M, N}},                    // A shared
-          {batched({2, 1}, a2), batched({3, 1}, b2), {2, 3, M, N}},  // both broadcast
+          {batched({2, 1}, a2), batched({1, 3}, b2), {2, 3, M, N}},  // both broadcast
           {batched({3, 5}, a2), batched({3, 5}, b2), {M, N}},        // every batch summed into one product
           {batched({3, 5}, a2), batched({5}, b2), {3, 1, M, N}},     // summed over one axis
       };
