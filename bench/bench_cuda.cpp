@@ -7,7 +7,8 @@
 // optimizer=none|sgd|momentum|adam,
 // strategies=none,sqrt,optimal,... (train), side_workspace=1 (train: cuDNN's workspace beside the arena, the
 // same for every plan), train=1 (workspace: a training step instead of inference), fuse=0|1 (train: the forward graph
-// fused before the training graph is built; default 1), strategies=none (train: plan and run `none` alone).
+// fused before the training graph is built; default 1), strategies=none (train: plan and run `none` alone),
+// profile=1 (train: one more step of `none` with every op timed alone: op_profile, seconds per op type).
 #ifdef MEMPLAN_HAVE_CUDA
 #include <algorithm>
 #include <cmath>
@@ -44,9 +45,9 @@ namespace {
 struct GpuRun {
   CudaBackend backend;
   runtime::Executor ex;
-  GpuRun(const Graph& g, const planner::Plan& p, bool side_workspace = false)
+  GpuRun(const Graph& g, const planner::Plan& p, bool side_workspace = false, bool profile_ops = false)
       : backend(CudaOptions{.side_workspace = side_workspace}),
-        ex(g, p, backend, runtime::ExecOptions{.synthesize_missing_weights = true}) {}
+        ex(g, p, backend, runtime::ExecOptions{.synthesize_missing_weights = true, .profile_ops = profile_ops}) {}
 };
 
 double median(std::vector<double> v) {
@@ -243,7 +244,7 @@ std::uint64_t device_bytes_in_use() {
 
 // One training step of plan `r` on the GPU: warm-up runs, then `steps` timed runs (events; the median).
 json run_training_plan(const planner::TrainingPlanResult& r, const std::map<std::string, HostValue>& feed, int steps,
-                       bool side_workspace = false) {
+                       bool side_workspace = false, bool profile_ops = false) {
   const std::uint64_t before = device_bytes_in_use();
   GpuRun gpu(r.graph, r.plan, side_workspace);
   runtime::Executor& ex = gpu.ex;
@@ -254,6 +255,21 @@ json run_training_plan(const planner::TrainingPlanResult& r, const std::map<std:
   std::vector<double> t;
   for (int i = 0; i < steps; ++i) t.push_back(ex.run_device());
   const std::uint64_t used = device_bytes_in_use() - before;
+  json profile = json::object();
+  if (profile_ops) {  // one more step, each op timed alone: seconds and count per op type (fused kind named)
+    GpuRun prof(r.graph, r.plan, side_workspace, true);
+    prof.ex.run(feed);
+    prof.ex.run_device();
+    const auto& secs = prof.ex.stats().op_seconds;
+    std::map<std::string, std::pair<double, int>> by_type;
+    for (analysis::OpId o = 0; o < secs.size(); ++o) {
+      const auto& op = r.graph.ops[o];
+      std::string key = op.type + (op.phase == analysis::Phase::forward ? "" : std::string(" (") + analysis::phase_name(op.phase) + ")");
+      by_type[key].first += secs[o];
+      by_type[key].second += 1;
+    }
+    for (const auto& [k, v] : by_type) profile[k] = {{"seconds", v.first}, {"ops", v.second}};
+  }
   const auto& st = ex.stats();
   const std::uint64_t resident_bytes = st.separate_bytes + st.pool_peak_bytes;  // inputs, weights, tensors outside the arena
   const std::uint64_t workspace_bytes = gpu.backend.stats().workspace_bytes;
@@ -275,7 +291,8 @@ json run_training_plan(const planner::TrainingPlanResult& r, const std::map<std:
           {"recompute_ops", r.recompute_ops},
           {"swapped_tensors", r.swapped_tensors},
           {"swap_bytes", r.swap_bytes},
-          {"first_step_loss", loss}};
+          {"first_step_loss", loss},
+          {"op_profile", profile}};
 }
 
 // Deterministic values for every graph input: float32 in [-1, 1), integers (token ids) in [0, 1000), bools 1.
@@ -346,6 +363,7 @@ struct BenchArgs {
   bool side_workspace = false;  // train: one cuDNN workspace beside the arena instead of the plans' scratch
   bool fuse = true;             // train: the forward graph fused (planner::fuse_graph) before the training graph
   bool sqrt_too = true;         // train: also sqrt (strategies=none plans `none` alone)
+  bool profile = false;         // train: also one step with every op timed alone (op_profile: seconds per op type)
 };
 
 BenchArgs parse_args(int argc, char** argv, int from) {
@@ -360,6 +378,7 @@ BenchArgs parse_args(int argc, char** argv, int from) {
     else if (k == "train") a.train = v == "1";
     else if (k == "side_workspace") a.side_workspace = v == "1";
     else if (k == "fuse") a.fuse = v == "1";
+    else if (k == "profile") a.profile = v == "1";
     else if (k == "optimizer") {
       const auto o = analysis::optimizer_from_name(v);
       if (!o) throw std::invalid_argument("unknown optimizer '" + v + "'");
@@ -416,7 +435,7 @@ json bench_train(const std::string& path, int steps, const BenchArgs& args) {
   }
   run_training_plan(plans[0], feed, 1);  // loads the libraries' kernels once, outside the measurements
   json rows = json::object();
-  for (const auto& r : plans) rows[r.strategy] = run_training_plan(r, feed, steps, args.side_workspace);
+  for (const auto& r : plans) rows[r.strategy] = run_training_plan(r, feed, steps, args.side_workspace, args.profile && r.strategy == "none");
   const double base = rows["none"]["step_seconds"].get<double>();
   for (auto& [name, row] : rows.items()) row["step_overhead_vs_none"] = row["step_seconds"].get<double>() / base - 1.0;
   return {{"model", path},

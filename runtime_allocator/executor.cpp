@@ -296,7 +296,18 @@ void Executor::run_schedule() {
   stats_.ops_run = stats_.views_elided = stats_.inplace_ops = stats_.staged_ops = 0;
   std::vector<TensorRef> in, out;
   backend_.begin_run();
-  for (std::size_t step = 0; step < schedule_.size(); ++step) run_one(step, in, out);
+  if (options_.profile_ops) stats_.op_seconds.assign(g_.ops.size(), 0.0);
+  for (std::size_t step = 0; step < schedule_.size(); ++step) {
+    if (!options_.profile_ops) {
+      run_one(step, in, out);
+      continue;
+    }
+    backend_.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    run_one(step, in, out);
+    backend_.synchronize();
+    stats_.op_seconds[schedule_[step]] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   stats_.device_seconds = backend_.end_run();  // waits for the queues
   stats_.touched_bytes = arena_ ? arena_->touched_bytes() : 0;
   stats_.pool_peak_bytes = pool_ ? pool_->stats().peak_in_use_bytes : 0;

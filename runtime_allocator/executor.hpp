@@ -24,6 +24,9 @@ struct ExecOptions {
   // Weights kept as external data and never loaded get deterministic stand-in values (benchmarks of
   // models whose weights are not at hand) instead of ErrorKind::io.
   bool synthesize_missing_weights = false;
+  // Time every op on its own (the backend synchronized before and after it; ExecStats::op_seconds): a
+  // profile of where a step's time goes, at the price of one synchronization per op.
+  bool profile_ops = false;
 };
 
 struct ExecStats {
@@ -41,6 +44,7 @@ struct ExecStats {
   std::size_t staged_ops = 0;        // ops whose outputs overlapped inputs unsafely: computed aside, then copied
   double seconds = 0.0;              // the last run, inputs and outputs copied included
   double device_seconds = 0.0;       // the last run's schedule as the backend timed it (a GPU: events)
+  std::vector<double> op_seconds;    // ExecOptions::profile_ops: per op id, the last run's wall seconds
 };
 
 // Built once (the arena, weights and buffers are allocated here), then `run` may be called for many

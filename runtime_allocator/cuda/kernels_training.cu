@@ -1,4 +1,6 @@
 // Hand-written CUDA kernels of the training ops (see kernels_training.hpp).
+#include <algorithm>
+
 #include "runtime_allocator/cuda/block_reduce.cuh"
 #include "runtime_allocator/cuda/cuda_context.hpp"
 #include "runtime_allocator/cuda/kernels_training.hpp"
@@ -70,12 +72,26 @@ __global__ void softmax_grad_kernel(const float* dy, const float* y, float* dx, 
   }
 }
 
-__global__ void mse_loss_kernel(const float* y, const float* t, float* loss, std::int64_t n) {
+// The mean of (y - t)^2 in two deterministic passes: kMseBlocks partial sums (grid-stride, a fixed
+// assignment of elements to threads), then one block sums them in a fixed order. The partials live in this
+// module's device memory (4 KiB, never in a plan): one loss at a time per process, which a training step is.
+constexpr int kMseBlocks = 1024;
+__device__ float g_mse_partials[kMseBlocks];
+
+__global__ void mse_partial_kernel(const float* y, const float* t, std::int64_t n) {
   float s = 0.0f;
-  for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const float d = y[i] - t[i];
     s += d * d;
   }
+  s = block_reduce<false>(s);
+  if (threadIdx.x == 0) g_mse_partials[blockIdx.x] = s;
+}
+
+__global__ void mse_final_kernel(float* loss, int blocks, std::int64_t n) {
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < blocks; i += blockDim.x) s += g_mse_partials[i];
   s = block_reduce<false>(s);
   if (threadIdx.x == 0) *loss = s / static_cast<float>(n);
 }
@@ -165,7 +181,10 @@ void softmax_grad(const float* dy, const float* y, float* dx, std::int64_t outer
 }
 
 void mse_loss(const float* y, const float* t, float* loss, std::int64_t n, cudaStream_t stream) {
-  mse_loss_kernel<<<1, 1024, 0, stream>>>(y, t, loss, n);
+  const int blocks = static_cast<int>(std::min<std::int64_t>(kMseBlocks, std::max<std::int64_t>(1, (n + 255) / 256)));
+  mse_partial_kernel<<<blocks, 256, 0, stream>>>(y, t, n);
+  check_launch("mse_loss");
+  mse_final_kernel<<<1, 1024, 0, stream>>>(loss, blocks, n);
   check_launch("mse_loss");
 }
 
