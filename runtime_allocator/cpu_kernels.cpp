@@ -48,6 +48,7 @@ KernelTable build_table() {
   add_reduce_kernels(t);
   add_norm_kernels(t);
   add_shape_kernels(t);
+  add_indexing_kernels(t);
   add_training_kernels(t);
   add_attention_kernels(t);
   return t;

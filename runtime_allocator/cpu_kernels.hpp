@@ -51,6 +51,7 @@ void add_conv_kernels(KernelTable& t);
 void add_reduce_kernels(KernelTable& t);
 void add_norm_kernels(KernelTable& t);  // memplan RMSNormalization and RMSNormGrad
 void add_shape_kernels(KernelTable& t);
+void add_indexing_kernels(KernelTable& t);  // Pad, GatherElements, Range, RandomUniformLike
 void add_training_kernels(KernelTable& t);
 void add_gradient_elementwise_kernels(KernelTable& t);
 void add_gradient_layer_kernels(KernelTable& t);

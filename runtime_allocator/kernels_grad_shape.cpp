@@ -1,5 +1,5 @@
 // CPU kernels of memplan's reduction and data-movement gradients: ReduceSumTo, BroadcastTo, SliceGrad,
-// GatherGrad, SplitGrad (docs/backward-ops.md).
+// GatherGrad, GatherElementsGrad, SplitGrad (docs/backward-ops.md).
 #include <algorithm>
 
 #include "runtime_allocator/cpu_kernels.hpp"
@@ -78,6 +78,30 @@ void k_gather_grad(const Op& op, const Refs& in, const Refs& out) {
     }
 }
 
+// GatherElementsGrad(dY, indices) -> dX of the forward's x shape: zeros, each dY element added at its gathered
+// position (repeated indices accumulate, in element order).
+void k_gather_elements_grad(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& dy = required(op, in, 0);
+  const auto idx = int_values(op, required(op, in, 1));
+  const TensorRef& dx = out[0];
+  const std::size_t r = dx.shape.size();
+  const auto axis = static_cast<std::size_t>(normalize_axis(op, op.attr_int("axis", 0), r));
+  if (dy.shape.size() != r) unsupported(op, "dY of dX's rank expected");
+  zero(dx);
+  const auto xs = contiguous_strides(dx.shape);
+  std::vector<std::int64_t> s = xs;
+  s[axis] = 0;
+  const std::int64_t dim = dx.shape[axis];
+  float* pdx = dx.as<float>();
+  const float* pdy = dy.as<float>();
+  strided_loop(dy.shape, {s}, [&](std::int64_t i, const Offsets& o) {
+    std::int64_t j = idx[static_cast<std::size_t>(i)];
+    if (j < -dim || j >= dim) fail(ErrorKind::runtime, "op '" + op.name + "' (GatherElementsGrad): index out of range");
+    if (j < 0) j += dim;
+    pdx[o[0] + j * xs[axis]] += pdy[i];
+  });
+}
+
 void k_split_grad(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& dx = out[0];
   const auto axis = static_cast<std::size_t>(normalize_axis(op, op.attr_int("axis", 0), dx.shape.size()));
@@ -103,6 +127,7 @@ void add_gradient_shape_kernels(KernelTable& t) {
   t["memplan::BroadcastTo"] = {k_broadcast_to, false};
   t["memplan::SliceGrad"] = {k_slice_grad, false};
   t["memplan::GatherGrad"] = {k_gather_grad, false};
+  t["memplan::GatherElementsGrad"] = {k_gather_elements_grad, false};
   t["memplan::SplitGrad"] = {k_split_grad, false};
 }
 

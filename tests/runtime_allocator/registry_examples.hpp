@@ -128,9 +128,18 @@ inline const std::vector<Example>& examples() {
     v.push_back({"", "Concat", {t({2, 3}), t({2, 2})}, {{}}, A{{"axis", i(1)}}});
     v.push_back({"", "Split", {t({2, 6}), i64({2}, {2, 4})}, {{}, {}}, A{{"axis", i(1)}}});
     v.push_back({"", "Pad", {t({2, 3}), i64({4}, {1, 0, 0, 2})}});
+    // Forward only: a pad value and axes (opset 18), crops (negative pads), the reflect, edge and wrap modes.
+    v.push_back({"", "Pad", {x({2, 3, 4}), i64({4}, {1, -1, 2, 0}), f32(0.5), i64({2}, {0, -1})}});
+    for (const char* mode : {"reflect", "edge", "wrap"})
+      v.push_back({"", "Pad", {x({3, 4}), i64({4}, {2, -1, 1, 3})}, {{}}, A{{"mode", s(mode)}}});
     v.push_back({"", "Slice", {t({4, 5}), i64({1}, {1}), i64({1}, {4}), i64({1}, {1})}});
     v.push_back({"", "Gather", {t({5, 3}), i64({4}, {0, 2, 4, 2})}, {{}}, A{{"axis", i(0)}}});
     v.push_back({"", "GatherElements", {t({3, 4}), i64({3, 2}, {0, 3, 1, 1, 2, 0})}, {{}}, A{{"axis", i(1)}}});
+    v.push_back({"", "GatherElements", {x({3, 4}), i64({2, 4}, {0, -1, 2, 1, 2, 2, 0, 1})}, {{}}, A{{"axis", i(0)}}});
+    v.push_back({"", "Range", {i64({}, {1}), i64({}, {10}), i64({}, {3})}, {{{}, DType::i64}}});
+    v.push_back({"", "Range", {f32(0.5), f32(-1.0), f32(-0.25)}});
+    v.push_back({"", "RandomUniformLike", {x({2, 3})}, {{}}, A{{"seed", i(5)}, {"low", f(-2.0)}, {"high", f(3.0)}}});
+    v.push_back({"", "RandomUniformLike", {x({4})}, {{}}, A{{"dtype", i(1)}}});
     v.push_back({"", "Reshape", {t({2, 6}), i64({2}, {3, 4})}});
     v.push_back({"", "Flatten", {t({2, 3, 2})}, {{}}, A{{"axis", i(1)}}});
     v.push_back({"", "Squeeze", {t({2, 1, 3}), i64({1}, {1})}});
