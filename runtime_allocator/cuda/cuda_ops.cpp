@@ -7,6 +7,7 @@
 #include "analysis/fused_expr.hpp"
 #include "runtime_allocator/cuda/cuda_state.hpp"
 #include "runtime_allocator/cuda/kernels.hpp"
+#include "runtime_allocator/cuda/kernels_pad_random.hpp"
 
 namespace memplan::runtime::cuda {
 
@@ -253,6 +254,8 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"Slice", {run_slice, false, false, kCopy}},
       {"Expand", {run_expand, false, false, kCopy}},
       {"Gather", {run_gather, false, false, kAny}},
+      {"Pad", {run_pad, false, false, kCopy}},  // cuda_pad_random.cpp
+      {"RandomUniformLike", {run_random_uniform_like, false, false, kAny}},
       {"Softmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, false); }, true, false, kFloat}},
       {"LogSoftmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, true); }, true, false, kFloat}},
       {"LayerNormalization", {run_layer_norm, true, false, kFloat}},

@@ -295,6 +295,40 @@ TEST_CASE("training-mode Dropout draws bit-identical masks and outputs on the GP
   }
 }
 
+TEST_CASE("RandomUniformLike draws bit-identical values and Pad pads and crops in every mode on the GPU as on the CPU") {
+  if (!runtime::cuda::cuda_available()) std::exit(77);
+  std::mt19937 rng(7);
+  OpGraph b;
+  const std::vector<std::int64_t> d{37, 3, 513};
+  const TensorId x = b.input("x", random_f32(d, rng));
+  const TensorId u = b.result("u", DType::f32, d), u0 = b.result("u0", DType::f32, d), u64 = b.result("u64", DType::f64, d);
+  b.op("RandomUniformLike", "", {x}, {u}, {{"seed", int_attr(11)}, {"low", float_attr(-0.5)}, {"high", float_attr(2.0)}});
+  b.op("RandomUniformLike", "", {x}, {u0}, {{"dtype", int_attr(1)}});  // the default seed, [0, 1)
+  b.op("RandomUniformLike", "", {x}, {u64}, {{"dtype", int_attr(static_cast<std::int64_t>(DType::f64))}});
+  std::vector<TensorId> checked{u, u0, u64};
+  // Constant mode with crops (negative pads) and a pad value, then reflect, edge and wrap with a crop on one side.
+  const TensorId small = b.input("small", random_f32({4, 5, 6}, rng));
+  const TensorId pads = b.constant("pads", ints(DType::i64, {6}, {1, -2, 3, 2, 1, -1}));
+  const TensorId value = b.constant("value", TensorData::from_double(DType::f32, {}, {0.75}));
+  checked.push_back(b.result("pad_constant", DType::f32, {7, 4, 8}));
+  b.op("Pad", "", {small, pads}, {checked.back()});
+  checked.push_back(b.result("pad_value", DType::f32, {7, 4, 8}));
+  b.op("Pad", "", {small, pads, value}, {checked.back()});
+  const TensorId axes = b.constant("axes", ints(DType::i64, {2}, {-1, 0}));
+  const TensorId axis_pads = b.constant("axis_pads", ints(DType::i64, {4}, {-2, 1, 3, 0}));
+  checked.push_back(b.result("pad_axes", DType::f32, {5, 5, 7}));
+  b.op("Pad", "", {small, axis_pads, value, axes}, {checked.back()});
+  const TensorId mode_pads = b.constant("mode_pads", ints(DType::i64, {6}, {2, -1, 3, 1, 2, -2}));
+  for (const char* mode : {"reflect", "edge", "wrap"}) {
+    checked.push_back(b.result(std::string("pad_") + mode, DType::f32, {7, 6, 7}));
+    b.op("Pad", "", {small, mode_pads}, {checked.back()}, {{"mode", string_attr(mode)}});
+  }
+  const TensorId ids = b.constant("ids", ints(DType::i64, {2, 3}, {0, 1, 2, 3, 4, 5}));
+  checked.push_back(b.result("pad_int64", DType::i64, {2, 6}));
+  b.op("Pad", "", {ids, b.constant("int_pads", ints(DType::i64, {4}, {0, 1, 0, 2}))}, {checked.back()});
+  check_against_cpu(b, checked, 0.0);
+}
+
 TEST_CASE(
     "IsNaN, Where and WhereGrad with bool conditions, Tile, Shape, ConstantOfShape, ReduceProd and ReduceSumSquare on the "
     "GPU equal the CPU kernels") {

@@ -1,0 +1,81 @@
+// The CUDA executor's Pad (every mode, negative pads crop, optional pad value and axes) and RandomUniformLike
+// (the CPU kernels' values bit for bit); kernels in kernels_pad_random.cu.
+#include "runtime_allocator/cuda/cuda_state.hpp"
+#include "runtime_allocator/cuda/kernels_pad_random.hpp"
+#include "runtime_allocator/random_uniform.hpp"
+
+namespace memplan::runtime::cuda {
+
+using analysis::DType;
+using analysis::kNoTensor;
+using analysis::Op;
+using analysis::TensorId;
+
+namespace {
+
+[[noreturn]] void unsupported(const Op& op, const std::string& what) {
+  fail(ErrorKind::unsupported, "op '" + op.name + "' (" + op.type + ") on the CUDA backend: " + what);
+}
+
+// Input i's int64/int32 values: its constant data, else read back from the device (a sync); `attr` when absent.
+std::vector<std::int64_t> ints_of(ExecState& s, const Op& op, std::size_t i, const char* attr) {
+  const TensorId t = op.input(i);
+  if (t == kNoTensor) return op.attr_ints(attr);
+  const auto& x = s.tensor(t);
+  if (x.dtype != DType::i64 && x.dtype != DType::i32) unsupported(op, "input " + std::to_string(i) + " must be int64 or int32");
+  if (x.data && x.data->bytes.size() == x.bytes()) return x.data->as_int64();
+  analysis::TensorData v{x.dtype, x.shape(), std::vector<std::byte>(x.bytes())};
+  if (!v.bytes.empty()) {
+    check(cudaMemcpyAsync(v.bytes.data(), s.ptr[t], v.bytes.size(), cudaMemcpyDeviceToHost, s.ctx.stream()), "read of '" + x.name + "'");
+    check(cudaStreamSynchronize(s.ctx.stream()), "read of '" + x.name + "'");
+  }
+  return v.as_int64();
+}
+
+}  // namespace
+
+void run_pad(ExecState& s, const Op& op) {
+  const TensorId x = op.inputs.at(0), y = op.outputs.at(0);
+  const auto in = s.dims(x), out = s.dims(y);
+  if (in.size() > static_cast<std::size_t>(kMaxRank)) unsupported(op, "rank above 8");
+  PadShape p;
+  if (!parse_pad_mode(op.attr_string("mode", "constant"), p.mode)) unsupported(op, "mode " + op.attr_string("mode", ""));
+  auto axes = op.input(3) == kNoTensor ? std::vector<std::int64_t>{} : ints_of(s, op, 3, "axes");
+  for (auto& a : axes) a = static_cast<std::int64_t>(norm_axis(a, in.size(), op));
+  const std::vector<PadAxis> ax = pad_axes(in, ints_of(s, op, 1, "pads"), axes);
+  if (ax.size() != in.size()) unsupported(op, "pads do not give a begin and an end per padded axis");
+  const void* value = nullptr;
+  if (op.input(2) != kNoTensor) {
+    const auto& v = s.tensor(op.input(2));
+    if (v.dtype != s.tensor(x).dtype || v.element_count() != 1) unsupported(op, "the pad value must be one element of x's dtype");
+    value = s.ptr[op.input(2)];
+  } else if (op.attr("value") && op.attr_float("value", 0.0) != 0.0) {
+    unsupported(op, "the pad value attribute (opset < 11)");
+  }
+  const auto strides = contiguous_strides(in);
+  p.rank = static_cast<int>(in.size());
+  p.elem_bytes = elem_bytes(s, x);
+  for (std::size_t d = 0; d < in.size(); ++d) {
+    if (ax[d].m == 0 && p.mode != PadMode::constant && out[d] > 0) unsupported(op, "non-constant Pad of an empty axis");
+    p.out_dims[d] = out[d];
+    p.in_strides[d] = strides[d];
+    p.axes[d] = ax[d];
+  }
+  pad(p, s.ptr[x], value, s.ptr[y], s.ctx.stream());
+}
+
+void run_random_uniform_like(ExecState& s, const Op& op) {
+  const TensorId y = op.outputs.at(0);
+  const std::uint64_t key =
+      dropout_key(static_cast<std::uint64_t>(op.attr_int("seed", static_cast<std::int64_t>(kDefaultRandomSeed))));
+  const double low = op.attr_float("low", 0.0), high = op.attr_float("high", 1.0);
+  const auto n = static_cast<std::int64_t>(s.tensor(y).element_count());
+  if (s.tensor(y).dtype == DType::f32)
+    random_uniform_f32(s.f32(y), n, key, static_cast<float>(low), static_cast<float>(high), s.ctx.stream());
+  else if (s.tensor(y).dtype == DType::f64)
+    random_uniform_f64(reinterpret_cast<double*>(s.ptr[y]), n, key, low, high, s.ctx.stream());
+  else
+    unsupported(op, std::string("dtype ") + analysis::dtype_name(s.tensor(y).dtype) + " (float32 and float64 only)");
+}
+
+}  // namespace memplan::runtime::cuda

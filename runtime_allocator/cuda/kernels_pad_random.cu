@@ -1,0 +1,71 @@
+// CUDA kernels of Pad and RandomUniformLike (see kernels_pad_random.hpp).
+#include "runtime_allocator/cuda/block_reduce.cuh"
+#include "runtime_allocator/cuda/cuda_context.hpp"
+#include "runtime_allocator/cuda/kernels_pad_random.hpp"
+#include "runtime_allocator/random_uniform.hpp"
+
+namespace memplan::runtime::cuda {
+
+namespace {
+
+__device__ __forceinline__ std::int64_t first_index() { return blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; }
+__device__ __forceinline__ std::int64_t stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
+
+template <typename T>
+__global__ void pad_kernel(PadShape s, const T* x, const T* value, T* y, std::int64_t n) {
+  const T fill = value ? *value : T(0);
+  for (std::int64_t i = first_index(); i < n; i += stride()) {
+    std::int64_t rest = i, off = 0;
+    bool padded = false;
+    for (int d = s.rank - 1; d >= 0; --d) {
+      const std::int64_t src = pad_source(s.mode, s.axes[d], rest % s.out_dims[d]);
+      rest /= s.out_dims[d];
+      padded = padded || src < 0;
+      off += src * s.in_strides[d];
+    }
+    y[i] = padded ? fill : x[off];
+  }
+}
+
+__global__ void uniform_f32_kernel(float* y, std::int64_t n, std::uint64_t key, float low, float high) {
+  for (std::int64_t i = first_index(); i < n; i += stride()) y[i] = uniform_f32(key, static_cast<std::uint64_t>(i), low, high);
+}
+
+__global__ void uniform_f64_kernel(double* y, std::int64_t n, std::uint64_t key, double low, double high) {
+  for (std::int64_t i = first_index(); i < n; i += stride()) y[i] = uniform_f64(key, static_cast<std::uint64_t>(i), low, high);
+}
+
+template <typename T>
+void launch_pad(const PadShape& s, const void* x, const void* value, void* y, std::int64_t n, cudaStream_t stream) {
+  pad_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(s, static_cast<const T*>(x), static_cast<const T*>(value), static_cast<T*>(y), n);
+}
+
+}  // namespace
+
+void pad(const PadShape& s, const void* x, const void* value, void* y, cudaStream_t stream) {
+  std::int64_t n = 1;
+  for (int d = 0; d < s.rank; ++d) n *= s.out_dims[d];
+  if (n == 0) return;
+  switch (s.elem_bytes) {
+    case 1: launch_pad<std::uint8_t>(s, x, value, y, n, stream); break;
+    case 2: launch_pad<std::uint16_t>(s, x, value, y, n, stream); break;
+    case 4: launch_pad<std::uint32_t>(s, x, value, y, n, stream); break;
+    case 8: launch_pad<std::uint64_t>(s, x, value, y, n, stream); break;
+    default: fail(ErrorKind::unsupported, "Pad of " + std::to_string(s.elem_bytes) + "-byte elements");
+  }
+  check_launch("pad");
+}
+
+void random_uniform_f32(float* y, std::int64_t n, std::uint64_t key, float low, float high, cudaStream_t stream) {
+  if (n == 0) return;
+  uniform_f32_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, n, key, low, high);
+  check_launch("random_uniform_f32");
+}
+
+void random_uniform_f64(double* y, std::int64_t n, std::uint64_t key, double low, double high, cudaStream_t stream) {
+  if (n == 0) return;
+  uniform_f64_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, n, key, low, high);
+  check_launch("random_uniform_f64");
+}
+
+}  // namespace memplan::runtime::cuda

@@ -1,0 +1,41 @@
+// CUDA kernels of Pad (runtime_allocator/pad_index.hpp's index map, every mode) and RandomUniformLike
+// (runtime_allocator/random_uniform.hpp's draws, bit-identical to the CPU kernels), and the ops running them
+// (cuda_pad_random.cpp).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "runtime_allocator/cuda/kernels.hpp"
+#include "runtime_allocator/pad_index.hpp"
+
+namespace memplan::runtime::cuda {
+
+struct PadShape {
+  int rank = 0;
+  int elem_bytes = 4;  // 1, 2, 4 or 8
+  PadMode mode = PadMode::constant;
+  std::int64_t out_dims[kMaxRank] = {};
+  std::int64_t in_strides[kMaxRank] = {};  // in elements
+  PadAxis axes[kMaxRank] = {};
+};
+
+// y (contiguous, out_dims) from x; `value` points to one device element written where constant mode pads, null for
+// zero.
+void pad(const PadShape& s, const void* x, const void* value, void* y, cudaStream_t stream);
+
+// n float32 (or float64) draws of uniform_f32 (uniform_f64) under `key` in [low, high).
+void random_uniform_f32(float* y, std::int64_t n, std::uint64_t key, float low, float high, cudaStream_t stream);
+void random_uniform_f64(double* y, std::int64_t n, std::uint64_t key, double low, double high, cudaStream_t stream);
+
+#ifndef __CUDACC__  // the executor's side (C++20, analysis/graph.hpp): not seen by nvcc's C++17
+}  // namespace memplan::runtime::cuda
+#include "analysis/graph.hpp"
+namespace memplan::runtime::cuda {
+struct ExecState;
+void run_pad(ExecState& s, const analysis::Op& op);
+void run_random_uniform_like(ExecState& s, const analysis::Op& op);
+#endif
+
+}  // namespace memplan::runtime::cuda
