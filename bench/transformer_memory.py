@@ -19,7 +19,10 @@ workspaces. So the measured figure compared here is
     measured_bytes = max_allocated_bytes - other_persistent_bytes
                    = weights + buffers + input + target (+ optimizer state) + peak_over_baseline_bytes
 
-(for the CNN yardstick, other_persistent = baseline_bytes - weights_bytes - input_bytes - target_bytes, its
+(other_persistent_bytes is ~65 MiB of library workspaces plus exactly one output-sized block: the previous
+step's 0-dim loss, which torch_transformer_peaks.py keeps and whose storage PyTorch's mse_loss allocates at the
+output's full size, pytorch/pytorch#185647; the step's own loss storage is in the step's peak and in
+pytorch_peak_bytes. For the CNN yardstick, other_persistent = baseline_bytes - weights_bytes - input_bytes - target_bytes, its
 weights_bytes counting buffers too). The raw max_allocated_bytes is kept in the JSON.
 
 Columns: keep-all = memplan's own plan (strategy none, fused) / PyTorch SDPA measured; predicted SDPA and

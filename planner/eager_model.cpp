@@ -3,6 +3,8 @@
 
 #include <vector>
 
+#include "analysis/ops.hpp"
+
 namespace memplan::planner {
 
 EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan) {
@@ -15,6 +17,15 @@ EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan) {
   for (const auto& b : plan.buffers) {
     add[b.interval.first] = checked_add(add[b.interval.first], b.size, "eager peak");
     remove[b.interval.last + 1] = checked_add(remove[b.interval.last + 1], b.size, "eager peak");
+  }
+  for (std::uint32_t s = 0; s < steps; ++s) {  // PyTorch's mse_loss (see the header)
+    const auto& op = g.ops[plan.schedule[s]];
+    if (op.type != analysis::memplan_ops::kMSELoss || op.inputs.empty()) continue;
+    const auto& y = g.tensors[op.inputs[0]];
+    if (!y.shape_known() || y.on_host) continue;
+    const std::uint64_t bytes = align_up(y.bytes(), plan.alignment);
+    add[s] = checked_add(add[s], 2 * bytes, "eager peak");  // the loss's storage (held) + the mean's temporary
+    remove[s + 1] = checked_add(remove[s + 1], bytes, "eager peak");
   }
   for (const auto& t : g.tensors) {
     if (!t.shape_known() || t.on_host) continue;

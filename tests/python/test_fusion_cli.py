@@ -21,10 +21,12 @@ import tempfile
 from viz_testlib import check, failures, run
 
 # pytorch_peak_bytes of the CNN training exports (strategy none, optimizer sgd), as `eager_peak_bytes` gave
-# them before fusion was part of planning (commit 7d6cee6).
+# them before fusion was part of planning (commit 7d6cee6: 256635584 and 334243165), plus the storage that
+# PyTorch's 0-dim mse_loss keeps at the output's size from the loss to the end of the step
+# (planner/eager_model.hpp): [8,1000] and [4,1000] float32, 32000 and 16000 -> 16128 bytes aligned.
 CNN_EAGER_PEAKS = [
-    ("resnet18.train.onnx", ["--dim", "batch=8"], 256635584),
-    ("mobilenet_v2.train.onnx", ["--dim", "batch=4"], 334243165),
+    ("resnet18.train.onnx", ["--dim", "batch=8"], 256667584),
+    ("mobilenet_v2.train.onnx", ["--dim", "batch=4"], 334259293),
 ]
 BERT = ["--dim", "batch=2", "--dim", "seq=64"]
 
