@@ -154,6 +154,29 @@ __global__ void gather_grad_kernel(const float *dy, const Index *idx, float *dx,
   }
 }
 
+// GatherGrad into a small table (dim <= kSmallGatherDim) from many indices (a relative-position bias
+// gathered at every query/key pair): one block per column, each thread summing a fixed stride of the
+// indices into its own row of partial sums, then a fixed-order block reduction per table row. Deterministic
+// (the same bits every run), though not in the CPU kernel's sequential order.
+constexpr int kSmallGatherDim = 64;
+template <class Index>
+__global__ void gather_grad_small_kernel(const float *dy, const Index *idx, float *dx, std::int64_t dim, std::int64_t inner,
+                                         std::int64_t count) {
+  const std::int64_t col = blockIdx.x, o = col / inner, e = col - o * inner;
+  float acc[kSmallGatherDim];
+  for (int k = 0; k < kSmallGatherDim; ++k) acc[k] = 0.0f;
+  for (std::int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+    std::int64_t k = static_cast<std::int64_t>(idx[j]);
+    if (k < 0) k += dim;
+    if (k < 0 || k >= dim) continue;
+    acc[k] += dy[(o * count + j) * inner + e];
+  }
+  for (std::int64_t k = 0; k < dim; ++k) {
+    const float v = block_reduce<false>(acc[k]);
+    if (threadIdx.x == 0) dx[(o * dim + k) * inner + e] = v;
+  }
+}
+
 __global__ void dropout_kernel(const float *x, float *y, std::uint8_t *mask, std::int64_t n, std::uint64_t key,
                                std::uint64_t threshold, float ratio) {
   const float kept = __fsub_rn(1.0f, ratio);
@@ -320,6 +343,16 @@ void gather_grad(const float *dy, const void *indices, bool indices_i64, float *
   check(cudaMemsetAsync(dx, 0, static_cast<std::size_t>(n) * sizeof(float), stream), "GatherGrad zero");
   if (count == 0 || inner == 0) return;
   const std::int64_t columns = outer * inner;
+  if (dim <= kSmallGatherDim && columns < 4096 && count >= 4096) {  // few columns, many indices: a block per column
+    if (indices_i64)
+      gather_grad_small_kernel<<<static_cast<unsigned>(columns), kThreads, 0, stream>>>(
+          dy, static_cast<const std::int64_t *>(indices), dx, dim, inner, count);
+    else
+      gather_grad_small_kernel<<<static_cast<unsigned>(columns), kThreads, 0, stream>>>(
+          dy, static_cast<const std::int32_t *>(indices), dx, dim, inner, count);
+    check_launch("gather_grad");
+    return;
+  }
   if (indices_i64)
     gather_grad_kernel<<<grid_for(columns), kThreads, 0, stream>>>(dy, static_cast<const std::int64_t *>(indices), dx, outer, dim,
                                                                    inner, count);

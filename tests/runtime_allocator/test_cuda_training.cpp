@@ -267,6 +267,16 @@ TEST_CASE("AveragePoolGrad, SliceGrad, GatherGrad and SplitGrad on the GPU equal
     check_against_cpu(b, {dx, dx1}, 0.0);
   }
   {
+    OpGraph b;  // a small table gathered at many indices (a relative-position bias): the block-per-column path
+    std::vector<std::int64_t> ids(64 * 80);
+    for (std::size_t j = 0; j < ids.size(); ++j) ids[j] = static_cast<std::int64_t>((j * 7 + j / 80) % 32) - (j % 5 == 0 ? 32 : 0);
+    const TensorId dy = b.input("dy", random_f32({64, 80, 4}, rng));
+    const TensorId idx = b.constant("idx", ints(DType::i64, {64, 80}, ids));
+    const TensorId dx = b.result("dx", DType::f32, {32, 4});
+    b.op("GatherGrad", "memplan", {dy, idx}, {dx}, {{"axis", int_attr(0)}});
+    check_against_cpu(b, {dx}, 1e-4);
+  }
+  {
     OpGraph b;  // the middle piece has no gradient: zeros there
     const TensorId p0 = b.input("p0", random_f32({3, 2, 4}, rng)), p2 = b.input("p2", random_f32({3, 4, 4}, rng));
     const TensorId dx = b.result("dx", DType::f32, {3, 9, 4});
