@@ -61,6 +61,17 @@ bool dropout_training(const Graph& g, const Op& op) {
   return !v.empty() && v[0] != 0;
 }
 
+// A training Dropout whose ratio is a constant 0 keeps every element and scales by 1/(1 - 0): the identity
+// (PyTorch's F.dropout returns its input for p == 0 and saves no mask). Only when nothing reads the mask.
+bool dropout_is_identity(const Graph& g, const Op& op) {
+  const TensorId r = op.input(1);
+  if (r == kNoTensor || !g.tensors[r].data) return false;
+  const auto ratio = g.tensors[r].data->as_double();
+  if (ratio.size() != 1 || ratio[0] != 0.0) return false;
+  const TensorId mask = op.output(1);
+  return mask == kNoTensor || (g.tensors[mask].consumers.empty() && !g.tensors[mask].is_graph_output);
+}
+
 }  // namespace
 
 std::vector<bool> trainable_weights(const Graph& g, const TrainingOptions& opts) {
@@ -102,7 +113,8 @@ std::string unique_name(const Graph& g, const std::string& base) {
 // Rewrites the forward ops in place (docs/saved-tensors.md): Identity of a weight becomes a weight of
 // its own (exporters re-create deduplicated parameters that way, and each has its own gradient);
 // BatchNormalization in training mode becomes memplan BatchNormTraining with saved mean and invstd;
-// LayerNormalization, MaxPool and training Dropout get their optional Mean/InvStdDev, Indices, mask;
+// LayerNormalization, MaxPool and training Dropout get their optional Mean/InvStdDev, Indices, mask (a
+// Dropout of constant ratio 0 whose mask nothing reads becomes an Identity instead);
 // memplan RMSNormalization its InvStdDev;
 // memplan FusedAttention gets its per-row logsumexp (float32 [B, Hq, Sq]), which its backward reads.
 void prepare_forward(Graph& g) {
@@ -157,6 +169,11 @@ void prepare_forward(Graph& g) {
       ensure_output(g, op, 2, "/invstd", stash, s);
     } else if (is_op(op, "MaxPool")) {
       ensure_output(g, op, 1, "/indices", DType::i64, y.shape());
+    } else if (is_op(op, "Dropout") && dropout_training(g, op) && dropout_is_identity(g, op)) {
+      op.type = "Identity";  // a view: no mask, no copy; its gradient passes through
+      op.attrs.clear();
+      op.inputs.resize(1);
+      op.outputs.resize(1);
     } else if (is_op(op, "Dropout") && dropout_training(g, op)) {
       ensure_output(g, op, 1, "/mask", DType::boolean, g.tensors[op.inputs.at(0)].shape());
     }

@@ -241,3 +241,30 @@ TEST_CASE("an Identity of a weight becomes its own parameter with its own gradie
   CHECK(names == S{"w", "w_tied"});
   for (const Op& op : tg.graph.ops) CHECK(op.type != "Identity");
 }
+
+TEST_CASE("a training Dropout of constant ratio 0 becomes an Identity: no mask made or saved, unless the mask is read") {
+  for (bool mask_read : {false, true}) {
+    CAPTURE(mask_read);
+    GraphBuilder b;
+    auto a = trained(b, {2, 3});
+    auto outs = b.op("Dropout", {a, b.constant("ratio", {}, {0.0}), b.constant("train", {}, {1}, DType::boolean)},
+                     {{"d", {2, 3}}, {"d_mask", {2, 3}}});
+    b.g.ops.back().name = "op";
+    b.g.tensors[outs[1]].dtype = DType::boolean;
+    b.output(b.op1("Relu", {outs[0]}, "y", {2, 3}));
+    if (mask_read) b.output(outs[1]);
+    TrainingGraph tg = build_training_graph(b.g, {});
+    const Graph& g = tg.graph;
+    const Op& fwd = g.ops[g.tensors[g.at("d")].producer];
+    CHECK(fwd.type == (mask_read ? "Dropout" : "Identity"));
+    CHECK(fwd.outputs.size() == (mask_read ? 2u : 1u));
+    S types;
+    for (const Op* op : backward_of(g, "op")) types.insert(op->type);
+    CHECK(types == (mask_read ? S{"DropoutGrad"} : S{}));
+    bool mask_saved = false;
+    for (TensorId t : tg.saved_for_backward) mask_saved = mask_saved || g.tensors[t].dtype == DType::boolean;
+    CHECK(mask_saved == mask_read);
+    // The gradient still reaches the trained weight through the identity.
+    CHECK(tg.param_grads.size() == 1);
+  }
+}

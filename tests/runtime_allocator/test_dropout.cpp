@@ -7,6 +7,8 @@
 #include <cstring>
 #include <optional>
 
+#include "analysis/training.hpp"
+#include "planner/training_plan.hpp"
 #include "runtime_allocator/dropout_mask.hpp"
 #include "runtime_allocator/executor.hpp"
 #include "tests/runtime_allocator/op_graph.hpp"
@@ -49,6 +51,54 @@ DropoutRun run_dropout(float ratio, bool training, std::optional<std::int64_t> s
   out.dx = as_floats(ex.address(dx), b.g.tensors[dx].bytes());
   out.mask.resize(b.g.tensors[m].bytes());
   std::memcpy(out.mask.data(), ex.address(m), out.mask.size());
+  return out;
+}
+
+// One training step (optimizer none) of relu(Dropout(x W, ratio 0, training)): planned with strategy none
+// and run on the CPU through the plan's arena. With `mask_out` the mask is a graph output, so the Dropout
+// stays a Dropout (mask, DropoutGrad); without, training turns it into an Identity (a view).
+struct ZeroDropoutStep {
+  std::vector<std::string> forward_types;
+  bool valid = false;
+  std::vector<std::vector<float>> outputs;  // the loss, then the weight's gradient
+};
+
+ZeroDropoutStep zero_dropout_step(bool mask_out) {
+  OpGraph b;
+  std::mt19937 rng(11);
+  const TensorId x = b.input("x", random_f32({4, 8}, rng));
+  const TensorId w = b.constant("W", random_f32({8, 6}, rng));
+  b.g.tensors[w].role = analysis::TensorRole::weight;
+  const TensorId r = b.constant("ratio", analysis::TensorData::from_double(DType::f32, {}, {0.0}));
+  const TensorId t = b.constant("training", ints(DType::boolean, {}, {1}));
+  const TensorId h = b.tensor("h", DType::f32, {4, 6}, analysis::TensorRole::activation);
+  const TensorId d = b.tensor("d", DType::f32, {4, 6}, analysis::TensorRole::activation);
+  const TensorId m = mask_out ? b.result("mask", DType::boolean, {4, 6})
+                              : b.tensor("mask", DType::boolean, {4, 6}, analysis::TensorRole::activation);
+  const TensorId y = b.result("y", DType::f32, {4, 6});
+  b.op("MatMul", "", {x, w}, {h});
+  b.op("Dropout", "", {h, r, t}, {d, m}, {{"seed", int_attr(3)}});
+  b.op("Relu", "", {d}, {y});
+  b.g.relink();
+  analysis::TrainingOptions to;
+  to.optimizer = analysis::Optimizer::none;
+  const analysis::TrainingGraph tg = analysis::build_training_graph(b.g, to);
+  const planner::TrainingPlanResult plan = planner::plan_training(tg, {});
+  ZeroDropoutStep out;
+  for (const auto &op : plan.graph.ops)
+    if (op.phase == analysis::Phase::forward) out.forward_types.push_back(op.type);
+  out.valid = plan.report.valid;
+  std::vector<analysis::TensorData> feeds;
+  std::mt19937 frng(5);
+  for (const TensorId in : plan.graph.inputs) feeds.push_back(random_f32(plan.graph.tensors[in].shape(), frng));
+  HostBackend backend;
+  Executor ex(plan.graph, plan.plan, backend);
+  const auto got = ex.run(feeds);
+  for (std::size_t k = 0; k < plan.graph.outputs.size(); ++k) {
+    const std::string &name = plan.graph.tensors[plan.graph.outputs[k]].name;
+    if (name == plan.graph.tensors[tg.loss].name || name == plan.graph.tensors[tg.param_grads.at(0).second].name)
+      out.outputs.push_back(as_floats(got[k].bytes.data(), got[k].bytes.size()));
+  }
   return out;
 }
 
@@ -117,4 +167,16 @@ TEST_CASE(
   bool zeros = true;
   for (std::size_t i = 0; i < all.y.size(); ++i) zeros = zeros && all.y[i] == 0.0f && all.dx[i] == 0.0f;
   CHECK(zeros);
+}
+
+TEST_CASE("a training step through Dropout of ratio 0 made an Identity gives the masked Dropout's loss and gradient") {
+  const auto view = zero_dropout_step(false), masked = zero_dropout_step(true);
+  CHECK(view.valid);
+  CHECK(masked.valid);
+  CHECK(std::count(view.forward_types.begin(), view.forward_types.end(), "Identity") == 1);
+  CHECK(std::count(view.forward_types.begin(), view.forward_types.end(), "Dropout") == 0);
+  CHECK(std::count(masked.forward_types.begin(), masked.forward_types.end(), "Dropout") == 1);
+  REQUIRE(view.outputs.size() == 2);
+  REQUIRE(masked.outputs.size() == 2);
+  CHECK(view.outputs == masked.outputs);  // mask all true and scale 1: bit for bit
 }
