@@ -154,6 +154,25 @@ __global__ void gather_grad_kernel(const float *dy, const Index *idx, float *dx,
   }
 }
 
+// GatherGrad into a table of moderate size from a moderate number of indices (a windowed relative-position
+// bias): one thread per table element, summing the indices that hit it in their order, as the CPU kernel
+// does (bit-equal), in parallel over every table element instead of over columns only.
+template <class Index>
+__global__ void gather_grad_scan_kernel(const float *dy, const Index *idx, float *dx, std::int64_t outer, std::int64_t dim,
+                                        std::int64_t inner, std::int64_t count) {
+  const std::int64_t total = outer * dim * inner;
+  for (std::int64_t t = global_index(); t < total; t += grid_stride()) {
+    const std::int64_t e = t % inner, k = (t / inner) % dim, o = t / (inner * dim);
+    float d = 0.0f;
+    for (std::int64_t j = 0; j < count; ++j) {
+      std::int64_t i = static_cast<std::int64_t>(idx[j]);
+      if (i < 0) i += dim;
+      if (i == k) d = __fadd_rn(d, dy[(o * count + j) * inner + e]);
+    }
+    dx[t] = d;
+  }
+}
+
 // GatherGrad into a small table (dim <= kSmallGatherDim) from many indices (a relative-position bias
 // gathered at every query/key pair): one block per column, each thread summing a fixed stride of the
 // indices into its own row of partial sums, then a fixed-order block reduction per table row. Deterministic
@@ -350,6 +369,16 @@ void gather_grad(const float *dy, const void *indices, bool indices_i64, float *
     else
       gather_grad_small_kernel<<<static_cast<unsigned>(columns), kThreads, 0, stream>>>(
           dy, static_cast<const std::int32_t *>(indices), dx, dim, inner, count);
+    check_launch("gather_grad");
+    return;
+  }
+  if (columns < 65536 && dim * count <= (std::int64_t{1} << 24)) {  // few columns: every table element in parallel
+    if (indices_i64)
+      gather_grad_scan_kernel<<<grid_for(n), kThreads, 0, stream>>>(dy, static_cast<const std::int64_t *>(indices), dx, outer, dim,
+                                                                    inner, count);
+    else
+      gather_grad_scan_kernel<<<grid_for(n), kThreads, 0, stream>>>(dy, static_cast<const std::int32_t *>(indices), dx, outer, dim,
+                                                                    inner, count);
     check_launch("gather_grad");
     return;
   }
