@@ -122,7 +122,8 @@ class Builder {
   std::map<std::tuple<int, std::uint32_t, std::uint32_t, std::uint64_t, std::uint64_t>, std::uint32_t> seen_;
 };
 
-// The reverse sweep: adjoints of every node, accumulated per operand.
+// The reverse sweep: adjoints of every node, accumulated per operand. Nodes are created in one order on every
+// compiler: no call takes two arguments that both create nodes (their evaluation order is unspecified).
 class Reverse {
  public:
   Reverse(const FusedExpr& e, Builder& b) : e_(e), b_(b), fwd_(e.nodes.size()), adj_(e.nodes.size()), grads_(e.num_inputs) {}
@@ -151,7 +152,8 @@ class Reverse {
   std::uint32_t neg(std::uint32_t a) { return b_.un(ElemOp::neg, a); }
   // 1 where a > b, 1/2 where a == b, 0 where a < b: max's selection of a, ties split as torch.maximum does.
   std::uint32_t pick(std::uint32_t a, std::uint32_t b) {
-    return mul(c(0.5), add(b_.bin(ElemOp::gt, a, b), b_.bin(ElemOp::ge, a, b)));
+    const std::uint32_t gt = b_.bin(ElemOp::gt, a, b), ge = b_.bin(ElemOp::ge, a, b), half = c(0.5);
+    return mul(half, add(gt, ge));
   }
 
   void acc(std::optional<std::uint32_t>& slot, std::uint32_t contribution) {
@@ -177,7 +179,12 @@ class Reverse {
       case ElemOp::pow: {
         const auto exponent = b_.value(w);
         if (exponent) {  // the common case: c * x^(c-1), 0 for c = 0
-          to(n.a, g, *exponent == 0.0 ? c(0) : mul(b_.bin(ElemOp::pow, x, c(*exponent - 1.0)), c(*exponent)));
+          std::uint32_t local = c(0);
+          if (*exponent != 0.0) {
+            const std::uint32_t power = b_.bin(ElemOp::pow, x, c(*exponent - 1.0)), scale = c(*exponent);
+            local = mul(power, scale);
+          }
+          to(n.a, g, local);
         } else {
           to(n.a, g, mul(w, b_.bin(ElemOp::pow, x, sub(w, c(1)))));
           to(n.b, g, mul(y, b_.un(ElemOp::log, x)));
@@ -187,11 +194,23 @@ class Reverse {
       case ElemOp::max: to(n.a, g, pick(x, w)); to(n.b, g, pick(w, x)); return;
       case ElemOp::min: to(n.a, g, pick(w, x)); to(n.b, g, pick(x, w)); return;
       case ElemOp::neg: acc(adj_[n.a], neg(g)); return;
-      case ElemOp::abs: to(n.a, g, sub(b_.bin(ElemOp::gt, x, c(0)), b_.bin(ElemOp::gt, c(0), x))); return;
+      case ElemOp::abs: {
+        const std::uint32_t pos = b_.bin(ElemOp::gt, x, c(0)), negative = b_.bin(ElemOp::gt, c(0), x);
+        to(n.a, g, sub(pos, negative));
+        return;
+      }
       case ElemOp::relu: to(n.a, g, b_.bin(ElemOp::gt, x, c(0))); return;
       case ElemOp::sigmoid: to(n.a, g, mul(y, sub(c(1), y))); return;
-      case ElemOp::tanh: to(n.a, g, sub(c(1), mul(y, y))); return;
-      case ElemOp::erf: to(n.a, g, mul(b_.un(ElemOp::exp, neg(mul(x, x))), c(1.1283791670955126))); return;  // 2/sqrt(pi)
+      case ElemOp::tanh: {
+        const std::uint32_t one = c(1), yy = mul(y, y);
+        to(n.a, g, sub(one, yy));
+        return;
+      }
+      case ElemOp::erf: {  // 2/sqrt(pi) exp(-x^2)
+        const std::uint32_t gauss = b_.un(ElemOp::exp, neg(mul(x, x))), scale = c(1.1283791670955126);
+        to(n.a, g, mul(gauss, scale));
+        return;
+      }
       case ElemOp::exp: to(n.a, g, y); return;
       case ElemOp::log: acc(adj_[n.a], div(g, x)); return;
       case ElemOp::sqrt: acc(adj_[n.a], div(g, mul(y, c(2)))); return;
@@ -206,7 +225,9 @@ class Reverse {
       }
       case ElemOp::leaky_relu: {  // torch: x > 0 ? 1 : alpha
         const double alpha = static_cast<float>(n.p0);
-        to(n.a, g, add(mul(b_.bin(ElemOp::gt, x, c(0)), c(1.0 - alpha)), c(alpha)));
+        const std::uint32_t positive = b_.bin(ElemOp::gt, x, c(0)), step = c(1.0 - alpha);
+        const std::uint32_t scaled = mul(positive, step), floor = c(alpha);
+        to(n.a, g, add(scaled, floor));
         return;
       }
       case ElemOp::gt:
