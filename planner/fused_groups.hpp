@@ -9,9 +9,8 @@
 
 namespace memplan::planner {
 
-// Attributes a fused op carries: the names of the ops it replaced (strings, in their original order) and,
-// when fuse_graph made it, the kind of its group ("attention", "layer_norm", "elementwise", ...).
-inline constexpr const char* kFusedOpsAttr = "fused_ops";
+// Beside kFusedOpsAttr (fusion.hpp), a fused op made by fuse_graph carries the kind of its group
+// ("attention", "layer_norm", "elementwise", ...).
 inline constexpr const char* kFusedKindAttr = "fused_kind";
 
 // True when `op` replaced other ops (it carries a non-empty fused_ops attribute).

@@ -126,6 +126,19 @@ bool saves_no_more_fused(const Graph& g, const Group& grp, const std::vector<Fus
 
 }  // namespace
 
+void set_fused_ops(analysis::Op& op, std::vector<std::string> members) {
+  analysis::Attribute names;
+  names.kind = analysis::Attribute::Kind::strings;
+  names.strings = std::move(members);
+  op.attrs[kFusedOpsAttr] = std::move(names);
+}
+
+OpId find_fused_op(const Graph& g, const std::vector<std::string>& members) {
+  for (OpId o = 0; o < g.ops.size(); ++o)
+    if (const auto* a = g.ops[o].attr(kFusedOpsAttr); a && a->strings == members) return o;
+  return kNoOp;
+}
+
 FusionResult fuse_elementwise(const Graph& g, const FusionOptions& opts) {
   const std::size_t n = g.ops.size();
   std::vector<FusedExpr> exprs(n);
@@ -209,16 +222,13 @@ FusionResult fuse_elementwise(const Graph& g, const FusionOptions& opts) {
     expr_attr.kind = analysis::Attribute::Kind::s;
     expr_attr.s = e.to_string();
     fused.attrs["expr"] = expr_attr;
-    analysis::Attribute names;
-    names.kind = analysis::Attribute::Kind::strings;
     for (OpId m : grp.members) {
-      names.strings.push_back(g.ops[m].name);
+      fg.members.push_back(g.ops[m].name);
       if (m != grp.root)
         fg.intermediate_bytes = checked_add(fg.intermediate_bytes, g.tensors[g.ops[m].outputs[0]].bytes(), "fused intermediates");
     }
     fg.kind = "elementwise";
-    fg.members = names.strings;
-    fused.attrs["fused_ops"] = std::move(names);
+    set_fused_ops(fused, fg.members);
     fg.op = out.add_op(std::move(fused));
     res.intermediate_bytes_removed = checked_add(res.intermediate_bytes_removed, fg.intermediate_bytes, "fused intermediates");
     res.groups.push_back(std::move(fg));

@@ -23,6 +23,12 @@ using analysis::FusedExpr;
 using analysis::kFusedOpType;
 using analysis::kMemplanDomain;
 
+// The attribute a fused op carries: the names of the ops it replaced (strings, in their original order).
+inline constexpr const char* kFusedOpsAttr = "fused_ops";
+void set_fused_ops(analysis::Op& op, std::vector<std::string> members);
+// The op of `g` whose fused_ops are exactly `members`; kNoOp when there is none.
+analysis::OpId find_fused_op(const analysis::Graph& g, const std::vector<std::string>& members);
+
 struct FusedGroup {
   analysis::OpId op = analysis::kNoOp;  // the fused op in the new graph
   std::string kind;                     // "elementwise" | "attention" | "layer_norm" | "rms_norm" | "gelu" | "layout"

@@ -101,19 +101,15 @@ class Rewriter {
     f.attrs["o_layout"] = attr_s(analysis::head_layout_name(m.o_layout));
     FusedGroup grp;
     grp.kind = "attention";
-    Attribute names;
-    names.kind = Attribute::Kind::strings;
     const TensorId kept = m.reshaped_bias_add != kNoOp ? g_.ops[m.reshaped_bias_add].output(0) : kNoTensor;
     for (OpId o : m.members) {
-      names.strings.push_back(g_.ops[o].name);
+      grp.members.push_back(g_.ops[o].name);
       for (TensorId t : g_.ops[o].outputs)
         if (t != kNoTensor && t != m.output && t != kept)
           grp.intermediate_bytes = checked_add(grp.intermediate_bytes, g_.tensors[t].bytes(), "fused intermediates");
     }
-    grp.members = names.strings;
-    f.attrs["fused_ops"] = std::move(names);
+    set_fused_ops(f, grp.members);
     rw_.add(std::move(f), m.output_op);
-    names_.push_back(name);
     return grp;
   }
 
@@ -121,8 +117,7 @@ class Rewriter {
     FusionResult r;
     r.graph = rw_.apply();
     for (std::size_t i = 0; i < groups.size(); ++i) {
-      for (OpId o = 0; o < r.graph.ops.size(); ++o)
-        if (r.graph.ops[o].name == names_[i]) groups[i].op = o;
+      groups[i].op = find_fused_op(r.graph, groups[i].members);
       r.intermediate_bytes_removed =
           checked_add(r.intermediate_bytes_removed, groups[i].intermediate_bytes, "fused intermediates");
     }
@@ -169,7 +164,6 @@ class Rewriter {
   const Graph& g_;
   GraphRewrite rw_;
   std::map<std::vector<TensorId>, TensorId> sums_;
-  std::vector<std::string> names_;
 };
 
 }  // namespace

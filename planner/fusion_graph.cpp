@@ -19,15 +19,8 @@ FusionResult fuse_graph(const analysis::Graph& g, const FuseOptions& opts) {
     FusionResult step = pass(res.graph);
     res.graph = std::move(step.graph);
     res.intermediate_bytes_removed = checked_add(res.intermediate_bytes_removed, step.intermediate_bytes_removed, "fused intermediates");
-    std::map<std::string, analysis::OpId> by_member;
-    for (analysis::OpId o = 0; o < res.graph.ops.size(); ++o)
-      if (const auto* a = res.graph.ops[o].attr("fused_ops"))
-        for (const auto& m : a->strings) by_member.emplace(m, o);
-    for (auto& grp : step.groups) {
-      analysis::OpId op = grp.op;
-      if (op >= res.graph.ops.size() && !grp.members.empty())
-        if (auto it = by_member.find(grp.members.front()); it != by_member.end()) op = it->second;
-      op_names.push_back(op < res.graph.ops.size() ? res.graph.ops[op].name : std::string());
+    for (auto& grp : step.groups) {  // every pass gives its groups' op ids in its own graph
+      op_names.push_back(grp.op < res.graph.ops.size() ? res.graph.ops[grp.op].name : std::string());
       grp.op = analysis::kNoOp;  // ids of an intermediate graph: found again by name below
       res.groups.push_back(std::move(grp));
     }
@@ -53,12 +46,7 @@ FusionResult fuse_graph(const analysis::Graph& g, const FuseOptions& opts) {
       if (at == into.end()) continue;
       at = into.erase(at);
       into.insert(at, res.groups[k].members.begin(), res.groups[k].members.end());
-      if (res.groups[j].op != analysis::kNoOp) {  // the op records the original ops too
-        analysis::Attribute names;
-        names.kind = analysis::Attribute::Kind::strings;
-        names.strings = into;
-        res.graph.ops[res.groups[j].op].attrs["fused_ops"] = std::move(names);
-      }
+      if (res.groups[j].op != analysis::kNoOp) set_fused_ops(res.graph.ops[res.groups[j].op], into);  // the original ops too
       res.groups[j].intermediate_bytes = checked_add(res.groups[j].intermediate_bytes, res.groups[k].intermediate_bytes, "fused intermediates");
       res.groups.erase(res.groups.begin() + static_cast<std::ptrdiff_t>(k));
       op_names.erase(op_names.begin() + static_cast<std::ptrdiff_t>(k));

@@ -8,6 +8,7 @@
 #include <array>
 #include <map>
 
+#include "analysis/autodiff.hpp"
 #include "analysis/matmul_t.hpp"
 #include "planner/fusion.hpp"
 #include "planner/graph_rewrite.hpp"
@@ -51,13 +52,6 @@ bool reads_strides(const Graph& g, const Op& op) {
   return is_onnx(op, "MatMul") && has_rank(g, op.input(0), 2) && has_rank(g, op.input(1), 2);
 }
 
-analysis::Attribute int_attr(std::int64_t v) {
-  analysis::Attribute a;
-  a.kind = analysis::Attribute::Kind::i;
-  a.i = v;
-  return a;
-}
-
 // One consumer rewritten: which operands it reads through a Transpose.
 struct Candidate {
   OpId op = kNoOp;
@@ -78,12 +72,9 @@ Op rewritten(const Graph& g, const Candidate& c, const std::vector<std::string>&
     const char* flag = gemm ? (i == 0 ? "transA" : "transB") : (i == 0 ? "trans_a" : "trans_b");
     const bool t = gemm && src.attr_int(flag, 0) != 0;
     if (c.transpose[i] != kNoOp) n.inputs[i] = g.ops[c.transpose[i]].inputs[0];
-    if (!gemm || c.transpose[i] != kNoOp) n.attrs[flag] = int_attr(t != (c.transpose[i] != kNoOp) ? 1 : 0);
+    if (!gemm || c.transpose[i] != kNoOp) n.attrs[flag] = analysis::autodiff::attr_i(t != (c.transpose[i] != kNoOp) ? 1 : 0);
   }
-  analysis::Attribute names;
-  names.kind = analysis::Attribute::Kind::strings;
-  names.strings = members;
-  n.attrs["fused_ops"] = std::move(names);
+  set_fused_ops(n, members);
   if (!gemm) {  // the output keeps MatMul's shape: check the geometry agrees
     const auto geo = analysis::matmul_t_geometry(n.attr_int("trans_a", 0) != 0, n.attr_int("trans_b", 0) != 0,
                                                  g.tensors[n.inputs[0]].shape(), g.tensors[n.inputs[1]].shape(),
@@ -141,9 +132,7 @@ FusionResult fuse_layouts(const Graph& g) {
     r.groups.push_back(std::move(grp));
   }
   r.graph = cands.empty() ? g : rw.apply();
-  for (auto& grp : r.groups)
-    for (OpId o = 0; o < r.graph.ops.size(); ++o)
-      if (const auto* a = r.graph.ops[o].attr("fused_ops"); a && a->strings == grp.members) grp.op = o;
+  for (auto& grp : r.groups) grp.op = find_fused_op(r.graph, grp.members);
   return r;
 }
 

@@ -167,26 +167,17 @@ FusionResult fuse_matches(const Graph& g, Matcher match) {
     grp.kind = f.kind;
     grp.members = member_names(g, f.m);
     grp.intermediate_bytes = intermediate_bytes(g, f.m);
-    analysis::Attribute names;
-    names.kind = analysis::Attribute::Kind::strings;
-    names.strings = grp.members;
     const OpId last = g.tensors[f.m.result].producer;
     f.op.name = g.ops[last].name;  // the op it ends with is gone: its name is free
-    f.op.attrs["fused_ops"] = std::move(names);
+    set_fused_ops(f.op, grp.members);
     f.op.outputs = {f.m.result};
     rw.add(std::move(f.op), last);
     r.intermediate_bytes_removed = checked_add(r.intermediate_bytes_removed, grp.intermediate_bytes, "fused intermediates");
     groups.push_back(std::move(grp));
   }
   r.graph = rw.apply();
-  // Fused ops are found again by their first member's name (op ids of the rewritten graph).
-  for (auto& grp : groups) {
-    for (OpId o = 0; o < r.graph.ops.size(); ++o)
-      if (const auto* a = r.graph.ops[o].attr("fused_ops");
-          a && !a->strings.empty() && a->strings.front() == grp.members.front()) {
-        grp.op = o;
-        break;
-      }
+  for (auto& grp : groups) {  // op ids of the rewritten graph
+    grp.op = find_fused_op(r.graph, grp.members);
     r.groups.push_back(std::move(grp));
   }
   return r;

@@ -17,10 +17,6 @@ using analysis::TensorId;
 
 namespace {
 
-[[noreturn]] void unsupported(const Op& op, const std::string& what) {
-  fail(ErrorKind::unsupported, "op '" + op.name + "' (" + op.type + ") on the CUDA backend: " + what);
-}
-
 std::optional<ElemType> elem_type(DType d) {
   switch (d) {
     case DType::f32: return ElemType::f32;

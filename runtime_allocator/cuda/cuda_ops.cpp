@@ -22,6 +22,10 @@ std::size_t norm_axis(std::int64_t axis, std::size_t rank, const Op& op) {
   return static_cast<std::size_t>(axis < 0 ? axis + r : axis);
 }
 
+[[noreturn]] void unsupported(const Op& op, const std::string& what) {
+  fail(ErrorKind::unsupported, "op '" + op.name + "' (" + op.type + ") on the CUDA backend: " + what);
+}
+
 int elem_bytes(const ExecState& s, TensorId t) { return static_cast<int>(analysis::element_bytes(s.tensor(t).dtype)); }
 
 void copy_region(ExecState& s, const Op& op, int eb, const std::vector<std::int64_t>& dims, const void* src,

@@ -13,10 +13,6 @@ using analysis::TensorId;
 
 namespace {
 
-[[noreturn]] void unsupported(const Op& op, const std::string& what) {
-  fail(ErrorKind::unsupported, "op '" + op.name + "' (" + op.type + ") on the CUDA backend: " + what);
-}
-
 // Input i's int64/int32 values: its constant data, else read back from the device (a sync); `attr` when absent.
 std::vector<std::int64_t> ints_of(ExecState& s, const Op& op, std::size_t i, const char* attr) {
   const TensorId t = op.input(i);

@@ -37,6 +37,8 @@ using analysis::broadcast_strides;  // the one copy of the index helpers: analys
 using analysis::contiguous_strides;
 using analysis::dims_product;
 int elem_bytes(const ExecState& s, analysis::TensorId t);
+// ErrorKind::unsupported: "op 'name' (Type) on the CUDA backend: <what>".
+[[noreturn]] void unsupported(const analysis::Op& op, const std::string& what);
 // Copies `dims` elements of `eb` bytes from src (strides src_strides) to dst (strides dst_strides) on the
 // compute stream; ErrorKind::unsupported naming `op` above rank 8.
 void copy_region(ExecState& s, const analysis::Op& op, int eb, const std::vector<std::int64_t>& dims, const void* src,

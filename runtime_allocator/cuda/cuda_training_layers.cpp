@@ -23,10 +23,6 @@ using analysis::TensorId;
 
 namespace {
 
-[[noreturn]] void unsupported(const Op &op, const std::string &what) {
-  fail(ErrorKind::unsupported, "op '" + op.name + "' (" + op.type + ") on the CUDA backend: " + what);
-}
-
 const float *in_f32(const ExecState &s, const Op &op, std::size_t i) {
   const TensorId t = op.input(i);
   if (t == kNoTensor) unsupported(op, "input " + std::to_string(i) + " is required");

@@ -10,7 +10,6 @@ before fusion existed (nothing PyTorch runs as one library kernel applies to the
 (analyze, fit, run, viz, trace) report fusion and honour --no-fuse. Exit 77 when memplan or the samples are
 missing.
 """
-import argparse
 import json
 import os
 import re
@@ -18,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-from viz_testlib import check, failures, run
+from viz_testlib import check, cli_args, failures, run
 
 # pytorch_peak_bytes of the CNN training exports (strategy none, optimizer sgd), as `eager_peak_bytes` gave
 # them before fusion was part of planning (commit 7d6cee6: 256635584 and 334243165), plus the storage that
@@ -186,12 +185,8 @@ def command_checks(memplan, samples, tmp):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--memplan", required=True)
-    ap.add_argument("--samples", required=True)
-    a = ap.parse_args()
-    if not os.path.exists(a.memplan) or not os.path.isdir(os.path.join(a.samples, "models")):
-        print("skip: memplan or samples missing")
+    a = cli_args()
+    if a is None:
         return 77
     with tempfile.TemporaryDirectory() as tmp:
         bert_checks(a.memplan, a.samples, tmp)

@@ -7,7 +7,6 @@ the plan, never draw two buffers live at one step on top of each other, and labe
 that the plan (recomputed here from its buffers) peaks at. Training timelines are checked against the
 rectangles they draw. Exit 77 when the command or the samples are missing.
 """
-import argparse
 import json
 import os
 import subprocess
@@ -16,7 +15,7 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 
-from viz_testlib import check, failures, plan_usage, run, scratch_regions
+from viz_testlib import check, cli_args, failures, plan_usage, run, scratch_regions
 
 SVG = "{http://www.w3.org/2000/svg}"
 INFERENCE_MODELS = ["tiny_mlp.onnx", "tiny_cnn.onnx", "tiny_gpt.onnx", "squeezenet1_1.onnx", "mobilenet_v2.onnx", "resnet18.onnx"]
@@ -164,12 +163,8 @@ def graph_checks(memplan, samples, tmp):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--memplan", required=True)
-    ap.add_argument("--samples", required=True)
-    a = ap.parse_args()
-    if not os.path.exists(a.memplan) or not os.path.isdir(os.path.join(a.samples, "models")):
-        print("skip: memplan or samples missing")
+    a = cli_args()
+    if a is None:
         return 77
     with tempfile.TemporaryDirectory() as tmp:
         inference_checks(a.memplan, a.samples, tmp)

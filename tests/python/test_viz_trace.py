@@ -7,14 +7,13 @@ plan's schedule order (args.op), fused ops' spans labelled "kind ×members · op
 and counters equal to the live bytes the plan's buffers give at each step.
 Exit 77 when the command or the samples are missing.
 """
-import argparse
 import json
 import numbers
 import os
 import sys
 import tempfile
 
-from viz_testlib import check, failures, plan_usage, run
+from viz_testlib import check, cli_args, failures, plan_usage, run
 
 MODELS = ["tiny_mlp.onnx", "tiny_gpt.onnx", "resnet18.onnx"]
 
@@ -52,12 +51,8 @@ def validate_events(doc, name):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--memplan", required=True)
-    ap.add_argument("--samples", required=True)
-    a = ap.parse_args()
-    if not os.path.exists(a.memplan) or not os.path.isdir(os.path.join(a.samples, "models")):
-        print("skip: memplan or samples missing")
+    a = cli_args()
+    if a is None:
         return 77
     with tempfile.TemporaryDirectory() as tmp:
         for m in MODELS:

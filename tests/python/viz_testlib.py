@@ -1,4 +1,6 @@
 """Helpers shared by the viz and fusion tests (test_viz_svg.py, test_viz_trace.py, test_fusion_cli.py): checks, running memplan, plan usage."""
+import argparse
+import os
 import subprocess
 
 failures = []
@@ -10,6 +12,18 @@ def check(cond, what):
         failures.append(what)
         print("FAIL:", what)
     return cond
+
+
+def cli_args():
+    """--memplan and --samples from the command line; None (the caller exits 77: skip) when either is missing."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--memplan", required=True)
+    ap.add_argument("--samples", required=True)
+    a = ap.parse_args()
+    if not os.path.exists(a.memplan) or not os.path.isdir(os.path.join(a.samples, "models")):
+        print("skip: memplan or samples missing")
+        return None
+    return a
 
 
 def run(memplan, *args):

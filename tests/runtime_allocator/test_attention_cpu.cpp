@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 
+#include "analysis/fused_ops.hpp"
 #include "analysis/ops.hpp"
 #include "analysis/shapes.hpp"
 #include "analysis/tensor_index.hpp"
@@ -43,7 +44,9 @@ struct Spec {
   Dims v() const { return heads(Hkv, Sk, Dv); }
   Dims o() const { return heads(Hq, Sq, Dv); }
   Dims bias_dims() const { return bias == Bias::mask ? Dims{B, 1, 1, Sk} : Dims{B, 1, Sq, Sk}; }
-  Dims heads(std::int64_t h, std::int64_t s, std::int64_t d) const { return bshd ? Dims{B, s, h, d} : Dims{B, h, s, d}; }
+  Dims heads(std::int64_t h, std::int64_t s, std::int64_t d) const {
+    return analysis::head_shape(bshd ? analysis::HeadLayout::bshd : analysis::HeadLayout::bhsd, B, h, s, d);
+  }
   double scale() const { return 1.0 / std::sqrt(static_cast<double>(D)); }
 };
 
