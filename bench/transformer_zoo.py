@@ -129,6 +129,24 @@ def swin_tiny(attn="eager", image_size=224):
     return _timm("swin_tiny_patch4_window7_224", attn, image_size, drop_rate=0.1, drop_path_rate=0.2)
 
 
+# Held out: exported and measured only after the fusion work was done, never used to develop it (not in
+# samples/transformers): how memplan does on transformers it has not seen.
+def roberta_small(attn="eager", image_size=None):
+    return _hf("RobertaForMaskedLM", "RobertaConfig", attn, vocab_size=50265, hidden_size=384, num_hidden_layers=4,
+               num_attention_heads=6, intermediate_size=1536, max_position_embeddings=514,
+               hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+
+
+def mistral_gqa(attn="eager", image_size=None):
+    return _hf("MistralForCausalLM", "MistralConfig", attn, vocab_size=32000, hidden_size=256, intermediate_size=896,
+               num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=2048,
+               attention_dropout=0.1, sliding_window=None, tie_word_embeddings=False)
+
+
+def vit_small(attn="eager", image_size=224):
+    return _timm("vit_small_patch16_224", attn, image_size, drop_rate=0.1, drop_path_rate=0.1)
+
+
 MODELS = {s.name: s for s in [
     Spec("bert_small", TEXT, "BERT encoder + MLM head: 4 layers, d256, 4 heads, ff1024, post-LayerNorm, GELU",
          bert_small, vocab_size=30522, max_seq=512),
@@ -146,6 +164,12 @@ MODELS = {s.name: s for s in [
          deit_tiny),
     Spec("swin_tiny", VISION, "timm swin_tiny_patch4_window7_224: depths 2-2-6-2, d96, window 7, drop_path 0.2",
          swin_tiny),
+    Spec("roberta_small", TEXT, "held out: RoBERTa encoder + MLM head: 4 layers, d384, 6 heads, ff1536",
+         roberta_small, vocab_size=50265, max_seq=512),
+    Spec("mistral_gqa", TEXT, "held out: Mistral decoder: 4 layers, d256, 8 query / 4 KV heads, RMSNorm, SwiGLU",
+         mistral_gqa, vocab_size=32000, max_seq=2048),
+    Spec("vit_small", VISION, "held out: timm vit_small_patch16_224: 12 layers, d384, 6 heads, drop_path 0.1",
+         vit_small),
 ]}
 
 
