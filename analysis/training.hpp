@@ -1,6 +1,7 @@
 // Forward graph -> training step graph: MSE loss, backward ops with PyTorch's saved tensors, optimizer.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -11,10 +12,31 @@
 
 namespace memplan::analysis {
 
-enum class Optimizer { none, sgd, momentum, adam };
+// Optimizers as PyTorch runs them: every update is in place (the weight and its state are the same
+// storage before and after the step; docs/training-recipes.md). adamw decouples weight decay.
+enum class Optimizer { none, sgd, momentum, adam, adamw };
 const char* optimizer_name(Optimizer o) noexcept;
-// "none", "sgd", "momentum", "adam"; anything else: nullopt.
+// "none", "sgd", "momentum", "adam", "adamw"; anything else: nullopt.
 std::optional<Optimizer> optimizer_from_name(std::string_view name) noexcept;
+
+// How PyTorch's optimizer runs its step (what it allocates during step(): foreach, its default on CUDA,
+// makes per-parameter-group temporaries; fused makes none; for_loop one parameter's at a time). The
+// planned step is the same; only pytorch_peak_bytes depends on it.
+enum class OptimizerImpl { foreach, fused, for_loop };
+const char* optimizer_impl_name(OptimizerImpl i) noexcept;
+std::optional<OptimizerImpl> optimizer_impl_from_name(std::string_view name) noexcept;  // "foreach" "fused" "for-loop"
+
+// mse: mean squared error against a float target of the output's shape; ce: cross-entropy against integer
+// class labels over the output's class axis (PyTorch's F.cross_entropy); none: the model's first float
+// output is already the loss (a scalar, or summed), its gradient seeded with ones.
+enum class Loss { mse, ce, none };
+const char* loss_name(Loss l) noexcept;
+std::optional<Loss> loss_from_name(std::string_view name) noexcept;
+
+// fp32: everything fp32. bf16 / fp16: torch.autocast's op lists (analysis/autocast.hpp).
+enum class Precision { fp32, bf16, fp16 };
+const char* precision_name(Precision p) noexcept;
+std::optional<Precision> precision_from_name(std::string_view name) noexcept;
 
 struct TrainingOptions {
   Optimizer optimizer = Optimizer::sgd;
@@ -23,10 +45,21 @@ struct TrainingOptions {
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
   double adam_epsilon = 1e-8;
+  double weight_decay = 0.0;    // sgd/momentum/adam: added to the gradient (L2); adamw: decoupled
+  OptimizerImpl optimizer_impl = OptimizerImpl::foreach;
   // Weights never trained even when the rule of docs/saved-tensors.md says they are (by name).
   std::vector<std::string> frozen;
-  // The loss is the mean squared error of the first float graph output against a new graph input
-  // "target" of that output's shape: loss = ReduceMean((y - target)^2) over all elements.
+  // mse: loss = ReduceMean((y - target)^2) of the first float graph output y against a new graph input
+  // "target" of y's shape. ce: a new int64 graph input "labels" of y's shape without the class axis.
+  Loss loss = Loss::mse;
+  // ce: the class axis of y; nullopt: 1 for rank 2 and rank >= 4 (classification, segmentation), the last
+  // axis for rank 3 (a language model's [batch, seq, vocab] logits).
+  std::optional<std::int64_t> class_axis;
+  Precision precision = Precision::fp32;
+  bool loss_scaling = false;    // fp16: a dynamic loss scale (GradScaler): unscale and inf check per step
+  // Gradient accumulation: the planned step is one micro-step of the batch the graph's shapes give; the
+  // gradients are accumulated in persistent buffers across `microbatches` micro-steps (1: none).
+  std::int64_t microbatches = 1;
 };
 
 struct TrainingGraph {

@@ -16,7 +16,16 @@ namespace memplan::cli {
 void add_training_args(CLI::App* cmd, TrainingArgs& args) {
   add_model_args(cmd, args.model);
   cmd->add_flag("--train", args.train, "plan a training step (forward, loss, backward, optimizer)");
-  cmd->add_option("--optimizer", args.optimizer, "none | sgd | momentum | adam");
+  cmd->add_option("--optimizer", args.optimizer, "none | sgd | momentum | adam | adamw (updates in place, as PyTorch's)");
+  cmd->add_option("--optimizer-impl", args.optimizer_impl,
+                  "foreach (PyTorch's default) | fused | for-loop: what PyTorch's step() allocates, for pytorch_peak_bytes");
+  cmd->add_option("--weight-decay", args.weight_decay, "weight decay (L2 for sgd/momentum/adam, decoupled for adamw)");
+  cmd->add_option("--lr", args.learning_rate, "learning rate (default: sgd/momentum 0.01, adam/adamw 0.001)");
+  cmd->add_option("--loss", args.loss, "mse (float target of the output's shape) | ce (integer class labels) | none (the output is the loss)");
+  cmd->add_option("--class-axis", args.class_axis, "ce: the output's class axis (default: 1, or the last axis of a rank-3 output)");
+  cmd->add_option("--precision", args.precision, "fp32 | bf16 | fp16 (torch.autocast's op lists, fp32 master weights)");
+  cmd->add_flag("--loss-scaling", args.loss_scaling, "fp16: dynamic loss scaling (GradScaler)");
+  cmd->add_option("--microbatches", args.microbatches, "gradient accumulation: plan one micro-step of K");
   cmd->add_option("--budget", args.budget, "device memory budget, e.g. 16GiB, 512MB, 1e9");
   cmd->add_option("--strategy", args.strategy, "none | sqrt | budget | optimal | swap | auto");
   add_arena_args(cmd, args.arena);
@@ -33,6 +42,25 @@ TrainingSetup training_setup(const analysis::Graph& shaped_forward, const Traini
   const auto opt = analysis::optimizer_from_name(args.optimizer);
   if (!opt) fail(ErrorKind::usage, "--optimizer '" + args.optimizer + "' is not one of none, sgd, momentum, adam");
   to.optimizer = *opt;
+  const auto impl = analysis::optimizer_impl_from_name(args.optimizer_impl);
+  if (!impl) fail(ErrorKind::usage, "--optimizer-impl '" + args.optimizer_impl + "' is not one of foreach, fused, for-loop");
+  to.optimizer_impl = *impl;
+  if (!(args.weight_decay >= 0.0)) fail(ErrorKind::usage, "--weight-decay must be 0 or more");
+  to.weight_decay = args.weight_decay;
+  if (args.learning_rate >= 0.0) to.learning_rate = args.learning_rate;
+  else if (to.optimizer == analysis::Optimizer::adam || to.optimizer == analysis::Optimizer::adamw) to.learning_rate = 0.001;
+  const auto loss = analysis::loss_from_name(args.loss);
+  if (!loss) fail(ErrorKind::usage, "--loss '" + args.loss + "' is not one of mse, ce, none");
+  to.loss = *loss;
+  to.class_axis = args.class_axis;
+  const auto precision = analysis::precision_from_name(args.precision);
+  if (!precision) fail(ErrorKind::usage, "--precision '" + args.precision + "' is not one of fp32, bf16, fp16");
+  to.precision = *precision;
+  if (args.loss_scaling && to.precision != analysis::Precision::fp16)
+    fail(ErrorKind::usage, "--loss-scaling needs --precision fp16");
+  to.loss_scaling = args.loss_scaling;
+  if (args.microbatches < 1) fail(ErrorKind::usage, "--microbatches must be 1 or more");
+  to.microbatches = args.microbatches;
   analysis::Graph forward = shaped_forward;
   planner::FuseOptions training_fuse = fuse;
   training_fuse.training = true;

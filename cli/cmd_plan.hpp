@@ -2,6 +2,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "analysis/training.hpp"
@@ -15,6 +17,14 @@ struct TrainingArgs {
   ModelArgs model;
   bool train = false;
   std::string optimizer = "sgd";
+  std::string optimizer_impl = "foreach";
+  double weight_decay = 0.0;
+  double learning_rate = -1.0;  // < 0: the optimizer's PyTorch default
+  std::string loss = "mse";
+  std::optional<std::int64_t> class_axis;
+  std::string precision = "fp32";
+  bool loss_scaling = false;
+  std::int64_t microbatches = 1;
   std::string budget;  // "16GiB"; empty: none
   std::string strategy = "none";
   ArenaArgs arena;
