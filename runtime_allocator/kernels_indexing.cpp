@@ -1,5 +1,5 @@
 // CPU kernels that compute where each element comes from: Pad (constant, reflect, edge, wrap; negative pads crop),
-// GatherElements, Range, and RandomUniformLike (its values a function of seed and element index).
+// GatherElements, Range, CumSum, and RandomUniformLike (its values a function of seed and element index).
 #include <algorithm>
 #include <cmath>
 
@@ -123,9 +123,49 @@ void k_random_uniform_like(const Op& op, const Refs&, const Refs& out) {
   }
 }
 
+// CumSum: running sums of x along `axis` (a scalar input), inclusive unless `exclusive`, from the end when
+// `reverse`; summed in x's dtype in index order, as the CUDA kernel does.
+void k_cum_sum(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& x = required(op, in, 0);
+  const TensorRef& y = out[0];
+  if (required(op, in, 1).elements() != 1) unsupported(op, "axis must be a scalar");
+  const std::int64_t rank = static_cast<std::int64_t>(x.shape.size());
+  std::int64_t axis = in[1].dtype == DType::i32 ? *in[1].as<std::int32_t>() : *in[1].as<std::int64_t>();
+  if (axis < -rank || axis >= rank) unsupported(op, "axis " + std::to_string(axis) + " out of range");
+  if (axis < 0) axis += rank;
+  std::int64_t outer = 1, len = x.shape[static_cast<std::size_t>(axis)], inner = 1;
+  for (std::int64_t d = 0; d < axis; ++d) outer *= x.shape[static_cast<std::size_t>(d)];
+  for (std::int64_t d = axis + 1; d < rank; ++d) inner *= x.shape[static_cast<std::size_t>(d)];
+  const bool exclusive = op.attr_int("exclusive", 0) != 0, reverse = op.attr_int("reverse", 0) != 0;
+  visit_dtype(op, x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool>) {
+      unsupported(op, "bool CumSum");
+    } else {
+      const T* a = x.as<T>();
+      T* b = y.as<T>();
+      for (std::int64_t o = 0; o < outer; ++o)
+        for (std::int64_t i = 0; i < inner; ++i) {
+          T acc = T(0);
+          for (std::int64_t k = 0; k < len; ++k) {
+            const std::int64_t at = (o * len + (reverse ? len - 1 - k : k)) * inner + i;
+            if (exclusive) {
+              b[at] = acc;
+              acc = static_cast<T>(acc + a[at]);
+            } else {
+              acc = static_cast<T>(acc + a[at]);
+              b[at] = acc;
+            }
+          }
+        }
+    }
+  });
+}
+
 }  // namespace
 
 void add_indexing_kernels(KernelTable& t) {
+  t["CumSum"] = {k_cum_sum, false, {kF32 | dtype_bit(DType::f64) | dtype_bit(DType::i64) | dtype_bit(DType::i32)}};
   t["Pad"] = {k_pad, false, {kAnyDType}};
   t["GatherElements"] = {k_gather_elements, false, {kAnyDType}};
   t["Range"] = {k_range, false, {kVisitedDTypes}};

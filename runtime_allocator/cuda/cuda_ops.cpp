@@ -231,6 +231,7 @@ constexpr KernelConstraints kFloat{kF32};
 constexpr KernelConstraints kFloatReduce{kF32, static_cast<std::uint8_t>(kMaxRank)};
 // Comparisons and Cast (cuda_compare.cpp): float32, int64, int32, bool; logic ops: rank 8 broadcasting.
 constexpr KernelConstraints kCompare{kF32 | dtype_bit(DType::i64) | dtype_bit(DType::i32) | kBool, static_cast<std::uint8_t>(kMaxRank)};
+constexpr KernelConstraints kCumSum{kF32 | dtype_bit(DType::f64) | dtype_bit(DType::i64) | dtype_bit(DType::i32)};
 constexpr KernelConstraints kLogic{kBool, static_cast<std::uint8_t>(kMaxRank)};
 // Integer arithmetic; the float32 ops of these types run as generated elementwise kernels.
 constexpr KernelConstraints kIntArith{kF32 | dtype_bit(DType::i64) | dtype_bit(DType::i32), static_cast<std::uint8_t>(kMaxRank)};
@@ -260,6 +261,7 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"Gather", {run_gather, false, false, kAny}},
       {"Pad", {run_pad, false, false, kCopy}},  // cuda_pad_random.cpp
       {"RandomUniformLike", {run_random_uniform_like, false, false, kAny}},
+      {"CumSum", {run_cum_sum, false, false, kCumSum}},
       {"Softmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, false); }, true, false, kFloat}},
       {"LogSoftmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, true); }, true, false, kFloat}},
       {"LayerNormalization", {run_layer_norm, true, false, kFloat}},

@@ -1,4 +1,4 @@
-// The CUDA executor's Pad (every mode, negative pads crop, optional pad value and axes) and RandomUniformLike
+// The CUDA executor's Pad, CumSum (every mode, negative pads crop, optional pad value and axes) and RandomUniformLike
 // (the CPU kernels' values bit for bit); kernels in kernels_pad_random.cu.
 #include "runtime_allocator/cuda/cuda_state.hpp"
 #include "runtime_allocator/cuda/kernels_pad_random.hpp"
@@ -58,6 +58,24 @@ void run_pad(ExecState& s, const Op& op) {
     p.axes[d] = ax[d];
   }
   pad(p, s.ptr[x], value, s.ptr[y], s.ctx.stream());
+}
+
+void run_cum_sum(ExecState& s, const Op& op) {
+  const TensorId x = op.inputs.at(0), y = op.outputs.at(0);
+  const auto in = s.dims(x);
+  const auto axes = ints_of(s, op, 1, "axis");
+  if (axes.size() != 1) unsupported(op, "axis must be a scalar");
+  const std::size_t axis = norm_axis(axes[0], in.size(), op);
+  int code = -1;
+  switch (s.tensor(x).dtype) {
+    case DType::f32: code = 0; break;
+    case DType::f64: code = 1; break;
+    case DType::i32: code = 2; break;
+    case DType::i64: code = 3; break;
+    default: unsupported(op, std::string("dtype ") + analysis::dtype_name(s.tensor(x).dtype) + " (float32, float64, int32, int64)");
+  }
+  cum_sum(s.ptr[x], s.ptr[y], code, dims_product(in, 0, axis), in[axis], dims_product(in, axis + 1), op.attr_int("exclusive", 0) != 0,
+          op.attr_int("reverse", 0) != 0, s.ctx.stream());
 }
 
 void run_random_uniform_like(ExecState& s, const Op& op) {

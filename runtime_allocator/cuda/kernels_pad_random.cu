@@ -36,6 +36,33 @@ __global__ void uniform_f64_kernel(double* y, std::int64_t n, std::uint64_t key,
 }
 
 template <typename T>
+__global__ void cum_sum_kernel(const T* x, T* y, std::int64_t outer, std::int64_t len, std::int64_t inner, bool exclusive,
+                               bool reverse) {
+  for (std::int64_t line = first_index(); line < outer * inner; line += stride()) {
+    const std::int64_t o = line / inner, i = line % inner;
+    T acc = T(0);
+    for (std::int64_t k = 0; k < len; ++k) {
+      const std::int64_t at = (o * len + (reverse ? len - 1 - k : k)) * inner + i;
+      const T v = x[at];
+      if (exclusive) {
+        y[at] = acc;
+        acc = static_cast<T>(acc + v);
+      } else {
+        acc = static_cast<T>(acc + v);
+        y[at] = acc;
+      }
+    }
+  }
+}
+
+template <typename T>
+void launch_cum_sum(const void* x, void* y, std::int64_t outer, std::int64_t len, std::int64_t inner, bool exclusive, bool reverse,
+                    cudaStream_t stream) {
+  cum_sum_kernel<T><<<grid_for(outer * inner), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), outer, len, inner,
+                                                                       exclusive, reverse);
+}
+
+template <typename T>
 void launch_pad(const PadShape& s, const void* x, const void* value, void* y, std::int64_t n, cudaStream_t stream) {
   pad_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(s, static_cast<const T*>(x), static_cast<const T*>(value), static_cast<T*>(y), n);
 }
@@ -54,6 +81,19 @@ void pad(const PadShape& s, const void* x, const void* value, void* y, cudaStrea
     default: fail(ErrorKind::unsupported, "Pad of " + std::to_string(s.elem_bytes) + "-byte elements");
   }
   check_launch("pad");
+}
+
+void cum_sum(const void* x, void* y, int dtype_code, std::int64_t outer, std::int64_t len, std::int64_t inner, bool exclusive,
+             bool reverse, cudaStream_t stream) {
+  if (outer * inner == 0 || len == 0) return;
+  switch (dtype_code) {
+    case 0: launch_cum_sum<float>(x, y, outer, len, inner, exclusive, reverse, stream); break;
+    case 1: launch_cum_sum<double>(x, y, outer, len, inner, exclusive, reverse, stream); break;
+    case 2: launch_cum_sum<std::int32_t>(x, y, outer, len, inner, exclusive, reverse, stream); break;
+    case 3: launch_cum_sum<std::int64_t>(x, y, outer, len, inner, exclusive, reverse, stream); break;
+    default: fail(ErrorKind::unsupported, "CumSum of dtype code " + std::to_string(dtype_code));
+  }
+  check_launch("cum_sum");
 }
 
 void random_uniform_f32(float* y, std::int64_t n, std::uint64_t key, float low, float high, cudaStream_t stream) {

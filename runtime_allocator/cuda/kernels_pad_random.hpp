@@ -1,4 +1,4 @@
-// CUDA kernels of Pad (runtime_allocator/pad_index.hpp's index map, every mode) and RandomUniformLike
+// CUDA kernels of Pad, CumSum (runtime_allocator/pad_index.hpp's index map, every mode) and RandomUniformLike
 // (runtime_allocator/random_uniform.hpp's draws, bit-identical to the CPU kernels), and the ops running them
 // (cuda_pad_random.cpp).
 #pragma once
@@ -25,6 +25,11 @@ struct PadShape {
 // zero.
 void pad(const PadShape& s, const void* x, const void* value, void* y, cudaStream_t stream);
 
+// CumSum of an [outer, len, inner] view: one thread per (outer, inner) line, summed in T in index order (the
+// CPU kernel's order); dtype_code 0 float32, 1 float64, 2 int32, 3 int64.
+void cum_sum(const void* x, void* y, int dtype_code, std::int64_t outer, std::int64_t len, std::int64_t inner, bool exclusive,
+             bool reverse, cudaStream_t stream);
+
 // n float32 (or float64) draws of uniform_f32 (uniform_f64) under `key` in [low, high).
 void random_uniform_f32(float* y, std::int64_t n, std::uint64_t key, float low, float high, cudaStream_t stream);
 void random_uniform_f64(double* y, std::int64_t n, std::uint64_t key, double low, double high, cudaStream_t stream);
@@ -36,6 +41,7 @@ namespace memplan::runtime::cuda {
 struct ExecState;
 void run_pad(ExecState& s, const analysis::Op& op);
 void run_random_uniform_like(ExecState& s, const analysis::Op& op);
+void run_cum_sum(ExecState& s, const analysis::Op& op);
 #endif
 
 }  // namespace memplan::runtime::cuda

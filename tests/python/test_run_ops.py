@@ -86,6 +86,8 @@ def cases():
     yield case("matmul_batch_broadcast", [n("MatMul", ["x", "w"], ["y"])], [2, 1, 3, 5], inits=[init("w", rand(4, 5, 6))])
     yield case("gemm_trans", [n("Gemm", ["x", "w", "c"], ["y"], transA=1, transB=1, alpha=0.5, beta=2.0)], [7, 3],
                inits=[init("w", rand(4, 7)), init("c", rand(4))])
+    yield case("cumsum_axes", [n("CumSum", ["x", "a1"], ["c"]), n("CumSum", ["c", "am1"], ["y"], exclusive=1, reverse=1)],
+               [2, 5, 3], inits=[init("a1", np.array(1, dtype=np.int64)), init("am1", np.array(-1, dtype=np.int32))])
     yield case("dropout_identity_sqrt", [n("Dropout", ["x"], ["d"]), n("Identity", ["d"], ["i"]), n("Abs", ["i"], ["a"]),
                                          n("Sqrt", ["a"], ["y"])], [4, 4])
 

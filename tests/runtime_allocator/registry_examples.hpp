@@ -138,6 +138,8 @@ inline const std::vector<Example>& examples() {
     v.push_back({"", "GatherElements", {x({3, 4}), i64({2, 4}, {0, -1, 2, 1, 2, 2, 0, 1})}, {{}}, A{{"axis", i(0)}}});
     v.push_back({"", "Range", {i64({}, {1}), i64({}, {10}), i64({}, {3})}, {{{}, DType::i64}}});
     v.push_back({"", "Range", {f32(0.5), f32(-1.0), f32(-0.25)}});
+    v.push_back({"", "CumSum", {t({2, 3, 4}), i64({}, {1})}});
+    v.push_back({"", "CumSum", {i64({2, 5}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}), i64({}, {-1})}, {{}}, A{{"exclusive", i(1)}, {"reverse", i(1)}}});
     v.push_back({"", "RandomUniformLike", {x({2, 3})}, {{}}, A{{"seed", i(5)}, {"low", f(-2.0)}, {"high", f(3.0)}}});
     v.push_back({"", "RandomUniformLike", {x({4})}, {{}}, A{{"dtype", i(1)}}});
     v.push_back({"", "Reshape", {t({2, 6}), i64({2}, {3, 4})}});
