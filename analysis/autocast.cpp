@@ -85,10 +85,12 @@ class Autocaster {
   AutocastStats run() {
     std::vector<Op> ops = std::move(g_.ops);
     g_.ops.clear();
+    orig_ = &ops;
     for (Op& op : ops) {
-      visit(op);
+      if (!weight_view_in_low(op)) visit(op);
       out_.push_back(std::move(op));
     }
+    orig_ = nullptr;
     g_.ops = std::move(out_);
     g_.relink();
     return stats_;
@@ -124,6 +126,25 @@ class Autocaster {
     for (std::size_t i = 0; i < op.inputs.size(); ++i)
       if (is_float(g_, op.inputs[i]) && !own_dtype_slot(op, i)) return p;
     return AutocastPolicy::keep;  // no float input: its outputs' dtypes are its own (ConstantOfShape, Range)
+  }
+
+  // Exporters split F.linear(x, W) into MatMul(x, Transpose(W)); autocast cast W itself (a leaf: cached)
+  // and transposed the copy. So a view or layout op of an initializer read only by low-precision ops runs on
+  // the weight's cached low-precision copy.
+  bool weight_view_in_low(Op& op) {
+    const OpInfo* info = op_registry().find(op);
+    if (!info || (info->kind != OpKind::view && info->kind != OpKind::layout) || op.outputs.size() != 1) return false;
+    const TensorId w = op.input(0), y = op.output(0);
+    if (!is_float(g_, w) || !is_initializer(g_.tensors[w]) || !is_float(g_, y)) return false;
+    for (std::size_t i = 1; i < op.inputs.size(); ++i)
+      if (is_float(g_, op.inputs[i])) return false;
+    const auto& readers = g_.tensors[y].consumers;
+    if (readers.empty() || g_.tensors[y].is_graph_output) return false;
+    for (OpId c : readers)
+      if (autocast_policy((*orig_)[c]) != AutocastPolicy::lower) return false;
+    op.inputs[0] = cast(op, w, low_);
+    g_.tensors[y].dtype = low_;
+    return true;
   }
 
   void visit(Op& op) {
@@ -190,6 +211,7 @@ class Autocaster {
   std::vector<bool> low_producer_;  // per tensor: made by a low-precision op
   std::map<std::pair<TensorId, DType>, TensorId> cache_;
   std::vector<Op> out_;
+  const std::vector<Op>* orig_ = nullptr;  // the ops being rewritten (consumer ids index them)
   AutocastStats stats_;
 };
 

@@ -198,6 +198,23 @@ TEST_CASE("a conv net: Conv in bf16, BatchNorm in its input's dtype with fp32 pa
   tg.graph.validate();
 }
 
+TEST_CASE("an exported Linear, MatMul(x, Transpose(W)), casts W itself once and transposes the bf16 copy") {
+  GraphBuilder b;
+  auto x = b.input("x", {2, 3, 8});
+  auto w = b.weight("W", {16, 8});
+  auto wt = b.op1("Transpose", {w}, "Wt", {8, 16}, {{"perm", aints({1, 0})}});
+  auto y1 = b.op1("MatMul", {x, wt}, "y1", {2, 3, 16});
+  auto y2 = b.op1("MatMul", {x, wt}, "y2", {2, 3, 16});
+  b.output(b.op1("Add", {y1, y2}, "y", {2, 3, 16}));
+  const TrainingGraph tg = train(b.g);
+  CHECK(casts_of(tg, "W") == 1);
+  CHECK(dtype_of(tg, "Wt") == DType::bf16);
+  CHECK(producer(tg, "y1").inputs[1] == tg.graph.at("Wt"));  // no cast of the transposed copy
+  REQUIRE(tg.param_grads.size() == 1);
+  CHECK(tg.graph.tensors[tg.param_grads[0].second].dtype == DType::f32);
+  tg.graph.validate();
+}
+
 TEST_CASE("apply_autocast rejects a dtype that is not 16-bit float") {
   Graph g = mlp();
   CHECK_THROWS_AS(apply_autocast(g, DType::f32), memplan::Error);
