@@ -8,6 +8,7 @@
 #include "analysis/training.hpp"
 #include "planner/training_plan.hpp"
 #include "runtime_allocator/executor.hpp"
+#include "tests/runtime_allocator/op_graph.hpp"
 #include "tests/runtime_allocator/training_fixture.hpp"
 
 using namespace memplan;
@@ -19,16 +20,6 @@ using analysis::TensorId;
 
 namespace {
 
-analysis::Tensor shaped(const std::string& name, DType dt, std::vector<std::int64_t> dims, analysis::TensorRole role) {
-  analysis::Tensor t;
-  t.name = name;
-  t.dtype = dt;
-  for (auto d : dims) t.dims.push_back(analysis::Dim::of(d));
-  t.rank_known = true;
-  t.role = role;
-  return t;
-}
-
 analysis::Attribute to_attr(DType d) {
   analysis::Attribute a;
   a.kind = analysis::Attribute::Kind::i;
@@ -37,23 +28,17 @@ analysis::Attribute to_attr(DType d) {
 }
 
 // x (f32) -> Cast(low) -> Add(itself) -> Cast(f32): runs a low-precision op on the widened path.
-analysis::Graph round_trip(DType low, std::int64_t n) {
-  analysis::Graph g;
-  const TensorId x = g.add_tensor(shaped("x", DType::f32, {n}, analysis::TensorRole::input));
-  g.inputs.push_back(x);
-  const TensorId c = g.add_tensor(shaped("c", low, {n}, analysis::TensorRole::activation));
-  const TensorId s = g.add_tensor(shaped("s", low, {n}, analysis::TensorRole::activation));
-  const TensorId y = g.add_tensor(shaped("y", DType::f32, {n}, analysis::TensorRole::activation));
-  analysis::Op a{.name = "down", .type = "Cast", .inputs = {x}, .outputs = {c}};
-  a.attrs["to"] = to_attr(low);
-  g.add_op(a);
-  g.add_op(analysis::Op{.name = "add", .type = "Add", .inputs = {c, c}, .outputs = {s}});
-  analysis::Op b{.name = "up", .type = "Cast", .inputs = {s}, .outputs = {y}};
-  b.attrs["to"] = to_attr(DType::f32);
-  g.add_op(b);
-  g.outputs = {y};
-  g.tensors[y].is_graph_output = true;
-  return g;
+OpGraph round_trip(DType low, const TensorData& x) {
+  OpGraph o;
+  const auto n = x.dims;
+  const TensorId in = o.input("x", x);
+  const TensorId c = o.tensor("c", low, n, analysis::TensorRole::activation);
+  const TensorId s = o.tensor("s", low, n, analysis::TensorRole::activation);
+  const TensorId y = o.result("y", DType::f32, n);
+  o.op("Cast", "", {in}, {c}, {{"to", to_attr(low)}});
+  o.op("Add", "", {c, c}, {s});
+  o.op("Cast", "", {s}, {y}, {{"to", to_attr(DType::f32)}});
+  return o;
 }
 
 std::vector<float> floats(const TensorData& d) {
@@ -96,10 +81,10 @@ TEST_CASE("Cast to bf16 and fp16 rounds to nearest even, and ops on bf16 run in 
   std::memcpy(in.bytes.data(), x.data(), 24);
   for (DType low : {DType::bf16, DType::f16}) {
     INFO(analysis::dtype_name(low));
-    const analysis::Graph g = round_trip(low, 6);
+    const OpGraph o = round_trip(low, in);
     HostBackend backend;
-    Executor ex(g, planner::Plan{}, backend, {.unshared = true});
-    const auto y = floats(ex.run({in})[0]);
+    Executor ex(o.g, planner::Plan{}, backend, {.unshared = true});
+    const auto y = floats(ex.run(o.feeds)[0]);
     for (std::size_t i = 0; i < x.size(); ++i) {
       const float r = low == DType::bf16 ? analysis::bf16_to_float(analysis::float_to_bf16(x[i]))
                                          : analysis::half_to_float(analysis::float_to_half(x[i]));
