@@ -32,7 +32,8 @@ struct AutocastStats {
 // before an op whose input has another dtype than the op computes in. A weight (an initializer: role weight,
 // no producer) read in another dtype is cast once per dtype (autocast's cache of leaf tensors: the first
 // use casts, later uses share the copy, named "<weight>/autocast_<dtype>"); an activation or graph input is
-// cast per consuming op, as eager autocast does. Weights stay float32 (master weights), so their gradients
+// cast per consuming op, as eager autocast does; a view/layout op of a weight read only by low-precision ops
+// (an exported Linear's Transpose(W)) runs on the weight's cached copy. Weights stay float32 (master weights), so their gradients
 // are float32 through the Cast's backward. Tensor ids are kept (new tensors are appended); ops are rebuilt
 // in the same order with the casts before their first reader.
 // Where this differs from PyTorch (docs/training-recipes.md "Mixed precision"): an Add of an initializer to
