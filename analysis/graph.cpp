@@ -10,6 +10,7 @@
 #include <cstring>
 #include <iterator>
 
+#include "analysis/float16.hpp"
 #include "analysis/ops.hpp"
 
 namespace memplan::analysis {
@@ -107,34 +108,6 @@ template <typename T>
 void store(std::byte* p, T v) {
   std::memcpy(p, &v, sizeof(T));
 }
-float half_to_float(std::uint16_t h) {
-  std::uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  float v;
-  if (exp == 0) v = std::ldexp(static_cast<float>(mant), -24);
-  else if (exp == 31) v = mant ? NAN : INFINITY;
-  else v = std::ldexp(static_cast<float>(mant | 0x400u), static_cast<int>(exp) - 25);
-  return sign ? -v : v;
-}
-std::uint16_t float_to_half(float f) {
-  std::uint32_t x;
-  std::memcpy(&x, &f, 4);
-  std::uint32_t sign = (x >> 16) & 0x8000u;
-  std::int32_t exp = static_cast<std::int32_t>((x >> 23) & 0xff) - 127 + 15;
-  std::uint32_t mant = x & 0x7fffffu;
-  if (((x >> 23) & 0xff) == 0xff) return static_cast<std::uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0u));
-  if (exp >= 31) return static_cast<std::uint16_t>(sign | 0x7c00u);
-  if (exp <= 0) {
-    if (exp < -10) return static_cast<std::uint16_t>(sign);
-    mant |= 0x800000u;
-    std::uint32_t shift = static_cast<std::uint32_t>(14 - exp);
-    std::uint32_t half = mant >> shift;
-    if ((mant >> (shift - 1)) & 1u) ++half;
-    return static_cast<std::uint16_t>(sign | half);
-  }
-  std::uint32_t half = sign | (static_cast<std::uint32_t>(exp) << 10) | (mant >> 13);
-  if (mant & 0x1000u) ++half;
-  return static_cast<std::uint16_t>(half);
-}
 // Float to integer without undefined behaviour: NaN is 0, values beyond the range clamp to it; narrower
 // integer types then wrap as numpy's casts do.
 std::int64_t to_int64(double v) {
@@ -159,13 +132,7 @@ std::vector<double> TensorData::as_double() const {
       case DType::f32: out[k] = load<float>(p + 4 * k); break;
       case DType::f64: out[k] = load<double>(p + 8 * k); break;
       case DType::f16: out[k] = half_to_float(load<std::uint16_t>(p + 2 * k)); break;
-      case DType::bf16: {
-        std::uint32_t w = static_cast<std::uint32_t>(load<std::uint16_t>(p + 2 * k)) << 16;
-        float f;
-        std::memcpy(&f, &w, 4);
-        out[k] = f;
-        break;
-      }
+      case DType::bf16: out[k] = bf16_to_float(load<std::uint16_t>(p + 2 * k)); break;
       case DType::u8: out[k] = load<std::uint8_t>(p + k); break;
       case DType::i8: out[k] = load<std::int8_t>(p + k); break;
       case DType::boolean: out[k] = load<std::uint8_t>(p + k) != 0; break;
@@ -232,13 +199,7 @@ TensorData TensorData::from_double(DType dtype, std::vector<std::int64_t> dims, 
       case DType::f32: store<float>(p + 4 * k, static_cast<float>(v)); break;
       case DType::f64: store<double>(p + 8 * k, v); break;
       case DType::f16: store<std::uint16_t>(p + 2 * k, float_to_half(static_cast<float>(v))); break;
-      case DType::bf16: {
-        float f = static_cast<float>(v);
-        std::uint32_t w;
-        std::memcpy(&w, &f, 4);
-        store<std::uint16_t>(p + 2 * k, static_cast<std::uint16_t>(w >> 16));
-        break;
-      }
+      case DType::bf16: store<std::uint16_t>(p + 2 * k, float_to_bf16(static_cast<float>(v))); break;
       case DType::u8: store<std::uint8_t>(p + k, static_cast<std::uint8_t>(to_int64(v))); break;
       case DType::i8: store<std::int8_t>(p + k, static_cast<std::int8_t>(to_int64(v))); break;
       case DType::boolean: store<std::uint8_t>(p + k, v != 0.0 ? 1 : 0); break;

@@ -5,6 +5,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "analysis/autocast.hpp"
 #include "analysis/autodiff.hpp"
 #include "analysis/ops.hpp"
 
@@ -325,6 +326,8 @@ TrainingGraph build_training_graph(const Graph& shaped_forward, const TrainingOp
 
   TrainingGraph tg;
   tg.loss = autodiff::add_loss(s.g);
+  // torch.autocast: the model and its loss as autocast runs them (fp32 master weights, casts cached).
+  if (opts.precision != Precision::fp32) apply_autocast(s.g, opts.precision == Precision::bf16 ? DType::bf16 : DType::f16);
   const std::size_t forward_ops = s.g.ops.size();
   s.forward_tensors = s.g.tensors.size();
   s.trainable.resize(s.forward_tensors, false);

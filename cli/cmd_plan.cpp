@@ -140,6 +140,7 @@ int run_plan(const PlanArgs& a) {
     j["plan_valid"] = r.report.valid;
     j["plan_seconds"] = r.plan_seconds;
     j["strategy"] = r.strategy;
+    j["precision"] = a.train.precision;
     j["budget_bytes"] = s.options.budget_bytes ? nlohmann::json(*s.options.budget_bytes) : nlohmann::json();
     j["peak_bytes"] = r.peak_bytes;
     j["persistent_bytes"] = r.persistent_bytes;
@@ -163,6 +164,8 @@ int run_plan(const PlanArgs& a) {
   }
   std::printf("model                %s (training step: %zu ops, %zu tensors)\n", a.train.model.model.c_str(), g.ops.size(), g.tensors.size());
   std::printf("fused                %s\n", fusion_text(s.fusion).c_str());
+  std::printf("precision            %s%s\n", a.train.precision.c_str(),
+              a.train.precision == "fp32" ? "" : " (torch.autocast op lists, fp32 master weights and gradients)");
   std::printf("strategy             %s%s\n", r.strategy.c_str(),
               s.options.budget_bytes ? (", budget " + human_bytes(*s.options.budget_bytes)).c_str() : " (no budget: least memory)");
   std::printf("peak                 %s = persistent %s + inputs %s + activation arena %s\n", human_bytes(r.peak_bytes).c_str(),

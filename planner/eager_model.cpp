@@ -7,6 +7,32 @@
 
 namespace memplan::planner {
 
+namespace {
+
+// torch.autocast caches the low-precision copy of each weight (a Cast of an initializer in the forward pass)
+// until the autocast region ends, the end of the forward pass (the loss included): the copy's storage lives
+// to the later of that and its last use (a backward op that saved it).
+void extend_autocast_cache(const analysis::Graph& g, const Plan& plan, const std::vector<std::uint32_t>& step_of,
+                           std::vector<std::uint64_t>& add, std::vector<std::uint64_t>& remove) {
+  std::uint32_t forward_end = 0;
+  for (std::uint32_t s = 0; s < plan.schedule.size(); ++s)
+    if (g.ops[plan.schedule[s]].phase == analysis::Phase::forward) forward_end = s;
+  for (analysis::OpId o = 0; o < g.ops.size(); ++o) {
+    const auto& op = g.ops[o];
+    if (op.type != "Cast" || op.phase != analysis::Phase::forward || op.inputs.empty() || op.outputs.empty()) continue;
+    const auto& w = g.tensors[op.inputs[0]];
+    if (w.role != analysis::TensorRole::weight || w.producer != analysis::kNoOp) continue;
+    const analysis::TensorId c = op.outputs[0];
+    if (c >= plan.tensor_buffer.size() || plan.tensor_buffer[c] == UINT32_MAX) continue;
+    const auto& b = plan.buffers[plan.tensor_buffer[c]];
+    if (b.interval.last >= forward_end || step_of[o] > forward_end) continue;
+    add[b.interval.last + 1] = checked_add(add[b.interval.last + 1], b.size, "eager peak");
+    remove[forward_end + 1] = checked_add(remove[forward_end + 1], b.size, "eager peak");
+  }
+}
+
+}  // namespace
+
 EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan) {
   using analysis::TensorRole;
   EagerPeak out;
@@ -27,6 +53,7 @@ EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan) {
     add[s] = checked_add(add[s], 2 * bytes, "eager peak");  // the loss's storage (held) + the mean's temporary
     remove[s + 1] = checked_add(remove[s + 1], bytes, "eager peak");
   }
+  extend_autocast_cache(g, plan, step_of, add, remove);
   for (const auto& t : g.tensors) {
     if (!t.shape_known() || t.on_host) continue;
     if (t.role == TensorRole::gradient && t.producer != analysis::kNoOp) {

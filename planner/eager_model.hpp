@@ -26,6 +26,9 @@ struct EagerPeak {
 // the step (the caller holds the loss), and the mean is taken over a second prediction-sized temporary live
 // at the loss's step alone. With a large output (a language model's logits) that is one more logits-sized
 // block across the whole backward.
+//
+// Under torch.autocast the low-precision copy of a weight (a forward Cast of a weight) is cached until the
+// forward pass (the loss included) ends, and longer when a backward op saved it.
 EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan);
 
 }  // namespace memplan::planner

@@ -68,7 +68,10 @@ class CpuKernels final : public KernelSet {
  public:
   std::string unsupported_reason(const analysis::Graph& g, const Op& op) const override {
     const Kernel* k = find(op);
-    return k ? constraint_reason(g, op, k->accepts) : "no kernel";
+    if (!k) return "no kernel";
+    KernelConstraints c = k->accepts;
+    if (c.dtypes & kF32) c.dtypes |= kLowFloat;  // run widened to f32 (run_widened)
+    return constraint_reason(g, op, c);
   }
   bool alias_safe(const Op& op) const override {
     const Kernel* k = find(op);
@@ -78,7 +81,11 @@ class CpuKernels final : public KernelSet {
     const Kernel* k = find(call.op);
     if (!k) fail(ErrorKind::unsupported, "no CPU kernel for op '" + call.op.name + "' of type " +
                                              (call.op.domain.empty() ? "" : call.op.domain + "::") + call.op.type);
-    k->fn(call.op, call.in, call.out);
+    if (!k->native_low_precision && (std::any_of(call.in.begin(), call.in.end(), is_low_precision) ||
+                                     std::any_of(call.out.begin(), call.out.end(), is_low_precision)))
+      run_widened(k->fn, call.op, call.in, call.out);
+    else
+      k->fn(call.op, call.in, call.out);
   }
 };
 }  // namespace

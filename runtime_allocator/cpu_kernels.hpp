@@ -16,11 +16,13 @@ using analysis::DType;
 using analysis::Op;
 using Refs = std::vector<TensorRef>;
 using KernelFn = void (*)(const Op& op, const Refs& in, const Refs& out);
+inline constexpr DTypeMask kLowFloat = dtype_bit(DType::bf16) | dtype_bit(DType::f16);
 
 struct Kernel {
   KernelFn fn = nullptr;
   bool alias_safe = false;  // correct when an output shares the bytes of a same-shaped input
   KernelConstraints accepts{};  // float32 input 0 of any rank unless said otherwise
+  bool native_low_precision = false;  // reads and writes bf16/f16 itself (Cast); others run widened
 };
 // The CPU kernels by op registry id. Keys given to `operator[]` name the op as the op type for the
 // default ONNX domain, "memplan::<type>" for memplan's own ops; an op the registry does not know fails
@@ -57,6 +59,14 @@ void add_gradient_elementwise_kernels(KernelTable& t);
 void add_gradient_layer_kernels(KernelTable& t);
 void add_gradient_shape_kernels(KernelTable& t);
 void add_attention_kernels(KernelTable& t);  // FusedAttention and its gradient
+
+// bf16 and f16 (kernels_low_precision.cpp): an op with a bf16/f16 input or output runs its f32 kernel on f32
+// copies of those inputs and outputs; each output is then rounded to nearest even into its own dtype. So a
+// kernel computes in f32 as PyTorch's bf16 kernels do internally (opmath), rounding once per op output.
+bool is_low_precision(const TensorRef& t);
+void widen(const TensorRef& from, float* to);     // bf16/f16 -> f32
+void narrow(const float* from, const TensorRef& to);  // f32 -> bf16/f16, round to nearest even
+void run_widened(KernelFn fn, const Op& op, const Refs& in, const Refs& out);
 
 [[noreturn]] void unsupported(const Op& op, const std::string& what);
 std::int64_t normalize_axis(const Op& op, std::int64_t axis, std::size_t rank);

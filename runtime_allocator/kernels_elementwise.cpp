@@ -1,6 +1,7 @@
 // CPU elementwise kernels: unary math, broadcasting binary ops and comparisons, Where, IsNaN, Clip, Cast, fused.
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "runtime_allocator/cpu_kernels.hpp"
 #include "runtime_allocator/fused_cpu.hpp"
@@ -157,8 +158,29 @@ void k_where(const Op& op, const Refs& in, const Refs& out) {
   });
 }
 
+// Casts from or to bf16/f16 go through f32 (rounded to nearest even on the way down), as PyTorch's .to() does
+// for float sources; a float64 source is rounded twice (to f32, then to the 16-bit type).
+void cast_low_precision(const Op& op, const TensorRef& x, const TensorRef& y) {
+  const auto n = static_cast<std::size_t>(x.elements());
+  std::vector<float> f(n);
+  if (is_low_precision(x)) {
+    widen(x, f.data());
+  } else {
+    visit_dtype(op, x.dtype, [&](auto from) {
+      using From = decltype(from);
+      for (std::size_t i = 0; i < n; ++i) f[i] = static_cast<float>(x.as<From>()[i]);
+    });
+  }
+  if (is_low_precision(y)) return narrow(f.data(), y);
+  visit_dtype(op, y.dtype, [&](auto to) {
+    using To = decltype(to);
+    for (std::size_t i = 0; i < n; ++i) y.as<To>()[i] = static_cast<To>(f[i]);
+  });
+}
+
 void k_cast(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& x = required(op, in, 0);
+  if (is_low_precision(x) || is_low_precision(out[0])) return cast_low_precision(op, x, out[0]);
   const std::int64_t n = x.elements();
   visit_dtype(op, x.dtype, [&](auto from) {
     using From = decltype(from);
@@ -193,7 +215,7 @@ void add_elementwise_kernels(KernelTable& t) {
   t["Neg"] = {k_neg, true, {kF32 | dtype_bit(DType::f64) | dtype_bit(DType::i64) | dtype_bit(DType::i32)}};
   t["Not"] = {k_not, true, {kBool}};
   t["Where"] = {k_where, true, {kBool}};  // input 0 is the condition; values of any fixed-size dtype
-  t["Cast"] = {k_cast, true, {kVisitedDTypes}};  // exact aliasing only happens between equal element sizes
+  t["Cast"] = {k_cast, true, {kVisitedDTypes | kLowFloat}, true};  // exact aliasing only happens between equal element sizes
   t["IsNaN"] = {k_is_nan, false, {kF32}};
 }
 
