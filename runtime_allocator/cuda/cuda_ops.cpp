@@ -178,7 +178,7 @@ void run_layer_norm(ExecState& s, const Op& op) {
 }
 
 void run_reduce(ExecState& s, const Op& op, ReduceSpec::Kind kind, bool global_pool) {
-  need_f32(s, op);
+  if (!global_pool) need_f32(s, op);  // global pools also take bf16/f16 (reduce_axes checks)
   const auto d = s.dims(op.inputs[0]);
   std::vector<bool> reduced(d.size(), false);
   if (global_pool) {
@@ -199,9 +199,13 @@ void reduce_axes(ExecState& s, const Op& op, TensorId in, TensorId out, const st
   const auto d = s.dims(in);
   if (d.size() > static_cast<std::size_t>(kMaxRank)) fail(ErrorKind::unsupported, "op '" + op.name + "': rank above 8");
   const auto st = contiguous_strides(d);
+  const DType dt = s.tensor(in).dtype;
+  if (s.tensor(out).dtype != dt || (dt != DType::f32 && !is_half(dt)))
+    unsupported(op, std::string("a reduction from ") + analysis::dtype_name(dt) + " to " + analysis::dtype_name(s.tensor(out).dtype));
   ReduceSpec spec;
   spec.kind = kind;
   spec.scale = scale;
+  spec.storage = dt == DType::bf16 ? ReduceSpec::bf16 : dt == DType::f16 ? ReduceSpec::f16 : ReduceSpec::f32;
   for (std::size_t k = 0; k < d.size(); ++k) {
     if (reduced[k]) {
       spec.red_dims[spec.red_rank] = d[k];
@@ -211,10 +215,17 @@ void reduce_axes(ExecState& s, const Op& op, TensorId in, TensorId out, const st
       spec.out_strides[spec.out_rank++] = st[k];
     }
   }
-  reduce(s.f32(in), s.f32(out), spec, s.ctx.stream());
+  cuda::reduce(s.ptr[in], s.ptr[out], spec, s.ctx.stream());  // qualified: std::reduce is found by ADL on std::byte*
 }
 
 namespace {
+
+// Dropout: any dtype as the identity; training mode (a training_mode input) of float32, bf16 or f16.
+std::string dropout_reason(const analysis::Graph& g, const Op& op) {
+  const DType d = g.tensors[op.inputs.at(0)].dtype;
+  if (op.input(2) == kNoTensor || d == DType::f32 || is_half(d)) return {};
+  return std::string("training-mode Dropout of dtype ") + analysis::dtype_name(d);
+}
 
 [[noreturn]] void no_implementation(const Op& op) {
   fail(ErrorKind::unsupported,
@@ -241,10 +252,13 @@ constexpr KernelConstraints kCast{kCompare.dtypes | dtype_bit(DType::bf16) | dty
 constexpr KernelConstraints kLogic{kBool, static_cast<std::uint8_t>(kMaxRank)};
 // Integer arithmetic; the float32 ops of these types run as generated elementwise kernels.
 constexpr KernelConstraints kIntArith{kF32 | dtype_bit(DType::i64) | dtype_bit(DType::i32), static_cast<std::uint8_t>(kMaxRank)};
-// Generated elementwise gradients and optimizer steps: float32 operands, bool masks.
-constexpr KernelConstraints kGrad{kF32 | kBool};
 // bf16 and f16 beside float32 (docs/cuda.md, "bf16 and fp16").
 constexpr DTypeMask kHalf = dtype_bit(DType::bf16) | dtype_bit(DType::f16);
+// Generated elementwise gradients and optimizer steps: float32, bf16 or f16 operands, bool masks.
+constexpr KernelConstraints kGrad{kF32 | kHalf | kBool};
+// Float32, bf16 or f16 (reductions with float32 sums, copies by element size).
+constexpr KernelConstraints kFloatOrHalf{kF32 | kHalf};
+constexpr KernelConstraints kHalfReduce{kF32 | kHalf, static_cast<std::uint8_t>(kMaxRank)};
 // cuBLAS / cuDNN products: one float dtype for every operand (same_float_dtype_reason checks all of them).
 constexpr KernelConstraints kProduct{kF32 | kHalf};
 
@@ -278,9 +292,9 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"ReduceSum", {reduce_op<ReduceSpec::sum, false>, false, false, kFloatReduce}},
       {"ReduceMax", {reduce_op<ReduceSpec::max, false>, false, false, kFloatReduce}},
       {"ReduceMin", {reduce_op<ReduceSpec::min, false>, false, false, kFloatReduce}},
-      {"GlobalAveragePool", {reduce_op<ReduceSpec::mean, true>, false, false, kFloatReduce}},
-      {"GlobalMaxPool", {reduce_op<ReduceSpec::max, true>, false, false, kFloatReduce}},
-      {"Dropout", {extra, true, false, kAny}},
+      {"GlobalAveragePool", {reduce_op<ReduceSpec::mean, true>, false, false, kHalfReduce, same_float_dtype_reason}},
+      {"GlobalMaxPool", {reduce_op<ReduceSpec::max, true>, false, false, kHalfReduce, same_float_dtype_reason}},
+      {"Dropout", {extra, true, false, kAny, dropout_reason}},
       {"Where", {extra, false, false, {kBool}}},
       {"IsNaN", {extra, false, false, kFloat}},
       {"Tile", {extra, false, false, kAny}},
@@ -333,15 +347,15 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"memplan::BatchNormTraining", {training, false, false, kFloat}},
       {"memplan::BatchNormGrad", {training, false, false, kFloat}},
       {"memplan::AveragePoolGrad", {training, false, false, kFloat}},
-      {"memplan::SliceGrad", {training, false, false, kFloat}},
+      {"memplan::SliceGrad", {training, false, false, kFloatOrHalf}},
       {"memplan::GatherGrad", {training, false, false, kFloat}},
-      {"memplan::SplitGrad", {training, false, false, kFloat}},
+      {"memplan::SplitGrad", {training, false, false, kFloatOrHalf}},
       {"memplan::MatMulGradA", {training, false, false, kProduct, same_float_dtype_reason}},
       {"memplan::MatMulGradB", {training, false, false, kProduct, same_float_dtype_reason}},
       {"memplan::MatMulT", {run_matmul_t, false, false, kProduct, same_float_dtype_reason}},
-      {"memplan::ReduceSumTo", {training, false, false, kFloat}},
-      {"memplan::BroadcastTo", {training, false, false, kFloat}},
-      {"memplan::ConvGradBias", {training, false, false, kFloat}},
+      {"memplan::ReduceSumTo", {training, false, false, kFloatOrHalf, same_float_dtype_reason}},
+      {"memplan::BroadcastTo", {training, false, false, kFloatOrHalf, same_float_dtype_reason}},
+      {"memplan::ConvGradBias", {training, false, false, kFloatOrHalf, same_float_dtype_reason}},
       {"memplan::MSELoss", {training, false, false, kFloat}},
       {"memplan::AdamUpdate", {training, false, false, kFloat}},
       {"memplan::MomentumUpdate", {training, false, false, kFloat}},

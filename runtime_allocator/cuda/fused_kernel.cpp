@@ -151,10 +151,12 @@ __device__ __forceinline__ unsigned short mp_f32_f16(float f) {
 }
 )";
 
-const char* storage_type(DType d) { return d == DType::f32 ? "float" : "unsigned short"; }
-const char* vector_type(DType d) { return d == DType::f32 ? "float4" : "ushort4"; }
+// Bool operands (masks, conditions) are bytes read as 0.0f or 1.0f.
+const char* storage_type(DType d) { return d == DType::f32 ? "float" : d == DType::boolean ? "unsigned char" : "unsigned short"; }
+const char* vector_type(DType d) { return d == DType::f32 ? "float4" : d == DType::boolean ? "uchar4" : "ushort4"; }
 // The float value of a stored element `v`, and the stored element of a float `v`.
 std::string widen(DType d, const std::string& v) {
+  if (d == DType::boolean) return "(" + v + " != 0 ? 1.0f : 0.0f)";
   return d == DType::f32 ? v : (d == DType::bf16 ? "mp_bf16_f32(" : "mp_f16_f32(") + v + ")";
 }
 std::string narrow(DType d, const std::string& v) {
@@ -174,7 +176,8 @@ std::string fused_kernel_source(const FusedSignature& sig) {
   bool low = sig.out_dtype != DType::f32;
   for (DType d : dt) low = low || d != DType::f32;
   for (DType d : dt)
-    if (!fused_storage_dtype(d)) fail(ErrorKind::unsupported, std::string("fused kernel: operand dtype ") + analysis::dtype_name(d));
+    if (!fused_storage_dtype(d) && d != DType::boolean)
+      fail(ErrorKind::unsupported, std::string("fused kernel: operand dtype ") + analysis::dtype_name(d));
   if (!fused_storage_dtype(sig.out_dtype))
     fail(ErrorKind::unsupported, std::string("fused kernel: result dtype ") + analysis::dtype_name(sig.out_dtype));
   std::ostringstream s;

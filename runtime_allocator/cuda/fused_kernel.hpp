@@ -28,7 +28,8 @@ struct FusedSignature {
   // When set, the statements of the element function (operands x0..xN-1, ends in `return`) in place of expr's nodes:
   // gradients and optimizer steps that are no FusedExpr reuse the same generator.
   std::string body;
-  // Storage dtypes: f32, bf16 or f16 (ErrorKind::unsupported otherwise); empty operand_dtypes means all f32. The
+  // Storage dtypes: f32, bf16 or f16, and bool for operands (read as 0 or 1; ErrorKind::unsupported otherwise);
+  // empty operand_dtypes means all f32. The
   // arithmetic is float32 either way: 16-bit operands are widened as they load, the result rounded to nearest even
   // as it is stored.
   std::vector<analysis::DType> operand_dtypes;

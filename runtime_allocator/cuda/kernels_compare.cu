@@ -1,10 +1,8 @@
 // CUDA kernels of the comparison, logic, integer arithmetic, Cast and Sin/Cos ops (see kernels_compare.hpp).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <type_traits>
 
 #include "runtime_allocator/cuda/block_reduce.cuh"
+#include "runtime_allocator/cuda/half_io.cuh"
 #include "runtime_allocator/cuda/cuda_context.hpp"
 #include "runtime_allocator/cuda/kernels_compare.hpp"
 
@@ -65,20 +63,6 @@ __global__ void int_binary_kernel(IntOp op, const T *a, const T *b, T *out, Broa
 
 __global__ void not_kernel(const std::uint8_t *x, std::uint8_t *out, std::int64_t n) {
   for (std::int64_t i = first_index(); i < n; i += stride()) out[i] = x[i] == 0 ? 1 : 0;
-}
-
-// A bf16/f16 element as float (other types unchanged), and a value as a To (bf16/f16 rounded to nearest even).
-template <typename T>
-__device__ __forceinline__ auto widen(T v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(v);
-  else if constexpr (std::is_same_v<T, __half>) return __half2float(v);
-  else return v;
-}
-template <typename To, typename V>
-__device__ __forceinline__ To narrow(V v) {
-  if constexpr (std::is_same_v<To, __nv_bfloat16>) return __float2bfloat16_rn(static_cast<float>(v));
-  else if constexpr (std::is_same_v<To, __half>) return __float2half_rn(static_cast<float>(v));
-  else return static_cast<To>(v);
 }
 
 template <typename From, typename To>
