@@ -18,7 +18,9 @@ OpId id_in(const analysis::Graph& g, const Op& op) { return static_cast<OpId>(&o
 
 }  // namespace
 
-std::string CudaKernels::unsupported_reason(const analysis::Graph& g, const Op& op) const {
+std::string CudaKernels::unsupported_reason(const analysis::Graph& g, const Op& op) const { return cuda_unsupported_reason(g, op); }
+
+std::string cuda_unsupported_reason(const analysis::Graph& g, const Op& op) {
   if (half_elementwise_expr(g, op)) return {};  // bf16/f16 elementwise ops and casts between float dtypes
   if (op.domain == analysis::kMemplanDomain && op.type == analysis::kFusedOpType) return elementwise_dtype_reason(g, op);
   if (const CudaKernel* k = cuda_kernel(op)) {
