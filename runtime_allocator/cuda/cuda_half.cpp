@@ -19,6 +19,8 @@ bool is_half(DType d) noexcept { return d == DType::bf16 || d == DType::f16; }
 
 std::optional<analysis::FusedExpr> half_elementwise_expr(const Graph& g, const Op& op) {
   if (!op.domain.empty() && op.domain != "ai.onnx") return std::nullopt;
+  const analysis::OpInfo* info = analysis::op_registry().find(op);  // cheap filter: products, copies, norms are not
+  if (!info || info->kind != analysis::OpKind::elementwise) return std::nullopt;
   bool any_half = false;
   for (const auto* list : {&op.inputs, &op.outputs})
     for (TensorId t : *list) {
