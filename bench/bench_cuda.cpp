@@ -4,7 +4,8 @@
 // | bench_cuda infer MODEL.onnx [RUNS] | bench_cuda workspace MODEL.onnx [RUNS] [KEY=VALUE]... (prints one JSON object).
 // KEY=VALUE: a symbolic dim (batch=32), budget=BYTES (total device memory), activation_budget=BYTES (the
 // budget less weights, optimizer state and inputs: PyTorch's peak over what lives between steps),
-// optimizer=none|sgd|momentum|adam,
+// optimizer=none|sgd|momentum|adam, precision=fp32|bf16|fp16 (train: analysis::TrainingOptions::precision, the
+// autocast form of the training graph; the result's half_ops counts the ops with a bf16/f16 output),
 // strategies=none,sqrt,optimal,... (train), side_workspace=1 (train: cuDNN's workspace beside the arena, the
 // same for every plan), train=1 (workspace: a training step instead of inference), fuse=0|1 (train: the forward graph
 // fused before the training graph is built; default 1), strategies=none (train: plan and run `none` alone),
@@ -314,6 +315,10 @@ std::map<std::string, HostValue> synthetic_feed(const Graph& g) {
       for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::int32_t>(value(i) % 1000);
     } else if (x.dtype == DType::boolean) {
       std::fill(v.bytes.begin(), v.bytes.end(), std::byte{1});
+    } else if (x.dtype == DType::bf16 || x.dtype == DType::f16) {
+      std::vector<double> d(n);
+      for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<double>(value(i)) * 1e-4 - 1.0;
+      v = HostValue::from_double(x.dtype, x.shape(), d);
     } else {
       throw std::invalid_argument("input '" + x.name + "': no synthetic values for dtype " + analysis::dtype_name(x.dtype));
     }
@@ -358,6 +363,7 @@ struct BenchArgs {
   std::optional<std::uint64_t> budget;
   std::optional<std::uint64_t> activation_budget;  // budget less weights, optimizer state and inputs
   analysis::Optimizer optimizer = analysis::Optimizer::adam;
+  analysis::Precision precision = analysis::Precision::fp32;
   std::vector<std::string> strategies{"optimal", "swap"};  // planned at the budget, beside none and sqrt
   bool train = false;
   bool side_workspace = false;  // train: one cuDNN workspace beside the arena instead of the plans' scratch
@@ -383,6 +389,10 @@ BenchArgs parse_args(int argc, char** argv, int from) {
       const auto o = analysis::optimizer_from_name(v);
       if (!o) throw std::invalid_argument("unknown optimizer '" + v + "'");
       a.optimizer = *o;
+    } else if (k == "precision") {
+      const auto p = analysis::precision_from_name(v);
+      if (!p) throw std::invalid_argument("unknown precision '" + v + "' (fp32, bf16 or fp16)");
+      a.precision = *p;
     } else if (k == "strategies") {
       a.strategies.clear();
       a.sqrt_too = v != "none";
@@ -401,6 +411,7 @@ analysis::TrainingGraph load_training(const std::string& path, const BenchArgs& 
   io.keep_weight_data = true;
   analysis::TrainingOptions to;
   to.optimizer = a.optimizer;
+  to.precision = a.precision;
   analysis::Graph forward = analysis::infer_shapes(analysis::import_onnx(path, io), a.shapes);
   planner::FuseOptions fo;
   fo.training = true;
@@ -438,10 +449,19 @@ json bench_train(const std::string& path, int steps, const BenchArgs& args) {
   for (const auto& r : plans) rows[r.strategy] = run_training_plan(r, feed, steps, args.side_workspace, args.profile && r.strategy == "none");
   const double base = rows["none"]["step_seconds"].get<double>();
   for (auto& [name, row] : rows.items()) row["step_overhead_vs_none"] = row["step_seconds"].get<double>() / base - 1.0;
+  std::size_t half_ops = 0;  // ops with a bf16/f16 output: 0 means the graph runs in float32 whatever the precision
+  for (const auto& op : tg.graph.ops)
+    for (analysis::TensorId t : op.outputs)
+      if (t != analysis::kNoTensor && (tg.graph.tensors[t].dtype == DType::bf16 || tg.graph.tensors[t].dtype == DType::f16)) {
+        ++half_ops;
+        break;
+      }
   return {{"model", path},
           {"graph", tg.graph.name},
           {"ops", tg.graph.ops.size()},
           {"optimizer", analysis::optimizer_name(args.optimizer)},
+          {"precision", analysis::precision_name(args.precision)},
+          {"half_ops", half_ops},
           {"budget_bytes", budget},
           {"side_workspace", args.side_workspace},
           {"strategies", rows},

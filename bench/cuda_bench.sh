@@ -50,6 +50,8 @@ SAN_CASES="${CASES%,the training steps of resnet50*}"  # the sanitizers skip the
 RACE_CASES="${SAN_CASES%,training steps of mobilenet_v2*}"  # racecheck: the op-level tests of the training kernels
 ATTN_CASES='FusedAttention on CUDA*,the CUDA attention kernels*'
 CASES+=",$ATTN_CASES"  # after the sanitizer sets: `attention` sanitizes one attention case
+HALF_CASES='bf16/f16*,one SGD step of a bf16/f16*,generated elementwise kernels over bf16*,the CUDA kernel table declares bf16*'
+CASES+=",$HALF_CASES"  # bf16/f16 (docs/cuda.md, "bf16 and fp16")
 
 if [[ "${1:-run}" == test ]]; then  # the GPU tests alone: bench/cuda_bench.sh test [doctest filter]
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

@@ -3,6 +3,8 @@
 // output tile (columns 64k + tx*4 + e), the score recomputation with masks, and the dropout replay.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -28,15 +30,34 @@ template <int kD>
 __host__ __device__ constexpr int rows_floats() { return kTile * row_stride<kD>(); }
 constexpr int kScoreFloats = kTile * kTStride;
 
-__device__ __forceinline__ const float* head_base(const AttnOperand& t, int b, int h) {
-  return t.data + static_cast<std::int64_t>(b) * t.batch + static_cast<std::int64_t>(h) * t.head;
+// Element offset of head (b, h) in operand t.
+__device__ __forceinline__ std::int64_t head_base(const AttnOperand& t, int b, int h) {
+  return static_cast<std::int64_t>(b) * t.batch + static_cast<std::int64_t>(h) * t.head;
 }
 
-// Elements [c, c + 4) of row r of one head; zero past `len` rows or `dim` columns.
-__device__ __forceinline__ float4 load4(const float* base, std::int64_t row, int r, int c, int len, int dim, bool vec4) {
+// Element `at` of a 16-bit buffer as float32, and a float32 stored there rounded to nearest even.
+__device__ __forceinline__ float load_half(const void* data, AttnStorage storage, std::int64_t at) {
+  const unsigned short h = static_cast<const unsigned short*>(data)[at];
+  return storage == kAttnBf16 ? __uint_as_float(static_cast<unsigned int>(h) << 16) : __half2float(__ushort_as_half(h));
+}
+__device__ __forceinline__ void store_half(void* data, AttnStorage storage, std::int64_t at, float v) {
+  static_cast<unsigned short*>(data)[at] =
+      storage == kAttnBf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
+}
+
+// Elements [c, c + 4) of row r of one head (element offset `base` in t); zero past `len` rows or `dim` columns.
+__device__ __forceinline__ float4 load4(const AttnOperand& t, std::int64_t base, int r, int c, int len, int dim, bool vec4) {
   float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   if (r >= len || c >= dim) return v;
-  const float* p = base + static_cast<std::int64_t>(r) * row + c;
+  const std::int64_t at = base + static_cast<std::int64_t>(r) * t.row + c;
+  if (t.storage != kAttnF32) {
+    v.x = load_half(t.data, t.storage, at);
+    if (c + 1 < dim) v.y = load_half(t.data, t.storage, at + 1);
+    if (c + 2 < dim) v.z = load_half(t.data, t.storage, at + 2);
+    if (c + 3 < dim) v.w = load_half(t.data, t.storage, at + 3);
+    return v;
+  }
+  const float* p = static_cast<const float*>(t.data) + at;
   if (vec4) return __ldg(reinterpret_cast<const float4*>(p));
   v.x = p[0];
   if (c + 1 < dim) v.y = p[1];
@@ -49,12 +70,12 @@ __device__ __forceinline__ float4 load4(const float* base, std::int64_t row, int
 // a group of 4 adjacent lanes owns one row).
 template <int kD>
 __device__ __forceinline__ void load_rows(float* dst, const AttnOperand& t, int b, int h, int r0, int len, int dim, bool vec4) {
-  const float* base = head_base(t, b, h);
+  const std::int64_t base = head_base(t, b, h);
   const int r = threadIdx.x / 4;
 #pragma unroll
   for (int it = 0; it < kD / 16; ++it) {
     const int c = 4 * (threadIdx.x % 4 + 4 * it);
-    *reinterpret_cast<float4*>(dst + r * row_stride<kD>() + c) = load4(base, t.row, r0 + r, c, len, dim, vec4);
+    *reinterpret_cast<float4*>(dst + r * row_stride<kD>() + c) = load4(t, base, r0 + r, c, len, dim, vec4);
   }
 }
 
@@ -62,14 +83,14 @@ __device__ __forceinline__ void load_rows(float* dst, const AttnOperand& t, int 
 template <int kD>
 __device__ __forceinline__ void load_rows_dot(float* dst, float* delta, const AttnOperand& d_o, const AttnOperand& o, int b, int h,
                                               int r0, int len, int dim, bool vec4) {
-  const float* base = head_base(d_o, b, h);
-  const float* obase = head_base(o, b, h);
+  const std::int64_t base = head_base(d_o, b, h);
+  const std::int64_t obase = head_base(o, b, h);
   const int r = threadIdx.x / 4;
   float dot = 0.0f;
 #pragma unroll
   for (int it = 0; it < kD / 16; ++it) {
     const int c = 4 * (threadIdx.x % 4 + 4 * it);
-    const float4 g = load4(base, d_o.row, r0 + r, c, len, dim, vec4), y = load4(obase, o.row, r0 + r, c, len, dim, vec4);
+    const float4 g = load4(d_o, base, r0 + r, c, len, dim, vec4), y = load4(o, obase, r0 + r, c, len, dim, vec4);
     *reinterpret_cast<float4*>(dst + r * row_stride<kD>() + c) = g;
     dot += g.x * y.x + g.y * y.y + g.z * y.z + g.w * y.w;
   }
@@ -81,12 +102,12 @@ __device__ __forceinline__ void load_rows_dot(float* dst, float* delta, const At
 // Rows [r0, r0 + 64) of head (b, h) transposed into dst[d][s] (stride kTStride): lanes take consecutive rows.
 template <int kD>
 __device__ __forceinline__ void load_cols(float* dst, const AttnOperand& t, int b, int h, int r0, int len, int dim, bool vec4) {
-  const float* base = head_base(t, b, h);
+  const std::int64_t base = head_base(t, b, h);
   const int s = threadIdx.x % kTile;
 #pragma unroll
   for (int it = 0; it < kD / 16; ++it) {
     const int c = 4 * (threadIdx.x / kTile + 4 * it);
-    const float4 v = load4(base, t.row, r0 + s, c, len, dim, vec4);
+    const float4 v = load4(t, base, r0 + s, c, len, dim, vec4);
     dst[(c + 0) * kTStride + s] = v.x;
     dst[(c + 1) * kTStride + s] = v.y;
     dst[(c + 2) * kTStride + s] = v.z;
@@ -182,7 +203,7 @@ __device__ __forceinline__ void masked_scores(float (&s)[4][4], const AttentionP
       if (ok && p.bias) {
         const std::int64_t at = bias_offset(p, b, h, i, j);
         if (p.bias_is_mask) ok = static_cast<const unsigned char*>(p.bias)[at] != 0;
-        else x += static_cast<const float*>(p.bias)[at];
+        else x += p.bias_storage == kAttnF32 ? static_cast<const float*>(p.bias)[at] : load_half(p.bias, p.bias_storage, at);
       }
       s[r][c] = ok ? x * kLog2e : -INFINITY;
     }
@@ -213,21 +234,27 @@ template <int kD>
 __device__ __forceinline__ void store_rows(const AttnOperand& t, int b, int h, int row0, int len, int dim, bool vec4,
                                            const float (&acc)[4][kD / 16], const float (&mul)[4]) {
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  float* base = t.data + static_cast<std::int64_t>(b) * t.batch + static_cast<std::int64_t>(h) * t.head;
+  const std::int64_t base = head_base(t, b, h);
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     const int s = row0 + ty * 4 + r;
     if (s >= len) continue;
-    float* row = base + static_cast<std::int64_t>(s) * t.row;
+    const std::int64_t row_at = base + static_cast<std::int64_t>(s) * t.row;
 #pragma unroll
     for (int k = 0; k < kD / 64; ++k) {
       const int c = 64 * k + tx * 4;
       if (c >= dim) continue;
       const float4 v = make_float4(acc[r][4 * k] * mul[r], acc[r][4 * k + 1] * mul[r], acc[r][4 * k + 2] * mul[r],
                                    acc[r][4 * k + 3] * mul[r]);
-      if (vec4) {
-        *reinterpret_cast<float4*>(row + c) = v;
+      if (t.storage != kAttnF32) {
+        store_half(t.data, t.storage, row_at + c, v.x);
+        if (c + 1 < dim) store_half(t.data, t.storage, row_at + c + 1, v.y);
+        if (c + 2 < dim) store_half(t.data, t.storage, row_at + c + 2, v.z);
+        if (c + 3 < dim) store_half(t.data, t.storage, row_at + c + 3, v.w);
+      } else if (vec4) {
+        *reinterpret_cast<float4*>(static_cast<float*>(t.data) + row_at + c) = v;
       } else {
+        float* row = static_cast<float*>(t.data) + row_at;
         row[c] = v.x;
         if (c + 1 < dim) row[c + 1] = v.y;
         if (c + 2 < dim) row[c + 2] = v.z;

@@ -45,10 +45,23 @@ std::string reason_of(const Graph& g, const Op& op) {
   } else if (op.output(0) == kNoTensor) {
     return "output 0 (O) is absent";
   }
+  // Q, K, V (and dO, O) of one dtype: float32, bf16 or f16; LSE float32; O, dQ, dK, dV of that dtype.
+  const DType dt = g.tensors[op.input(at.q)].dtype;
+  if (dt != DType::f32 && !is_half(dt))
+    return std::string("dtype ") + analysis::dtype_name(dt) + " of Q (float32, bfloat16 or float16)";
   for (std::size_t i : floats) {
     const auto& t = g.tensors[op.input(i)];
-    if (t.dtype != DType::f32) return std::string("dtype ") + analysis::dtype_name(t.dtype) + " of input " + std::to_string(i) + " (float32 only)";
+    const DType want = is_grad(op) && i == 5 ? DType::f32 : dt;
+    if (t.dtype != want)
+      return std::string("dtype ") + analysis::dtype_name(t.dtype) + " of input " + std::to_string(i) + " (" + analysis::dtype_name(want) +
+             " expected)";
     if (!t.shape_known()) return "input " + std::to_string(i) + " has no concrete shape";
+  }
+  for (std::size_t i = 0; i < op.outputs.size() && i < 3; ++i) {
+    const DType want = !is_grad(op) && i == 1 ? DType::f32 : dt;  // the forward's output 1 is LSE
+    if (op.outputs[i] != kNoTensor && g.tensors[op.outputs[i]].dtype != want)
+      return std::string("dtype ") + analysis::dtype_name(g.tensors[op.outputs[i]].dtype) + " of output " + std::to_string(i) + " (" +
+             analysis::dtype_name(want) + " expected)";
   }
   try {
     const auto a = analysis::attention_geometry(op, g.tensors[op.input(at.q)].shape(), g.tensors[op.input(at.k)].shape(),
@@ -60,8 +73,8 @@ std::string reason_of(const Graph& g, const Op& op) {
     const TensorId bias = op.input(at.bias);
     if (bias == kNoTensor) return {};
     const auto& bt = g.tensors[bias];
-    if (bt.dtype != DType::f32 && bt.dtype != DType::boolean)
-      return std::string("bias of dtype ") + analysis::dtype_name(bt.dtype) + " (float32 or bool only)";
+    if (bt.dtype != DType::f32 && bt.dtype != DType::boolean && bt.dtype != dt)
+      return std::string("bias of dtype ") + analysis::dtype_name(bt.dtype) + " (float32, bool or Q's dtype only)";
     if (!bt.shape_known()) return "the bias has no concrete shape";
     const auto bd = bt.shape(), sd = score_dims(a);
     if (bd.size() > 4) return "bias of rank " + std::to_string(bd.size()) + " above 4";
@@ -70,15 +83,19 @@ std::string reason_of(const Graph& g, const Op& op) {
       if (bd[k] != 1 && bd[k] != want) return "the bias does not broadcast to [B, Hq, Sq, Sk]";
     }
     if (is_grad(op) && op.output(3) != kNoTensor && bt.dtype == DType::boolean) return "dBias of a boolean mask";
+    if (is_grad(op) && op.output(3) != kNoTensor && (bt.dtype != DType::f32 || g.tensors[op.output(3)].dtype != DType::f32))
+      return "dBias of a bias other than float32 (accumulated in float32)";
   } catch (const Error& e) {
     return e.what();
   }
   return {};
 }
 
+AttnStorage storage_of(DType d) { return d == DType::bf16 ? kAttnBf16 : d == DType::f16 ? kAttnF16 : kAttnF32; }
+
 AttnOperand operand(const ExecState& s, TensorId t, const analysis::HeadStrides& st) {
   if (t == kNoTensor) return {};
-  return {s.f32(t), st.batch, st.head, st.row};
+  return {s.ptr[t], st.batch, st.head, st.row, storage_of(s.tensor(t).dtype)};
 }
 
 bool aligned16(const AttnOperand& t) { return reinterpret_cast<std::uintptr_t>(t.data) % 16 == 0; }
@@ -110,6 +127,7 @@ AttentionParams params_of(ExecState& s, const Op& op) {
   if (const TensorId bias = op.input(at.bias); bias != kNoTensor) {
     p.bias = s.ptr[bias];
     p.bias_is_mask = s.tensor(bias).dtype == DType::boolean;
+    p.bias_storage = storage_of(s.tensor(bias).dtype);
     const auto st = broadcast_strides(s.dims(bias), score_dims(a));
     std::copy(st.begin(), st.end(), p.bias_strides);
     p.dbias_elements = static_cast<std::int64_t>(s.tensor(bias).element_count());
@@ -120,7 +138,7 @@ AttentionParams params_of(ExecState& s, const Op& op) {
 bool vec4_ok(const AttentionParams& p) {
   if (p.head_dim % 4 != 0 || p.v_head_dim % 4 != 0) return false;
   for (const AttnOperand* t : {&p.q, &p.k, &p.v, &p.o, &p.d_o, &p.dq, &p.dk, &p.dv})
-    if (!aligned16(*t)) return false;
+    if (!aligned16(*t) || t->storage != kAttnF32) return false;
   return true;
 }
 

@@ -1,5 +1,5 @@
-// MatMulGradA / MatMulGradB and MatMulT on the GPU: cuBLAS products with transposes in exact float32 (the context's
-// math mode: no TF32 unless asked), summed over the batch axes along which an operand was broadcast (as the CPU
+// MatMulGradA / MatMulGradB and MatMulT on the GPU: cuBLAS products with transposes, in exact float32 (the context's
+// math mode: no TF32 unless asked) or bf16/f16 with float32 accumulation (blas_gemm), summed over the batch axes along which an operand was broadcast (as the CPU
 // kernels k_matmul_grad and k_matmul_t do).
 #include <algorithm>
 
@@ -14,26 +14,14 @@ using analysis::TensorId;
 namespace {
 
 // Row-major C[m,n] = op(A) op(B) + beta C for `count` products spaced by the strides (0: shared). cuBLAS is
-// column-major, so it computes C^T = op(B)^T op(A)^T.
+// column-major, so it computes C^T = op(B)^T op(A)^T. A, B and C of dtype dt (float32, bf16 or f16).
 struct RowMajorGemm {
   bool ta = false, tb = false;
   std::int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
   std::int64_t stride_a = 0, stride_b = 0, stride_c = 0, count = 1;
   float beta = 0.0f;
-  void run(ExecState& s, const Op& op, const float* a, const float* b, float* c) const {
-    const float one = 1.0f;
-    const auto opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const std::string what = op.type + " '" + op.name + "'";
-    if (count == 1) {
-      check(cublasSgemm(s.ctx.cublas(), opb, opa, as_int(n, op), as_int(m, op), as_int(k, op), &one, b, as_int(ldb, op), a,
-                        as_int(lda, op), &beta, c, as_int(ldc, op)),
-            what);
-      return;
-    }
-    check(
-        cublasSgemmStridedBatched(s.ctx.cublas(), opb, opa, as_int(n, op), as_int(m, op), as_int(k, op), &one, b, as_int(ldb, op),
-                                  stride_b, a, as_int(lda, op), stride_a, &beta, c, as_int(ldc, op), stride_c, as_int(count, op)),
-        what);
+  void run(ExecState& s, const Op& op, analysis::DType dt, const void* a, const void* b, void* c) const {
+    blas_gemm(s, op, dt, BlasGemm{tb, ta, n, m, k, ldb, lda, ldc, stride_b, stride_a, stride_c, count, 1.0f, beta}, b, a, c);
   }
 };
 
@@ -73,24 +61,26 @@ void run_matmul_grad(ExecState& s, const Op& op, bool grad_a) {
     g = {false, true, M, K, N, N, N, K};
   else
     g = {true, false, K, N, M, K, N, N};
-  const float* pdy = s.f32(dy);
-  const float* po = s.f32(other);
-  float* out = s.f32(op.outputs[0]);
+  const analysis::DType dt = s.tensor(dy).dtype;
+  const int eb = elem_bytes(s, dy);
+  const void* pdy = s.ptr[dy];
+  const void* po = s.ptr[other];
+  void* out = s.ptr[op.outputs[0]];
   if (nbb == 1 && na == nb) {  // B shared by every batch: stack the batches into M
     if (grad_a)
       g.m = nb * M;
     else
       g.k = nb * M;
-    return grad_a ? g.run(s, op, pdy, po, out) : g.run(s, op, po, pdy, out);
+    return grad_a ? g.run(s, op, dt, pdy, po, out) : g.run(s, op, dt, po, pdy, out);
   }
   if (ab == bb) {  // one product per batch, nothing summed
     g.count = nb;
     if (grad_a) {
       g.stride_a = M * N, g.stride_b = K * N, g.stride_c = M * K;
-      return g.run(s, op, pdy, po, out);
+      return g.run(s, op, dt, pdy, po, out);
     }
     g.stride_a = M * K, g.stride_b = M * N, g.stride_c = K * N;
-    return g.run(s, op, po, pdy, out);
+    return g.run(s, op, dt, po, pdy, out);
   }
   // General broadcasting: accumulate each batch's product into the operand's block it came from.
   check(cudaMemsetAsync(out, 0, s.tensor(op.outputs[0]).bytes(), s.ctx.stream()), "zero of '" + op.name + "'");
@@ -105,23 +95,25 @@ void run_matmul_grad(ExecState& s, const Op& op, bool grad_a) {
       ob += q * sb[d];
     }
     if (grad_a)
-      g.run(s, op, pdy + i * M * N, po + ob, out + oa);
+      g.run(s, op, dt, advance(pdy, i * M * N, eb), advance(po, ob, eb), advance(out, oa, eb));
     else
-      g.run(s, op, po + oa, pdy + i * M * N, out + ob);
+      g.run(s, op, dt, advance(po, oa, eb), advance(pdy, i * M * N, eb), advance(out, ob, eb));
   }
 }
 
 void run_matmul_t(ExecState& s, const Op& op) {
   const MatMulTPlan plan = plan_matmul_t(op.attr_int("trans_a", 0) != 0, op.attr_int("trans_b", 0) != 0, s.dims(op.inputs[0]),
                                          s.dims(op.inputs[1]), s.dims(op.outputs[0]), "op '" + op.name + "' (" + op.type + ")");
-  const float* a = s.f32(op.inputs[0]);
-  const float* b = s.f32(op.inputs[1]);
-  float* y = s.f32(op.outputs[0]);
+  const analysis::DType dt = s.tensor(op.inputs[0]).dtype;
+  const int eb = elem_bytes(s, op.inputs[0]);
+  const void* a = s.ptr[op.inputs[0]];
+  const void* b = s.ptr[op.inputs[1]];
+  void* y = s.ptr[op.outputs[0]];
   if (plan.accumulate) check(cudaMemsetAsync(y, 0, s.tensor(op.outputs[0]).bytes(), s.ctx.stream()), "zero of '" + op.name + "'");
   for (const GemmCall& c : plan.calls) {
     const RowMajorGemm g{c.ta, c.tb, c.m, c.n, c.k, c.lda, c.ldb, c.ldc, c.stride_a, c.stride_b, c.stride_c, c.count,
                          plan.accumulate ? 1.0f : 0.0f};
-    g.run(s, op, a + c.offset_a, b + c.offset_b, y + c.offset_c);
+    g.run(s, op, dt, advance(a, c.offset_a, eb), advance(b, c.offset_b, eb), advance(y, c.offset_c, eb));
   }
 }
 

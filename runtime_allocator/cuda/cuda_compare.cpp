@@ -1,6 +1,7 @@
 // The CUDA executor's comparison (Equal, Greater, GreaterOrEqual, Less, LessOrEqual), logic (And, Or, Xor,
 // Not), integer arithmetic (Add, Sub, Mul, Min, Max of int64/int32: float ones run as generated elementwise
-// kernels), Cast between float32, int64, int32 and bool, and Sin/Cos. Semantics follow the CPU kernels
+// kernels), Cast between float32, bf16, f16, int64, int32 and bool (between float dtypes a generated kernel runs it
+// first), and Sin/Cos. Semantics follow the CPU kernels
 // (runtime_allocator/kernels_elementwise.cpp).
 #include "runtime_allocator/cuda/cuda_compare.hpp"
 
@@ -23,13 +24,15 @@ std::optional<ElemType> elem_type(DType d) {
     case DType::i64: return ElemType::i64;
     case DType::i32: return ElemType::i32;
     case DType::boolean: return ElemType::boolean;
+    case DType::bf16: return ElemType::bf16;
+    case DType::f16: return ElemType::f16;
     default: return std::nullopt;
   }
 }
 
 ElemType type_of(const ExecState& s, const Op& op, TensorId t) {
   const auto e = elem_type(s.tensor(t).dtype);
-  if (!e) unsupported(op, std::string("dtype ") + analysis::dtype_name(s.tensor(t).dtype) + " (float32, int64, int32, bool only)");
+  if (!e) unsupported(op, std::string("dtype ") + analysis::dtype_name(s.tensor(t).dtype) + " (float32, bfloat16, float16, int64, int32, bool only)");
   return *e;
 }
 

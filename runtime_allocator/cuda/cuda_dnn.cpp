@@ -1,5 +1,6 @@
 // The CUDA executor's library-backed ops: MatMul/Gemm through cuBLAS; Conv and its gradients, pooling and BatchNorm
-// through cuDNN (float32 FMA math: no TF32, so results match the CPU reference).
+// through cuDNN (float32 FMA math: no TF32, so results match the CPU reference). MatMul, Gemm and the convolutions also
+// take bf16/f16 tensors (float32 accumulation on tensor cores).
 #include <algorithm>
 
 #include "runtime_allocator/cuda/cuda_state.hpp"
@@ -20,6 +21,8 @@ int as_int(std::int64_t v, const Op& op) {
 
 namespace {
 
+// Row-major Y = A B (batched, numpy-broadcast batch dims) as cuBLAS's column-major Y^T = B^T A^T; A, B and Y of one
+// float dtype (same_float_dtype_reason).
 void run_matmul(ExecState& s, const Op& op) {
   auto a = s.dims(op.inputs[0]), b = s.dims(op.inputs[1]);
   if (a.size() == 1) a.insert(a.begin(), 1);
@@ -27,22 +30,17 @@ void run_matmul(ExecState& s, const Op& op) {
   const std::int64_t m = a[a.size() - 2], k = a.back(), n = b.back();
   if (b[b.size() - 2] != k) fail(ErrorKind::shape, "op '" + op.name + "': MatMul inner dimensions differ");
   const std::int64_t batch_a = dims_product(a, 0, a.size() - 2), batch_b = dims_product(b, 0, b.size() - 2);
-  const float one = 1.0f, zero = 0.0f;
-  const float *pa = s.f32(op.inputs[0]), *pb = s.f32(op.inputs[1]);
-  float* pc = s.f32(op.outputs[0]);
-  const std::string what = "MatMul '" + op.name + "'";
+  const analysis::DType dt = s.tensor(op.inputs[0]).dtype;
+  const int eb = elem_bytes(s, op.inputs[0]);
+  const void *pa = s.ptr[op.inputs[0]], *pb = s.ptr[op.inputs[1]];
+  void* pc = s.ptr[op.outputs[0]];
   if (batch_b == 1) {  // B shared by every batch: one product with the batches stacked into M
-    check(cublasSgemm(s.ctx.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, as_int(n, op), as_int(batch_a * m, op), as_int(k, op), &one,
-                      pb, as_int(n, op), pa, as_int(k, op), &zero, pc, as_int(n, op)),
-          what);
+    blas_gemm(s, op, dt, BlasGemm{false, false, n, batch_a * m, k, n, k, n}, pb, pa, pc);
     return;
   }
   const std::vector<std::int64_t> ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
   if (batch_a == 1 || ab == bb) {
-    check(cublasSgemmStridedBatched(s.ctx.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, as_int(n, op), as_int(m, op), as_int(k, op),
-                                    &one, pb, as_int(n, op), k * n, pa, as_int(k, op), batch_a == 1 ? 0 : m * k, &zero, pc,
-                                    as_int(n, op), m * n, as_int(batch_b, op)),
-          what);
+    blas_gemm(s, op, dt, BlasGemm{false, false, n, m, k, n, k, n, k * n, batch_a == 1 ? 0 : m * k, m * n, batch_b}, pb, pa, pc);
     return;
   }
   // General broadcast of batch dims: one product per output batch.
@@ -60,9 +58,8 @@ void run_matmul(ExecState& s, const Op& op) {
       if (d + ab.size() >= rank) sa *= ab[da];
       if (d + bb.size() >= rank) sb *= bb[db];
     }
-    check(cublasSgemm(s.ctx.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, as_int(n, op), as_int(m, op), as_int(k, op), &one,
-                      pb + ob * k * n, as_int(n, op), pa + oa * m * k, as_int(k, op), &zero, pc + i * m * n, as_int(n, op)),
-          what);
+    blas_gemm(s, op, dt, BlasGemm{false, false, n, m, k, n, k, n}, advance(pb, ob * k * n, eb), advance(pa, oa * m * k, eb),
+              advance(pc, i * m * n, eb));
   }
 }
 
@@ -70,13 +67,15 @@ void run_gemm(ExecState& s, const Op& op) {
   const auto a = s.dims(op.inputs[0]), b = s.dims(op.inputs[1]);
   const bool ta = op.attr_int("transA", 0) != 0, tb = op.attr_int("transB", 0) != 0;
   const std::int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1], n = tb ? b[0] : b[1];
-  const float alpha = static_cast<float>(op.attr_float("alpha", 1.0));
-  float beta = static_cast<float>(op.attr_float("beta", 1.0));
-  float* y = s.f32(op.outputs[0]);
-  if (op.input(2) != kNoTensor && beta != 0.0f) {  // Y = C broadcast, then Y = alpha*A*B + beta*Y
+  BlasGemm g{tb, ta, n, m, k, tb ? k : n, ta ? m : k, n};
+  g.alpha = static_cast<float>(op.attr_float("alpha", 1.0));
+  g.beta = static_cast<float>(op.attr_float("beta", 1.0));
+  void* y = s.ptr[op.outputs[0]];
+  if (op.input(2) != kNoTensor && g.beta != 0.0f) {  // Y = C broadcast, then Y = alpha*A*B + beta*Y
     const auto c = s.dims(op.input(2));
     StridedCopy cp;
     cp.rank = 2;
+    cp.elem_bytes = elem_bytes(s, op.input(2));
     cp.dims[0] = m;
     cp.dims[1] = n;
     const std::int64_t c0 = c.size() == 2 ? c[0] : 1, c1 = c.empty() ? 1 : c.back();
@@ -88,22 +87,28 @@ void run_gemm(ExecState& s, const Op& op) {
     cp.dst = y;
     strided_copy(cp, s.ctx.stream());
   } else {
-    beta = 0.0f;
+    g.beta = 0.0f;
   }
-  check(cublasSgemm(s.ctx.cublas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, as_int(n, op),
-                    as_int(m, op), as_int(k, op), &alpha, s.f32(op.inputs[1]), as_int(tb ? k : n, op), s.f32(op.inputs[0]),
-                    as_int(ta ? m : k, op), &beta, y, as_int(n, op)),
-        "Gemm '" + op.name + "'");
+  blas_gemm(s, op, s.tensor(op.inputs[0]).dtype, g, s.ptr[op.inputs[1]], s.ptr[op.inputs[0]], y);
 }
 
 #ifdef MEMPLAN_HAVE_CUDNN
+cudnnDataType_t dnn_data_type(analysis::DType d, const Op& op) {
+  switch (d) {
+    case analysis::DType::f32: return CUDNN_DATA_FLOAT;
+    case analysis::DType::bf16: return CUDNN_DATA_BFLOAT16;
+    case analysis::DType::f16: return CUDNN_DATA_HALF;
+    default: unsupported(op, std::string("cuDNN data of dtype ") + analysis::dtype_name(d));
+  }
+}
+
 struct TensorDesc {
   cudnnTensorDescriptor_t d = nullptr;
-  explicit TensorDesc(std::vector<std::int64_t> dims, const Op& op) {
+  explicit TensorDesc(std::vector<std::int64_t> dims, const Op& op, analysis::DType dt = analysis::DType::f32) {
     check(cudnnCreateTensorDescriptor(&d), "cudnnCreateTensorDescriptor");
     while (dims.size() < 4) dims.push_back(1);  // 1-D convolutions and pools run as 2-D ones
     if (dims.size() > 4) fail(ErrorKind::unsupported, "op '" + op.name + "': cuDNN path handles 1-D and 2-D only");
-    check(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, as_int(dims[0], op), as_int(dims[1], op),
+    check(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, dnn_data_type(dt, op), as_int(dims[0], op), as_int(dims[1], op),
                                      as_int(dims[2], op), as_int(dims[3], op)),
           "tensor descriptor of '" + op.name + "'");
   }
@@ -147,19 +152,25 @@ struct ConvSetup {
   cudnnConvolutionDescriptor_t conv = nullptr;
   int algo = 0;
   std::size_t workspace = 0;
+  bool half = false;                          // bf16/f16 data (float32 compute)
+  cudnnMathType_t math = CUDNN_FMA_MATH;      // of the chosen algorithm
   ~ConvSetup() {
     if (filter) cudnnDestroyFilterDescriptor(filter);
     if (conv) cudnnDestroyConvolutionDescriptor(conv);
   }
 };
 
-// The first algorithm cuDNN's heuristics rank that runs in FMA math (no TF32) within the workspace limit.
+// The first algorithm cuDNN's heuristics rank that runs within the workspace limit in FMA math (float32 data: no
+// TF32), or in default or tensor-op math (bf16/f16 data, float32 accumulation).
 template <class Perf>
 bool pick(const Perf* perf, int found, std::uint64_t limit, ConvSetup& c) {
   for (int i = 0; i < found; ++i) {
-    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > limit || perf[i].mathType != CUDNN_FMA_MATH) continue;
+    const bool math = c.half ? perf[i].mathType == CUDNN_TENSOR_OP_MATH || perf[i].mathType == CUDNN_DEFAULT_MATH
+                             : perf[i].mathType == CUDNN_FMA_MATH;
+    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > limit || !math) continue;
     c.algo = static_cast<int>(perf[i].algo);
     c.workspace = perf[i].memory;
+    c.math = perf[i].mathType;
     return true;
   }
   return false;
@@ -171,20 +182,22 @@ void choose(ConvSetup& c, std::uint64_t limit, int fallback, const std::string& 
   Perf perf[kCount];
   int found = 0;
   check(find(kCount, &found, perf), what);
-  if (pick(perf, found, limit, c)) return;
-  c.algo = fallback;
-  check(size(&c.workspace), what);
+  if (!pick(perf, found, limit, c)) {
+    c.algo = fallback;
+    check(size(&c.workspace), what);
+  }
+  check(cudnnSetConvolutionMathType(c.conv, c.math), what);
 }
 
-// x: the convolution's input, y: its output, wd: the filter's dims.
+// x: the convolution's input, y: its output, wd: the filter's dims; dt: the dtype of all three (float32 compute).
 void setup_conv(ExecState& s, const Op& op, const TensorDesc& x, const TensorDesc& y, std::vector<std::int64_t> wd,
                 const std::vector<std::int64_t>& xd, const std::vector<std::int64_t>& yd, ConvSetup::Dir dir, ConvSetup& c,
-                std::uint64_t limit) {
+                std::uint64_t limit, analysis::DType dt) {
   const std::vector<std::int64_t> kernel(wd.begin() + 2, wd.end());
   const Window w = window_of(op, kernel, xd, yd);
   while (wd.size() < 4) wd.push_back(1);
   check(cudnnCreateFilterDescriptor(&c.filter), "cudnnCreateFilterDescriptor");
-  check(cudnnSetFilter4dDescriptor(c.filter, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, as_int(wd[0], op), as_int(wd[1], op),
+  check(cudnnSetFilter4dDescriptor(c.filter, dnn_data_type(dt, op), CUDNN_TENSOR_NCHW, as_int(wd[0], op), as_int(wd[1], op),
                                    as_int(wd[2], op), as_int(wd[3], op)),
         "filter of '" + op.name + "'");
   check(cudnnCreateConvolutionDescriptor(&c.conv), "cudnnCreateConvolutionDescriptor");
@@ -192,8 +205,9 @@ void setup_conv(ExecState& s, const Op& op, const TensorDesc& x, const TensorDes
                                         CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
         "convolution of '" + op.name + "'");
   check(cudnnSetConvolutionGroupCount(c.conv, as_int(op.attr_int("group", 1), op)), "group count");
-  check(cudnnSetConvolutionMathType(c.conv, CUDNN_FMA_MATH),
-        "math type");  // no TF32
+  c.half = is_half(dt);
+  c.math = c.half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;  // float32: no TF32; 16-bit: tensor cores
+  check(cudnnSetConvolutionMathType(c.conv, c.math), "math type");
   const std::string what = "algorithm choice for '" + op.name + "'";
   cudnnHandle_t h = s.ctx.cudnn();
   if (dir == ConvSetup::Dir::forward)
@@ -253,8 +267,9 @@ struct PreparedConv {
   ConvTensors t;
   TensorDesc x, y;
   ConvSetup c;
-  PreparedConv(ExecState& s, const Op& op, std::uint64_t limit) : t(conv_tensors(op)), x(s.dims(t.x), op), y(s.dims(t.y), op) {
-    setup_conv(s, op, x, y, s.dims(t.filter), s.dims(t.x), s.dims(t.y), t.dir, c, limit);
+  PreparedConv(ExecState& s, const Op& op, std::uint64_t limit)
+      : t(conv_tensors(op)), x(s.dims(t.x), op, s.tensor(t.x).dtype), y(s.dims(t.y), op, s.tensor(t.x).dtype) {
+    setup_conv(s, op, x, y, s.dims(t.filter), s.dims(t.x), s.dims(t.y), t.dir, c, limit, s.tensor(t.x).dtype);
     if (c.workspace > limit)
       fail(ErrorKind::runtime, "op '" + op.name + "': every cuDNN algorithm needs more workspace than the " + std::to_string(limit) +
                                    " bytes planned for it");
@@ -290,9 +305,21 @@ void run_conv(ExecState& s, const Op& op) {
   check(cudnnConvolutionForward(s.ctx.cudnn(), &one, x.d, s.ptr[t.x], c.filter, s.ptr[t.filter], c.conv,
                                 static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), workspace, c.workspace, &zero, y.d, s.ptr[t.y]),
         what);
-  if (op.input(2) != kNoTensor) {
+  if (op.input(2) != kNoTensor && !c.half) {
     TensorDesc bias({1, yd[1]}, op);
     check(cudnnAddTensor(s.ctx.cudnn(), &one, bias.d, s.ptr[op.input(2)], &one, y.d, s.ptr[t.y]), "bias of '" + op.name + "'");
+  } else if (op.input(2) != kNoTensor) {  // 16-bit: y += bias[c] by a generated kernel (it reads element i first)
+    analysis::FusedExpr e;
+    e.num_inputs = 2;
+    e.add({analysis::ElemOp::input, 0, 0, 0, 0});
+    e.add({analysis::ElemOp::input, 1, 0, 0, 0});
+    e.add({analysis::ElemOp::add, 0, 1, 0, 0});
+    std::vector<std::int64_t> bd(yd.size(), 1);
+    bd.at(1) = yd[1];
+    FusedSignature sig = make_signature(e, {yd, bd}, yd);
+    sig.operand_dtypes = {s.tensor(t.y).dtype, s.tensor(op.input(2)).dtype};
+    sig.out_dtype = s.tensor(t.y).dtype;
+    s.fused.launch(sig, std::vector<const void*>{s.ptr[t.y], s.ptr[op.input(2)]}, s.ptr[t.y], s.ctx.stream());
   }
 }
 
@@ -370,9 +397,10 @@ std::uint64_t op_workspace_bytes(ExecState& s, OpId id) {
   if (!is_conv(op)) return 0;
   const ConvTensors t = conv_tensors(op);
   const auto xd = s.dims(t.x), yd = s.dims(t.y);
-  TensorDesc x(xd, op), y(yd, op);
+  const analysis::DType dt = s.tensor(t.x).dtype;
+  TensorDesc x(xd, op, dt), y(yd, op, dt);
   ConvSetup c;
-  setup_conv(s, op, x, y, s.dims(t.filter), xd, yd, t.dir, c, kWorkspaceLimit);
+  setup_conv(s, op, x, y, s.dims(t.filter), xd, yd, t.dir, c, kWorkspaceLimit, dt);
   return c.workspace;
 #else
   (void)s;

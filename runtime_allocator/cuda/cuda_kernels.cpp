@@ -18,7 +18,11 @@ OpId id_in(const analysis::Graph& g, const Op& op) { return static_cast<OpId>(&o
 
 }  // namespace
 
-std::string CudaKernels::unsupported_reason(const analysis::Graph& g, const Op& op) const {
+std::string CudaKernels::unsupported_reason(const analysis::Graph& g, const Op& op) const { return cuda_unsupported_reason(g, op); }
+
+std::string cuda_unsupported_reason(const analysis::Graph& g, const Op& op) {
+  if (half_elementwise_expr(g, op)) return {};  // bf16/f16 elementwise ops and casts between float dtypes
+  if (op.domain == analysis::kMemplanDomain && op.type == analysis::kFusedOpType) return elementwise_dtype_reason(g, op);
   if (const CudaKernel* k = cuda_kernel(op)) {
     std::string why = constraint_reason(g, op, k->accepts);
     return why.empty() && k->reason ? k->reason(g, op) : why;
@@ -35,8 +39,15 @@ ExecState* CudaKernels::state_of(const Op& op) const {
 }
 
 bool CudaKernels::alias_safe(const Op& op) const {
-  if (const CudaKernel* k = cuda_kernel(op)) return k->alias_safe;
   const ExecState* s = state_of(op);
+  // Generated kernels read element i first; a 16-bit one may share bytes only with an operand of its element size.
+  if (s && half_elementwise_expr(s->g, op)) {
+    const std::uint64_t out = analysis::dtype_bits(s->g.tensors[op.outputs[0]].dtype);
+    for (analysis::TensorId t : op.inputs)
+      if (t != kNoTensor && analysis::dtype_bits(s->g.tensors[t].dtype) != out) return false;
+    return true;
+  }
+  if (const CudaKernel* k = cuda_kernel(op)) return k->alias_safe;
   return s && analysis::elementwise_expr(s->g, s->id_of(op)).has_value();  // generated kernels read element i first
 }
 

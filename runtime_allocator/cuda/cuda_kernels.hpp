@@ -10,6 +10,10 @@
 
 namespace memplan::runtime::cuda {
 
+// Why the CUDA kernels cannot run op of g as shaped there (the table's dtype and rank constraints and reasons, or the
+// generated elementwise path's dtypes); empty when they can. Needs no device.
+std::string cuda_unsupported_reason(const analysis::Graph& g, const analysis::Op& op);
+
 // Keeps one ExecState per prepared graph; `run` points its per-tensor pointers at the OpCall's
 // references and its op's workspace at the OpCall's scratch region (or, with side_workspace, at one
 // workspace beside the arena sized for every convolution's first-ranked algorithm) before the op runs.

@@ -11,6 +11,7 @@
 
 namespace memplan::runtime::cuda {
 
+using analysis::DType;
 using analysis::kNoTensor;
 using analysis::Op;
 using analysis::OpId;
@@ -61,16 +62,21 @@ std::vector<std::int64_t> const_ints(const ExecState& s, const Op& op, std::size
   return s.tensor(t).data->as_int64();
 }
 
+// Each operand and the result load and store in their own dtype (float32, bf16 or f16); the arithmetic is float32.
 void run_elementwise(ExecState& s, const Op& op, const analysis::FusedExpr& e) {
   std::vector<std::vector<std::int64_t>> dims;
-  std::vector<const float*> ptrs;
+  std::vector<const void*> ptrs;
+  std::vector<DType> dtypes;
   for (std::uint32_t k = 0; k < e.num_inputs; ++k) {
     const TensorId t = op.input(k);
     dims.push_back(t == kNoTensor ? std::vector<std::int64_t>{1} : s.dims(t));
-    ptrs.push_back(t == kNoTensor ? nullptr : s.f32(t));
+    ptrs.push_back(t == kNoTensor ? nullptr : s.ptr[t]);
+    dtypes.push_back(t == kNoTensor ? DType::f32 : s.tensor(t).dtype);
   }
   auto sig = make_signature(e, dims, s.dims(op.outputs[0]));
-  s.fused.launch(sig, ptrs, s.f32(op.outputs[0]), s.ctx.stream());
+  sig.operand_dtypes = std::move(dtypes);
+  sig.out_dtype = s.tensor(op.outputs[0]).dtype;
+  s.fused.launch(sig, ptrs, s.ptr[op.outputs[0]], s.ctx.stream());
 }
 
 void run_view(ExecState& s, const Op& op) {
@@ -172,7 +178,7 @@ void run_layer_norm(ExecState& s, const Op& op) {
 }
 
 void run_reduce(ExecState& s, const Op& op, ReduceSpec::Kind kind, bool global_pool) {
-  need_f32(s, op);
+  if (!global_pool) need_f32(s, op);  // global pools also take bf16/f16 (reduce_axes checks)
   const auto d = s.dims(op.inputs[0]);
   std::vector<bool> reduced(d.size(), false);
   if (global_pool) {
@@ -193,9 +199,13 @@ void reduce_axes(ExecState& s, const Op& op, TensorId in, TensorId out, const st
   const auto d = s.dims(in);
   if (d.size() > static_cast<std::size_t>(kMaxRank)) fail(ErrorKind::unsupported, "op '" + op.name + "': rank above 8");
   const auto st = contiguous_strides(d);
+  const DType dt = s.tensor(in).dtype;
+  if (s.tensor(out).dtype != dt || (dt != DType::f32 && !is_half(dt)))
+    unsupported(op, std::string("a reduction from ") + analysis::dtype_name(dt) + " to " + analysis::dtype_name(s.tensor(out).dtype));
   ReduceSpec spec;
   spec.kind = kind;
   spec.scale = scale;
+  spec.storage = dt == DType::bf16 ? ReduceSpec::bf16 : dt == DType::f16 ? ReduceSpec::f16 : ReduceSpec::f32;
   for (std::size_t k = 0; k < d.size(); ++k) {
     if (reduced[k]) {
       spec.red_dims[spec.red_rank] = d[k];
@@ -205,10 +215,17 @@ void reduce_axes(ExecState& s, const Op& op, TensorId in, TensorId out, const st
       spec.out_strides[spec.out_rank++] = st[k];
     }
   }
-  reduce(s.f32(in), s.f32(out), spec, s.ctx.stream());
+  cuda::reduce(s.ptr[in], s.ptr[out], spec, s.ctx.stream());  // qualified: std::reduce is found by ADL on std::byte*
 }
 
 namespace {
+
+// Dropout: any dtype as the identity; training mode (a training_mode input) of float32, bf16 or f16.
+std::string dropout_reason(const analysis::Graph& g, const Op& op) {
+  const DType d = g.tensors[op.inputs.at(0)].dtype;
+  if (op.input(2) == kNoTensor || d == DType::f32 || is_half(d)) return {};
+  return std::string("training-mode Dropout of dtype ") + analysis::dtype_name(d);
+}
 
 [[noreturn]] void no_implementation(const Op& op) {
   fail(ErrorKind::unsupported,
@@ -224,7 +241,6 @@ void by_family(ExecState& s, const Op& op) {
 template <ReduceSpec::Kind K, bool kGlobal>
 void reduce_op(ExecState& s, const Op& op) { run_reduce(s, op, K, kGlobal); }
 
-using analysis::DType;
 constexpr KernelConstraints kAny{kAnyDType};
 constexpr KernelConstraints kCopy{kAnyDType, static_cast<std::uint8_t>(kMaxRank)};  // strided copies: rank 8
 constexpr KernelConstraints kFloat{kF32};
@@ -232,11 +248,20 @@ constexpr KernelConstraints kFloatReduce{kF32, static_cast<std::uint8_t>(kMaxRan
 // Comparisons and Cast (cuda_compare.cpp): float32, int64, int32, bool; logic ops: rank 8 broadcasting.
 constexpr KernelConstraints kCompare{kF32 | dtype_bit(DType::i64) | dtype_bit(DType::i32) | kBool, static_cast<std::uint8_t>(kMaxRank)};
 constexpr KernelConstraints kCumSum{kF32 | dtype_bit(DType::f64) | dtype_bit(DType::i64) | dtype_bit(DType::i32)};
+// Cast: those and bf16/f16 (casts between float dtypes run as generated elementwise kernels first).
+constexpr KernelConstraints kCast{kCompare.dtypes | dtype_bit(DType::bf16) | dtype_bit(DType::f16), kCompare.max_rank};
 constexpr KernelConstraints kLogic{kBool, static_cast<std::uint8_t>(kMaxRank)};
 // Integer arithmetic; the float32 ops of these types run as generated elementwise kernels.
 constexpr KernelConstraints kIntArith{kF32 | dtype_bit(DType::i64) | dtype_bit(DType::i32), static_cast<std::uint8_t>(kMaxRank)};
-// Generated elementwise gradients and optimizer steps: float32 operands, bool masks.
-constexpr KernelConstraints kGrad{kF32 | kBool};
+// bf16 and f16 beside float32 (docs/cuda.md, "bf16 and fp16").
+constexpr DTypeMask kHalf = dtype_bit(DType::bf16) | dtype_bit(DType::f16);
+// Generated elementwise gradients and optimizer steps: float32, bf16 or f16 operands, bool masks.
+constexpr KernelConstraints kGrad{kF32 | kHalf | kBool};
+// Float32, bf16 or f16 (reductions with float32 sums, copies by element size).
+constexpr KernelConstraints kFloatOrHalf{kF32 | kHalf};
+constexpr KernelConstraints kHalfReduce{kF32 | kHalf, static_cast<std::uint8_t>(kMaxRank)};
+// cuBLAS / cuDNN products: one float dtype for every operand (same_float_dtype_reason checks all of them).
+constexpr KernelConstraints kProduct{kF32 | kHalf};
 
 struct Row {
   const char* key;  // op type for the default ONNX domain, "memplan::<type>" for memplan's own ops
@@ -269,9 +294,9 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"ReduceSum", {reduce_op<ReduceSpec::sum, false>, false, false, kFloatReduce}},
       {"ReduceMax", {reduce_op<ReduceSpec::max, false>, false, false, kFloatReduce}},
       {"ReduceMin", {reduce_op<ReduceSpec::min, false>, false, false, kFloatReduce}},
-      {"GlobalAveragePool", {reduce_op<ReduceSpec::mean, true>, false, false, kFloatReduce}},
-      {"GlobalMaxPool", {reduce_op<ReduceSpec::max, true>, false, false, kFloatReduce}},
-      {"Dropout", {extra, true, false, kAny}},
+      {"GlobalAveragePool", {reduce_op<ReduceSpec::mean, true>, false, false, kHalfReduce, same_float_dtype_reason}},
+      {"GlobalMaxPool", {reduce_op<ReduceSpec::max, true>, false, false, kHalfReduce, same_float_dtype_reason}},
+      {"Dropout", {extra, true, false, kAny, dropout_reason}},
       {"Where", {extra, false, false, {kBool}}},
       {"IsNaN", {extra, false, false, kFloat}},
       {"Tile", {extra, false, false, kAny}},
@@ -289,7 +314,7 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"Or", {extra, false, false, kLogic}},
       {"Xor", {extra, false, false, kLogic}},
       {"Not", {extra, true, false, {kBool}}},
-      {"Cast", {extra, true, false, kCompare}},
+      {"Cast", {extra, true, false, kCast}},
       {"Sin", {extra, true, false, kFloat}},
       {"Cos", {extra, true, false, kFloat}},
       {"Add", {extra, true, false, kIntArith}},
@@ -297,10 +322,10 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"Mul", {extra, true, false, kIntArith}},
       {"Min", {extra, true, false, kIntArith}},
       {"Max", {extra, true, false, kIntArith}},
-      {"MatMul", {dnn, false, false, kFloat}},
-      {"Gemm", {dnn, false, false, kFloat}},
+      {"MatMul", {dnn, false, false, kProduct, same_float_dtype_reason}},
+      {"Gemm", {dnn, false, false, kProduct, same_float_dtype_reason}},
       {"BatchNormalization", {dnn, true, true, kFloat}},
-      {"Conv", {dnn, false, true, kFloat}},
+      {"Conv", {dnn, false, true, kProduct, same_float_dtype_reason}},
       {"MaxPool", {dnn, false, true, kFloat}},
       {"AveragePool", {dnn, false, true, kFloat}},
       {"memplan::ReluGrad", {training, true, false, kGrad}},
@@ -324,15 +349,15 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"memplan::BatchNormTraining", {training, false, false, kFloat}},
       {"memplan::BatchNormGrad", {training, false, false, kFloat}},
       {"memplan::AveragePoolGrad", {training, false, false, kFloat}},
-      {"memplan::SliceGrad", {training, false, false, kFloat}},
+      {"memplan::SliceGrad", {training, false, false, kFloatOrHalf}},
       {"memplan::GatherGrad", {training, false, false, kFloat}},
-      {"memplan::SplitGrad", {training, false, false, kFloat}},
-      {"memplan::MatMulGradA", {training, false, false, kFloat}},
-      {"memplan::MatMulGradB", {training, false, false, kFloat}},
-      {"memplan::MatMulT", {run_matmul_t, false, false, kFloat}},
-      {"memplan::ReduceSumTo", {training, false, false, kFloat}},
-      {"memplan::BroadcastTo", {training, false, false, kFloat}},
-      {"memplan::ConvGradBias", {training, false, false, kFloat}},
+      {"memplan::SplitGrad", {training, false, false, kFloatOrHalf}},
+      {"memplan::MatMulGradA", {training, false, false, kProduct, same_float_dtype_reason}},
+      {"memplan::MatMulGradB", {training, false, false, kProduct, same_float_dtype_reason}},
+      {"memplan::MatMulT", {run_matmul_t, false, false, kProduct, same_float_dtype_reason}},
+      {"memplan::ReduceSumTo", {training, false, false, kFloatOrHalf, same_float_dtype_reason}},
+      {"memplan::BroadcastTo", {training, false, false, kFloatOrHalf, same_float_dtype_reason}},
+      {"memplan::ConvGradBias", {training, false, false, kFloatOrHalf, same_float_dtype_reason}},
       {"memplan::MSELoss", {training, false, false, kFloat}},
       {"memplan::AdamUpdate", {training, false, false, kFloat}},
       {"memplan::MomentumUpdate", {training, false, false, kFloat}},
@@ -340,10 +365,10 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"memplan::RMSNormalization", {by_family<run_norm_op>, true, false, kFloat}},
       {"memplan::RMSNormGrad", {by_family<run_norm_op>, false, false, kFloat}},
       {"memplan::MaxPoolGrad", {training, false, false, kFloat}},
-      {"memplan::ConvGradInput", {training, false, true, kFloat}},
-      {"memplan::ConvGradWeight", {training, false, true, kFloat}},
-      {"memplan::FusedAttention", {run_fused_attention, false, false, {kF32, 4}, attention_unsupported_reason}},
-      {"memplan::FusedAttentionGrad", {run_fused_attention, false, false, {kF32, 4}, attention_unsupported_reason}},
+      {"memplan::ConvGradInput", {training, false, true, kProduct, same_float_dtype_reason}},
+      {"memplan::ConvGradWeight", {training, false, true, kProduct, same_float_dtype_reason}},
+      {"memplan::FusedAttention", {run_fused_attention, false, false, {kF32 | kHalf, 4}, attention_unsupported_reason}},
+      {"memplan::FusedAttentionGrad", {run_fused_attention, false, false, {kF32 | kHalf, 4}, attention_unsupported_reason}},
   };
   std::map<analysis::OpTypeId, CudaKernel> t;
   for (const Row& r : rows) {
@@ -378,6 +403,7 @@ std::vector<analysis::OpTypeId> registered_cuda_kernels() {
 void run_op(ExecState& s, OpId id) {
   const Op& op = s.g.ops[id];
   if (auto e = analysis::elementwise_expr(s.g, id)) return run_elementwise(s, op, *e);
+  if (auto e = half_elementwise_expr(s.g, op)) return run_elementwise(s, op, *e);
   const CudaKernel* k = cuda_kernel(op);
   if (!k) no_implementation(op);
   k->fn(s, op);

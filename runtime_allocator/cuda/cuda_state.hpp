@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,35 @@ int as_int(std::int64_t v, const analysis::Op& op);
 // Reduces tensor `in` over the axes where `reduced` is true into `out` (the kept axes in order), times scale.
 void reduce_axes(ExecState& s, const analysis::Op& op, analysis::TensorId in, analysis::TensorId out,
                  const std::vector<bool>& reduced, ReduceSpec::Kind kind, float scale);
+
+// bf16 / f16 (cuda_half.cpp).
+bool is_half(analysis::DType d) noexcept;  // bf16 or f16
+// The expression of an elementwise ONNX op (Add, Relu, Cast, ...) whose tensors are float32, bf16 or f16 with at least
+// one 16-bit one, as elementwise_expr gives it for float32 tensors; nullopt otherwise. The generated kernel loads and
+// stores each tensor in its dtype and computes in float32 (a Cast between float dtypes is its identity).
+std::optional<analysis::FusedExpr> half_elementwise_expr(const analysis::Graph& g, const analysis::Op& op);
+// Empty when every tensor of an elementwise op is float32, bf16 or f16, else which one is not.
+std::string elementwise_dtype_reason(const analysis::Graph& g, const analysis::Op& op);
+// Empty when input 0 is float32, bf16 or f16 and every other tensor of op has its dtype (cuBLAS/cuDNN ops), else why.
+std::string same_float_dtype_reason(const analysis::Graph& g, const analysis::Op& op);
+// CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F; ErrorKind::unsupported for other dtypes.
+cudaDataType_t blas_data_type(analysis::DType d);
+// One cuBLAS call in its column-major terms: C = alpha op(A) op(B) + beta C, `count` products spaced by the strides
+// (elements; 0: shared).
+struct BlasGemm {
+  bool ta = false, tb = false;
+  std::int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
+  std::int64_t stride_a = 0, stride_b = 0, stride_c = 0, count = 1;
+  float alpha = 1.0f, beta = 0.0f;
+};
+// Runs g with A, B and C of dtype dt: float32 through cublasSgemm (the context's math mode: exact unless TF32 is
+// allowed), bf16/f16 through cublasGemmEx with CUBLAS_COMPUTE_32F (float32 accumulation, tensor cores).
+void blas_gemm(ExecState& s, const analysis::Op& op, analysis::DType dt, const BlasGemm& g, const void* a, const void* b, void* c);
+// p advanced by `elements` of `elem_bytes` bytes.
+inline const std::byte* advance(const void* p, std::int64_t elements, int elem_bytes) {
+  return static_cast<const std::byte*>(p) + elements * elem_bytes;
+}
+inline std::byte* advance(void* p, std::int64_t elements, int elem_bytes) { return static_cast<std::byte*>(p) + elements * elem_bytes; }
 
 // One CUDA kernel of the table keyed by the op registry's ids (cuda_ops.cpp). Ops that the fused
 // elementwise path runs (planner::elementwise_expr) need no entry.

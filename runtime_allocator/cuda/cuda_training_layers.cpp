@@ -275,12 +275,17 @@ void run_dropout(ExecState &s, const Op &op) {
       check(cudaMemsetAsync(mask_bytes, 1, s.tensor(mask).bytes(), s.ctx.stream()), "mask for op '" + op.name + "'");
     return;
   }
-  if (s.tensor(x).dtype != DType::f32) unsupported(op, "training-mode Dropout of float32 only");
+  const DType dt = s.tensor(x).dtype;
+  if (dt != DType::f32 && !is_half(dt)) unsupported(op, "training-mode Dropout of float32, bfloat16 or float16 only");
   const float ratio = scalar_arg(s, op, 1, static_cast<float>(op.attr_float("ratio", 0.5)));
   if (!(ratio >= 0.0f && ratio <= 1.0f)) unsupported(op, "ratio outside [0, 1]");
   const auto seed = static_cast<std::uint64_t>(op.attr_int("seed", static_cast<std::int64_t>(kDefaultDropoutSeed)));
-  dropout_forward(s.f32(x), s.f32(y), mask_bytes, static_cast<std::int64_t>(s.tensor(x).element_count()), dropout_key(seed),
-                  dropout_threshold(ratio), ratio, s.ctx.stream());
+  const auto n = static_cast<std::int64_t>(s.tensor(x).element_count());
+  if (dt == DType::f32)
+    dropout_forward(s.f32(x), s.f32(y), mask_bytes, n, dropout_key(seed), dropout_threshold(ratio), ratio, s.ctx.stream());
+  else
+    dropout_forward_half(s.ptr[x], s.ptr[y], dt == DType::bf16, mask_bytes, n, dropout_key(seed), dropout_threshold(ratio), ratio,
+                         s.ctx.stream());
 }
 
 void run_where(ExecState &s, const Op &op) {
@@ -369,10 +374,11 @@ bool run_layer_training_op(ExecState &s, const Op &op) {
   if (t == "SliceGrad") return run_slice_grad(s, op), true;
   if (t == "GatherGrad") return run_gather_grad(s, op), true;
   if (t == "SplitGrad") return run_split_grad(s, op), true;
-  // With a float mask these stay with the generated elementwise kernels
-  // (cuda_training_ops.cpp).
-  if (t == "DropoutGrad" && is_bool(s, op.input(1))) return run_masked_grad(s, op, true), true;
-  if (t == "WhereGrad" && is_bool(s, op.input(1))) return run_masked_grad(s, op, false), true;
+  // With a float mask, or a bf16/f16 gradient, these stay with the generated
+  // elementwise kernels (cuda_training_ops.cpp; bool masks load as 0 or 1).
+  const bool f32_grad = !op.inputs.empty() && op.inputs[0] != kNoTensor && s.tensor(op.inputs[0]).dtype == DType::f32;
+  if (t == "DropoutGrad" && is_bool(s, op.input(1)) && f32_grad) return run_masked_grad(s, op, true), true;
+  if (t == "WhereGrad" && is_bool(s, op.input(1)) && f32_grad) return run_masked_grad(s, op, false), true;
   return false;
 }
 

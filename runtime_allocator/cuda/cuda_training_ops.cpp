@@ -20,17 +20,21 @@ constexpr float kPi = 3.14159265358979323846f;
 
 std::string lit(double v) { return float_literal(v); }
 
-// Operands of one generated elementwise kernel: each present input becomes x<k>; an absent one a literal.
+// Operands of one generated elementwise kernel: each present input becomes x<k>; an absent one a literal. Operands and
+// the result load and store in their dtype (float32, bf16 or f16; bool operands as 0 or 1), the arithmetic is float32.
 class Elementwise {
  public:
   Elementwise(ExecState& s, const Op& op) : s_(s), op_(op) {}
   std::string in(std::size_t pos, const std::string& absent = "0.0f") {
     const TensorId t = op_.input(pos);
     if (t == kNoTensor) return absent;
-    if (s_.tensor(t).dtype != analysis::DType::f32)
-      fail(ErrorKind::unsupported, "op '" + op_.name + "' (" + op_.type + "): the CUDA backend reads float32 operands only");
+    const analysis::DType d = s_.tensor(t).dtype;
+    if (!fused_storage_dtype(d) && d != analysis::DType::boolean)
+      unsupported(op_, std::string("input ") + std::to_string(pos) + " of dtype " + analysis::dtype_name(d) +
+                           " (float32, bfloat16, float16 or bool operands)");
     dims_.push_back(s_.dims(t));
-    ptrs_.push_back(s_.f32(t));
+    ptrs_.push_back(s_.ptr[t]);
+    dtypes_.push_back(d);
     return "x" + std::to_string(ptrs_.size() - 1);
   }
   void launch(const std::string& expr) { launch_body("return " + expr + ";"); }
@@ -38,14 +42,18 @@ class Elementwise {
   void launch_body(const std::string& body, const std::vector<std::int64_t>& dims0 = {}) {
     if (!dims0.empty()) dims_[0] = dims0;
     const TensorId y = op_.outputs[0];
-    s_.fused.launch(make_body_signature(body, dims_, s_.dims(y)), ptrs_, s_.f32(y), s_.ctx.stream());
+    FusedSignature sig = make_body_signature(body, dims_, s_.dims(y));
+    sig.operand_dtypes = dtypes_;
+    sig.out_dtype = s_.tensor(y).dtype;
+    s_.fused.launch(sig, ptrs_, s_.ptr[y], s_.ctx.stream());
   }
 
  private:
   ExecState& s_;
   const Op& op_;
   std::vector<std::vector<std::int64_t>> dims_;
-  std::vector<const float*> ptrs_;
+  std::vector<const void*> ptrs_;
+  std::vector<analysis::DType> dtypes_;
 };
 
 float attr(const Op& op, const char* key, double fallback) { return static_cast<float>(op.attr_float(key, fallback)); }

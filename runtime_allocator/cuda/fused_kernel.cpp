@@ -120,11 +120,73 @@ FusedSignature make_body_signature(std::string body, const std::vector<std::vect
   return sig;
 }
 
+bool fused_storage_dtype(analysis::DType d) noexcept {
+  return d == analysis::DType::f32 || d == analysis::DType::bf16 || d == analysis::DType::f16;
+}
+
+namespace {
+
+using analysis::DType;
+
+// Conversions of the generated source for 16-bit storage, bit-exact and header-free: bf16 widens by a shift and
+// narrows rounding to nearest even (NaN stays a quiet NaN of its sign); f16 converts with PTX cvt (.rn to narrow).
+constexpr const char* kHalfPrelude = R"(__device__ __forceinline__ float mp_bf16_f32(unsigned short h) {
+  return __uint_as_float(((unsigned int)h) << 16);
+}
+__device__ __forceinline__ unsigned short mp_f32_bf16(float f) {
+  unsigned int u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+__device__ __forceinline__ float mp_f16_f32(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+__device__ __forceinline__ unsigned short mp_f32_f16(float f) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+)";
+
+// Bool operands (masks, conditions) are bytes read as 0.0f or 1.0f.
+const char* storage_type(DType d) { return d == DType::f32 ? "float" : d == DType::boolean ? "unsigned char" : "unsigned short"; }
+const char* vector_type(DType d) { return d == DType::f32 ? "float4" : d == DType::boolean ? "uchar4" : "ushort4"; }
+// The float value of a stored element `v`, and the stored element of a float `v`.
+std::string widen(DType d, const std::string& v) {
+  if (d == DType::boolean) return "(" + v + " != 0 ? 1.0f : 0.0f)";
+  return d == DType::f32 ? v : (d == DType::bf16 ? "mp_bf16_f32(" : "mp_f16_f32(") + v + ")";
+}
+std::string narrow(DType d, const std::string& v) {
+  return d == DType::f32 ? v : (d == DType::bf16 ? "mp_f32_bf16(" : "mp_f32_f16(") + v + ")";
+}
+
+}  // namespace
+
 std::string fused_kernel_source(const FusedSignature& sig) {
   const FusedExpr& e = sig.expr;
   const auto used = referenced_operands(e);
+  if (!sig.operand_dtypes.empty() && sig.operand_dtypes.size() != e.num_inputs)
+    fail(ErrorKind::runtime, "fused kernel: " + std::to_string(sig.operand_dtypes.size()) + " operand dtypes for " +
+                                 std::to_string(e.num_inputs) + " operands");
+  std::vector<DType> dt(e.num_inputs, DType::f32);
+  if (!sig.operand_dtypes.empty()) dt = sig.operand_dtypes;
+  bool low = sig.out_dtype != DType::f32;
+  for (DType d : dt) low = low || d != DType::f32;
+  for (DType d : dt)
+    if (!fused_storage_dtype(d) && d != DType::boolean)
+      fail(ErrorKind::unsupported, std::string("fused kernel: operand dtype ") + analysis::dtype_name(d));
+  if (!fused_storage_dtype(sig.out_dtype))
+    fail(ErrorKind::unsupported, std::string("fused kernel: result dtype ") + analysis::dtype_name(sig.out_dtype));
   std::ostringstream s;
   s << "// memplan fused elementwise: " << (sig.body.empty() ? e.to_string() : "custom body") << "\n";
+  if (low) {
+    s << "// storage:";
+    for (DType d : dt) s << " " << analysis::dtype_name(d);
+    s << " -> " << analysis::dtype_name(sig.out_dtype) << "\n" << kHalfPrelude;
+  }
   s << "__device__ __forceinline__ float memplan_expr(";
   for (std::uint32_t k = 0; k < e.num_inputs; ++k) s << (k ? ", " : "") << "float x" << k;
   s << ") {\n";
@@ -135,8 +197,8 @@ std::string fused_kernel_source(const FusedSignature& sig) {
     s << "  return v" << e.nodes.size() - 1 << ";\n}\n";
   }
   s << "extern \"C\" __global__ void __launch_bounds__(" << kThreads << ") memplan_fused(";
-  for (std::uint32_t k = 0; k < e.num_inputs; ++k) s << "const float* __restrict__ in" << k << ", ";
-  s << "float* __restrict__ out, unsigned long long n, int vec) {\n";
+  for (std::uint32_t k = 0; k < e.num_inputs; ++k) s << "const " << storage_type(dt[k]) << "* __restrict__ in" << k << ", ";
+  s << storage_type(sig.out_dtype) << "* __restrict__ out, unsigned long long n, int vec) {\n";
   s << "  const unsigned long long stride = (unsigned long long)gridDim.x * "
        "blockDim.x;\n";
   s << "  const unsigned long long tid = (unsigned long long)blockIdx.x * "
@@ -145,7 +207,7 @@ std::string fused_kernel_source(const FusedSignature& sig) {
   for (std::uint32_t k = 0; k < e.num_inputs; ++k) {
     const auto kind = sig.operands[k].kind;
     if (!used[k]) continue;
-    if (kind == OperandLayout::Kind::scalar) s << "  const float s" << k << " = in" << k << "[0];\n";
+    if (kind == OperandLayout::Kind::scalar) s << "  const float s" << k << " = " << widen(dt[k], "in" + std::to_string(k) + "[0]") << ";\n";
     vectorisable = vectorisable && kind != OperandLayout::Kind::strided;
     any_strided = any_strided || kind == OperandLayout::Kind::strided;
   }
@@ -154,35 +216,37 @@ std::string fused_kernel_source(const FusedSignature& sig) {
     for (std::uint32_t k = 0; k < e.num_inputs; ++k) {
       if (k) c += ", ";
       const auto kind = sig.operands[k].kind;
+      const std::string K = std::to_string(k);
       if (!used[k]) c += "0.0f";
-      else if (kind == OperandLayout::Kind::scalar) c += "s" + std::to_string(k);
-      else if (kind == OperandLayout::Kind::full) c += lane.empty() ? "in" + std::to_string(k) + "[" + idx + "]" : "a" + std::to_string(k) + "[u]." + lane;
-      else c += "in" + std::to_string(k) + "[o" + std::to_string(k) + "]";
+      else if (kind == OperandLayout::Kind::scalar) c += "s" + K;
+      else if (kind == OperandLayout::Kind::full) c += widen(dt[k], lane.empty() ? "in" + K + "[" + idx + "]" : "a" + K + "[u]." + lane);
+      else c += widen(dt[k], "in" + K + "[o" + K + "]");
     }
     return c + ")";
   };
   if (vectorisable) {
     // The caller sets vec only when n % 4 == 0 and every pointer is 16-byte aligned. Each thread keeps
-    // kUnroll float4 per operand in flight, and loads the next tile before computing the current one,
-    // so long expressions overlap their arithmetic with the following loads.
+    // kUnroll vectors of 4 elements (float4, or ushort4 for 16-bit storage) per operand in flight, and loads the
+    // next tile before computing the current one, so long expressions overlap their arithmetic with the loads.
     auto load = [&](const std::string& arr, const std::string& at) {
       for (std::uint32_t k = 0; k < e.num_inputs; ++k)
         if (used[k] && sig.operands[k].kind == OperandLayout::Kind::full)
           s << "      #pragma unroll\n      for (int u = 0; u < " << kUnroll << "; ++u) { const unsigned long long i = " << at
-            << " + u * stride; if (i < n4) " << arr << k << "[u] = reinterpret_cast<const float4*>(in" << k << ")[i]; }\n";
+            << " + u * stride; if (i < n4) " << arr << k << "[u] = reinterpret_cast<const " << vector_type(dt[k]) << "*>(in" << k
+            << ")[i]; }\n";
     };
     s << "  if (vec) {\n    const unsigned long long n4 = n >> 2, step = " << kUnroll << " * stride;\n";
     for (std::uint32_t k = 0; k < e.num_inputs; ++k)
       if (used[k] && sig.operands[k].kind == OperandLayout::Kind::full)
-        s << "    float4 a" << k << "[" << kUnroll << "], b" << k << "[" << kUnroll << "];\n";
+        s << "    " << vector_type(dt[k]) << " a" << k << "[" << kUnroll << "], b" << k << "[" << kUnroll << "];\n";
     load("a", "tid");
     s << "    for (unsigned long long base = tid; base < n4; base += step) {\n";
     load("b", "base + step");
     s << "      #pragma unroll\n      for (int u = 0; u < " << kUnroll << "; ++u) {\n";
     s << "        const unsigned long long i = base + u * stride;\n        if "
-         "(i >= n4) break;\n        float4 r;\n";
-    for (const char* lane : {"x", "y", "z", "w"}) s << "        r." << lane << " = " << call(lane, "") << ";\n";
-    s << "        reinterpret_cast<float4*>(out)[i] = r;\n      }\n";
+         "(i >= n4) break;\n        " << vector_type(sig.out_dtype) << " r;\n";
+    for (const char* lane : {"x", "y", "z", "w"}) s << "        r." << lane << " = " << narrow(sig.out_dtype, call(lane, "")) << ";\n";
+    s << "        reinterpret_cast<" << vector_type(sig.out_dtype) << "*>(out)[i] = r;\n      }\n";
     for (std::uint32_t k = 0; k < e.num_inputs; ++k)
       if (used[k] && sig.operands[k].kind == OperandLayout::Kind::full)
         s << "      #pragma unroll\n      for (int u = 0; u < " << kUnroll << "; ++u) a" << k << "[u] = b" << k << "[u];\n";
@@ -201,7 +265,7 @@ std::string fused_kernel_source(const FusedSignature& sig) {
       s << " }\n";
     }
   }
-  s << "    out[i] = " << call("", "i") << ";\n  }\n}\n";
+  s << "    out[i] = " << narrow(sig.out_dtype, call("", "i")) << ";\n  }\n}\n";
   return s.str();
 }
 
@@ -218,12 +282,10 @@ FusedKernelCache::~FusedKernelCache() {
   for (auto& [src, mod] : modules_) (void)cudaLibraryUnload(mod.first);
 }
 
-cudaKernel_t FusedKernelCache::get(const std::string& source) {
-  if (auto it = modules_.find(source); it != modules_.end()) return it->second.second;
-  const auto t0 = std::chrono::steady_clock::now();
+std::string nvrtc_compile(const std::string& source, const std::string& arch) {
   nvrtcProgram prog = nullptr;
   check_nvrtc(nvrtcCreateProgram(&prog, source.c_str(), "memplan_fused.cu", 0, nullptr, nullptr), "nvrtcCreateProgram");
-  const char* opts[] = {arch_.c_str(), "--std=c++17", "--device-as-default-execution-space"};
+  const char* opts[] = {arch.c_str(), "--std=c++17", "--device-as-default-execution-space"};
   const nvrtcResult built = nvrtcCompileProgram(prog, 3, opts);
   if (built != NVRTC_SUCCESS) {
     std::size_t log_size = 0;
@@ -238,6 +300,13 @@ cudaKernel_t FusedKernelCache::get(const std::string& source) {
   std::string cubin(size, '\0');
   check_nvrtc(nvrtcGetCUBIN(prog, cubin.data()), "nvrtcGetCUBIN");
   nvrtcDestroyProgram(&prog);
+  return cubin;
+}
+
+cudaKernel_t FusedKernelCache::get(const std::string& source) {
+  if (auto it = modules_.find(source); it != modules_.end()) return it->second.second;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string cubin = nvrtc_compile(source, arch_);
   cudaLibrary_t mod = nullptr;
   cudaKernel_t fn = nullptr;
   check(cudaLibraryLoadData(&mod, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), "cudaLibraryLoadData");
@@ -247,7 +316,7 @@ cudaKernel_t FusedKernelCache::get(const std::string& source) {
   return fn;
 }
 
-void FusedKernelCache::launch(const FusedSignature& sig, const std::vector<const float*>& operands, float* out,
+void FusedKernelCache::launch(const FusedSignature& sig, const std::vector<const void*>& operands, void* out,
                               cudaStream_t stream) {
   if (operands.size() != sig.operands.size()) fail(ErrorKind::runtime, "fused kernel: operand count mismatch");
   unsigned long long n = 1;
@@ -261,9 +330,9 @@ void FusedKernelCache::launch(const FusedSignature& sig, const std::vector<const
   const unsigned long long per_block = static_cast<unsigned long long>(kThreads) * (vec ? 4 * kUnroll : 1);
   const unsigned long long want = (n + per_block - 1) / per_block;
   const unsigned blocks = static_cast<unsigned>(std::min<unsigned long long>(want, static_cast<unsigned long long>(sm_count_) * 8));
-  std::vector<const float*> ptrs = operands;  // cudaLaunchKernel takes the address of each argument
+  std::vector<const void*> ptrs = operands;  // cudaLaunchKernel takes the address of each argument
   std::vector<void*> args;
-  for (const float*& p : ptrs) args.push_back(&p);
+  for (const void*& p : ptrs) args.push_back(&p);
   args.push_back(&out);
   args.push_back(&n);
   args.push_back(&vec);

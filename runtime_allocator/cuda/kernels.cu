@@ -2,6 +2,7 @@
 #include <cfloat>
 
 #include "runtime_allocator/cuda/block_reduce.cuh"
+#include "runtime_allocator/cuda/half_io.cuh"
 #include "runtime_allocator/cuda/cuda_context.hpp"
 #include "runtime_allocator/cuda/kernels.hpp"
 
@@ -63,7 +64,9 @@ __global__ void layer_norm_kernel(const float* x, const float* scale, const floa
   }
 }
 
-__global__ void reduce_kernel(const float* x, float* y, ReduceSpec s, std::int64_t red_count) {
+// T: the storage of x and y (float, __nv_bfloat16, __half); the sums are float32.
+template <typename T>
+__global__ void reduce_kernel(const T* x, T* y, ReduceSpec s, std::int64_t red_count) {
   std::int64_t r = blockIdx.x, base = 0;
   for (int k = s.out_rank - 1; k >= 0; --k) {
     base += (r % s.out_dims[k]) * s.out_strides[k];
@@ -77,7 +80,7 @@ __global__ void reduce_kernel(const float* x, float* y, ReduceSpec s, std::int64
       off += (q % s.red_dims[k]) * s.red_strides[k];
       q /= s.red_dims[k];
     }
-    const float v = x[off];
+    const float v = widen(x[off]);
     acc = is_max ? fmaxf(acc, v) : is_min ? fminf(acc, v) : acc + v;
   }
   if (is_min)
@@ -86,7 +89,7 @@ __global__ void reduce_kernel(const float* x, float* y, ReduceSpec s, std::int64
     acc = block_reduce<true>(acc);
   else
     acc = block_reduce<false>(acc);
-  if (threadIdx.x == 0) y[blockIdx.x] = (s.kind == ReduceSpec::mean ? acc / static_cast<float>(red_count) : acc) * s.scale;
+  if (threadIdx.x == 0) y[blockIdx.x] = narrow<T>((s.kind == ReduceSpec::mean ? acc / static_cast<float>(red_count) : acc) * s.scale);
 }
 
 template <typename T>
@@ -139,12 +142,19 @@ void layer_norm(const float* x, const float* scale, const float* bias, float* y,
   check_launch("layer_norm");
 }
 
-void reduce(const float* x, float* y, const ReduceSpec& spec, cudaStream_t stream) {
+void reduce(const void* x, void* y, const ReduceSpec& spec, cudaStream_t stream) {
   std::int64_t outs = 1, reds = 1;
   for (int k = 0; k < spec.out_rank; ++k) outs *= spec.out_dims[k];
   for (int k = 0; k < spec.red_rank; ++k) reds *= spec.red_dims[k];
   if (outs == 0) return;
-  reduce_kernel<<<static_cast<unsigned>(outs), block_for_row(reds), 0, stream>>>(x, y, spec, reds);
+  const unsigned blocks = static_cast<unsigned>(outs);
+  if (spec.storage == ReduceSpec::bf16)
+    reduce_kernel<<<blocks, block_for_row(reds), 0, stream>>>(static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(y),
+                                                              spec, reds);
+  else if (spec.storage == ReduceSpec::f16)
+    reduce_kernel<<<blocks, block_for_row(reds), 0, stream>>>(static_cast<const __half*>(x), static_cast<__half*>(y), spec, reds);
+  else
+    reduce_kernel<<<blocks, block_for_row(reds), 0, stream>>>(static_cast<const float*>(x), static_cast<float*>(y), spec, reds);
   check_launch("reduce");
 }
 

@@ -33,9 +33,12 @@ void layer_norm(const float* x, const float* scale, const float* bias, float* y,
 
 // Reduces x over some axes: out element j sits at multi-index (out_dims) whose input base offset uses
 // out_strides; the reduced elements are at red_dims/red_strides from that base.
+// x and y hold `storage` elements (bf16/f16 sums are float32, the result rounded once).
 struct ReduceSpec {
   enum Kind : int { sum = 0, mean = 1, max = 2, min = 3 };
+  enum Storage : int { f32 = 0, bf16 = 1, f16 = 2 };
   Kind kind = sum;
+  Storage storage = f32;
   float scale = 1.0f;  // applied to sums and means
   int out_rank = 0;
   std::int64_t out_dims[kMaxRank] = {};
@@ -44,7 +47,7 @@ struct ReduceSpec {
   std::int64_t red_dims[kMaxRank] = {};
   std::int64_t red_strides[kMaxRank] = {};
 };
-void reduce(const float* x, float* y, const ReduceSpec& spec, cudaStream_t stream);
+void reduce(const void* x, void* y, const ReduceSpec& spec, cudaStream_t stream);
 
 // Gather along an axis: data viewed as [outer, axis_dim, inner] (elements of elem_bytes), int64 indices
 // (negative ones count from the end) -> out [outer, count, inner].

@@ -1,5 +1,8 @@
 // CUDA kernels of the comparison, logic, integer arithmetic, Cast and Sin/Cos ops (see kernels_compare.hpp).
+#include <type_traits>
+
 #include "runtime_allocator/cuda/block_reduce.cuh"
+#include "runtime_allocator/cuda/half_io.cuh"
 #include "runtime_allocator/cuda/cuda_context.hpp"
 #include "runtime_allocator/cuda/kernels_compare.hpp"
 
@@ -65,9 +68,9 @@ __global__ void not_kernel(const std::uint8_t *x, std::uint8_t *out, std::int64_
 template <typename From, typename To>
 __global__ void cast_kernel(const From *x, To *out, std::int64_t n) {
   for (std::int64_t i = first_index(); i < n; i += stride()) {
-    const From v = x[i];
-    if constexpr (std::is_same_v<To, std::uint8_t>) out[i] = v != From(0) ? 1 : 0;
-    else out[i] = static_cast<To>(v);
+    const auto v = widen(x[i]);
+    if constexpr (std::is_same_v<To, std::uint8_t>) out[i] = v != decltype(v)(0) ? 1 : 0;
+    else out[i] = narrow<To>(v);
   }
 }
 
@@ -81,7 +84,7 @@ std::int64_t count(const BroadcastShape &s) {
   return n;
 }
 
-// Calls f(T{}) with the C++ type of `t`.
+// Calls f(T{}) with the C++ type of `t` (f32, i64, i32, bool: the comparisons' types).
 template <typename F>
 void by_type(ElemType t, F &&f) {
   switch (t) {
@@ -89,7 +92,18 @@ void by_type(ElemType t, F &&f) {
     case ElemType::i64: return f(std::int64_t{});
     case ElemType::i32: return f(std::int32_t{});
     case ElemType::boolean: return f(std::uint8_t{});
+    case ElemType::bf16:
+    case ElemType::f16: break;
   }
+  fail(ErrorKind::unsupported, "comparisons of bfloat16 or float16");
+}
+
+// by_type and the 16-bit float types (Cast).
+template <typename F>
+void by_cast_type(ElemType t, F &&f) {
+  if (t == ElemType::bf16) return f(__nv_bfloat16{});
+  if (t == ElemType::f16) return f(__half{});
+  by_type(t, f);
 }
 
 }  // namespace
@@ -128,9 +142,9 @@ void logical_not(const std::uint8_t *x, std::uint8_t *out, std::int64_t n, cudaS
 
 void cast(const void *x, ElemType from, void *out, ElemType to, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  by_type(from, [&](auto f) {
+  by_cast_type(from, [&](auto f) {
     using From = decltype(f);
-    by_type(to, [&](auto t) {
+    by_cast_type(to, [&](auto t) {
       using To = decltype(t);
       cast_kernel<From, To><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const From *>(x), static_cast<To *>(out), n);
     });

@@ -11,8 +11,8 @@
 
 namespace memplan::runtime::cuda {
 
-// The element types these kernels read and write; bool is one byte, 0 or 1.
-enum class ElemType : std::uint8_t { f32, i64, i32, boolean };
+// The element types these kernels read and write; bool is one byte, 0 or 1. bf16 and f16 only in Cast.
+enum class ElemType : std::uint8_t { f32, i64, i32, boolean, bf16, f16 };
 
 enum class CompareOp : std::uint8_t { equal, greater, greater_equal, less, less_equal, logical_and, logical_or, logical_xor };
 
@@ -30,7 +30,8 @@ void int_binary(IntOp op, ElemType type, const void *a, const void *b, void *out
 // Not of bool bytes: out[i] = x[i] == 0.
 void logical_not(const std::uint8_t *x, std::uint8_t *out, std::int64_t n, cudaStream_t stream);
 
-// Cast of n elements as static_cast (to bool: x != 0). out may alias x when the element sizes are equal.
+// Cast of n elements as static_cast (to bool: x != 0; bf16/f16 through float, rounded to nearest even). out may alias
+// x when the element sizes are equal.
 void cast(const void *x, ElemType from, void *out, ElemType to, std::int64_t n, cudaStream_t stream);
 
 // Sin (cosine false) or Cos of float32.

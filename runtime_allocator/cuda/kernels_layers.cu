@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "runtime_allocator/cuda/block_reduce.cuh"
+#include "runtime_allocator/cuda/half_io.cuh"
 #include "runtime_allocator/cuda/cuda_context.hpp"
 #include "runtime_allocator/cuda/kernels_layers.hpp"
 #include "runtime_allocator/dropout_mask.hpp"
@@ -196,12 +197,14 @@ __global__ void gather_grad_small_kernel(const float *dy, const Index *idx, floa
   }
 }
 
-__global__ void dropout_kernel(const float *x, float *y, std::uint8_t *mask, std::int64_t n, std::uint64_t key,
-                               std::uint64_t threshold, float ratio) {
+// T: float, __nv_bfloat16 or __half storage; the division is float32 (16-bit results rounded once).
+template <typename T>
+__global__ void dropout_kernel(const T *x, T *y, std::uint8_t *mask, std::int64_t n, std::uint64_t key, std::uint64_t threshold,
+                               float ratio) {
   const float kept = __fsub_rn(1.0f, ratio);
   for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
     const bool keep = dropout_keep(key, static_cast<std::uint64_t>(i), threshold);
-    y[i] = keep ? __fdiv_rn(x[i], kept) : 0.0f;
+    y[i] = narrow<T>(keep ? __fdiv_rn(widen(x[i]), kept) : 0.0f);
     if (mask) mask[i] = keep ? 1 : 0;
   }
 }
@@ -395,6 +398,18 @@ void dropout_forward(const float *x, float *y, std::uint8_t *mask, std::int64_t 
                      float ratio, cudaStream_t stream) {
   if (n == 0) return;
   dropout_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, mask, n, key, threshold, ratio);
+  check_launch("dropout");
+}
+
+void dropout_forward_half(const void *x, void *y, bool bf16, std::uint8_t *mask, std::int64_t n, std::uint64_t key,
+                          std::uint64_t threshold, float ratio, cudaStream_t stream) {
+  if (n == 0) return;
+  if (bf16)
+    dropout_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16 *>(x), static_cast<__nv_bfloat16 *>(y), mask,
+                                                         n, key, threshold, ratio);
+  else
+    dropout_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const __half *>(x), static_cast<__half *>(y), mask, n, key,
+                                                         threshold, ratio);
   check_launch("dropout");
 }
 

@@ -64,6 +64,9 @@ void gather_grad(const float *dy, const void *indices, bool indices_i64, float *
 // : 0; mask (bool bytes) may be null.
 void dropout_forward(const float *x, float *y, std::uint8_t *mask, std::int64_t n, std::uint64_t key, std::uint64_t threshold,
                      float ratio, cudaStream_t stream);
+// The same over bf16 (bf16 true) or f16 elements: y = x / (1 - ratio) computed in float32, rounded to nearest even.
+void dropout_forward_half(const void *x, void *y, bool bf16, std::uint8_t *mask, std::int64_t n, std::uint64_t key,
+                          std::uint64_t threshold, float ratio, cudaStream_t stream);
 
 // A float operand under numpy broadcasting against an output of `rank` dims:
 // element strides (0 on broadcast dims).
