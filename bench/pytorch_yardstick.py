@@ -247,7 +247,8 @@ def memplan_side(memplan, samples, res):
     """memplan's figures for the same models, in the same run as PyTorch's."""
     inf = {}
     for name, (dyn, _, _, _) in MODELS.items():
-        j = memplan_json(memplan, ["analyze", f"{samples}/{dyn}", "--dim", "batch=32", "--dim", "seq=128"])
+        seq = ["--dim", "seq=128"] if MODELS[name][3] else []  # --dim names only a symbolic dim of the model
+        j = memplan_json(memplan, ["analyze", f"{samples}/{dyn}", "--dim", "batch=32", *seq])
         j.pop("live_at_peak", None)
         inf[name] = j
     res["memplan_inference"] = inf
