@@ -249,7 +249,7 @@ def memplan_side(memplan, samples, res):
     for name, (dyn, _, _, _) in MODELS.items():
         seq = ["--dim", "seq=128"] if MODELS[name][3] else []  # --dim names only a symbolic dim of the model
         j = memplan_json(memplan, ["analyze", f"{samples}/{dyn}", "--dim", "batch=32", *seq])
-        j.pop("live_at_peak", None)
+        j.pop("live_at_live_peak", None)
         inf[name] = j
     res["memplan_inference"] = inf
     tr = {}
