@@ -12,12 +12,13 @@ bool folded_constant(const Graph& g, TensorId t) {
   return x.role == TensorRole::weight && x.producer == kNoOp && x.name.starts_with("onnx::Conv_");
 }
 
+// Dropout(x) alone, or with a constant false training_mode. Dropout(x, ratio) without training_mode is no
+// sign: TorchScript's training-mode export of scaled_dot_product_attention emits exactly that.
 bool inference_dropout(const Graph& g, const Op& op) {
+  if (op.input(1) == kNoTensor && op.input(2) == kNoTensor) return true;
   const TensorId mode = op.input(2);
-  if (mode == kNoTensor) return true;
-  const Tensor& t = g.tensors[mode];
-  if (!t.data) return false;  // computed at run time: may be training
-  const auto v = t.data->as_int64();
+  if (mode == kNoTensor || !g.tensors[mode].data) return false;  // no flag, or computed at run time
+  const auto v = g.tensors[mode].data->as_int64();
   return !v.empty() && v[0] == 0;
 }
 

@@ -13,7 +13,9 @@ namespace memplan::analysis {
 //   (the dynamo exporter, or TorchScript with do_constant_folding=False);
 // - BatchNormalization folded into the convolution before it: TorchScript's constant folding replaces the
 //   Conv's weight and bias by new constants it names "onnx::Conv_<n>" (the module's own are "<module>.weight");
-// - Dropout that never drops: no training_mode input, or a constant false one.
+// - Dropout that never drops: the data input alone, or a constant false training_mode. Dropout(x, ratio)
+//   without training_mode is no sign: TorchScript's training export of scaled_dot_product_attention emits it
+//   (samples/transformers/*.sdpa18.train.onnx), while its eval export drops Dropout altogether.
 // A training export has none of these (BatchNormalization with training_mode=1, Dropout with training_mode
 // true); a model without BatchNorm and Dropout shows no sign either way.
 struct ExportModeSigns {

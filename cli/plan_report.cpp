@@ -58,10 +58,14 @@ DeviceMemory training_device_memory(const planner::TrainingPlanResult& r, std::o
 void warn_if_eval_export(const analysis::Graph& forward, const std::string& model_path) {
   const analysis::ExportModeSigns s = analysis::export_mode_signs(forward);
   if (!s.eval_mode()) return;
-  std::cerr << "memplan: warning: " << model_path << " looks like an eval-mode export (" << s.summary()
-            << "): the training step planned from it lacks what PyTorch's training step holds (BatchNorm's batch "
-               "statistics, Dropout's masks). Export with training=torch.onnx.TrainingMode.TRAINING and "
-               "do_constant_folding=False: README.md, section \"Exporting from PyTorch for memplan\".\n";
+  std::string lost;  // what PyTorch's training step holds that this graph cannot give back
+  if (s.folded_batchnorm) lost += "the folded BatchNorms' outputs and batch statistics";
+  if (s.inference_dropout) lost += std::string(lost.empty() ? "" : ", ") + "the Dropout masks";
+  std::cerr << "memplan: warning: " << model_path << " looks like an eval-mode export (" << s.summary() << "): "
+            << (lost.empty() ? "" : "the training step planned from it lacks " + lost + ", which PyTorch's training step holds; ")
+            << (s.inference_batchnorm ? "inference BatchNormalization is planned as training BatchNorm; " : "")
+            << "export with training=torch.onnx.TrainingMode.TRAINING and do_constant_folding=False: README.md, section "
+               "\"Exporting from PyTorch for memplan\".\n";
 }
 
 }  // namespace memplan::cli

@@ -67,12 +67,12 @@ PlannedModel plan_training_model(TrainingArgs a, const std::string& strategy) {
   m.peak_bytes = r.peak_bytes;
   m.estimated_step_seconds = r.estimated_step_seconds;
   m.keep_all_step_seconds = r.keep_all_step_seconds;
-  m.note = "peak " + viz::bytes_label(r.peak_bytes) + " = persistent " + viz::bytes_label(r.persistent_bytes) + " + inputs " +
-           viz::bytes_label(r.input_bytes) + " + arena " + viz::bytes_label(r.activation_arena_bytes) + " \u00b7 step " +
+  m.note = "peak " + human_bytes(r.peak_bytes) + " = persistent " + human_bytes(r.persistent_bytes) + " + inputs " +
+           human_bytes(r.input_bytes) + " + arena " + human_bytes(r.activation_arena_bytes) + " \u00b7 step " +
            step_text(r.estimated_step_seconds, r.keep_all_step_seconds);
   if (r.recomputed_tensors) m.note += " \u00b7 recomputes " + std::to_string(r.recomputed_tensors) + " tensors";
   if (r.swapped_tensors)
-    m.note += " \u00b7 swaps " + std::to_string(r.swapped_tensors) + " tensors (" + viz::bytes_label(r.swap_bytes) + ")" +
+    m.note += " \u00b7 swaps " + std::to_string(r.swapped_tensors) + " tensors (" + human_bytes(r.swap_bytes) + ")" +
               (r.swap_stall_seconds > 0 ? ", waits " + step_text(r.swap_stall_seconds, 0) + " for copies" : ", copies hidden");
   m.graph = std::move(r.graph);
   m.plan = std::move(r.plan);
