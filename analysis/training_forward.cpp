@@ -148,7 +148,9 @@ void prepare_forward(Graph& g) {
     }
     if (op.output(0) == kNoTensor) continue;
     const Tensor& y = g.tensors[op.outputs[0]];
-    if (is_op(op, "BatchNormalization") && op.attr_int("training_mode", 0) != 0) {
+    // Inference-form BatchNormalization (an eval-mode export, which the CLI warns about) trains as PyTorch
+    // would train the module: batch statistics, running statistics updated.
+    if (is_op(op, "BatchNormalization")) {
       const Tensor& x = g.tensors[op.inputs.at(0)];
       const std::vector<std::int64_t> c{x.shape().at(1)};
       const DType dt = x.dtype;

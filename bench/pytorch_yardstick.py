@@ -247,8 +247,9 @@ def memplan_side(memplan, samples, res):
     """memplan's figures for the same models, in the same run as PyTorch's."""
     inf = {}
     for name, (dyn, _, _, _) in MODELS.items():
-        j = memplan_json(memplan, ["analyze", f"{samples}/{dyn}", "--dim", "batch=32", "--dim", "seq=128"])
-        j.pop("live_at_peak", None)
+        seq = ["--dim", "seq=128"] if MODELS[name][3] else []  # --dim names only a symbolic dim of the model
+        j = memplan_json(memplan, ["analyze", f"{samples}/{dyn}", "--dim", "batch=32", *seq])
+        j.pop("live_at_live_peak", None)
         inf[name] = j
     res["memplan_inference"] = inf
     tr = {}
@@ -262,7 +263,8 @@ def memplan_side(memplan, samples, res):
             budget = str(ck[0]["peak_bytes"])
             entry["budget_from_pytorch_checkpoint"] = int(budget)
             for strat in ("optimal", "auto", "budget"):
-                entry[strat] = memplan_json(memplan, base + ["--strategy", strat, "--budget", budget])
+                # PyTorch's max_memory_allocated counts no library workspaces: compare without them.
+                entry[strat] = memplan_json(memplan, base + ["--strategy", strat, "--budget", budget, "--library-bytes", "0"])
         tr[name] = entry
     res["memplan_training"] = tr
 

@@ -1,15 +1,20 @@
 // `memplan analyze`: inference memory of a model: weights, lower bound, verified arena plan, peak tensors.
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 
 #include "analysis/liveness.hpp"
 #include "cli/common.hpp"
+#include "cli/device_memory.hpp"
 #include "cli/fusion_report.hpp"
 #include "cli/registry.hpp"
 #include "planner/assign.hpp"
 #include "planner/inference.hpp"
 #include "planner/plan_json.hpp"
+#include "planner/remat.hpp"
+#include "viz/timeline.hpp"
 
 namespace memplan::cli {
 namespace {
@@ -21,6 +26,8 @@ struct AnalyzeArgs {
   std::string plan_file;
   ArenaArgs arena;
   int top = 12;
+  std::string budget;  // "16GiB": answer fits / does not fit
+  std::string library_bytes = kDefaultLibraryBytes;
 };
 
 nlohmann::json shapes_json(const analysis::Graph& g) {
@@ -55,9 +62,19 @@ int run_analyze(const AnalyzeArgs& a) {
   }
   const auto& l = ip.liveness;
   const auto& p = ip.plan;
-  const std::uint32_t peak = l.peak_step;
-  const bool has_steps = !l.schedule.empty();
-  const analysis::Op* peak_op = has_steps ? &g.ops[l.schedule[peak]] : nullptr;
+  // Peak (one meaning in every command): weights + inputs + arena. The live peak is the most arena bytes
+  // in use at one step; what is live then is listed.
+  const viz::Usage usage = viz::plan_usage(p);
+  const std::uint32_t peak = usage.peak_step;
+  const bool has_steps = !p.schedule.empty();
+  const analysis::Op* peak_op = has_steps ? &g.ops[p.schedule[peak]] : nullptr;
+  DeviceMemory mem;
+  mem.weights = weights;
+  mem.inputs = inputs;
+  mem.arena = p.arena_bytes;
+  mem.scratch = largest_scratch(p);
+  mem.library = parse_library_bytes(a.library_bytes);
+  if (!a.budget.empty()) mem.budget = planner::parse_size(a.budget);
 
   if (!a.plan_file.empty()) write_text_file(a.plan_file, planner::plan_to_json(g, p, true).dump(1) + "\n");
 
@@ -67,9 +84,8 @@ int run_analyze(const AnalyzeArgs& a) {
     j["ops"] = g.ops.size();
     j["tensors"] = g.tensors.size();
     j["unresolved_tensors"] = unresolved;
-    j["weights_bytes"] = weights;
+    add_device_memory_json(j, mem);  // weights, inputs, arena, scratch, libraries, peak, total, fits
     j["parameters"] = params;
-    j["input_bytes"] = inputs;
     j["lower_bound_bytes"] = l.lower_bound_bytes;
     j["aliased_lower_bound_bytes"] = p.aliased_lower_bound_bytes;
     j["arena_bytes"] = p.arena_bytes;
@@ -78,9 +94,10 @@ int run_analyze(const AnalyzeArgs& a) {
     j["alignment"] = p.alignment;
     j["packer"] = p.packer;
     j["buffers"] = p.buffers.size();
-    j["peak_step"] = peak;
-    j["peak_op"] = peak_op ? peak_op->name : "";
-    j["peak_op_type"] = peak_op ? peak_op->type : "";
+    j["live_peak_bytes"] = usage.peak_bytes;
+    j["live_peak_step"] = peak;
+    j["live_peak_op"] = peak_op ? peak_op->name : "";
+    j["live_peak_op_type"] = peak_op ? peak_op->type : "";
     j["plan_valid"] = ip.report.valid;
     j["plan_seconds"] = ip.plan_seconds;
     j["total_seconds"] = total_seconds;
@@ -91,7 +108,7 @@ int run_analyze(const AnalyzeArgs& a) {
         live.push_back({{"tensor", x.name}, {"bytes", l.bytes[t]}, {"producer", g.ops[x.producer].name},
                         {"producer_type", g.ops[x.producer].type}, {"shape", x.shape()}});
       }
-    j["live_at_peak"] = live;
+    j["live_at_live_peak"] = live;
     j["fusion"] = fusion_json(fusion);
     if (a.shapes) j["tensor_shapes"] = shapes_json(g);
     std::cout << j.dump(2) << "\n";
@@ -101,9 +118,11 @@ int run_analyze(const AnalyzeArgs& a) {
   auto ratio = [](std::uint64_t x, std::uint64_t y) { return y ? static_cast<double>(x) / static_cast<double>(y) : 0.0; };
   std::printf("model              %s (%zu ops, %zu tensors)\n", a.model.model.c_str(), g.ops.size(), g.tensors.size());
   std::printf("fused              %s\n", fusion_text(fusion).c_str());
-  std::printf("weights            %s (%s parameters)\n", human_bytes(weights).c_str(), human_count(static_cast<double>(params)).c_str());
-  std::printf("graph inputs       %s\n", human_bytes(inputs).c_str());
-  std::printf("activation peak    %s at step %u%s%s%s\n", human_bytes(l.lower_bound_bytes).c_str(), peak,
+  std::printf("parameters         %s\n", human_count(static_cast<double>(params)).c_str());
+  std::printf("peak               %s = weights %s + inputs %s + arena %s (the most device bytes the plan holds)\n",
+              human_bytes(mem.peak()).c_str(), human_bytes(weights).c_str(), human_bytes(inputs).c_str(), human_bytes(p.arena_bytes).c_str());
+  std::printf("%s", device_memory_text(mem).c_str());
+  std::printf("live peak          %s at step %u%s%s%s: the most arena bytes in use at one step\n", human_bytes(usage.peak_bytes).c_str(), peak,
               peak_op ? " (" : "", peak_op ? (peak_op->name + ", " + peak_op->type).c_str() : "", peak_op ? ")" : "");
   std::printf("lower bound        %s (no sharing of live tensors); %s with in-place and views\n",
               human_bytes(l.lower_bound_bytes).c_str(), human_bytes(p.aliased_lower_bound_bytes).c_str());
@@ -116,21 +135,23 @@ int run_analyze(const AnalyzeArgs& a) {
   std::printf("plan               %s, planned in %.3f s\n", ip.report.valid ? "valid (verified)" : "INVALID", ip.plan_seconds);
   if (has_steps) {
     auto live = analysis::live_at(l, peak);
-    std::printf("\nlive at the peak (step %u): %zu tensors\n", peak, live.size());
-    std::printf("  %-40s %12s  %-28s %s\n", "tensor", "bytes", "made by", "shape");
-    int shown = 0;
+    std::printf("\nlive at the live peak (step %u): %zu tensors\n", peak, live.size());
+    // Whole names: exporter names differ in their tails, and a cut name may read as another tensor's.
+    std::vector<std::array<std::string, 4>> rows;
     for (auto t : live) {
-      if (shown++ == a.top) {
-        std::printf("  ... %zu more\n", live.size() - static_cast<std::size_t>(a.top));
-        break;
-      }
+      if (rows.size() == static_cast<std::size_t>(a.top)) break;
       const auto& x = g.tensors[t];
       std::string shape = "[";
       for (std::size_t k = 0; k < x.dims.size(); ++k) shape += (k ? "," : "") + std::to_string(x.dims[k].value);
       shape += "]";
-      std::printf("  %-40s %12s  %-28s %s\n", x.name.substr(0, 40).c_str(), human_bytes(l.bytes[t]).c_str(),
-                  (g.ops[x.producer].name + " (" + g.ops[x.producer].type + ")").substr(0, 28).c_str(), shape.c_str());
+      rows.push_back({x.name, human_bytes(l.bytes[t]), g.ops[x.producer].name + " (" + g.ops[x.producer].type + ")", shape});
     }
+    std::size_t w0 = 6, w2 = 7;
+    for (const auto& r : rows) w0 = std::max(w0, r[0].size()), w2 = std::max(w2, r[2].size());
+    std::printf("  %-*s %12s  %-*s %s\n", static_cast<int>(w0), "tensor", "bytes", static_cast<int>(w2), "made by", "shape");
+    for (const auto& r : rows)
+      std::printf("  %-*s %12s  %-*s %s\n", static_cast<int>(w0), r[0].c_str(), r[1].c_str(), static_cast<int>(w2), r[2].c_str(), r[3].c_str());
+    if (live.size() > rows.size()) std::printf("  ... %zu more\n", live.size() - rows.size());
   }
   if (!a.plan_file.empty()) std::printf("\nplan written to %s\n", a.plan_file.c_str());
   return 0;
@@ -138,13 +159,15 @@ int run_analyze(const AnalyzeArgs& a) {
 
 void add_analyze(CLI::App& app, std::function<int()>& action) {
   auto args = std::make_shared<AnalyzeArgs>();
-  CLI::App* cmd = app.add_subcommand("analyze", "inference memory: peak, lower bound and a verified arena plan");
+  CLI::App* cmd = app.add_subcommand("analyze", "inference memory: peak, total device memory (fits --budget?), lower bound and a verified arena plan");
   add_model_args(cmd, args->model);
   cmd->add_flag("--json", args->json, "print one JSON object");
   cmd->add_flag("--shapes", args->shapes, "with --json: include every tensor's dtype and shape");
   cmd->add_option("--plan", args->plan_file, "write the plan (JSON, graph embedded) to this file");
   add_arena_args(cmd, args->arena);
-  cmd->add_option("--top", args->top, "tensors to list at the peak")->check(CLI::Range(0, 100000));
+  cmd->add_option("--top", args->top, "tensors to list at the live peak")->check(CLI::Range(0, 100000));
+  cmd->add_option("--budget", args->budget, "device memory budget, e.g. 16GiB: say whether the total fits");
+  add_library_bytes_arg(cmd, args->library_bytes);
   cmd->callback([args, &action] { action = [args] { return run_analyze(*args); }; });
 }
 

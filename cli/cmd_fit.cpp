@@ -6,6 +6,7 @@
 
 #include "analysis/import.hpp"
 #include "cli/cmd_plan.hpp"
+#include "cli/plan_report.hpp"
 #include "cli/registry.hpp"
 
 namespace memplan::cli {
@@ -29,7 +30,14 @@ int run_fit(const FitArgs& a) {
   const analysis::Graph forward = analysis::import_model(a.train.model.model);
   analysis::DimBindings dims = parse_dims(a.train.model.dims);
   if (dims.count(a.vary)) fail(ErrorKind::usage, "--vary " + a.vary + " is also bound by --dim");
-  std::vector<std::string> strategies = a.strategies.empty() ? planner::training_strategies() : a.strategies;
+  for (const auto& [name, value] : dims) require_symbolic_dim(forward, name, "--dim " + name + "=" + std::to_string(value));
+  // A fixed dim cannot grow: every value would plan the same step and "fit" up to --max-value.
+  require_symbolic_dim(forward, a.vary, "fit --vary " + a.vary);
+  warn_if_eval_export(forward, a.train.model.model);
+  // --strategies, else --strategy alone, else every strategy.
+  std::vector<std::string> strategies = !a.strategies.empty()       ? a.strategies
+                                        : !a.train.strategy.empty() ? std::vector<std::string>{a.train.strategy}
+                                                                    : planner::training_strategies();
   // Shaped training graphs per value, shared by the strategies' searches.
   std::map<std::int64_t, analysis::Graph> shaped;
   std::optional<FusionSummary> fusion;  // of the first value probed: the same groups at every value
@@ -57,6 +65,7 @@ int run_fit(const FitArgs& a) {
   nlohmann::json out;
   out["model"] = a.train.model.model;
   out["budget_bytes"] = planner::parse_size(a.train.budget);
+  out["library_bytes"] = parse_library_bytes(a.train.library_bytes);
   out["dim"] = a.vary;
   nlohmann::json per = nlohmann::json::object();
   for (const auto& s : strategies) {
@@ -86,10 +95,24 @@ int run_fit(const FitArgs& a) {
     e["max_" + a.vary] = lo;
     e["max_value"] = lo;
     if (lo > 0) {
-      e["peak_bytes"] = best.result.peak_bytes;
-      e["recompute_overhead"] = best.result.recompute_overhead;
-      e["swap_bytes"] = best.result.swap_bytes;
-      e["estimated_step_seconds"] = best.result.estimated_step_seconds;
+      const planner::TrainingPlanResult& r = best.result;
+      e["peak_bytes"] = r.peak_bytes;
+      e["total_device_bytes"] = r.total_device_bytes;
+      e["recompute_overhead"] = r.recompute_overhead;
+      e["swap_bytes"] = r.swap_bytes;
+      e["estimated_step_seconds"] = r.estimated_step_seconds;
+      e["keep_all_step_seconds"] = r.keep_all_step_seconds;
+      e["step_overhead"] = step_overhead(r.estimated_step_seconds, r.keep_all_step_seconds);
+      // Samples a step trains: dim 0 of the first graph input (the batch) at this value.
+      const analysis::Graph& shaped_at = shaped.at(lo);
+      std::int64_t samples = 1;
+      for (analysis::TensorId t : shaped_at.inputs)
+        if (!shaped_at.tensors[t].dims.empty()) {
+          samples = shaped_at.tensors[t].dims[0].value;
+          break;
+        }
+      e["samples_per_step"] = samples;
+      e["samples_per_second"] = r.estimated_step_seconds > 0 ? static_cast<double>(samples) / r.estimated_step_seconds : 0.0;
     }
     per[s] = e;
   }
@@ -101,7 +124,10 @@ int run_fit(const FitArgs& a) {
   }
   std::printf("model %s, budget %s, varying %s\n", a.train.model.model.c_str(), human_bytes(out["budget_bytes"]).c_str(), a.vary.c_str());
   if (fusion) std::printf("fused %s\n", fusion_text(*fusion).c_str());
-  std::printf("  %-9s %10s %14s %12s %14s\n", "strategy", ("max " + a.vary).c_str(), "peak", "recompute", "step estimate");
+  std::printf("(total device memory = peak + libraries %s; step estimates include recompute and swap stalls)\n",
+              human_bytes(out["library_bytes"].get<std::uint64_t>()).c_str());
+  std::printf("  %-9s %10s %12s %12s %12s %12s %14s\n", "strategy", ("max " + a.vary).c_str(), "peak", "total", "step", "vs keep-all",
+              "samples/s");
   for (const auto& s : strategies) {
     const auto& e = per[s];
     const auto v = e["max_value"].get<std::int64_t>();
@@ -109,9 +135,10 @@ int run_fit(const FitArgs& a) {
       std::printf("  %-9s %10s\n", s.c_str(), "none fits");
       continue;
     }
-    std::printf("  %-9s %10lld %14s %11.1f%% %11.3f ms\n", s.c_str(), static_cast<long long>(v),
-                human_bytes(e["peak_bytes"].get<std::uint64_t>()).c_str(), 100.0 * e["recompute_overhead"].get<double>(),
-                1e3 * e["estimated_step_seconds"].get<double>());
+    std::printf("  %-9s %10lld %12s %12s %9.3f ms %+11.1f%% %14.1f\n", s.c_str(), static_cast<long long>(v),
+                human_bytes(e["peak_bytes"].get<std::uint64_t>()).c_str(), human_bytes(e["total_device_bytes"].get<std::uint64_t>()).c_str(),
+                1e3 * e["estimated_step_seconds"].get<double>(), 100.0 * e["step_overhead"].get<double>(),
+                e["samples_per_second"].get<double>());
   }
   return 0;
 }

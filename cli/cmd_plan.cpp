@@ -7,9 +7,11 @@
 #include "cli/common.hpp"
 #include "cli/registry.hpp"
 #include "cli/cmd_plan.hpp"
+#include "cli/plan_report.hpp"
 #include "planner/eager_model.hpp"
 #include "planner/plan_json.hpp"
 #include "planner/training_plan.hpp"
+#include "viz/timeline.hpp"
 
 namespace memplan::cli {
 
@@ -27,7 +29,8 @@ void add_training_args(CLI::App* cmd, TrainingArgs& args) {
   cmd->add_flag("--loss-scaling", args.loss_scaling, "fp16: dynamic loss scaling (GradScaler)");
   cmd->add_option("--microbatches", args.microbatches, "gradient accumulation: plan one micro-step of K");
   cmd->add_option("--budget", args.budget, "device memory budget, e.g. 16GiB, 512MB, 1e9");
-  cmd->add_option("--strategy", args.strategy, "none | sqrt | budget | optimal | swap | auto");
+  cmd->add_option("--strategy", args.strategy, "none | sqrt | budget | optimal | swap | auto (default: auto with --budget, else none)");
+  add_library_bytes_arg(cmd, args.library_bytes);
   add_arena_args(cmd, args.arena);
 }
 
@@ -66,18 +69,26 @@ TrainingSetup training_setup(const analysis::Graph& shaped_forward, const Traini
   training_fuse.training = true;
   s.fusion = fuse_in_place(forward, training_fuse);
   s.training = analysis::build_training_graph(forward, to);
-  s.options.strategy = args.strategy;
+  s.options.strategy = resolved_strategy(args);
   const auto& names = planner::training_strategies();
-  if (std::find(names.begin(), names.end(), args.strategy) == names.end())
-    fail(ErrorKind::usage, "--strategy '" + args.strategy + "' is not one of none, sqrt, budget, optimal, swap, auto");
+  if (std::find(names.begin(), names.end(), s.options.strategy) == names.end())
+    fail(ErrorKind::usage, "--strategy '" + s.options.strategy + "' is not one of none, sqrt, budget, optimal, swap, auto");
   if (!args.budget.empty()) s.options.budget_bytes = planner::parse_size(args.budget);
+  s.options.library_bytes = parse_library_bytes(args.library_bytes);
   s.options.assign = assign_options(args.arena);
   return s;
 }
 
+std::string resolved_strategy(const TrainingArgs& args) {
+  if (!args.strategy.empty()) return args.strategy;
+  return args.budget.empty() ? "none" : "auto";
+}
+
 TrainingSetup load_training(const TrainingArgs& args) {
   if (!args.train) fail(ErrorKind::usage, "plan and fit need --train (use `memplan analyze` for inference)");
-  return training_setup(load_shaped_model(args.model), args);
+  const analysis::Graph shaped = load_shaped_model(args.model);
+  warn_if_eval_export(shaped, args.model.model);
+  return training_setup(shaped, args);
 }
 
 namespace {
@@ -106,21 +117,24 @@ int run_plan(const PlanArgs& a) {
     fail(ErrorKind::usage, "--pytorch-attention '" + a.pytorch_attention + "' is not one of sdpa, eager");
   if (!a.train.train) fail(ErrorKind::usage, "plan and fit need --train (use `memplan analyze` for inference)");
   const analysis::Graph shaped = load_shaped_model(a.train.model);
+  warn_if_eval_export(shaped, a.train.model.model);
   const TrainingSetup s = training_setup(shaped, a.train);
   const planner::TrainingPlanResult r = planner::plan_training(s.training, s.options);
   const bool sdpa = a.pytorch_attention == "sdpa";
   const std::uint64_t pytorch_peak = pytorch_peak_bytes(shaped, a.train, sdpa);
   const analysis::Graph& g = r.graph;
-  std::uint64_t weights = 0, naive = 0;
+  std::uint64_t naive = 0;
   std::size_t unresolved = 0;
   for (const auto& t : g.tensors) {
     if (!t.shape_known()) {
       ++unresolved;
       continue;
     }
-    if (t.role == analysis::TensorRole::weight) weights = checked_add(weights, t.bytes(), "weights");
     if (analysis::occupies_arena(t)) naive = checked_add(naive, align_up(t.bytes(), r.plan.alignment), "naive bytes");
   }
+  const DeviceMemory mem = training_device_memory(r, s.options.budget_bytes);
+  const viz::Usage usage = viz::plan_usage(r.plan);
+  const std::string live_op = r.plan.schedule.empty() ? "" : g.ops[r.plan.schedule[usage.peak_step]].name;
   if (!a.plan_file.empty()) {
     nlohmann::json pj = planner::plan_to_json(g, r.plan, true);
     pj["training"] = {{"strategy", r.strategy}, {"budget_bytes", s.options.budget_bytes ? nlohmann::json(*s.options.budget_bytes) : nlohmann::json()},
@@ -133,32 +147,36 @@ int run_plan(const PlanArgs& a) {
     j["ops"] = g.ops.size();
     j["tensors"] = g.tensors.size();
     j["unresolved_tensors"] = unresolved;
-    j["weights_bytes"] = weights;
+    add_device_memory_json(j, mem);  // the parts, peak_bytes, total_device_bytes, budget_bytes, fits
     j["lower_bound_bytes"] = r.lower_bound_bytes;
+    j["live_peak_bytes"] = usage.peak_bytes;
+    j["live_peak_step"] = usage.peak_step;
+    j["live_peak_op"] = live_op;
     j["arena_bytes"] = r.plan.arena_bytes;
     j["naive_bytes"] = naive;
     j["plan_valid"] = r.report.valid;
     j["plan_seconds"] = r.plan_seconds;
     j["strategy"] = r.strategy;
     j["precision"] = a.train.precision;
-    j["budget_bytes"] = s.options.budget_bytes ? nlohmann::json(*s.options.budget_bytes) : nlohmann::json();
-    j["peak_bytes"] = r.peak_bytes;
     j["persistent_bytes"] = r.persistent_bytes;
     j["eager_peak_bytes"] = planner::eager_peak(r.graph, r.plan).peak_bytes;  // an eager allocator on this plan's graph and schedule
     j["pytorch_peak_bytes"] = pytorch_peak;  // PyTorch eager's own peak (pytorch_peak_bytes above)
     j["pytorch_attention"] = a.pytorch_attention;
     j["fusion"] = fusion_json(s.fusion);
-    j["input_bytes"] = r.input_bytes;
-    j["activation_arena_bytes"] = r.activation_arena_bytes;
     j["training_flops"] = r.training_flops;
     j["forward_flops"] = r.forward_flops;
     j["recompute_flops"] = r.recompute_flops;
     j["recompute_overhead"] = r.recompute_overhead;
     j["recomputed_tensors"] = r.recomputed_tensors;
     j["recompute_ops"] = r.recompute_ops;
+    j["recomputed"] = planned_tensors_json(r.recomputed);
     j["swapped_tensors"] = r.swapped_tensors;
     j["swap_bytes"] = r.swap_bytes;
+    j["swapped"] = planned_tensors_json(r.swapped);
     j["estimated_step_seconds"] = r.estimated_step_seconds;
+    j["keep_all_step_seconds"] = r.keep_all_step_seconds;
+    j["step_overhead"] = step_overhead(r.estimated_step_seconds, r.keep_all_step_seconds);
+    j["swap_stall_seconds"] = r.swap_stall_seconds;
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -167,18 +185,31 @@ int run_plan(const PlanArgs& a) {
   std::printf("precision            %s%s\n", a.train.precision.c_str(),
               a.train.precision == "fp32" ? "" : " (torch.autocast op lists, fp32 master weights and gradients)");
   std::printf("strategy             %s%s\n", r.strategy.c_str(),
-              s.options.budget_bytes ? (", budget " + human_bytes(*s.options.budget_bytes)).c_str() : " (no budget: least memory)");
-  std::printf("peak                 %s = persistent %s + inputs %s + activation arena %s\n", human_bytes(r.peak_bytes).c_str(),
-              human_bytes(r.persistent_bytes).c_str(), human_bytes(r.input_bytes).c_str(), human_bytes(r.activation_arena_bytes).c_str());
-  std::printf("activation bound     %s (most live bytes at one step); naive %s\n", human_bytes(r.lower_bound_bytes).c_str(),
-              human_bytes(naive).c_str());
-  std::printf("recompute            %zu tensors, %zu ops, %s FLOPs = %.1f%% of the step (%.1f%% of a forward)\n",
-              r.recomputed_tensors, r.recompute_ops, human_count(r.recompute_flops).c_str(), 100.0 * r.recompute_overhead,
-              r.forward_flops > 0 ? 100.0 * r.recompute_flops / r.forward_flops : 0.0);
-  std::printf("swap                 %zu tensors, %s to host and back (hidden under compute)\n", r.swapped_tensors,
-              human_bytes(r.swap_bytes).c_str());
-  std::printf("step estimate        %.3f ms (%s FLOPs without recompute)\n", 1e3 * r.estimated_step_seconds,
-              human_count(r.training_flops).c_str());
+              s.options.budget_bytes ? (", budget " + human_bytes(*s.options.budget_bytes)).c_str()
+              : r.strategy == "none" ? " (no budget: every saved tensor kept)"
+                                     : " (no budget: the least memory this strategy reaches)");
+  std::printf("peak                 %s = persistent %s + inputs %s + activation arena %s (the most device bytes the plan holds)\n",
+              human_bytes(r.peak_bytes).c_str(), human_bytes(r.persistent_bytes).c_str(), human_bytes(r.input_bytes).c_str(),
+              human_bytes(r.activation_arena_bytes).c_str());
+  std::printf("%s", device_memory_text(mem).c_str());
+  std::printf("live peak            %s at step %u (%s): the most arena bytes in use at one step\n", human_bytes(usage.peak_bytes).c_str(),
+              usage.peak_step, live_op.c_str());
+  std::printf("lower bound          %s (live tensors at one step, none sharing); naive %s (every tensor its own buffer)\n",
+              human_bytes(r.lower_bound_bytes).c_str(), human_bytes(naive).c_str());
+  std::printf("step estimate        %s (recompute and swap stalls included)\n",
+              step_text(r.estimated_step_seconds, r.keep_all_step_seconds).c_str());
+  std::printf("recomputed           %zu tensors, %zu ops; %s FLOPs (%.1f%% of the step's %s)\n", r.recomputed_tensors, r.recompute_ops,
+              human_count(r.recompute_flops).c_str(), 100.0 * r.recompute_overhead, human_count(r.training_flops).c_str());
+  std::printf("%s", planned_tensors_text(r.recomputed).c_str());
+  if (r.swapped_tensors == 0)
+    std::printf("swapped              none\n");
+  else if (r.swap_stall_seconds > 0.0)
+    std::printf("swapped              %zu tensors, %s to host and back; the compute waits %.3f ms for the copies\n", r.swapped_tensors,
+                human_bytes(r.swap_bytes).c_str(), 1e3 * r.swap_stall_seconds);
+  else
+    std::printf("swapped              %zu tensors, %s to host and back; the copies hide under compute (no wait)\n", r.swapped_tensors,
+                human_bytes(r.swap_bytes).c_str());
+  std::printf("%s", planned_tensors_text(r.swapped).c_str());
   std::printf("PyTorch eager (%s attention) would peak at %s\n", sdpa ? "SDPA" : "eager", human_bytes(pytorch_peak).c_str());
   std::printf("plan                 %s, planned in %.3f s\n", r.report.valid ? "valid (verified)" : "INVALID", r.plan_seconds);
   if (!a.plan_file.empty()) std::printf("plan written to      %s\n", a.plan_file.c_str());

@@ -26,7 +26,8 @@ struct TrainingArgs {
   bool loss_scaling = false;
   std::int64_t microbatches = 1;
   std::string budget;  // "16GiB"; empty: none
-  std::string strategy = "none";
+  std::string strategy;  // empty: auto with --budget, none without (training_setup resolves it)
+  std::string library_bytes = kDefaultLibraryBytes;  // CUDA context and library workspaces beside the plan
   ArenaArgs arena;
 };
 
@@ -44,5 +45,7 @@ TrainingSetup training_setup(const analysis::Graph& shaped_forward, const Traini
 // The same with the fusion passes given (e.g. FuseOptions::pytorch_eager) in place of --no-fuse's.
 TrainingSetup training_setup(const analysis::Graph& shaped_forward, const TrainingArgs& args, const planner::FuseOptions& fuse);
 TrainingSetup load_training(const TrainingArgs& args);
+// --strategy as given, else auto with --budget and none without.
+std::string resolved_strategy(const TrainingArgs& args);
 
 }  // namespace memplan::cli

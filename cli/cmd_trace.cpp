@@ -1,6 +1,7 @@
 // `memplan trace`: the plan as a Chrome trace (chrome://tracing, Perfetto): op spans and live arena bytes.
 #include <iostream>
 
+#include "cli/plan_report.hpp"
 #include "cli/registry.hpp"
 #include "cli/viz_source.hpp"
 #include "viz/trace.hpp"
@@ -27,8 +28,13 @@ int run_trace(const TraceArgs& a) {
   const auto doc = viz::chrome_trace(m.graph, m.plan, opts);
   write_text_file(a.output, doc.dump() + "\n");
   if (m.fusion) std::cout << m.title << ": fused " << fusion_text(*m.fusion) << "\n";
-  std::cout << m.title << ": " << m.plan.schedule.size() << " op spans, estimated " << doc["otherData"]["estimated_seconds"].get<double>()
-            << " s; trace written to " << a.output << " (open in https://ui.perfetto.dev or chrome://tracing)\n";
+  // The step plan states: the same estimate (planner/step_time.hpp), swap stalls included, against keep-all
+  // when this plan was made here (a saved plan does not say what keeping everything would cost).
+  const double step = doc["otherData"]["estimated_seconds"].get<double>(), stall = doc["otherData"]["swap_stall_seconds"].get<double>();
+  const bool same_clock = !a.unit_times && a.profile.empty();
+  std::cout << m.title << ": " << m.plan.schedule.size() << " op spans, estimated step "
+            << step_text(step, same_clock ? m.keep_all_step_seconds : 0.0) << (stall > 0 ? " (the compute waits " + step_text(stall, 0.0) + " for swap copies)" : "")
+            << "; trace written to " << a.output << " (open in https://ui.perfetto.dev or chrome://tracing)\n";
   return 0;
 }
 

@@ -1,6 +1,7 @@
 // `memplan viz`: the memory timeline of a plan (or two side by side) as one SVG file.
 #include <iostream>
 
+#include "cli/plan_report.hpp"
 #include "cli/registry.hpp"
 #include "cli/viz_source.hpp"
 #include "viz/timeline.hpp"
@@ -19,7 +20,7 @@ viz::TimelinePanel panel_of(const PlannedModel& m) {
   viz::TimelinePanel p{m.title, &m.graph, &m.plan, m.arena_budget, m.lower_bound_bytes, m.note, "", ""};
   if (m.budget && m.arena_budget != m.budget)
     p.budget_label = "budget " + viz::bytes_label(m.budget) + ": " + viz::bytes_label(m.arena_budget) + " left for the arena";
-  if (m.lower_bound_bytes) p.lower_bound_label = "lower bound " + viz::bytes_label(m.lower_bound_bytes);
+  if (m.lower_bound_bytes) p.lower_bound_label = "lower bound (views, in-place shared) " + viz::bytes_label(m.lower_bound_bytes);
   return p;
 }
 
@@ -39,9 +40,11 @@ int run_viz(const VizArgs& a) {
   for (const auto& m : models) {
     const auto u = viz::plan_usage(m.plan);
     const std::string op = m.plan.schedule.empty() ? "-" : m.graph.ops[m.plan.schedule[u.peak_step]].name;
-    std::cout << m.title << ": " << m.plan.buffers.size() << " buffers, arena " << human_bytes(m.plan.arena_bytes) << ", peak "
+    std::cout << m.title << ": " << m.plan.buffers.size() << " buffers, arena " << human_bytes(m.plan.arena_bytes) << ", live peak "
               << human_bytes(u.peak_bytes) << " at step " << u.peak_step << " (" << op << ")" << (m.over_budget ? ", budget not met" : "")
               << "\n";
+    if (m.peak_bytes) std::cout << "  peak " << human_bytes(m.peak_bytes) << " (persistent + inputs + arena)\n";
+    if (m.estimated_step_seconds > 0) std::cout << "  step " << step_text(m.estimated_step_seconds, m.keep_all_step_seconds) << "\n";
     if (m.fusion) std::cout << "  fused " << fusion_text(*m.fusion) << "\n";
   }
   std::cout << "timeline written to " << a.output << "\n";

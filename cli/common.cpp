@@ -1,7 +1,9 @@
 // Shared CLI helpers: model options, dim bindings, loading, human-readable units.
 #include "cli/common.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <set>
 #include <fstream>
 
 #include "analysis/import.hpp"
@@ -56,14 +58,49 @@ analysis::DimBindings parse_dims(const std::vector<std::string>& pairs) {
   return out;
 }
 
+std::vector<std::string> symbolic_dims(const analysis::Graph& g) {
+  std::set<std::string> names;
+  for (analysis::TensorId t : g.inputs)
+    for (const analysis::Dim& d : g.tensors[t].dims)
+      if (!d.known() && !d.symbol.empty()) names.insert(d.symbol);
+  return {names.begin(), names.end()};
+}
+
+void require_symbolic_dim(const analysis::Graph& g, const std::string& name, const std::string& option) {
+  const std::vector<std::string> dims = symbolic_dims(g);
+  if (std::find(dims.begin(), dims.end(), name) != dims.end()) return;
+  std::string msg = option + ": the model has no symbolic dim '" + name + "'; its symbolic dims: ";
+  for (std::size_t k = 0; k < dims.size(); ++k) msg += (k ? ", " : "") + dims[k];
+  if (dims.empty()) msg += "none";
+  // The batch a fixed export was traced with: dim 0 of its first graph input that is not a weight.
+  for (analysis::TensorId t : g.inputs) {
+    const analysis::Tensor& x = g.tensors[t];
+    if (x.role != analysis::TensorRole::input || x.dims.empty()) continue;
+    if (x.dims[0].known())
+      msg += "; its batch is fixed at " + std::to_string(x.dims[0].value) + " (dim 0 of input '" + x.name +
+             "'; to vary it, export with dynamic axes: README.md, \"Exporting from PyTorch for memplan\")";
+    break;
+  }
+  fail(ErrorKind::usage, msg);
+}
+
 analysis::Graph load_shaped_model(const ModelArgs& args, bool keep_weight_data) {
   analysis::ImportOptions io;
   io.keep_weight_data = keep_weight_data;
   analysis::Graph g = analysis::import_model(args.model, io);
   analysis::ShapeOptions so;
   so.dims = parse_dims(args.dims);
+  for (const auto& [name, value] : so.dims) require_symbolic_dim(g, name, "--dim " + name + "=" + std::to_string(value));
   return analysis::infer_shapes(g, so);
 }
+
+void add_library_bytes_arg(CLI::App* cmd, std::string& library_bytes) {
+  cmd->add_option("--library-bytes", library_bytes,
+                  std::string("device memory the CUDA context and cuBLAS/cuDNN workspaces take beside the plan, counted in the "
+                              "total and against --budget (default ") + kDefaultLibraryBytes + ", measured on an H100; 0: none)");
+}
+
+std::uint64_t parse_library_bytes(const std::string& text) { return text == "0" ? 0 : planner::parse_size(text); }
 
 std::string human_bytes(std::uint64_t bytes) {
   static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};

@@ -1,5 +1,6 @@
 // Plans (or reads) what the picture commands draw: inference or training plans, or saved plan files.
 #include "cli/viz_source.hpp"
+#include "cli/plan_report.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -62,13 +63,17 @@ PlannedModel plan_training_model(TrainingArgs a, const std::string& strategy) {
   m.lower_bound_bytes = r.plan.aliased_lower_bound_bytes;
   m.title = model_title(a) + " \u00b7 training (" + a.optimizer + ") \u00b7 " + r.strategy;
   if (m.budget) m.title += std::string(" \u00b7 budget ") + viz::bytes_label(m.budget) + (m.over_budget ? " NOT MET" : "");
-  std::string what;
-  if (r.recomputed_tensors)
-    what += "recomputes " + std::to_string(r.recomputed_tensors) + " tensors (+" +
-            std::to_string(static_cast<int>(r.recompute_overhead * 100 + 0.5)) + "% FLOPs); ";
-  if (r.swapped_tensors) what += "swaps " + std::to_string(r.swapped_tensors) + " tensors (" + viz::bytes_label(r.swap_bytes) + "); ";
-  m.note = what + "device total " + viz::bytes_label(r.peak_bytes) + " = arena + weights, grads, optimizer state " +
-           viz::bytes_label(r.persistent_bytes) + " + inputs " + viz::bytes_label(r.input_bytes);
+  // The words plan prints: the peak (persistent + inputs + arena), the step against keep-all, what is recomputed and swapped.
+  m.peak_bytes = r.peak_bytes;
+  m.estimated_step_seconds = r.estimated_step_seconds;
+  m.keep_all_step_seconds = r.keep_all_step_seconds;
+  m.note = "peak " + human_bytes(r.peak_bytes) + " = persistent " + human_bytes(r.persistent_bytes) + " + inputs " +
+           human_bytes(r.input_bytes) + " + arena " + human_bytes(r.activation_arena_bytes) + " \u00b7 step " +
+           step_text(r.estimated_step_seconds, r.keep_all_step_seconds);
+  if (r.recomputed_tensors) m.note += " \u00b7 recomputes " + std::to_string(r.recomputed_tensors) + " tensors";
+  if (r.swapped_tensors)
+    m.note += " \u00b7 swaps " + std::to_string(r.swapped_tensors) + " tensors (" + human_bytes(r.swap_bytes) + ")" +
+              (r.swap_stall_seconds > 0 ? ", waits " + step_text(r.swap_stall_seconds, 0) + " for copies" : ", copies hidden");
   m.graph = std::move(r.graph);
   m.plan = std::move(r.plan);
   return m;

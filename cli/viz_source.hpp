@@ -28,7 +28,10 @@ struct PlannedModel {
   analysis::Graph graph;  // the graph the plan was made for (training graph for --train)
   planner::Plan plan;
   std::string title;
-  std::string note;                      // persistent memory, recomputation and swap, in words
+  std::string note;                      // peak, step time, recomputation and swap, in words
+  std::uint64_t peak_bytes = 0;          // training: persistent + inputs + arena (0: not known)
+  double estimated_step_seconds = 0.0;   // training: planner/step_time.hpp, as plan states it (0: not known)
+  double keep_all_step_seconds = 0.0;    // training: the same with every saved tensor kept (0: not known)
   std::uint64_t arena_budget = 0;        // the budget's share for the arena (0: no budget)
   std::uint64_t budget = 0;              // the whole budget as given
   std::uint64_t lower_bound_bytes = 0;   // most arena bytes live at one step with views and in-place shared

@@ -8,7 +8,9 @@
 #include <functional>
 
 #include "analysis/liveness.hpp"
+#include "analysis/ops.hpp"
 #include "planner/remat_segments.hpp"
+#include "planner/step_time.hpp"
 #include "planner/swap.hpp"
 
 namespace memplan::planner {
@@ -42,6 +44,7 @@ struct Context {
   ForwardStages merged, merged_cheap;
   SwapLinks links;
   std::uint64_t none_arena = 0;
+  double none_seconds = 0.0;
 };
 
 struct Evaluated {
@@ -49,7 +52,7 @@ struct Evaluated {
   RematTransform tr;
   analysis::Liveness live;
   Plan plan;  // the packed arena of the transformed graph
-  double recompute = 0.0, seconds = 0.0;
+  double recompute = 0.0, seconds = 0.0, stall = 0.0;
   std::uint64_t lb() const { return live.lower_bound_bytes; }
   std::uint64_t arena() const { return plan.arena_bytes; }
 };
@@ -61,9 +64,23 @@ Evaluated evaluate(const Context& c, RematChoice choice) {
   e.live = analysis::analyze_liveness(e.tr.graph, e.tr.schedule, c.opts.assign.alignment);
   e.plan = assign(e.tr.graph, e.live, c.opts.assign);
   e.recompute = recompute_flops(e.tr, c.flops);
-  // Swap transfers were placed only where they hide under compute: they add no time.
-  for (OpId o = 0; o < e.tr.graph.ops.size(); ++o)
-    if (e.tr.graph.ops[o].phase != Phase::swap) e.seconds += c.seconds[e.tr.origin[o]];
+  // Clones cost what their originals cost; swap copies take the host link's time, and the step counts
+  // whatever compute waits for them (estimate_step), not the placement's hope that they hide.
+  std::vector<double> seconds(e.tr.graph.ops.size(), 0.0);
+  for (OpId o = 0; o < e.tr.graph.ops.size(); ++o) {
+    const analysis::Op& op = e.tr.graph.ops[o];
+    if (op.phase != Phase::swap) {
+      seconds[o] = c.seconds[e.tr.origin[o]];
+      continue;
+    }
+    const TensorId t = op.input(0);
+    const std::uint64_t bytes = t == analysis::kNoTensor ? 0 : e.tr.graph.tensors[t].bytes();
+    seconds[o] = op.type == analysis::memplan_ops::kSwapOut ? analysis::device_to_host_seconds(bytes, c.opts.profile)
+                                                            : analysis::host_to_device_seconds(bytes, c.opts.profile);
+  }
+  const StepEstimate step = estimate_step(e.tr.graph, e.plan, seconds);
+  e.seconds = step.step_seconds;
+  e.stall = step.stall_seconds;
   e.choice = std::move(choice);
   return e;
 }
@@ -241,7 +258,7 @@ TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const Traini
   if (std::find(names.begin(), names.end(), options.strategy) == names.end())
     fail(ErrorKind::usage, "unknown strategy '" + options.strategy + "' (none, sqrt, budget, optimal, swap, auto)");
   const Graph& g = tg.graph;
-  Context c{g, analysis::training_schedule(tg), {}, {}, options, {}, {}, {}, {}, {}, {}, 0};
+  Context c{g, analysis::training_schedule(tg), {}, {}, options, {}, {}, {}, {}, {}, {}, 0, 0.0};
   TrainingPlanResult r;
   r.strategy = options.strategy;
   c.flops.resize(g.ops.size());
@@ -257,8 +274,12 @@ TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const Traini
     if (t.role == TensorRole::input) r.input_bytes = checked_add(r.input_bytes, t.bytes(), "input bytes");
     else if (t.role != TensorRole::activation && !(t.role == TensorRole::gradient && t.producer != analysis::kNoOp))
       r.persistent_bytes = checked_add(r.persistent_bytes, t.bytes(), "persistent bytes");
+    if (t.role == TensorRole::weight) r.weight_bytes = checked_add(r.weight_bytes, t.bytes(), "weight bytes");
+    if (t.role == TensorRole::optimizer_state) r.optimizer_state_bytes = checked_add(r.optimizer_state_bytes, t.bytes(), "optimizer state bytes");
   }
-  const std::uint64_t fixed = checked_add(r.persistent_bytes, r.input_bytes, "persistent bytes");
+  r.library_bytes = options.library_bytes;
+  const std::uint64_t held = checked_add(r.persistent_bytes, r.input_bytes, "persistent bytes");
+  const std::uint64_t fixed = checked_add(held, r.library_bytes, "persistent bytes and libraries");
   c.links = {options.profile.host_to_device_bytes_per_s, options.profile.device_to_host_bytes_per_s};
   c.stages = find_forward_stages(g, c.schedule, c.flops, options.assign.alignment, options.assign.workspace_limit_bytes);
   c.coarse = with_partial_options(g, coarsen_stages(c.stages, kMaxModelStages), c.flops, options.assign.alignment);
@@ -272,14 +293,30 @@ TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const Traini
     c.merged_cheap.partial = c.merged.partial;
     c.merged_cheap.cheap_live_in_backward = true;
   }
-  c.none_arena = evaluate(c, RematChoice::keep_all(g)).arena();
+  {
+    const Evaluated none = evaluate(c, RematChoice::keep_all(g));
+    c.none_arena = none.arena();
+    c.none_seconds = none.seconds;
+  }
 
+  // Names the strategy whose least total comes closest to the budget, and by how much it is over.
   auto infeasible = [&](const std::string& why) {
-    std::string msg = why + ": weights and optimizer state take " + gib(r.persistent_bytes) +
-                      " and graph inputs " + gib(r.input_bytes) + "; the least peak each strategy reaches:";
-    for (const auto& s : names) msg += " " + s + " " + gib(fixed + least_memory(c, s).arena()) + ",";
-    msg.back() = ' ';
-    fail(ErrorKind::infeasible, msg + "(planned arenas)");
+    std::string msg = why + ": weights and optimizer state take " + gib(r.persistent_bytes) + ", graph inputs " +
+                      gib(r.input_bytes) + " and libraries " + gib(r.library_bytes) +
+                      "; the least total device memory each strategy reaches (with its planned arena):";
+    std::string closest;
+    std::uint64_t closest_total = 0;
+    for (const auto& s : names) {
+      const std::uint64_t total = checked_add(fixed, least_memory(c, s).arena(), "total device bytes");
+      msg += " " + s + " " + gib(total) + ",";
+      if (closest.empty() || total < closest_total) closest = s, closest_total = total;
+    }
+    msg.back() = ';';
+    const std::uint64_t budget = *options.budget_bytes, over = closest_total > budget ? closest_total - budget : 0;
+    char pct[32];
+    std::snprintf(pct, sizeof pct, "%.1f%%", budget ? 100.0 * static_cast<double>(over) / static_cast<double>(budget) : 100.0);
+    fail(ErrorKind::infeasible, msg + " closest: " + closest + " at " + gib(closest_total) + ", " + gib(over) + " (" + pct +
+                                    ") over the budget");
   };
 
   Maybe chosen;
@@ -287,7 +324,8 @@ TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const Traini
   if (!options.budget_bytes) {
     chosen = least_memory(c, options.strategy);
   } else {
-    if (*options.budget_bytes < fixed) infeasible("budget " + gib(*options.budget_bytes) + " is below the persistent memory");
+    if (*options.budget_bytes < fixed)
+      infeasible("budget " + gib(*options.budget_bytes) + " is below the persistent memory, inputs and libraries");
     arena_budget = *options.budget_bytes - fixed;
   }
   // swap_to_budget bounds the lower bound, not the packed arena: tighten its target by any overshoot.
@@ -307,19 +345,32 @@ TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const Traini
   r.report = verify_plan(chosen->tr.graph, plan);
   if (!r.report.valid) fail(ErrorKind::verification, "the training plan (" + options.strategy + ") failed the verifier");
   r.activation_arena_bytes = plan.arena_bytes;
-  r.peak_bytes = checked_add(fixed, plan.arena_bytes, "peak bytes");
-  if (options.budget_bytes && r.peak_bytes > *options.budget_bytes)
-    fail(ErrorKind::verification, "peak " + gib(r.peak_bytes) + " exceeds the budget " + gib(*options.budget_bytes));
+  r.peak_bytes = checked_add(held, plan.arena_bytes, "peak bytes");
+  r.total_device_bytes = checked_add(r.peak_bytes, r.library_bytes, "total device bytes");
+  if (options.budget_bytes && r.total_device_bytes > *options.budget_bytes)
+    fail(ErrorKind::verification, "total device memory " + gib(r.total_device_bytes) + " exceeds the budget " + gib(*options.budget_bytes));
   r.lower_bound_bytes = chosen->lb();
   r.swap_bytes = chosen->tr.swap_bytes;
   r.recompute_ops = chosen->tr.recompute_ops;
   for (TensorId t : find_saved_for_backward(g)) {
-    r.recomputed_tensors += chosen->choice.action[t] == RematAction::recompute;
-    r.swapped_tensors += chosen->choice.action[t] == RematAction::swap;
+    const RematAction act = chosen->choice.action[t];
+    if (act != RematAction::recompute && act != RematAction::swap) continue;
+    const analysis::Tensor& x = g.tensors[t];
+    const bool made = x.producer != analysis::kNoOp;
+    (act == RematAction::recompute ? r.recomputed : r.swapped)
+        .push_back({x.name, made ? g.ops[x.producer].name : "", made ? g.ops[x.producer].type : "", x.bytes()});
   }
+  for (auto* list : {&r.recomputed, &r.swapped})
+    std::sort(list->begin(), list->end(), [](const PlannedTensor& a, const PlannedTensor& b) {
+      return a.bytes != b.bytes ? a.bytes > b.bytes : a.tensor < b.tensor;
+    });
+  r.recomputed_tensors = r.recomputed.size();
+  r.swapped_tensors = r.swapped.size();
   r.recompute_flops = chosen->recompute;
   r.recompute_overhead = r.training_flops > 0 ? r.recompute_flops / r.training_flops : 0.0;
   r.estimated_step_seconds = chosen->seconds;
+  r.swap_stall_seconds = chosen->stall;
+  r.keep_all_step_seconds = c.none_seconds;
   r.graph = std::move(chosen->tr.graph);
   r.plan = std::move(chosen->plan);
   r.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

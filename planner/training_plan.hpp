@@ -22,33 +22,52 @@ const std::vector<std::string>& training_strategies();
 struct TrainingPlanOptions {
   std::string strategy = "none";
   std::optional<std::uint64_t> budget_bytes;  // total device memory; none: the least each strategy reaches
+  // Device memory beside the plan (CUDA context, cuBLAS/cuDNN workspaces): counted against the budget.
+  std::uint64_t library_bytes = 0;
   analysis::DeviceProfile profile = analysis::default_device_profile();
   AssignOptions assign;
 };
 
+// A tensor the plan recomputes or swaps, and the layer (op) that makes it.
+struct PlannedTensor {
+  std::string tensor;
+  std::string op;  // the forward op that makes it
+  std::string op_type;
+  std::uint64_t bytes = 0;
+};
+
+// Peak, one meaning everywhere (docs/training-recipes.md, "Honest answers"): the most device bytes the plan
+// holds at once, persistent + inputs + arena; total device memory adds the libraries beside it.
 struct TrainingPlanResult {
   std::string strategy;
   Graph graph;  // the training graph with recompute clones and swap ops
   Plan plan;
   VerifyReport report;
   std::uint64_t persistent_bytes = 0;        // weights + optimizer state (weight gradients are planned in the arena)
+  std::uint64_t weight_bytes = 0;            // of persistent_bytes: the weights (and BatchNorm running statistics)
+  std::uint64_t optimizer_state_bytes = 0;   // of persistent_bytes: the optimizer state
+  std::uint64_t library_bytes = 0;           // options.library_bytes
+  std::uint64_t total_device_bytes = 0;      // peak_bytes + library_bytes
   std::uint64_t input_bytes = 0;             // graph inputs (batch, target)
   std::uint64_t activation_arena_bytes = 0;  // the planned arena
-  std::uint64_t lower_bound_bytes = 0;       // most live arena bytes at one step of the transformed graph
-  std::uint64_t peak_bytes = 0;              // persistent + inputs + arena
+  std::uint64_t lower_bound_bytes = 0;       // most live tensor bytes at one step of the transformed graph, no sharing
+  std::uint64_t peak_bytes = 0;              // persistent + inputs + arena: the peak
   std::uint64_t swap_bytes = 0;
   std::size_t recomputed_tensors = 0, swapped_tensors = 0, recompute_ops = 0;
+  std::vector<PlannedTensor> recomputed, swapped;  // every one, largest first (ties by name)
   double training_flops = 0.0;   // one step without recomputation
   double forward_flops = 0.0;    // the forward ops (and loss) alone
   double recompute_flops = 0.0;
   double recompute_overhead = 0.0;  // recompute_flops / training_flops
-  double estimated_step_seconds = 0.0;
+  double estimated_step_seconds = 0.0;   // planner/step_time.hpp: compute, recompute and swap stalls
+  double swap_stall_seconds = 0.0;       // of estimated_step_seconds: compute waiting for swap copies
+  double keep_all_step_seconds = 0.0;    // the same estimate with everything kept (strategy none)
   double plan_seconds = 0.0;
 };
 
 // Plans `tg` with options.strategy. Errors: ErrorKind::usage for an unknown strategy,
-// ErrorKind::infeasible when the budget cannot be met (the message states the least each strategy
-// reaches), ErrorKind::verification when the plan fails the verifier or exceeds the budget.
+// ErrorKind::infeasible when the budget cannot be met (the message states the least total device memory
+// each strategy reaches and names the closest, with how far it is over), ErrorKind::verification when the plan fails the verifier or exceeds the budget.
 TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const TrainingPlanOptions& options);
 
 }  // namespace memplan::planner

@@ -6,6 +6,7 @@
 
 #include "analysis/ops.hpp"
 #include "planner/fused_groups.hpp"
+#include "viz/elide.hpp"
 #include "viz/svg.hpp"
 #include "viz/timeline.hpp"
 
@@ -60,9 +61,6 @@ std::vector<NodeDecision> op_decisions(const Graph& g) {
 
 namespace {
 
-// Long exporter names share their prefixes; the tail is what tells nodes apart.
-std::string tail(const std::string& s, std::size_t n) { return s.size() <= n ? s : "\u2026" + s.substr(s.size() - (n - 1)); }
-
 std::uint64_t bytes_made(const Graph& g, OpId o) {
   std::uint64_t b = 0;
   for (auto t : g.ops[o].outputs)
@@ -70,7 +68,9 @@ std::uint64_t bytes_made(const Graph& g, OpId o) {
   return b;
 }
 
-std::string node_label(const Graph& g, const DagNode& n) {
+// Long exporter names share their prefixes: labels keep the tail that tells an op apart from every other.
+std::string node_label(const Graph& g, const TailElider& names, const DagNode& n) {
+  auto tail = [&](const std::string& s, std::size_t chars) { return names.elide(s, chars); };
   const auto& first = g.ops[n.ops.front()];
   const std::string fused = planner::fused_label(first);  // "attention ×9"
   if (n.ops.size() == 1) return tail(first.name, 34) + "\n" + first.type + (fused.empty() ? "" : " \u00b7 " + fused) + " \u00b7 " + bytes_label(n.bytes);
@@ -98,6 +98,9 @@ DagModel build_dag(const Graph& g, const DagOptions& opts) {
     for (auto a : pred[b]) succ[a].push_back(b);
   }
   const auto decision = op_decisions(g);
+  std::vector<std::string> op_names;
+  for (const auto& op : g.ops) op_names.push_back(op.name);
+  const TailElider names(op_names);
   DagModel m;
   m.node_of_op.assign(n, UINT32_MAX);
   for (OpId b : analysis::topological_order(g)) {
@@ -113,7 +116,7 @@ DagModel build_dag(const Graph& g, const DagOptions& opts) {
   }
   for (auto& node : m.nodes) {
     for (auto o : node.ops) node.bytes = std::max(node.bytes, bytes_made(g, o));
-    node.label = node_label(g, node);
+    node.label = node_label(g, names, node);
     node.tooltip = g.ops[node.ops.front()].name + " (" + g.ops[node.ops.front()].type + ")";
     if (node.ops.size() > 1)
       node.tooltip += " … " + g.ops[node.ops.back()].name + " (" + g.ops[node.ops.back()].type + "), " + std::to_string(node.ops.size()) + " ops";

@@ -88,7 +88,12 @@ struct PanelLayout {
   // Phase halves on the schedule: [0, backward_first) forward, then backward, optimizer from optimizer_first.
   std::uint32_t backward_first = 0, optimizer_first = 0;
   bool training = false;
+  std::vector<std::string> note_lines;  // the panel's note, wrapped to its width (wrap_note)
 };
+
+// `note` in lines of at most `chars` bytes, broken at its " \u00b7 " separators; a part longer than a line
+// keeps a line of its own, whole: nothing is cut.
+std::vector<std::string> wrap_note(const std::string& note, std::size_t chars);
 
 // Lays out panels side by side; all share the byte scales so that heights compare across panels.
 std::vector<PanelLayout> layout_timeline(const std::vector<TimelinePanel>& panels, const TimelineOptions& opts = {});

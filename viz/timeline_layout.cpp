@@ -211,6 +211,20 @@ void layout_buffers(const TimelinePanel& in, const TimelineOptions& opts, PanelL
 
 }  // namespace
 
+std::vector<std::string> wrap_note(const std::string& note, std::size_t chars) {
+  static const std::string sep = " \u00b7 ";
+  std::vector<std::string> lines;
+  std::size_t at = 0;
+  while (at < note.size()) {
+    std::size_t next = note.find(sep, at);
+    std::string part = note.substr(at, next == std::string::npos ? std::string::npos : next - at);
+    at = next == std::string::npos ? note.size() : next + sep.size();
+    if (!lines.empty() && lines.back().size() + sep.size() + part.size() <= chars) lines.back() += sep + part;
+    else lines.push_back(std::move(part));
+  }
+  return lines;
+}
+
 std::vector<PanelLayout> layout_timeline(const std::vector<TimelinePanel>& panels, const TimelineOptions& opts) {
   std::vector<PanelLayout> out(panels.size());
   if (panels.empty()) return out;
@@ -228,8 +242,16 @@ std::vector<PanelLayout> layout_timeline(const std::vector<TimelinePanel>& panel
     arena_max = std::max(arena_max, top);
     usage_max = std::max({usage_max, out[k].usage.peak_bytes, panels[k].budget_bytes, panels[k].lower_bound_bytes});
   }
-  const double top_margin = 104, bottom_margin = 54, gap = 34, left_margin = 74, right_margin = 18;
+  const double bottom_margin = 54, gap = 34, left_margin = 74, right_margin = 18;
   const double col = opts.width / static_cast<double>(panels.size());
+  // The notes wrap (never cut) at their " \u00b7 " separators; the plots start below the longest.
+  const auto note_chars = static_cast<std::size_t>(std::max(20.0, std::max(40.0, col - left_margin - right_margin) / 6.6));
+  std::size_t most_lines = 1;
+  for (std::size_t k = 0; k < panels.size(); ++k) {
+    out[k].note_lines = wrap_note(panels[k].note, note_chars);
+    most_lines = std::max(most_lines, out[k].note_lines.size());
+  }
+  const double top_margin = 104 + 14.0 * static_cast<double>(most_lines - 1);
   const double plot_h = std::max(80.0, opts.height - top_margin - bottom_margin - gap);
   for (std::size_t k = 0; k < panels.size(); ++k) {
     auto& p = out[k];

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "planner/fused_groups.hpp"
+#include "viz/elide.hpp"
 #include "viz/timeline.hpp"
 
 namespace memplan::viz {
@@ -14,8 +15,6 @@ constexpr const char* kBudgetColour = "#d62728";
 constexpr const char* kBoundColour = "#2ca02c";
 constexpr const char* kUsageColour = "#1f4e79";
 constexpr const char* kUsageFill = "#c3d3e6";  // opaque: the phase shading must not tint the area
-
-std::string shorten(const std::string& s, std::size_t n) { return s.size() <= n ? s : s.substr(0, n - 1) + "\u2026"; }
 
 std::string op_label(const Graph& g, analysis::OpId op) {
   if (op >= g.ops.size()) return "?";
@@ -38,7 +37,7 @@ std::string buffer_tooltip(const Graph& g, const planner::Plan& plan, std::uint3
       names += " (+" + std::to_string(b.tensors.size() - shown) + " more)";
       break;
     }
-    names += (shown++ ? ", " : "") + shorten(g.tensors[t].name, 60);
+    names += (shown++ ? ", " : "") + g.tensors[t].name;  // whole: a tooltip has room
   }
   const auto t0 = b.tensors.empty() || b.tensors.front() >= g.tensors.size() ? analysis::kNoTensor : b.tensors.front();
   std::string s = "buffer " + std::to_string(i) + " \u00b7 " + buffer_kind_label(kind) + "\n" + names;
@@ -191,18 +190,20 @@ void usage_plot(std::ostream& o, const TimelinePanel& in, const PanelLayout& p, 
   const auto s = p.usage.peak_step;
   const auto op = plan.schedule[s];
   const double px = p.x(static_cast<double>(s) + 0.5), py = p.usage_y(static_cast<double>(p.usage.peak_bytes));
-  o << "<circle class=\"peak\" cx=\"" << num(px) << "\" cy=\"" << num(py) << "\" r=\"4\" fill=\"" << kBudgetColour << "\"/>\n";
-  // Two lines beside the marker, on the side with more room; long op names keep their tail, which is
-  // what tells exporter names apart.
+  o << "<circle class=\"live-peak\" cx=\"" << num(px) << "\" cy=\"" << num(py) << "\" r=\"4\" fill=\"" << kBudgetColour << "\"/>\n";
+  // Two lines beside the marker, on the side with more room; a long op name keeps the tail that tells it
+  // apart from every other op's (exporter names share their prefixes), never an ambiguous piece.
   const bool right_half = px > p.left + p.width * 0.5;
   const double room = right_half ? px - p.left - 10 : p.left + p.width - px - 10;
   const auto chars = static_cast<std::size_t>(std::max(12.0, room / 7.0));
   const std::string name = op < in.graph->ops.size() ? in.graph->ops[op].name : "";
-  const std::string head = "peak " + bytes_label(p.usage.peak_bytes) + " at step " + std::to_string(s);
-  const std::string tail_text = op_label(*in.graph, op);
-  const std::string who = tail_text.size() <= chars ? tail_text : "\u2026" + tail_text.substr(tail_text.size() - (chars - 1));
+  const std::string head = "live peak " + bytes_label(p.usage.peak_bytes) + " at step " + std::to_string(s);
+  std::vector<std::string> names;
+  for (const auto& x : in.graph->ops) names.push_back(x.name);
+  const std::string full = op_label(*in.graph, op), rest = full.substr(name.size());
+  const std::string who = full.size() <= chars ? full : TailElider(names).elide(name, chars > rest.size() + 12 ? chars - rest.size() : 12) + rest;
   const double tx = px + (right_half ? -8 : 8), ty = std::max(py - 20, p.usage_top + 14);
-  o << "<text class=\"peak-label\" id=\"" << (index == 0 ? std::string("peak-label") : "peak-label-" + std::to_string(index + 1))
+  o << "<text class=\"live-peak-label\" id=\"" << (index == 0 ? std::string("live-peak-label") : "live-peak-label-" + std::to_string(index + 1))
     << "\" data-op=\"" << xml_escape(name) << "\" data-step=\"" << s << "\" data-bytes=\"" << p.usage.peak_bytes << "\" x=\"" << num(tx)
     << "\" y=\"" << num(ty) << "\" text-anchor=\"" << (right_half ? "end" : "start")
     << "\" style=\"paint-order:stroke;stroke:#fff;stroke-width:3px\" fill=\"#222\"><tspan font-weight=\"bold\">" << xml_escape(head)
@@ -228,7 +229,7 @@ void legend(std::ostream& o, const std::vector<PanelLayout>& layouts, bool budge
   item("live bytes", std::string("<rect y=\"3\" width=\"13\" height=\"7\" fill=\"") + kUsageFill + "\" stroke=\"" + kUsageColour + "\"/>");
   if (budget) item("budget", std::string("<line x1=\"0\" x2=\"13\" y1=\"6\" y2=\"6\" stroke=\"") + kBudgetColour + "\" stroke-width=\"2\" stroke-dasharray=\"4 2\"/>");
   if (bound) item("lower bound", std::string("<line x1=\"0\" x2=\"13\" y1=\"6\" y2=\"6\" stroke=\"") + kBoundColour + "\" stroke-width=\"2\" stroke-dasharray=\"2 2\"/>");
-  item("peak", std::string("<circle cx=\"6\" cy=\"6\" r=\"4\" fill=\"") + kBudgetColour + "\"/>");
+  item("live peak", std::string("<circle cx=\"6\" cy=\"6\" r=\"4\" fill=\"") + kBudgetColour + "\"/>");
   o << "</g>\n";
 }
 
@@ -251,15 +252,15 @@ std::string render_timeline_svg(const std::vector<TimelinePanel>& panels, const 
     const auto& p = layouts[k];
     o << "<g class=\"panel\" id=\"panel-" << k + 1 << "\" data-title=\"" << xml_escape(in.title) << "\" data-buffers=\""
       << in.plan->buffers.size() << "\" data-scratch=\"" << in.plan->scratch.size() << "\" data-drawn=\"" << p.rects.size() << "\" data-aggregated=\"" << p.aggregated_buffers
-      << "\" data-steps=\"" << in.plan->schedule.size() << "\" data-arena-bytes=\"" << in.plan->arena_bytes << "\" data-peak-step=\""
-      << p.usage.peak_step << "\" data-peak-bytes=\"" << p.usage.peak_bytes << "\">\n";
+      << "\" data-steps=\"" << in.plan->schedule.size() << "\" data-arena-bytes=\"" << in.plan->arena_bytes << "\" data-live-peak-step=\""
+      << p.usage.peak_step << "\" data-live-peak-bytes=\"" << p.usage.peak_bytes << "\">\n";
     text(o, p.left, 56, in.title, "font-size=\"15\" font-weight=\"bold\" fill=\"#111\"");
     std::string sub = std::to_string(in.plan->buffers.size()) + " buffers, " + std::to_string(in.plan->schedule.size()) +
                       " steps, arena " + bytes_label(in.plan->arena_bytes);
     if (p.aggregated_buffers) sub += " \u00b7 " + std::to_string(p.aggregated_buffers) + " small buffers drawn as shaded bands";
     text(o, p.left, 74, sub, "fill=\"#555\"");
-    const auto chars = static_cast<std::size_t>(std::max(20.0, p.width / 6.6));
-    if (!in.note.empty()) text(o, p.left, 90, shorten(in.note, chars), "fill=\"#555\"");
+    for (std::size_t l = 0; l < p.note_lines.size(); ++l)
+      text(o, p.left, 90 + 14.0 * static_cast<double>(l), p.note_lines[l], "class=\"note\" fill=\"#555\"");
     arena_plot(o, in, p);
     usage_plot(o, in, p, k);
     x_axis(o, p, in.plan->schedule.size());

@@ -5,24 +5,13 @@
 
 #include "analysis/ops.hpp"
 #include "planner/fused_groups.hpp"
+#include "planner/step_time.hpp"
 #include "viz/timeline.hpp"
 
 namespace memplan::viz {
 
 std::vector<double> estimated_op_seconds(const analysis::Graph& g, const analysis::DeviceProfile& profile) {
-  std::vector<double> out(g.ops.size(), 0.0);
-  for (analysis::OpId o = 0; o < g.ops.size(); ++o) {
-    const auto& op = g.ops[o];
-    const analysis::OpInfo* info = analysis::op_registry().find(op);
-    if (info && info->kind == analysis::OpKind::memory) {
-      const auto t = op.input(0);
-      const std::uint64_t bytes = t == analysis::kNoTensor ? 0 : g.tensors[t].bytes();
-      out[o] = info->type == analysis::memplan_ops::kSwapOut ? analysis::device_to_host_seconds(bytes, profile) : analysis::host_to_device_seconds(bytes, profile);
-    } else {
-      out[o] = analysis::op_seconds(analysis::op_cost(g, o), profile);
-    }
-  }
-  return out;
+  return planner::estimated_op_seconds(g, profile);
 }
 
 nlohmann::json chrome_trace(const analysis::Graph& g, const planner::Plan& plan, const TraceOptions& opts) {
@@ -35,14 +24,18 @@ nlohmann::json chrome_trace(const analysis::Graph& g, const planner::Plan& plan,
   events.push_back(meta("process_name", 0, opts.process_name));
   events.push_back(meta("thread_name", kCompute, "compute"));
   events.push_back(meta("thread_name", kCopy, "swap copies"));
-  double ts = 0;  // microseconds
+  for (std::uint32_t s = 0; s < plan.schedule.size(); ++s)
+    if (plan.schedule[s] >= g.ops.size())
+      fail(ErrorKind::plan_mismatch, "plan step " + std::to_string(s) + " names op " + std::to_string(plan.schedule[s]) + ", which the graph lacks");
+  std::vector<double> seconds(g.ops.size(), opts.default_op_seconds);
+  for (analysis::OpId o = 0; o < g.ops.size() && o < opts.op_seconds.size(); ++o)
+    if (std::isfinite(opts.op_seconds[o]) && opts.op_seconds[o] >= 0) seconds[o] = opts.op_seconds[o];
+  // The clock every command states: compute ops end to end, swap copies beside them, stalls where they wait.
+  const planner::StepEstimate est = planner::estimate_step(g, plan, seconds);
   for (std::uint32_t s = 0; s < plan.schedule.size(); ++s) {
     const auto id = plan.schedule[s];
-    if (id >= g.ops.size()) fail(ErrorKind::plan_mismatch, "plan step " + std::to_string(s) + " names op " + std::to_string(id) + ", which the graph lacks");
     const auto& op = g.ops[id];
-    double sec = id < opts.op_seconds.size() ? opts.op_seconds[id] : opts.default_op_seconds;
-    if (!std::isfinite(sec) || sec < 0) sec = opts.default_op_seconds;
-    const double dur = sec * 1e6;
+    const double ts = est.start[s] * 1e6, dur = seconds[id] * 1e6;  // microseconds
     std::uint64_t out_bytes = 0;
     for (auto t : op.outputs)
       if (t != analysis::kNoTensor && g.tensors[t].shape_known()) out_bytes = checked_add(out_bytes, g.tensors[t].bytes(), "op output bytes");
@@ -56,17 +49,18 @@ nlohmann::json chrome_trace(const analysis::Graph& g, const planner::Plan& plan,
     events.push_back({{"ph", "X"}, {"name", fused.empty() ? op.name : fused + " \u00b7 " + op.name}, {"cat", analysis::phase_name(op.phase)},
                       {"pid", kPid}, {"tid", is_swap_op(op) ? kCopy : kCompute}, {"ts", ts}, {"dur", dur}, {"args", std::move(args)}});
     events.push_back({{"ph", "C"}, {"name", "arena live bytes"}, {"pid", kPid}, {"ts", ts}, {"args", {{"live", usage.live_bytes[s]}}}});
-    ts += dur;
   }
-  events.push_back({{"ph", "C"}, {"name", "arena live bytes"}, {"pid", kPid}, {"ts", ts}, {"args", {{"live", 0}}}});
+  events.push_back({{"ph", "C"}, {"name", "arena live bytes"}, {"pid", kPid}, {"ts", est.step_seconds * 1e6}, {"args", {{"live", 0}}}});
   nlohmann::json doc;
   doc["traceEvents"] = std::move(events);
   doc["displayTimeUnit"] = "ms";
   doc["otherData"] = {{"model", plan.model_name},
                       {"arena_bytes", plan.arena_bytes},
-                      {"peak_bytes", usage.peak_bytes},
-                      {"peak_step", usage.peak_step},
-                      {"estimated_seconds", ts * 1e-6},
+                      {"live_peak_bytes", usage.peak_bytes},
+                      {"live_peak_step", usage.peak_step},
+                      {"estimated_seconds", est.step_seconds},
+                      {"compute_seconds", est.compute_seconds},
+                      {"swap_stall_seconds", est.stall_seconds},
                       {"times", opts.op_seconds.empty() ? "1 us per op (no cost model)" : "estimated by the cost model"}};
   return doc;
 }

@@ -18,13 +18,14 @@ struct TraceOptions {
   std::string process_name = "memplan plan";
 };
 
-// Seconds per op (by op id) from the cost model: roofline time for compute ops, host-link time for the
-// bytes a SwapOut / SwapIn copies.
+// planner::estimated_op_seconds: roofline time for compute ops, host-link time for the bytes a SwapOut /
+// SwapIn copies.
 std::vector<double> estimated_op_seconds(const analysis::Graph& g, const analysis::DeviceProfile& profile);
 
-// One "X" (complete) event per scheduled op on a compute track (swap copies on their own track), laid
-// end to end in schedule order; one "C" counter event per step with the arena bytes live during it,
-// and a final one at the end; "M" metadata naming the process and tracks. Times are microseconds.
+// One "X" (complete) event per scheduled op on a compute track (swap copies on their own track), timed by
+// planner::estimate_step (compute ops end to end unless they wait for a copy); one "C" counter event per
+// step with the arena bytes live during it, and a final one at the end; "M" metadata naming the process and
+// tracks. Times are microseconds; otherData.estimated_seconds is the step time plan and viz state.
 // See the Trace Event Format document (Duarte et al., Google, 2016).
 nlohmann::json chrome_trace(const analysis::Graph& g, const planner::Plan& plan, const TraceOptions& opts = {});
 

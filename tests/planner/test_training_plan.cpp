@@ -203,3 +203,61 @@ TEST_CASE("at sqrt(N)'s peak, optimal with partial stages recomputes far less th
     }
   }
 }
+
+TEST_CASE("an infeasible budget names the strategy that comes closest and how far over the budget it stays") {
+  analysis::ShapeOptions so;
+  so.dims = {{"batch", 2}};
+  const auto tg = analysis::build_training_graph(
+      analysis::infer_shapes(analysis::import_model(std::string(MEMPLAN_SOURCE_DIR) + "/samples/models/resnet18.train.onnx"), so), {});
+  const TrainingPlanResult none = plan(tg, "none", std::nullopt);
+  const std::uint64_t budget = none.persistent_bytes + none.input_bytes + 1;
+  try {
+    (void)plan(tg, "optimal", budget);
+    FAIL("a budget with one byte for activations was met");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::infeasible);
+    const std::string msg = e.what();
+    CAPTURE(msg);
+    const auto at = msg.find("closest: ");
+    REQUIRE(at != std::string::npos);
+    CHECK(msg.find(" over the budget", at) != std::string::npos);
+    // The closest named is the strategy whose least total is smallest: its least-memory plan, planned here.
+    const std::string name = msg.substr(at + 9, msg.find(' ', at + 9) - at - 9);
+    std::uint64_t least = UINT64_MAX;
+    for (const auto& s : training_strategies()) least = std::min(least, plan(tg, s, std::nullopt).peak_bytes);
+    CHECK(plan(tg, name, std::nullopt).peak_bytes == least);
+  }
+}
+
+TEST_CASE("library bytes count against the budget: the arena gets what the persistent bytes, inputs and libraries leave") {
+  analysis::ShapeOptions so;
+  so.dims = {{"batch", 2}};
+  const auto tg = analysis::build_training_graph(
+      analysis::infer_shapes(analysis::import_model(std::string(MEMPLAN_SOURCE_DIR) + "/samples/models/resnet18.train.onnx"), so), {});
+  const TrainingPlanResult none = plan(tg, "none", std::nullopt), least = plan(tg, "optimal", std::nullopt);
+  REQUIRE(least.peak_bytes < none.peak_bytes);
+  TrainingPlanOptions o;
+  o.strategy = "optimal";
+  o.library_bytes = (none.peak_bytes - least.peak_bytes) / 2;
+  o.budget_bytes = none.peak_bytes;  // keep-all fits without libraries, not with them
+  const TrainingPlanResult r = plan_training(tg, o);
+  CHECK(r.library_bytes == o.library_bytes);
+  CHECK(r.total_device_bytes == r.peak_bytes + r.library_bytes);
+  CHECK(r.total_device_bytes <= *o.budget_bytes);
+  CHECK(r.activation_arena_bytes < none.activation_arena_bytes);
+  CHECK(r.weight_bytes + r.optimizer_state_bytes <= r.persistent_bytes);
+  CHECK(r.weight_bytes > 0);
+  // What it recomputes is listed, largest first, each tensor with the forward op that makes it.
+  REQUIRE(r.recomputed_tensors > 0);
+  CHECK(r.recomputed.size() == r.recomputed_tensors);
+  for (std::size_t k = 0; k < r.recomputed.size(); ++k) {
+    const auto& p = r.recomputed[k];
+    const TensorId t = tg.graph.find(p.tensor);
+    REQUIRE(t != analysis::kNoTensor);
+    CHECK(tg.graph.ops[tg.graph.tensors[t].producer].name == p.op);
+    CHECK(p.bytes == tg.graph.tensors[t].bytes());
+    if (k) CHECK(r.recomputed[k - 1].bytes >= p.bytes);
+  }
+  o.library_bytes = none.peak_bytes;  // no room left at all
+  CHECK_THROWS_AS(plan_training(tg, o), Error);
+}

@@ -14,6 +14,7 @@ import sys
 import tempfile
 
 # (name, arguments after the model path); models are under samples/models. Each runs as both MODES.
+# Budgeted cases plan with --library-bytes 0: the budget is all the planner's, as when they were recorded.
 CASES = [
     ("analyze tiny_mlp", ["analyze", "tiny_mlp.onnx"]),
     ("analyze tiny_cnn", ["analyze", "tiny_cnn.onnx"]),
@@ -29,15 +30,15 @@ CASES = [
     ("train tiny_gpt momentum", ["plan", "tiny_gpt.onnx", "--train", "--optimizer", "momentum"]),
     ("train resnet18 b8 none", ["plan", "resnet18.train.onnx", "--train", "--dim", "batch=8"]),
     ("train resnet18 b8 sqrt", ["plan", "resnet18.train.onnx", "--train", "--dim", "batch=8", "--budget", "1GiB",
-                                "--strategy", "sqrt"]),
+                                "--strategy", "sqrt", "--library-bytes", "0"]),
     ("train resnet18 b8 optimal", ["plan", "resnet18.train.onnx", "--train", "--dim", "batch=8", "--budget",
-                                   "250MiB", "--strategy", "optimal"]),
+                                   "250MiB", "--strategy", "optimal", "--library-bytes", "0"]),
     ("train mobilenet_v2 b4 swap", ["plan", "mobilenet_v2.train.onnx", "--train", "--dim", "batch=4", "--budget",
-                                    "310MiB", "--strategy", "swap"]),
+                                    "310MiB", "--strategy", "swap", "--library-bytes", "0"]),
     ("train mobilenet_v2 b4 auto", ["plan", "mobilenet_v2.train.onnx", "--train", "--dim", "batch=4", "--budget",
-                                    "200MiB", "--strategy", "auto"]),
+                                    "200MiB", "--strategy", "auto", "--library-bytes", "0"]),
     ("train resnet50 b4 budget", ["plan", "resnet50.train.onnx", "--train", "--dim", "batch=4", "--budget", "500MiB",
-                                  "--strategy", "budget"]),
+                                  "--strategy", "budget", "--library-bytes", "0"]),
     ("train bert_base b2 s64 adam", ["plan", "bert_base.dyn.onnx", "--train", "--dim", "batch=2", "--dim", "seq=64",
                                      "--optimizer", "adam"]),
     ("train distilbert b2 s64 sgd", ["plan", "distilbert.dyn.onnx", "--train", "--dim", "batch=2", "--dim", "seq=64",

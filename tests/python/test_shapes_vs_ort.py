@@ -47,10 +47,20 @@ def ort_shapes(path):
     return result, unresolved
 
 
+def model_dims(path):
+    """The symbolic dims of the model's graph inputs: --dim may name only those."""
+    import onnx
+
+    g = onnx.load(path, load_external_data=False).graph
+    return {d.dim_param for vi in g.input for d in vi.type.tensor_type.shape.dim if d.dim_param}
+
+
 def memplan_shapes(memplan, path):
     cmd = [memplan, "analyze", path, "--json", "--shapes"]
+    present = model_dims(path)
     for k, v in DIMS.items():
-        cmd += ["--dim", f"{k}={v}"]
+        if k in present:
+            cmd += ["--dim", f"{k}={v}"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()}")

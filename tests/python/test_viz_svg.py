@@ -3,8 +3,8 @@
 
 For each model: the plan `memplan analyze --plan` writes is drawn with `memplan viz --plan` and planned
 afresh by `memplan viz`; both SVGs must parse, hold one rectangle per buffer whose data attributes match
-the plan, never draw two buffers live at one step on top of each other, and label the peak with the op
-that the plan (recomputed here from its buffers) peaks at. Training timelines are checked against the
+the plan, never draw two buffers live at one step on top of each other, and label the live peak with the op
+that the plan (recomputed here from its buffers) peaks at, its name whole or cut to a tail no other op has. Training timelines are checked against the
 rectangles they draw. Exit 77 when the command or the samples are missing.
 """
 import json
@@ -70,13 +70,23 @@ def check_panel_against_plan(panel, plan, name):
             break
     check_no_overlap(rects, name)
     _, peak_step, peak_bytes = plan_usage(plan)
-    labels = [t for t in panel.iter(SVG + "text") if t.get("class") == "peak-label"]
-    if check(len(labels) == 1, f"{name}: {len(labels)} peak labels"):
+    labels = [t for t in panel.iter(SVG + "text") if t.get("class") == "live-peak-label"]
+    if check(len(labels) == 1, f"{name}: {len(labels)} live peak labels"):
         peak_op = plan["schedule"][peak_step]
         check(labels[0].get("data-op") == peak_op, f"{name}: peak label names {labels[0].get('data-op')!r}, the plan peaks at {peak_op!r}")
         check(int(labels[0].get("data-step")) == peak_step, f"{name}: peak step {labels[0].get('data-step')} != {peak_step}")
         check(int(labels[0].get("data-bytes")) == peak_bytes, f"{name}: peak bytes differ")
         check(peak_op[-12:] in "".join(labels[0].itertext()), f"{name}: the peak label's text does not show the op")
+        # Names are never cut into ambiguity: a shortened op name is a tail that only the peak op's name ends with.
+        lines = list(labels[0].itertext())
+        check(lines[0].startswith("live peak "), f"{name}: the label says {lines[0]!r}, not 'live peak ...'")
+        shown = lines[-1]
+        if shown.startswith("\u2026"):
+            tail = shown[1:shown.rindex(" (")]
+            owners = [op for op in set(plan["schedule"]) if op.endswith(tail)]
+            check(owners == [peak_op], f"{name}: the shortened name {shown!r} fits {len(owners)} ops: {owners[:3]}")
+        else:
+            check(shown.startswith(peak_op + " ("), f"{name}: the label shows {shown!r}, not the whole name {peak_op!r}")
 
 
 def panels_of(path):
@@ -130,8 +140,8 @@ def training_checks(memplan, samples, tmp):
             pseudo = {"schedule": [str(s) for s in range(steps)], "buffers": rects}
             _, peak_step, peak_bytes = plan_usage(pseudo)
             if int(p.get("data-aggregated")) == 0:
-                check(int(p.get("data-peak-step")) == peak_step and int(p.get("data-peak-bytes")) == peak_bytes,
-                      f"{name}: peak {p.get('data-peak-step')}/{p.get('data-peak-bytes')} != drawn {peak_step}/{peak_bytes}")
+                check(int(p.get("data-live-peak-step")) == peak_step and int(p.get("data-live-peak-bytes")) == peak_bytes,
+                      f"{name}: live peak {p.get('data-live-peak-step')}/{p.get('data-live-peak-bytes')} != drawn {peak_step}/{peak_bytes}")
             kinds = {r.get("data-kind") for r in p.iter(SVG + "rect") if r.get("data-kind")}
             check("gradient" in kinds, f"{name}: no gradient buffers drawn ({sorted(kinds)})")
             if k == 1:

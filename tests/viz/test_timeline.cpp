@@ -49,14 +49,14 @@ TEST_CASE("one rectangle per buffer, and buffers live at the same step never ove
   }
 }
 
-TEST_CASE("the SVG has one data-buffer rect per buffer and a peak label naming the peak op") {
+TEST_CASE("the SVG has one data-buffer rect per buffer and a live peak label naming the live peak op") {
   Graph g = random_chain(40, 4, 20000, 11);
   auto p = slot_plan(g, 6);
   const std::string svg = render_timeline_svg({TimelinePanel{"small", &g, &p, 0, 0, ""}});
   CHECK(count_of(svg, "data-buffer=\"") == p.buffers.size());
   const auto u = plan_usage(p);
   const std::string& peak_op = g.ops[p.schedule[u.peak_step]].name;
-  CHECK(svg.find("id=\"peak-label\" data-op=\"" + peak_op + "\"") != std::string::npos);
+  CHECK(svg.find("id=\"live-peak-label\" data-op=\"" + peak_op + "\"") != std::string::npos);
   CHECK(svg.rfind("</svg>") != std::string::npos);
   CHECK(count_of(svg, "<title>") == p.buffers.size());
 }
@@ -71,7 +71,7 @@ TEST_CASE("budget and lower bound lines appear only when given, and two panels s
   const std::string both = render_timeline_svg(two);
   CHECK(count_of(both, "class=\"budget-line\"") == 4);  // arena and usage plot of each panel
   CHECK(count_of(both, "class=\"lower-bound-line\"") == 1);
-  CHECK(both.find("id=\"peak-label-2\"") != std::string::npos);
+  CHECK(both.find("id=\"live-peak-label-2\"") != std::string::npos);
   auto lay = layout_timeline(two);
   CHECK(lay[0].arena_y.d1 == lay[1].arena_y.d1);
   CHECK(lay[0].usage_y.d1 == lay[1].usage_y.d1);

@@ -1,0 +1,36 @@
+// How training plans are stated to the user: step time against keep-all, what is recomputed and swapped,
+// device memory part by part, and the eval-mode export warning. plan, fit, viz and trace share these words.
+#pragma once
+
+#include <cstddef>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "analysis/graph.hpp"
+#include "cli/device_memory.hpp"
+#include "planner/training_plan.hpp"
+
+namespace memplan::cli {
+
+// "12.300 ms = +14.0% over keep-all 10.800 ms"; without a keep-all time (<= 0) only "12.300 ms".
+std::string step_text(double step_seconds, double keep_all_seconds);
+// (step - keep_all) / keep_all; 0 without a keep-all time.
+double step_overhead(double step_seconds, double keep_all_seconds);
+
+// How many recomputed / swapped tensors plan lists (largest first).
+inline constexpr std::size_t kListedTensors = 20;
+// The first kListedTensors of `list` as [{"tensor", "op", "op_type", "bytes"}].
+nlohmann::json planned_tensors_json(const std::vector<planner::PlannedTensor>& list);
+// One line per listed tensor: "  1.50 MiB  tensor  (made by op, OpType)", and "  ... N more" past them.
+std::string planned_tensors_text(const std::vector<planner::PlannedTensor>& list);
+
+// The parts of a training plan's device memory (weights, optimizer state, inputs, arena, scratch, libraries).
+DeviceMemory training_device_memory(const planner::TrainingPlanResult& r, std::optional<std::uint64_t> budget);
+
+// Warns on stderr when `forward` (as imported) looks like an eval-mode export (analysis/export_mode.hpp):
+// the training step planned from it lacks what PyTorch's training step holds. Points to README.md.
+void warn_if_eval_export(const analysis::Graph& forward, const std::string& model_path);
+
+}  // namespace memplan::cli
