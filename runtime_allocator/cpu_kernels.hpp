@@ -57,6 +57,7 @@ void add_gradient_elementwise_kernels(KernelTable& t);
 void add_gradient_layer_kernels(KernelTable& t);
 void add_gradient_shape_kernels(KernelTable& t);
 void add_attention_kernels(KernelTable& t);  // FusedAttention and its gradient
+void add_loss_kernels(KernelTable& t);  // CrossEntropyLoss, SumLoss and their gradients
 
 [[noreturn]] void unsupported(const Op& op, const std::string& what);
 std::int64_t normalize_axis(const Op& op, std::int64_t axis, std::size_t rank);

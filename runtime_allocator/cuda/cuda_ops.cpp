@@ -234,6 +234,8 @@ constexpr KernelConstraints kCompare{kF32 | dtype_bit(DType::i64) | dtype_bit(DT
 constexpr KernelConstraints kLogic{kBool, static_cast<std::uint8_t>(kMaxRank)};
 // Integer arithmetic; the float32 ops of these types run as generated elementwise kernels.
 constexpr KernelConstraints kIntArith{kF32 | dtype_bit(DType::i64) | dtype_bit(DType::i32), static_cast<std::uint8_t>(kMaxRank)};
+// Cross-entropy reads float32, bfloat16 or float16 logits (float32 compute).
+constexpr KernelConstraints kLogits{kF32 | dtype_bit(DType::bf16) | dtype_bit(DType::f16)};
 // Generated elementwise gradients and optimizer steps: float32 operands, bool masks.
 constexpr KernelConstraints kGrad{kF32 | kBool};
 
@@ -246,6 +248,7 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
   constexpr auto extra = by_family<run_extra_op>;
   constexpr auto dnn = by_family<run_dnn_op>;
   constexpr auto training = by_family<run_training_op>;
+  constexpr auto loss = by_family<run_loss_op>;
   const Row rows[] = {
       {"Reshape", {run_view, true, false, kAny}},
       {"Flatten", {run_view, true, false, kAny}},
@@ -332,6 +335,10 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"memplan::BroadcastTo", {training, false, false, kFloat}},
       {"memplan::ConvGradBias", {training, false, false, kFloat}},
       {"memplan::MSELoss", {training, false, false, kFloat}},
+      {"memplan::CrossEntropyLoss", {loss, false, false, kLogits}},
+      {"memplan::CrossEntropyLossGrad", {loss, true, false, kLogits}},
+      {"memplan::SumLoss", {loss, false, false, kFloat}},
+      {"memplan::SumLossGrad", {loss, true, false, kAny}},
       {"memplan::AdamUpdate", {training, false, false, kFloat}},
       {"memplan::MomentumUpdate", {training, false, false, kFloat}},
       {"memplan::LayerNormGrad", {training, false, false, kFloat}},
