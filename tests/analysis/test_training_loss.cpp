@@ -82,7 +82,7 @@ TEST_CASE("the class axis: the last axis of a language model's [B, S, V], axis 1
   CHECK_THROWS_WITH_AS(train(logits_graph({2, 3}), Loss::ce, 2), doctest::Contains("--class-axis 2"), Error);
 }
 
-TEST_CASE("--loss none: a scalar output is the loss, its gradient seeded with ones; a larger one is summed") {
+TEST_CASE("--loss none: a scalar output is the loss, its gradient seeded with ones, and a larger one is summed") {
   GraphBuilder b;
   const TensorId x = b.input("x", {2, 3});
   const TensorId w = b.weight("w", {2, 3});
