@@ -4,11 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#if defined(__CUDACC__)
-#define MEMPLAN_HOST_DEVICE __host__ __device__
-#else
-#define MEMPLAN_HOST_DEVICE
-#endif
+#include "runtime_allocator/host_device.hpp"
 
 namespace memplan::runtime {
 

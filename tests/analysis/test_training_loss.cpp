@@ -1,6 +1,9 @@
 // The training losses: mse against a float target, ce against int64 labels over the class axis, none.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <string>
+
 #include "analysis/autodiff.hpp"
 #include "analysis/ops.hpp"
 #include "analysis/training.hpp"
@@ -59,7 +62,7 @@ TEST_CASE("--loss ce adds an int64 labels input of the output's shape without th
   // What backward keeps of the loss: the logits and one logsumexp per row, never log-probabilities.
   std::vector<std::string> saved;
   for (TensorId t : tg.saved_for_backward) saved.push_back(g.tensors[t].name);
-  CHECK(std::find(saved.begin(), saved.end(), "y") != saved.end());
+  CHECK(std::find(saved.begin(), saved.end(), std::string("y")) != saved.end());
   for (TensorId t : tg.saved_for_backward)
     if (g.tensors[t].name != "y") CHECK(g.tensors[t].element_count() <= 4);
   REQUIRE(tg.param_grads.size() == 1);

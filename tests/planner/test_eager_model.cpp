@@ -9,6 +9,7 @@
 #include "analysis/training.hpp"
 #include "planner/eager_model.hpp"
 #include "planner/training_plan.hpp"
+#include "tests/runtime_allocator/op_graph.hpp"
 
 using namespace memplan;
 using namespace memplan::analysis;
@@ -80,27 +81,12 @@ struct CePlanned {
   planner::TrainingPlanResult r;
 };
 CePlanned plan_ce(DType dt) {
-  Graph g;
-  g.name = "ce";
-  const auto add = [&](const std::string& name, TensorRole role) {
-    Tensor t;
-    t.name = name;
-    t.dtype = dt;
-    t.dims = {Dim::of(8), Dim::of(64)};
-    t.rank_known = true;
-    t.role = role;
-    return g.add_tensor(std::move(t));
-  };
-  const TensorId x = add("x", TensorRole::input), w = add("w", TensorRole::weight), y = add("y", TensorRole::activation);
-  g.inputs = {x};
-  Op op;
-  op.name = "add";
-  op.type = "Add";
-  op.inputs = {x, w};
-  op.outputs = {y};
-  g.add_op(std::move(op));
-  g.outputs = {y};
-  g.tensors[y].is_graph_output = true;
+  runtime::testing::OpGraph b;
+  b.g.name = "ce";
+  const TensorId x = b.tensor("x", dt, {8, 64}, TensorRole::input);
+  b.g.inputs = {x};
+  b.op("Add", "", {x, b.tensor("w", dt, {8, 64}, TensorRole::weight)}, {b.result("y", dt, {8, 64})});
+  const Graph& g = b.g;
   TrainingOptions to;
   to.optimizer = Optimizer::none;
   to.loss = Loss::ce;

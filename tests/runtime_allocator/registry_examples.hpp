@@ -184,6 +184,8 @@ inline const std::vector<Example>& examples() {
                  A{{"axis", i(1)}, {"ignore_index", i(-100)}}});
     v.push_back({"memplan", "CrossEntropyLoss", {t({2, 3, 5}), i64({2, 3}, {1, 4, 0, 3, 3, 2})}, {{{}}, {{2, 3}}},
                  A{{"axis", i(2)}, {"ignore_index", i(-100)}}});
+    // ONNX's SoftmaxCrossEntropyLoss (forward only): scores [N, C, D], log_prob as a second output.
+    v.push_back({"", "SoftmaxCrossEntropyLoss", {x({2, 3, 2}), i64({2, 2}, {0, 2, -100, 1})}, {{}, {}}, A{{"ignore_index", i(-100)}}});
     // The model's own loss summed (--loss none on a non-scalar output).
     v.push_back({"memplan", "SumLoss", {t({2, 3})}, {{{}}}, {}, {"memplan::SumLossGrad"}});
     return v;

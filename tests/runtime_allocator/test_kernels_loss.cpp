@@ -9,6 +9,7 @@
 #include "analysis/training.hpp"
 #include "planner/training_plan.hpp"
 #include "runtime_allocator/executor.hpp"
+#include "tests/runtime_allocator/op_graph.hpp"
 
 using namespace memplan;
 using namespace memplan::runtime;
@@ -20,42 +21,24 @@ namespace {
 
 using Dims = std::vector<std::int64_t>;
 
-analysis::TensorId add(analysis::Graph& g, const std::string& name, const Dims& dims, analysis::TensorRole role,
-                       DType dt = DType::f32) {
-  analysis::Tensor t;
-  t.name = name;
-  t.dtype = dt;
-  t.rank_known = true;
-  for (auto d : dims) t.dims.push_back(analysis::Dim::of(d));
-  t.role = role;
-  const TensorId id = g.add_tensor(std::move(t));
-  if (role == analysis::TensorRole::input) g.inputs.push_back(id);
-  return id;
-}
-
 // logits y = x + w with w a trainable zero weight: w's gradient is dloss/dlogits.
 analysis::TrainingGraph ce_step(const Dims& dims, std::optional<std::int64_t> axis, analysis::Loss loss = analysis::Loss::ce) {
-  analysis::Graph g;
-  g.name = "logits";
-  const TensorId x = add(g, "x", dims, analysis::TensorRole::input);
-  const TensorId w = add(g, "w", dims, analysis::TensorRole::weight);
-  std::int64_t n = 1;
-  for (auto d : dims) n *= d;
-  g.tensors[w].data = std::make_shared<TensorData>(TensorData::from_double(DType::f32, dims, std::vector<double>(n, 0.0)));
-  const TensorId y = add(g, "y", dims, analysis::TensorRole::activation);
-  analysis::Op op;
-  op.name = "add";
-  op.type = "Add";
-  op.inputs = {x, w};
-  op.outputs = {y};
-  g.add_op(std::move(op));
-  g.outputs = {y};
-  g.tensors[y].is_graph_output = true;
+  testing::OpGraph b;
+  b.g.name = "logits";
+  const TensorId x = b.tensor("x", DType::f32, dims, analysis::TensorRole::input);
+  b.g.inputs.push_back(x);
+  const TensorId w = b.tensor("w", DType::f32, dims, analysis::TensorRole::weight);  // no value in the graph: trains
+  b.op("Add", "", {x, w}, {b.result("y", DType::f32, dims)});
   analysis::TrainingOptions to;
   to.optimizer = analysis::Optimizer::none;
   to.loss = loss;
   to.class_axis = axis;
-  return analysis::build_training_graph(g, to);
+  analysis::TrainingGraph tg = analysis::build_training_graph(b.g, to);
+  std::int64_t n = 1;
+  for (auto d : dims) n *= d;
+  tg.graph.tensors[w].data =
+      std::make_shared<TensorData>(TensorData::from_double(DType::f32, dims, std::vector<double>(static_cast<std::size_t>(n), 0.0)));
+  return tg;
 }
 
 std::vector<float> read(const Executor& ex, const analysis::Graph& g, TensorId t) {
@@ -157,7 +140,8 @@ TEST_CASE("cross-entropy with every row ignored is NaN, as PyTorch's mean over n
   const auto tg = ce_step({2, 3}, std::nullopt);
   HostBackend backend;
   Executor ex(tg.graph, planner::Plan{}, backend, {.unshared = true});
-  ex.run({TensorData::from_double(DType::f32, {2, 3}, {1, 2, 3, 4, 5, 6}), TensorData::from_double(DType::i64, {2}, {-100, -100})});
+  ex.run(std::vector<TensorData>{TensorData::from_double(DType::f32, {2, 3}, {1, 2, 3, 4, 5, 6}),
+                                 TensorData::from_double(DType::i64, {2}, {-100, -100})});
   CHECK(std::isnan(read(ex, tg.graph, tg.loss)[0]));
   for (float v : read(ex, tg.graph, tg.param_grads[0].second)) CHECK(v == 0.0f);
 }
@@ -166,7 +150,7 @@ TEST_CASE("a label outside the classes is an error naming the op") {
   const auto tg = ce_step({2, 3}, std::nullopt);
   HostBackend backend;
   Executor ex(tg.graph, planner::Plan{}, backend, {.unshared = true});
-  CHECK_THROWS_WITH_AS(ex.run({TensorData::from_double(DType::f32, {2, 3}, {1, 2, 3, 4, 5, 6}),
+  CHECK_THROWS_WITH_AS(ex.run(std::vector<TensorData>{TensorData::from_double(DType::f32, {2, 3}, {1, 2, 3, 4, 5, 6}),
                                TensorData::from_double(DType::i64, {2}, {0, 3})}),
                        doctest::Contains("label 3 is outside the 3 classes"), Error);
 }
@@ -175,7 +159,7 @@ TEST_CASE("--loss none sums a non-scalar output and seeds its gradient with ones
   const auto tg = ce_step({2, 3}, std::nullopt, analysis::Loss::none);
   HostBackend backend;
   Executor ex(tg.graph, planner::Plan{}, backend, {.unshared = true});
-  ex.run({TensorData::from_double(DType::f32, {2, 3}, {1, 2, 3, 4, 5, -6})});
+  ex.run(std::vector<TensorData>{TensorData::from_double(DType::f32, {2, 3}, {1, 2, 3, 4, 5, -6})});
   CHECK(read(ex, tg.graph, tg.loss)[0] == doctest::Approx(9.0));
   for (float v : read(ex, tg.graph, tg.param_grads[0].second)) CHECK(v == 1.0f);
 }
