@@ -27,7 +27,7 @@ def model(path, scores_shape, reduction):
                            helper.make_tensor_value_info("labels", TensorProto.INT64, labels_shape)],
                           [helper.make_tensor_value_info("loss", TensorProto.FLOAT, loss_shape),
                            helper.make_tensor_value_info("log_prob", TensorProto.FLOAT, scores_shape)])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     onnx.checker.check_model(m)
     onnx.save(m, path)
 

@@ -163,3 +163,27 @@ TEST_CASE("--loss none sums a non-scalar output and seeds its gradient with ones
   CHECK(read(ex, tg.graph, tg.loss)[0] == doctest::Approx(9.0));
   for (float v : read(ex, tg.graph, tg.param_grads[0].second)) CHECK(v == 1.0f);
 }
+
+TEST_CASE("--loss none on a model whose output is its scalar loss: the output is the loss, its gradient seeded with ones") {
+  testing::OpGraph b;
+  const TensorId x = b.tensor("x", DType::f32, {2, 3}, analysis::TensorRole::input);
+  b.g.inputs.push_back(x);
+  const TensorId w = b.tensor("w", DType::f32, {2, 3}, analysis::TensorRole::weight);
+  const TensorId y = b.tensor("y", DType::f32, {2, 3}, analysis::TensorRole::activation);
+  b.op("Mul", "", {x, w}, {y});
+  b.op("ReduceMean", "", {y}, {b.result("model_loss", DType::f32, {})}, {{"keepdims", testing::int_attr(0)}});
+  analysis::TrainingOptions to;
+  to.optimizer = analysis::Optimizer::none;
+  to.loss = analysis::Loss::none;
+  analysis::TrainingGraph tg = analysis::build_training_graph(b.g, to);
+  tg.graph.tensors[w].data = std::make_shared<TensorData>(TensorData::from_double(DType::f32, {2, 3}, {1, 1, 2, 2, 3, 3}));
+  HostBackend backend;
+  Executor ex(tg.graph, planner::Plan{}, backend, {.unshared = true});
+  const std::vector<double> xs{1, 2, 3, 4, 5, 6};
+  ex.run(std::vector<TensorData>{TensorData::from_double(DType::f32, {2, 3}, xs)});
+  CHECK(tg.graph.tensors[tg.loss].name == "model_loss");
+  CHECK(read(ex, tg.graph, tg.loss)[0] == doctest::Approx((1 + 2 + 6 + 8 + 15 + 18) / 6.0));
+  REQUIRE(tg.param_grads.size() == 1);
+  const auto grad = read(ex, tg.graph, tg.param_grads[0].second);
+  for (std::size_t i = 0; i < grad.size(); ++i) CHECK(grad[i] == doctest::Approx(xs[i] / 6.0));
+}
