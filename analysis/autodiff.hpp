@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -72,13 +73,22 @@ inline constexpr std::uint32_t kAll = 0xffffffffu;
 void add_elementwise_grads(GradTable& t);
 void add_nn_grads(GradTable& t);
 void add_tensor_grads(GradTable& t);
-void add_loss_grads(GradTable& t);  // MSELoss
+void add_loss_grads(GradTable& t);  // MSELoss, CrossEntropyLoss, SumLoss
 void add_fused_grads(GradTable& t);  // memplan::FusedAttention
 void add_fused_elementwise_grads(GradTable& t);  // memplan::FusedElementwise
 // The op registry (ops.cpp) owns the table built from these; look rules up with op_registry().
 
-// Appends the MSE loss of the first float graph output against a new input "target"; returns the loss.
-TensorId add_loss(Graph& g);
+// Appends opts.loss on the first float graph output (TrainingOptions::loss says what each is: a new input
+// "target" for mse, "labels" for ce); makes the loss the only graph output and returns it.
+TensorId add_loss(Graph& g, const TrainingOptions& opts);
+// The class axis of a rank-`rank` output, normalized (TrainingOptions::class_axis); ErrorKind::invalid_graph
+// outside the rank.
+std::int64_t cross_entropy_class_axis(std::size_t rank, std::optional<std::int64_t> class_axis);
+// A forward op of OpKind::loss (its backward rule starts the backward pass without an incoming gradient).
+bool is_loss_op(const Op& op);
+// When `loss` is not made by a loss op (--loss none on a scalar output), appends the backward op that seeds
+// its gradient with ones (memplan SumLossGrad without inputs) and returns that gradient; kNoTensor otherwise.
+TensorId seed_loss_gradient(Graph& g, TensorId loss);
 // Appends the optimizer's ops and state after the backward ops; sets the graph outputs.
 void add_optimizer(Graph& g, const TrainingOptions& opts, TrainingGraph& tg);
 

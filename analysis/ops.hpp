@@ -117,6 +117,11 @@ inline constexpr std::string_view kSwapOut = "SwapOut";
 inline constexpr std::string_view kSwapIn = "SwapIn";
 inline constexpr std::string_view kFusedElementwise = "FusedElementwise";
 inline constexpr std::string_view kMSELoss = "MSELoss";
+// Cross-entropy over a class axis with integer labels, and the model's own loss summed (docs/training-recipes.md).
+inline constexpr std::string_view kCrossEntropyLoss = "CrossEntropyLoss";
+inline constexpr std::string_view kCrossEntropyLossGrad = "CrossEntropyLossGrad";
+inline constexpr std::string_view kSumLoss = "SumLoss";
+inline constexpr std::string_view kSumLossGrad = "SumLossGrad";
 inline constexpr std::string_view kBatchNormTraining = "BatchNormTraining";
 inline constexpr std::string_view kReduceSumTo = "ReduceSumTo";
 // Fused transformer ops (analysis/fused_ops.hpp says what they compute).

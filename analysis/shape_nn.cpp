@@ -260,9 +260,22 @@ void resize_op(OpContext& c) {
   c.set_output(0, c.in_dtype(0), out);
 }
 
+// SoftmaxCrossEntropyLoss (opset 12): scores [N, C, D...], labels [N, D...] -> loss (scalar, or [N, D...] with
+// reduction none) and optionally log_prob of the scores' shape.
+void softmax_cross_entropy_op(OpContext& c) {
+  const Shape x = c.in_shape(0);
+  if (x.size() < 2) c.fail_shape("scores need rank 2 or more, got " + shape_str(x));
+  Shape rows = x;
+  rows.erase(rows.begin() + 1);
+  if (c.in_shape(1) != rows) c.fail_shape("labels " + shape_str(c.in_shape(1)) + " are not the scores' shape without axis 1 " + shape_str(rows));
+  c.set_output(0, c.in_dtype(0), c.op().attr_string("reduction", "mean") == "none" ? rows : Shape{});
+  c.set_output(1, c.in_dtype(0), x);
+}
+
 }  // namespace
 
 void add_nn_rules(RuleTable& t) {
+  t["SoftmaxCrossEntropyLoss"].shape = &softmax_cross_entropy_op;
   t["MatMul"].shape = &matmul_op;
   t["Gemm"].shape = &gemm_op;
   t["Conv"].shape = &conv_op;

@@ -325,7 +325,7 @@ TrainingGraph build_training_graph(const Graph& shaped_forward, const TrainingOp
   s.trainable = trainable_weights(s.g, opts);
 
   TrainingGraph tg;
-  tg.loss = autodiff::add_loss(s.g);
+  tg.loss = autodiff::add_loss(s.g, opts);
   // torch.autocast: the model and its loss as autocast runs them (fp32 master weights, casts cached).
   if (opts.precision != Precision::fp32) apply_autocast(s.g, opts.precision == Precision::bf16 ? DType::bf16 : DType::f16);
   const std::size_t forward_ops = s.g.ops.size();
@@ -337,6 +337,7 @@ TrainingGraph build_training_graph(const Graph& shaped_forward, const TrainingOp
   s.received.assign(s.forward_tensors, 0);
   s.grad.assign(s.forward_tensors, kNoTensor);
   count_contributions(s, tg.loss, forward_ops);
+  if (const TensorId seed = autodiff::seed_loss_gradient(s.g, tg.loss); seed != kNoTensor) s.grad[tg.loss] = seed;
 
   for (std::size_t k = forward_ops; k-- > 0;) {
     const Op& op = s.g.ops[k];
@@ -344,7 +345,7 @@ TrainingGraph build_training_graph(const Graph& shaped_forward, const TrainingOp
     if (!r) continue;
     bool wanted = false;
     for (std::size_t i = 0; i < op.inputs.size(); ++i) wanted = wanted || (s.slot_wants(op, *r, i) && s.pending[op.inputs[i]] > s.received[op.inputs[i]]);
-    bool active = op.type == memplan_ops::kMSELoss;
+    bool active = autodiff::is_loss_op(op);
     for (std::size_t i = 0; i < op.outputs.size(); ++i)
       active = active || (op.outputs[i] != kNoTensor && ((r->diff_outputs >> i) & 1u) && s.grad[op.outputs[i]] != kNoTensor);
     if (!wanted || !active) continue;

@@ -1,5 +1,7 @@
-// The MSE loss and its gradient, and helpers the backward rules share.
+// The training losses (MSE, cross-entropy, the model's own) and their gradients, and helpers the backward rules share.
 #include <algorithm>
+#include <map>
+#include <optional>
 
 #include "analysis/autodiff.hpp"
 #include "analysis/ops.hpp"
@@ -62,42 +64,126 @@ void mse_loss_grad(GradContext& c) {
   c.give(0, g);
 }
 
+// The incoming gradient of the loss when the loss op sits inside a graph (registry examples); none when
+// it is the training loss itself (dloss = 1, the seed).
+std::vector<TensorId> with_dloss(const GradContext& c, std::vector<TensorId> inputs) {
+  if (c.dy(0) != kNoTensor) inputs.push_back(c.dy(0));
+  return inputs;
+}
+
+// CrossEntropyLossGrad(y, lse, labels[, dloss]) -> dy = (softmax(y) - onehot(label)) / valid rows, from the
+// logits and the per-row logsumexp the forward saved: no log-probabilities are kept (fused_ops note in
+// docs/training-recipes.md, "Losses").
+void cross_entropy_grad(GradContext& c) {
+  const Op fwd = c.fwd();
+  TensorId g = c.grad_tensor(0);
+  c.emit(std::string(memplan_ops::kCrossEntropyLossGrad), std::string(kMemplanDomain),
+         with_dloss(c, {c.in(0), c.out(1), c.in(1)}), {g},
+         {{"axis", attr_i(fwd.attr_int("axis", 1))}, {"ignore_index", attr_i(fwd.attr_int("ignore_index", -100))}});
+  c.give(0, g);
+}
+
+// SumLossGrad([dloss]) -> ones (times dloss) of y's shape.
+void sum_loss_grad(GradContext& c) {
+  TensorId g = c.grad_tensor(0);
+  c.emit(std::string(memplan_ops::kSumLossGrad), std::string(kMemplanDomain), with_dloss(c, {}), {g});
+  c.give(0, g);
+}
+
+TensorId first_float_output(const Graph& g) {
+  for (TensorId t : g.outputs)
+    if (dtype_is_float(g.tensors[t].dtype)) return t;
+  fail(ErrorKind::invalid_graph, "graph '" + g.name + "' has no float output to put a loss on");
+}
+
+TensorId new_tensor(Graph& g, const std::string& base, DType dtype, std::vector<Dim> dims, TensorRole role) {
+  Tensor t;
+  t.name = unique_name(g, base);
+  t.dtype = dtype;
+  t.dims = std::move(dims);
+  t.rank_known = true;
+  t.role = role;
+  return g.add_tensor(std::move(t));
+}
+
+void add_loss_op(Graph& g, const std::string& name, std::string_view type, std::vector<TensorId> inputs,
+                 std::vector<TensorId> outputs, std::map<std::string, Attribute> attrs = {}) {
+  Op op;
+  op.name = name;
+  op.type = std::string(type);
+  op.domain = std::string(kMemplanDomain);
+  op.inputs = std::move(inputs);
+  op.outputs = std::move(outputs);
+  op.attrs = std::move(attrs);
+  g.add_op(std::move(op));
+}
+
 }  // namespace
 
-TensorId add_loss(Graph& g) {
-  TensorId y = kNoTensor;
-  for (TensorId t : g.outputs)
-    if (dtype_is_float(g.tensors[t].dtype)) {
-      y = t;
-      break;
+std::int64_t cross_entropy_class_axis(std::size_t rank, std::optional<std::int64_t> class_axis) {
+  const auto r = static_cast<std::int64_t>(rank);
+  if (rank == 0) fail(ErrorKind::invalid_graph, "cross-entropy needs an output with a class axis, not a scalar");
+  std::int64_t a = class_axis ? *class_axis : (rank == 3 ? 2 : rank == 1 ? 0 : 1);
+  if (a < -r || a >= r)
+    fail(ErrorKind::invalid_graph, "--class-axis " + std::to_string(a) + " is outside the output's rank " + std::to_string(r));
+  return a < 0 ? a + r : a;
+}
+
+TensorId add_loss(Graph& g, const TrainingOptions& opts) {
+  const TensorId y = first_float_output(g);
+  const std::vector<Dim> y_dims = g.tensors[y].dims;
+  const DType y_dtype = g.tensors[y].dtype;
+  TensorId lt = kNoTensor;
+  if (opts.loss == Loss::mse) {
+    const TensorId tt = new_tensor(g, "target", y_dtype, y_dims, TensorRole::input);
+    g.inputs.push_back(tt);
+    lt = new_tensor(g, "loss", y_dtype, {}, TensorRole::activation);
+    add_loss_op(g, "loss/MSELoss", memplan_ops::kMSELoss, {y, tt}, {lt});
+  } else if (opts.loss == Loss::ce) {
+    const std::int64_t axis = cross_entropy_class_axis(y_dims.size(), opts.class_axis);
+    std::vector<Dim> rows = y_dims;
+    rows.erase(rows.begin() + axis);
+    const TensorId labels = new_tensor(g, "labels", DType::i64, rows, TensorRole::input);
+    g.inputs.push_back(labels);
+    lt = new_tensor(g, "loss", DType::f32, {}, TensorRole::activation);
+    const TensorId lse = new_tensor(g, "loss/logsumexp", DType::f32, rows, TensorRole::activation);
+    add_loss_op(g, "loss/CrossEntropyLoss", memplan_ops::kCrossEntropyLoss, {y, labels}, {lt, lse},
+                {{"axis", attr_i(axis)}, {"ignore_index", attr_i(-100)}});
+  } else {
+    std::int64_t n = 1;
+    for (const Dim& d : y_dims) n *= d.value;
+    if (n == 1) {
+      lt = y;  // the model's own loss: its gradient is seeded with ones (seed_loss_gradient)
+    } else {
+      lt = new_tensor(g, "loss", DType::f32, {}, TensorRole::activation);
+      add_loss_op(g, "loss/SumLoss", memplan_ops::kSumLoss, {y}, {lt});
     }
-  if (y == kNoTensor) fail(ErrorKind::invalid_graph, "graph '" + g.name + "' has no float output to put a loss on");
-  Tensor target;
-  target.name = unique_name(g, "target");
-  target.dtype = g.tensors[y].dtype;
-  target.dims = g.tensors[y].dims;
-  target.rank_known = true;
-  target.role = TensorRole::input;
-  const TensorId tt = g.add_tensor(std::move(target));
-  g.inputs.push_back(tt);
-  Tensor loss;
-  loss.name = unique_name(g, "loss");
-  loss.dtype = g.tensors[y].dtype;
-  loss.rank_known = true;
-  const TensorId lt = g.add_tensor(std::move(loss));
-  Op op;
-  op.name = "loss/MSELoss";
-  op.type = memplan_ops::kMSELoss;
-  op.domain = kMemplanDomain;
-  op.inputs = {y, tt};
-  op.outputs = {lt};
-  g.add_op(std::move(op));
+  }
   for (TensorId t : g.outputs) g.tensors[t].is_graph_output = false;
   g.outputs = {lt};
   g.tensors[lt].is_graph_output = true;
   return lt;
 }
 
-void add_loss_grads(GradTable& t) { t[std::string(memplan_ops::kMSELoss)] = {mse_loss_grad, 1u, 1u}; }
+bool is_loss_op(const Op& op) {
+  const OpInfo* i = op_registry().find(op);
+  return op.phase == Phase::forward && op.domain == kMemplanDomain && i && i->kind == OpKind::loss;
+}
+
+TensorId seed_loss_gradient(Graph& g, TensorId loss) {
+  const TensorId p = g.tensors[loss].producer;
+  if (p != kNoOp && is_loss_op(g.ops[p])) return kNoTensor;  // the loss op's rule starts the backward pass
+  const TensorId seed = new_tensor(g, "grad/" + g.tensors[loss].name, g.tensors[loss].dtype, g.tensors[loss].dims,
+                                   TensorRole::activation);
+  add_loss_op(g, "loss/seed", memplan_ops::kSumLossGrad, {}, {seed});
+  g.ops.back().phase = Phase::backward;
+  return seed;
+}
+
+void add_loss_grads(GradTable& t) {
+  t[std::string(memplan_ops::kMSELoss)] = {mse_loss_grad, 1u, 1u};
+  t[std::string(memplan_ops::kCrossEntropyLoss)] = {cross_entropy_grad, 1u, 1u};
+  t[std::string(memplan_ops::kSumLoss)] = {sum_loss_grad, 1u, 1u};
+}
 
 }  // namespace memplan::analysis::autodiff

@@ -7,7 +7,7 @@
 // optimizer=none|sgd|momentum|adam, precision=fp32|bf16|fp16 (train: analysis::TrainingOptions::precision, the
 // autocast form of the training graph; the result's half_ops counts the ops with a bf16/f16 output),
 // strategies=none,sqrt,optimal,... (train), side_workspace=1 (train: cuDNN's workspace beside the arena, the
-// same for every plan), train=1 (workspace: a training step instead of inference), fuse=0|1 (train: the forward graph
+// same for every plan), loss=mse|ce|none and class_axis=N (train: the loss; ce feeds labels in range), train=1 (workspace: a training step instead of inference), fuse=0|1 (train: the forward graph
 // fused before the training graph is built; default 1), strategies=none (train: plan and run `none` alone),
 // profile=1 (train: one more step of `none` with every op timed alone: op_profile, seconds per op type).
 #ifdef MEMPLAN_HAVE_CUDA
@@ -21,6 +21,7 @@
 #include <optional>
 
 #include "analysis/import.hpp"
+#include "analysis/ops.hpp"
 #include "analysis/shapes.hpp"
 #include "analysis/training.hpp"
 #include "planner/fusion.hpp"
@@ -296,8 +297,20 @@ json run_training_plan(const planner::TrainingPlanResult& r, const std::map<std:
           {"op_profile", profile}};
 }
 
-// Deterministic values for every graph input: float32 in [-1, 1), integers (token ids) in [0, 1000), bools 1.
+// The class count of the training graph's cross-entropy (0 when its loss is not ce): its labels' range.
+std::int64_t label_classes(const Graph& g) {
+  for (const auto& op : g.ops)
+    if (op.type == analysis::memplan_ops::kCrossEntropyLoss) {
+      const auto y = g.tensors[op.inputs[0]].shape();
+      return y.at(static_cast<std::size_t>(op.attr_int("axis", 1)));
+    }
+  return 0;
+}
+
+// Deterministic values for every graph input: float32 in [-1, 1), integers (token ids) in [0, 1000), bools 1;
+// a cross-entropy's "labels" in [0, classes).
 std::map<std::string, HostValue> synthetic_feed(const Graph& g) {
+  const std::int64_t classes = label_classes(g);
   std::map<std::string, HostValue> feed;
   for (analysis::TensorId t : g.inputs) {
     const auto& x = g.tensors[t];
@@ -309,7 +322,8 @@ std::map<std::string, HostValue> synthetic_feed(const Graph& g) {
       for (std::size_t i = 0; i < n; ++i) f[i] = static_cast<float>(value(i)) * 1e-4f - 1.0f;
     } else if (x.dtype == DType::i64) {
       auto* p = reinterpret_cast<std::int64_t*>(v.bytes.data());
-      for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::int64_t>(value(i) % 1000);
+      const std::uint64_t range = classes > 0 && x.name == "labels" ? static_cast<std::uint64_t>(classes) : 1000;
+      for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::int64_t>(value(i) % range);
     } else if (x.dtype == DType::i32) {
       auto* p = reinterpret_cast<std::int32_t*>(v.bytes.data());
       for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::int32_t>(value(i) % 1000);
@@ -364,6 +378,8 @@ struct BenchArgs {
   std::optional<std::uint64_t> activation_budget;  // budget less weights, optimizer state and inputs
   analysis::Optimizer optimizer = analysis::Optimizer::adam;
   analysis::Precision precision = analysis::Precision::fp32;
+  analysis::Loss loss = analysis::Loss::mse;          // train: loss=mse|ce|none
+  std::optional<std::int64_t> class_axis;             // train: class_axis=N (ce)
   std::vector<std::string> strategies{"optimal", "swap"};  // planned at the budget, beside none and sqrt
   bool train = false;
   bool side_workspace = false;  // train: one cuDNN workspace beside the arena instead of the plans' scratch
@@ -385,6 +401,11 @@ BenchArgs parse_args(int argc, char** argv, int from) {
     else if (k == "side_workspace") a.side_workspace = v == "1";
     else if (k == "fuse") a.fuse = v == "1";
     else if (k == "profile") a.profile = v == "1";
+    else if (k == "loss") {
+      const auto l = analysis::loss_from_name(v);
+      if (!l) throw std::invalid_argument("unknown loss '" + v + "' (mse, ce, none)");
+      a.loss = *l;
+    } else if (k == "class_axis") a.class_axis = std::stoll(v);
     else if (k == "optimizer") {
       const auto o = analysis::optimizer_from_name(v);
       if (!o) throw std::invalid_argument("unknown optimizer '" + v + "'");
@@ -412,6 +433,8 @@ analysis::TrainingGraph load_training(const std::string& path, const BenchArgs& 
   analysis::TrainingOptions to;
   to.optimizer = a.optimizer;
   to.precision = a.precision;
+  to.loss = a.loss;
+  to.class_axis = a.class_axis;
   analysis::Graph forward = analysis::infer_shapes(analysis::import_onnx(path, io), a.shapes);
   planner::FuseOptions fo;
   fo.training = true;

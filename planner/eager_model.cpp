@@ -1,6 +1,7 @@
 // Eager-framework peak: per-step live buffer bytes plus gradients accumulated so far, by a difference array.
 #include "planner/eager_model.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "analysis/ops.hpp"
@@ -8,6 +9,56 @@
 namespace memplan::planner {
 
 namespace {
+
+using Steps = std::vector<std::uint64_t>;
+
+// Adds `bytes` to the live count over steps [first, last].
+void hold(Steps& add, Steps& remove, std::uint32_t first, std::uint32_t last, std::uint64_t bytes) {
+  if (first > last || bytes == 0) return;
+  add[first] = checked_add(add[first], bytes, "eager peak");
+  remove[last + 1] = checked_add(remove[last + 1], bytes, "eager peak");
+}
+// Takes `bytes` off the live count over steps [first, last] (bytes the plan keeps that PyTorch has freed).
+void release(Steps& add, Steps& remove, std::uint32_t first, std::uint32_t last, std::uint64_t bytes) {
+  hold(remove, add, first, last, bytes);
+}
+
+// PyTorch's F.cross_entropy for one memplan CrossEntropyLoss at step `f` and its gradient at step `b`
+// (see the header): log-probabilities held from f to b, the fp32 copy of non-fp32 logits at f, the
+// nll_loss gradient and (non-fp32) the fp32 logits gradient at b, and the logits freed after their last
+// forward use instead of being read at b.
+void cross_entropy_eager(const analysis::Graph& g, const Plan& plan, const std::vector<std::uint32_t>& step_of,
+                         analysis::OpId ce, Steps& add, Steps& remove) {
+  const auto& op = g.ops[ce];
+  const analysis::TensorId y = op.inputs.at(0), lse = op.output(1);
+  const auto& yt = g.tensors[y];
+  if (!yt.shape_known() || yt.on_host || lse == analysis::kNoTensor) return;
+  analysis::OpId grad = analysis::kNoOp;
+  for (analysis::OpId c : g.tensors[lse].consumers)
+    if (g.ops[c].type == analysis::memplan_ops::kCrossEntropyLossGrad) grad = c;
+  const std::uint32_t f = step_of[ce];
+  const std::uint64_t logits = align_up(checked_mul(yt.element_count(), 4, "eager peak"), plan.alignment);
+  const std::uint64_t y_bytes = align_up(yt.bytes(), plan.alignment);
+  const bool upcast = yt.dtype != analysis::DType::f32;
+  if (upcast) hold(add, remove, f, f, logits);  // autocast's fp32 copy of the logits, input of log_softmax
+  if (grad == analysis::kNoOp) return hold(add, remove, f, f, logits);  // log_softmax's output, no backward
+  const std::uint32_t b = step_of[grad];
+  hold(add, remove, f, b, logits);  // log_softmax's output, saved by LogSoftmaxBackward and NllLossBackward
+  // nll_loss_backward's zeroed logits-sized gradient; with non-fp32 logits also log_softmax_backward's fp32
+  // result, before ToCopyBackward makes the gradient in the logits' dtype (the plan's dy, not yet made).
+  hold(add, remove, b, b, upcast ? 2 * logits - std::min(2 * logits, y_bytes) : logits);
+  if (plan.tensor_buffer.size() <= y || plan.tensor_buffer[y] == UINT32_MAX) return;
+  const std::uint32_t buffer = plan.tensor_buffer[y];
+  std::uint32_t last_use = f;  // the logits' last use but the gradient (views of them included)
+  for (analysis::TensorId t : plan.buffers[buffer].tensors) {
+    if (g.tensors[t].producer != analysis::kNoOp && step_of[g.tensors[t].producer] >= b) continue;
+    for (analysis::OpId c : g.tensors[t].consumers)
+      if (c != grad) last_use = std::max(last_use, step_of[c]);
+  }
+  const analysis::TensorId dy = g.ops[grad].output(0);
+  const bool shared = dy != analysis::kNoTensor && dy < plan.tensor_buffer.size() && plan.tensor_buffer[dy] == buffer;
+  if (last_use < b) release(add, remove, last_use + 1, shared ? b - 1 : b, y_bytes);
+}
 
 // torch.autocast caches the low-precision copy of each weight (a Cast of an initializer in the forward pass)
 // until the autocast region ends, the end of the forward pass (the loss included): the copy's storage lives
@@ -39,13 +90,15 @@ EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan) {
   const std::size_t steps = plan.schedule.size();
   std::vector<std::uint32_t> step_of(g.ops.size(), 0);
   for (std::uint32_t s = 0; s < steps; ++s) step_of[plan.schedule[s]] = s;
-  std::vector<std::uint64_t> add(steps + 1, 0), remove(steps + 1, 0);
+  Steps add(steps + 1, 0), remove(steps + 1, 0);
   for (const auto& b : plan.buffers) {
     add[b.interval.first] = checked_add(add[b.interval.first], b.size, "eager peak");
     remove[b.interval.last + 1] = checked_add(remove[b.interval.last + 1], b.size, "eager peak");
   }
   for (std::uint32_t s = 0; s < steps; ++s) {  // PyTorch's mse_loss (see the header)
     const auto& op = g.ops[plan.schedule[s]];
+    if (op.type == analysis::memplan_ops::kCrossEntropyLoss && op.phase == analysis::Phase::forward)
+      cross_entropy_eager(g, plan, step_of, plan.schedule[s], add, remove);
     if (op.type != analysis::memplan_ops::kMSELoss || op.inputs.empty()) continue;
     const auto& y = g.tensors[op.inputs[0]];
     if (!y.shape_known() || y.on_host) continue;

@@ -29,6 +29,16 @@ struct EagerPeak {
 //
 // Under torch.autocast the low-precision copy of a weight (a forward Cast of a weight) is cached until the
 // forward pass (the loss included) ends, and longer when a backward op saved it.
+//
+// PyTorch's F.cross_entropy(logits, labels) (aten LossNLL.cpp cross_entropy_loss: nll_loss_nd(log_softmax(x)))
+// against memplan's CrossEntropyLoss, which keeps only the logits and a logsumexp per row:
+// - forward: log_softmax allocates fp32 log-probabilities of the logits' size, saved (LogSoftmaxBackward saves
+//   its result, NllLossBackward its input) until log_softmax's backward has run. Under autocast cross_entropy
+//   runs in fp32: non-fp32 logits are first copied to fp32, a copy alive while the loss runs. nll_loss's own
+//   outputs are scalars. The logits themselves are freed after their last forward use (the loss).
+// - backward: nll_loss_backward allocates a zeroed logits-sized fp32 gradient (cuda/Loss.cu), then
+//   log_softmax_backward an fp32 logits-sized result: log-probabilities, nll gradient and logits gradient live
+//   at once; with non-fp32 logits ToCopyBackward then makes the gradient in their dtype (the plan's dy).
 EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan);
 
 }  // namespace memplan::planner

@@ -51,6 +51,7 @@ KernelTable build_table() {
   add_indexing_kernels(t);
   add_training_kernels(t);
   add_attention_kernels(t);
+  add_loss_kernels(t);
   return t;
 }
 

@@ -8,11 +8,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define MEMPLAN_HOST_DEVICE __host__ __device__
-#else
-#define MEMPLAN_HOST_DEVICE
-#endif
+#include "runtime_allocator/host_device.hpp"
 
 namespace memplan::runtime {
 

@@ -262,6 +262,8 @@ constexpr KernelConstraints kFloatOrHalf{kF32 | kHalf};
 constexpr KernelConstraints kHalfReduce{kF32 | kHalf, static_cast<std::uint8_t>(kMaxRank)};
 // cuBLAS / cuDNN products: one float dtype for every operand (same_float_dtype_reason checks all of them).
 constexpr KernelConstraints kProduct{kF32 | kHalf};
+// Cross-entropy reads float32, bfloat16 or float16 logits (float32 compute).
+constexpr KernelConstraints kLogits{kF32 | kHalf};
 
 struct Row {
   const char* key;  // op type for the default ONNX domain, "memplan::<type>" for memplan's own ops
@@ -272,6 +274,7 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
   constexpr auto extra = by_family<run_extra_op>;
   constexpr auto dnn = by_family<run_dnn_op>;
   constexpr auto training = by_family<run_training_op>;
+  constexpr auto loss = by_family<run_loss_op>;
   const Row rows[] = {
       {"Reshape", {run_view, true, false, kAny}},
       {"Flatten", {run_view, true, false, kAny}},
@@ -359,6 +362,10 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"memplan::BroadcastTo", {training, false, false, kFloatOrHalf, same_float_dtype_reason}},
       {"memplan::ConvGradBias", {training, false, false, kFloatOrHalf, same_float_dtype_reason}},
       {"memplan::MSELoss", {training, false, false, kFloat}},
+      {"memplan::CrossEntropyLoss", {loss, false, false, kLogits}},
+      {"memplan::CrossEntropyLossGrad", {loss, true, false, kLogits}},
+      {"memplan::SumLoss", {loss, false, false, kFloat}},
+      {"memplan::SumLossGrad", {loss, true, false, kAny}},
       {"memplan::AdamUpdate", {training, false, false, kFloat}},
       {"memplan::MomentumUpdate", {training, false, false, kFloat}},
       {"memplan::LayerNormGrad", {training, false, false, kFloat}},

@@ -120,6 +120,8 @@ bool run_dnn_grad_op(ExecState& s, const analysis::Op& op);
 bool run_layer_training_op(ExecState& s, const analysis::Op& op);
 // memplan RMSNormalization and RMSNormGrad (cuda_norms.cpp); false when `op` is neither.
 bool run_norm_op(ExecState& s, const analysis::Op& op);
+// memplan CrossEntropyLoss, CrossEntropyLossGrad, SumLoss and SumLossGrad (cuda_loss.cpp); false for the others.
+bool run_loss_op(ExecState& s, const analysis::Op& op);
 // memplan::FusedAttention and FusedAttentionGrad (cuda_attention.cpp), and what they do not support.
 void run_fused_attention(ExecState& s, const analysis::Op& op);
 std::string attention_unsupported_reason(const analysis::Graph& g, const analysis::Op& op);

@@ -9,6 +9,7 @@
 #include "analysis/training.hpp"
 #include "planner/eager_model.hpp"
 #include "planner/training_plan.hpp"
+#include "tests/runtime_allocator/op_graph.hpp"
 
 using namespace memplan;
 using namespace memplan::analysis;
@@ -70,4 +71,77 @@ TEST_CASE("eager_peak is deterministic and above what is resident") {
   CHECK(ea.peak_bytes == eb.peak_bytes);
   CHECK(ea.peak_step == eb.peak_step);
   CHECK(ea.peak_bytes > ea.resident_bytes);
+}
+
+namespace {
+
+// logits y = x + w ([8, 64], `dt`), cross-entropy over axis 1, no optimizer; planned with strategy none.
+struct CePlanned {
+  TrainingGraph tg;
+  planner::TrainingPlanResult r;
+};
+CePlanned plan_ce(DType dt) {
+  runtime::testing::OpGraph b;
+  b.g.name = "ce";
+  const TensorId x = b.tensor("x", dt, {8, 64}, TensorRole::input);
+  b.g.inputs = {x};
+  b.op("Add", "", {x, b.tensor("w", dt, {8, 64}, TensorRole::weight)}, {b.result("y", dt, {8, 64})});
+  const Graph& g = b.g;
+  TrainingOptions to;
+  to.optimizer = Optimizer::none;
+  to.loss = Loss::ce;
+  CePlanned p;
+  p.tg = build_training_graph(g, to);
+  planner::TrainingPlanOptions o;
+  o.strategy = "none";
+  p.r = planner::plan_training(p.tg, o);
+  return p;
+}
+
+std::uint64_t plan_live(const planner::Plan& plan, std::uint32_t step) {
+  std::uint64_t live = 0;
+  for (const auto& b : plan.buffers)
+    if (b.interval.first <= step && step <= b.interval.last) live += b.size;
+  return live;
+}
+
+std::uint32_t step_of_type(const Graph& g, const planner::Plan& plan, std::string_view type) {
+  for (std::uint32_t s = 0; s < plan.schedule.size(); ++s)
+    if (g.ops[plan.schedule[s]].type == type) return s;
+  FAIL("no " << std::string(type) << " in the schedule");
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("eager_peak adds PyTorch's cross_entropy: fp32 log-probabilities saved and the nll gradient at backward") {
+  const CePlanned p = plan_ce(DType::f32);
+  REQUIRE(p.r.report.valid);
+  const Graph& g = p.r.graph;
+  const planner::Plan& plan = p.r.plan;
+  const std::uint64_t logits = 8 * 64 * 4;  // already a multiple of the plan's alignment
+  REQUIRE(logits % plan.alignment == 0);
+  const std::uint32_t grad = step_of_type(g, plan, memplan_ops::kCrossEntropyLossGrad);
+  const planner::EagerPeak e = planner::eager_peak(g, plan);
+  // At log_softmax_backward: log-probabilities, nll_loss_backward's zeroed gradient and dlogits (the plan's dy).
+  CHECK(e.peak_step == grad);
+  CHECK(e.peak_bytes - e.resident_bytes == plan_live(plan, grad) + 2 * logits);
+  CHECK(e.peak_bytes - e.resident_bytes >= 3 * logits);
+  // memplan's own plan keeps a logsumexp per row, not log-probabilities: one logits-sized buffer at the loss.
+  CHECK(plan_live(plan, grad) < 2 * logits);
+}
+
+TEST_CASE("eager_peak with bf16 logits adds autocast's fp32 copy at the loss and the fp32 gradient before the cast back") {
+  const CePlanned p = plan_ce(DType::bf16);
+  REQUIRE(p.r.report.valid);
+  const Graph& g = p.r.graph;
+  const planner::Plan& plan = p.r.plan;
+  const std::uint64_t fp32 = 8 * 64 * 4, bf16 = 8 * 64 * 2;
+  const std::uint32_t loss = step_of_type(g, plan, memplan_ops::kCrossEntropyLoss);
+  const std::uint32_t grad = step_of_type(g, plan, memplan_ops::kCrossEntropyLossGrad);
+  const planner::EagerPeak e = planner::eager_peak(g, plan);
+  CHECK(e.peak_step == grad);
+  // log-probabilities + nll gradient + fp32 dlogits, before ToCopyBackward makes the bf16 gradient (the plan's dy).
+  CHECK(e.peak_bytes - e.resident_bytes == plan_live(plan, grad) + 3 * fp32 - bf16);
+  CHECK(plan_live(plan, loss) < e.peak_bytes - e.resident_bytes);
 }

@@ -178,6 +178,18 @@ inline const std::vector<Example>& examples() {
     v.push_back({"memplan", "FusedElementwise", {t({2, 3}), t({3})}, {{{2, 3}}},
                  A{{"expr", s("in 0;in 1;add 0 1;const 1.4142135623730951;div 2 3;erf 4;const 1;add 5 6;const 0.5;mul 2 8;mul 9 7")}},
                  {"memplan::ReduceSumTo"}});
+    // Cross-entropy over the class axis: [N, C] with an ignored row (-100), axis 1 of [N, C, H, W] (strided rows)
+    // with a negative label, and a language model's [B, S, V] over the last axis. Output 1 is the per-row logsumexp.
+    v.push_back({"memplan", "CrossEntropyLoss", {t({3, 5}), i64({3}, {4, -100, 0})}, {{{}}, {{3}}},
+                 A{{"axis", i(1)}, {"ignore_index", i(-100)}}, {"memplan::CrossEntropyLossGrad"}});
+    v.push_back({"memplan", "CrossEntropyLoss", {t({2, 3, 2, 2}), i64({2, 2, 2}, {0, 2, 1, -1, 2, 2, 0, 1})}, {{{}}, {{2, 2, 2}}},
+                 A{{"axis", i(1)}, {"ignore_index", i(-100)}}});
+    v.push_back({"memplan", "CrossEntropyLoss", {t({2, 3, 5}), i64({2, 3}, {1, 4, 0, 3, 3, 2})}, {{{}}, {{2, 3}}},
+                 A{{"axis", i(2)}, {"ignore_index", i(-100)}}});
+    // ONNX's SoftmaxCrossEntropyLoss (forward only): scores [N, C, D], log_prob as a second output.
+    v.push_back({"", "SoftmaxCrossEntropyLoss", {x({2, 3, 2}), i64({2, 2}, {0, 2, -100, 1})}, {{}, {}}, A{{"ignore_index", i(-100)}}});
+    // The model's own loss summed (--loss none on a non-scalar output).
+    v.push_back({"memplan", "SumLoss", {t({2, 3})}, {{{}}}, {}, {"memplan::SumLossGrad"}});
     return v;
   }();
   return all;
