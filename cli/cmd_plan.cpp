@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "analysis/ops.hpp"
 #include "analysis/training.hpp"
 #include "cli/common.hpp"
 #include "cli/registry.hpp"
@@ -98,7 +99,9 @@ std::uint64_t pytorch_peak_bytes(const analysis::Graph& shaped_forward, const Tr
   ta.budget.clear();
   const TrainingSetup s = training_setup(shaped_forward, ta, planner::FuseOptions::pytorch_eager(sdpa));
   const planner::TrainingPlanResult r = planner::plan_training(s.training, s.options);
-  return planner::eager_peak(r.graph, r.plan).peak_bytes;
+  planner::EagerOptions eo;
+  eo.optimizer_impl = analysis::optimizer_impl_from_name(args.optimizer_impl).value_or(analysis::OptimizerImpl::foreach);
+  return planner::eager_peak(r.graph, r.plan, eo).peak_bytes;
 }
 
 int run_plan(const PlanArgs& a) {
@@ -118,7 +121,8 @@ int run_plan(const PlanArgs& a) {
       ++unresolved;
       continue;
     }
-    if (t.role == analysis::TensorRole::weight) weights = checked_add(weights, t.bytes(), "weights");
+    const bool updated = analysis::rewritten_source(g, static_cast<analysis::TensorId>(&t - g.tensors.data())) != analysis::kNoTensor;
+    if (t.role == analysis::TensorRole::weight && !updated) weights = checked_add(weights, t.bytes(), "weights");
     if (analysis::occupies_arena(t)) naive = checked_add(naive, align_up(t.bytes(), r.plan.alignment), "naive bytes");
   }
   if (!a.plan_file.empty()) {

@@ -31,7 +31,9 @@ struct TrainingPlanResult {
   Graph graph;  // the training graph with recompute clones and swap ops
   Plan plan;
   VerifyReport report;
-  std::uint64_t persistent_bytes = 0;        // weights + optimizer state (weight gradients are planned in the arena)
+  // Weights + optimizer state (+ gradient accumulators with microbatches > 1), each once: the optimizer
+  // rewrites them in place. Weight gradients of one step are planned in the arena.
+  std::uint64_t persistent_bytes = 0;
   std::uint64_t input_bytes = 0;             // graph inputs (batch, target)
   std::uint64_t activation_arena_bytes = 0;  // the planned arena
   std::uint64_t lower_bound_bytes = 0;       // most live arena bytes at one step of the transformed graph
