@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "analysis/training.hpp"
 #include "planner/training_plan.hpp"
@@ -67,6 +68,18 @@ TrainingOptions options(Optimizer opt, double lr, double wd = 0.0, std::int64_t 
   return o;
 }
 
+// The model's training step with `o`, planned (strategy none), verified, and on the CPU executor.
+struct Planned {
+  TrainingGraph tg;
+  planner::TrainingPlanResult r;
+  runtime::HostBackend backend;
+  std::unique_ptr<runtime::Executor> ex;
+  explicit Planned(const TrainingOptions& o) : tg(build_training_graph(model(), o)), r(planner::plan_training(tg, {})) {
+    REQUIRE(r.report.valid);
+    ex = std::make_unique<runtime::Executor>(r.graph, r.plan, backend);
+  }
+};
+
 std::vector<float> values(const runtime::Executor& ex, TensorId t) {
   std::vector<float> f(kN);
   std::memcpy(f.data(), ex.address(t), sizeof(float) * kN);
@@ -84,12 +97,9 @@ TEST_CASE("three planned steps of sgd, momentum, adam and adamw with weight deca
     for (double wd : {0.0, 0.1}) {
       INFO(optimizer_name(opt) << " weight_decay " << wd);
       const TrainingOptions o = options(opt, opt == Optimizer::adam || opt == Optimizer::adamw ? 0.05 : 0.2, wd);
-      const TrainingGraph tg = build_training_graph(model(), o);
-      planner::TrainingPlanOptions po;
-      const planner::TrainingPlanResult r = planner::plan_training(tg, po);
-      REQUIRE(r.report.valid);
-      runtime::HostBackend backend;
-      runtime::Executor ex(r.graph, r.plan, backend);
+      Planned p(o);
+      const TrainingGraph& tg = p.tg;
+      runtime::Executor& ex = *p.ex;
       const TensorId w = tg.param_grads.at(0).first, updated = tg.updated_weights.at(0);
       std::byte* const at = ex.address(w);
       CHECK(ex.address(updated) == at);  // the update is the weight's own storage
@@ -127,12 +137,9 @@ TEST_CASE("the unshared reference executor also updates weights in place, so bot
 
 TEST_CASE("a micro-step adds its gradient into the accumulator, and the optimizer steps on the sum") {
   const TrainingOptions o = options(Optimizer::sgd, 0.2, 0.0, 2);
-  const TrainingGraph tg = build_training_graph(model(), o);
-  planner::TrainingPlanOptions po;
-  const planner::TrainingPlanResult r = planner::plan_training(tg, po);
-  REQUIRE(r.report.valid);
-  runtime::HostBackend backend;
-  runtime::Executor ex(r.graph, r.plan, backend);
+  Planned p(o);
+  const TrainingGraph& tg = p.tg;
+  runtime::Executor& ex = *p.ex;
   const TensorId acc = tg.grad_accumulators.at(0), w = tg.param_grads.at(0).first;
   CHECK(ex.address(tg.param_grads[0].second) == ex.address(acc));
   for (float a : values(ex, acc)) CHECK(a == 0.0f);  // PyTorch's .grad before the first micro-step
