@@ -41,7 +41,7 @@ TrainingSetup training_setup(const analysis::Graph& shaped_forward, const Traini
   TrainingSetup s;
   analysis::TrainingOptions to;
   const auto opt = analysis::optimizer_from_name(args.optimizer);
-  if (!opt) fail(ErrorKind::usage, "--optimizer '" + args.optimizer + "' is not one of none, sgd, momentum, adam");
+  if (!opt) fail(ErrorKind::usage, "--optimizer '" + args.optimizer + "' is not one of none, sgd, momentum, adam, adamw");
   to.optimizer = *opt;
   const auto impl = analysis::optimizer_impl_from_name(args.optimizer_impl);
   if (!impl) fail(ErrorKind::usage, "--optimizer-impl '" + args.optimizer_impl + "' is not one of foreach, fused, for-loop");
