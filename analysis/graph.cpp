@@ -354,7 +354,7 @@ void Graph::validate() const {
   for (TensorId t = 0; t < tensors.size(); ++t) {
     const Tensor& x = tensors[t];
     const bool fed = x.role == TensorRole::input || x.role == TensorRole::weight || x.data != nullptr ||
-                     x.role == TensorRole::optimizer_state;
+                     x.role == TensorRole::optimizer_state || x.role == TensorRole::gradient;  // accumulators start at zero
     if (x.producer == kNoOp && !fed && (!x.consumers.empty() || x.is_graph_output))
       fail(ErrorKind::invalid_graph, "tensor '" + x.name + "' is read" +
                                          (x.consumers.empty() ? std::string(" as a graph output")

@@ -3,10 +3,18 @@
 
 #include <algorithm>
 
+#include "analysis/ops.hpp"
+
 namespace memplan::analysis {
 
 bool occupies_arena(const Tensor& t) noexcept {
   return (t.role == TensorRole::activation || t.role == TensorRole::gradient) && t.producer != kNoOp && !t.on_host;
+}
+
+bool occupies_arena(const Graph& g, TensorId t) {
+  if (!occupies_arena(g.tensors[t])) return false;
+  const TensorId src = rewritten_source(g, t);
+  return src == kNoTensor || occupies_arena(g, src);
 }
 
 Liveness analyze_liveness(const Graph& g, const std::vector<OpId>& schedule, std::uint64_t alignment) {
@@ -27,7 +35,7 @@ Liveness analyze_liveness(const Graph& g, const std::vector<OpId>& schedule, std
   std::vector<std::uint64_t> added(static_cast<std::size_t>(nsteps) + 1, 0), removed(static_cast<std::size_t>(nsteps) + 1, 0);
   for (TensorId t = 0; t < nt; ++t) {
     const Tensor& x = g.tensors[t];
-    if (!occupies_arena(x)) continue;
+    if (!occupies_arena(g, t)) continue;
     const std::uint64_t b = align_up(x.bytes(), l.alignment);
     if (b == 0) continue;
     Interval iv;

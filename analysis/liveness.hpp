@@ -20,6 +20,10 @@ struct Interval {
 // them and stay to the end of the step (they are its result), so they share bytes with activations
 // that died before them. Graph inputs, weights, constants and optimizer state live elsewhere.
 bool occupies_arena(const Tensor& t) noexcept;
+// The same in graph `g`, where a tensor rewritten in place over storage outside the arena (an optimizer's
+// updated weight or state, an accumulated gradient: rewritten_source in analysis/ops.hpp) is that
+// storage and needs no arena bytes.
+bool occupies_arena(const Graph& g, TensorId t);
 
 struct Liveness {
   std::vector<OpId> schedule;

@@ -92,6 +92,7 @@ struct Registry {
       i.inplace_any_input = s->inplace_any_input;
       i.uses_workspace = s->uses_workspace;
       i.identity_in_inference = s->identity_in_inference;
+      i.rewrites = s->rewrites;
       if (!by_name.emplace(std::pair(i.domain, i.type), i.id).second)
         inconsistent("'" + std::string(s->domain) + "::" + std::string(s->type) + "' is declared twice");
       ops.push_back(i);
@@ -161,6 +162,29 @@ std::span<const OpInfo> OpRegistry::all() const noexcept { return registry().ops
 const OpRegistry& op_registry() {
   static const OpRegistry r;
   return r;
+}
+
+TensorId rewritten_source(const Graph& g, TensorId t) {
+  const OpId p = g.tensors.at(t).producer;
+  if (p == kNoOp) return kNoTensor;
+  const Op& op = g.ops[p];
+  const OpInfo* info = op_registry().find(op);
+  if (!info) return kNoTensor;
+  for (std::size_t k = 0; k < op.outputs.size(); ++k)
+    if (op.outputs[k] == t) {
+      const int j = info->rewritten_input(k);
+      return j >= 0 ? op.input(static_cast<std::size_t>(j)) : kNoTensor;
+    }
+  return kNoTensor;
+}
+
+TensorId storage_owner(const Graph& g, TensorId t) {
+  for (std::size_t hops = 0; hops <= g.tensors.size(); ++hops) {
+    const TensorId s = rewritten_source(g, t);
+    if (s == kNoTensor) return t;
+    t = s;
+  }
+  fail(ErrorKind::invalid_graph, "tensor '" + g.tensors[t].name + "' is rewritten in place in a cycle");
 }
 
 }  // namespace memplan::analysis

@@ -1,6 +1,7 @@
 // The op registry: every op memplan knows, one record each, read by every stage instead of lists of its own.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -82,6 +83,10 @@ struct OpInfo {
   // Output 0 is input 0 unchanged in inference (Dropout): where the runtime binds them to the same bytes,
   // it counts the op as an elided view.
   bool identity_in_inference = false;
+  // Persistent state rewritten in place, as PyTorch's optimizers and gradient accumulation do: output k
+  // (k < 4) is the storage of input rewrites[k] after the op (-1: a new tensor). The output never takes
+  // arena memory or persistent bytes of its own: it is its source's bytes (planner Alias inplace).
+  std::array<std::int8_t, 4> rewrites{-1, -1, -1, -1};
   std::string_view summary;     // one line for `memplan ops` and docs/ops.md
 
   bool is_view() const noexcept { return kind == OpKind::view; }
@@ -93,6 +98,8 @@ struct OpInfo {
     if (inplace_any_input) return i < op.inputs.size();
     return i < 32 && ((inplace_mask(op) >> i) & 1u);
   }
+  // The input whose storage output k rewrites in place, or -1.
+  int rewritten_input(std::size_t k) const noexcept { return k < rewrites.size() ? rewrites[k] : -1; }
 };
 
 // The registry is immutable data built once; lookups never allocate.
@@ -109,6 +116,12 @@ class OpRegistry {
 };
 
 const OpRegistry& op_registry();
+
+// The tensor whose storage `t` is after its producer rewrote it in place (OpInfo::rewrites: an optimizer's
+// updated weight or state, an accumulated gradient), or kNoTensor when `t` is storage of its own.
+TensorId rewritten_source(const Graph& g, TensorId t);
+// Follows rewritten_source to the tensor that owns the storage (a weight, state or accumulator input).
+TensorId storage_owner(const Graph& g, TensorId t);
 
 // memplan's own domain and op types, named once.
 inline constexpr std::string_view kMemplanDomain = "memplan";
@@ -131,6 +144,12 @@ inline constexpr std::string_view kRMSNormalization = "RMSNormalization";
 inline constexpr std::string_view kRMSNormGrad = "RMSNormGrad";
 // op(A) op(B) with op a swap of the last two axes where `trans_a` / `trans_b` is 1 (planner/fusion_layouts.cpp).
 inline constexpr std::string_view kMatMulT = "MatMulT";
+// Optimizer updates (in place over the weight and its state) and gradient accumulation (docs/backward-ops.md).
+inline constexpr std::string_view kSGDUpdate = "SGDUpdate";
+inline constexpr std::string_view kMomentumUpdate = "MomentumUpdate";
+inline constexpr std::string_view kAdamUpdate = "AdamUpdate";
+inline constexpr std::string_view kAdamStep = "AdamStep";
+inline constexpr std::string_view kGradAccumulate = "GradAccumulate";
 }  // namespace memplan_ops
 
 }  // namespace memplan::analysis

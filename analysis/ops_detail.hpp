@@ -1,6 +1,8 @@
 // Internal interface of the op registry: the FLOP formulas (ops_flops.cpp) and the per-op table (ops_table.cpp).
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <span>
 
 #include "analysis/ops.hpp"
@@ -54,6 +56,7 @@ struct OpSpec {
   bool inplace_any_input = false;
   bool uses_workspace = false;
   bool identity_in_inference = false;
+  std::array<std::int8_t, 4> rewrites{-1, -1, -1, -1};  // OpInfo::rewrites
 };
 
 std::span<const OpSpec> op_specs();

@@ -27,6 +27,11 @@ OpSpec inplace_fn(OpSpec s, InplaceFn fn) {
   s.inplace = fn;
   return s;
 }
+// Output k rewrites input j in place (pairs {k, j}): an optimizer's updated weight and state.
+OpSpec rewrites(OpSpec s, std::initializer_list<std::pair<int, int>> pairs) {
+  for (auto [k, j] : pairs) s.rewrites.at(static_cast<std::size_t>(k)) = static_cast<std::int8_t>(j);
+  return s;
+}
 OpSpec workspace(OpSpec s) {
   s.uses_workspace = true;
   return s;
@@ -273,10 +278,17 @@ std::vector<OpSpec> build() {
               1u),
       mine(memplan_ops::kSumLoss, K::loss, reduction_flops, "the sum of all elements of y (--loss none on a non-scalar output)"),
       mine(memplan_ops::kSumLossGrad, K::loss, e1, "dY = ones (times dloss when given): the gradient seed of the model's own loss"),
-      mine("SGDUpdate", K::optimizer, &per_element<2>, "w' = w - lr * dW"),
-      mine("MomentumUpdate", K::optimizer, &per_element<4>, "v' = momentum * v + dW; w' = w - lr * v'"),
-      mine("AdamUpdate", K::optimizer, &per_element<14>, "Adam: moments updated, w' = w - lr * m^ / (sqrt(v^) + eps)"),
-      mine("AdamStep", K::optimizer, one_flop, "step' = step + 1 (Adam's bias correction)"),
+      rewrites(mine(memplan_ops::kSGDUpdate, K::optimizer, &per_element<4>, "in place: w -= lr * (dW + weight_decay * w)"), {{0, 0}}),
+      rewrites(mine(memplan_ops::kMomentumUpdate, K::optimizer, &per_element<6>,
+                    "in place (PyTorch SGD momentum): g = dW + weight_decay * w; v = momentum * v + g; w -= lr * v"),
+               {{0, 0}, {1, 2}}),
+      rewrites(mine(memplan_ops::kAdamUpdate, K::optimizer, &per_element<16>,
+                    "in place: Adam (L2 weight_decay) or AdamW (decoupled); moments updated, w -= lr * m^ / (sqrt(v^) + eps)"),
+               {{0, 0}, {1, 2}, {2, 3}}),
+      rewrites(mine(memplan_ops::kAdamStep, K::optimizer, one_flop, "in place: step += 1 (Adam's bias correction)"), {{0, 0}}),
+      rewrites(mine(memplan_ops::kGradAccumulate, K::optimizer, &per_element<1>,
+                    "in place: acc += dW (a gradient accumulated across micro-steps)"),
+               {{0, 0}}),
 
       // Memory and fusion.
       mine(memplan_ops::kSwapOut, K::memory, e1, "copies a tensor from the device to host memory"),

@@ -24,6 +24,8 @@ struct State {
   std::vector<bool> saved;                  // per forward tensor: read by a backward op
   std::vector<std::pair<TensorId, TensorId>> param_grads;
   std::vector<std::uint32_t> given;         // per input slot of the op being differentiated
+  bool accumulate = false;                  // microbatches > 1: weight gradients go into accumulators
+  std::unordered_map<TensorId, TensorId> accumulator_of;  // weight -> its gradient accumulator
 
   const GradRule* rule(const Op& op) const {
     const OpInfo* i = op_registry().find(op);
@@ -152,7 +154,23 @@ void GradContext::give(std::size_t i, TensorId g) {
     s_.made_for[acc] = x;
     emit("Add", "", {s_.grad[x], g}, {acc});
   }
-  if (last && s_.trainable[x]) {
+  if (last && s_.trainable[x] && s_.accumulate) {
+    // Gradient accumulation: PyTorch's AccumulateGrad adds each micro-step's gradient into .grad in place.
+    auto like_x = [&](const std::string& name) {
+      Tensor t;
+      t.name = unique_name(s_.g, name);
+      t.dtype = tensor(x).dtype;
+      t.dims = tensor(x).dims;
+      t.rank_known = true;
+      t.role = TensorRole::gradient;
+      return s_.g.add_tensor(std::move(t));
+    };
+    const TensorId store = like_x(final_name + "/accumulator");
+    const TensorId sum = like_x(final_name + "/accumulated");
+    emit(std::string(memplan_ops::kGradAccumulate), std::string(kMemplanDomain), {store, acc}, {sum});
+    s_.accumulator_of[x] = store;
+    s_.param_grads.emplace_back(x, sum);
+  } else if (last && s_.trainable[x]) {
     auto it = s_.made_for.find(acc);
     if (it == s_.made_for.end() || it->second != x) {  // a gradient shared with another tensor: copy it
       Tensor t;
@@ -323,6 +341,8 @@ TrainingGraph build_training_graph(const Graph& shaped_forward, const TrainingOp
   order_forward(s.g);
   autodiff::prepare_forward(s.g);
   s.trainable = trainable_weights(s.g, opts);
+  if (opts.microbatches < 1) fail(ErrorKind::usage, "microbatches must be 1 or more");
+  s.accumulate = opts.microbatches > 1;
 
   TrainingGraph tg;
   tg.loss = autodiff::add_loss(s.g, opts);
@@ -365,6 +385,8 @@ TrainingGraph build_training_graph(const Graph& shaped_forward, const TrainingOp
 
   std::stable_sort(s.param_grads.begin(), s.param_grads.end());
   tg.param_grads = s.param_grads;
+  for (const auto& [w, grad] : tg.param_grads)
+    if (s.accumulate) tg.grad_accumulators.push_back(s.accumulator_of.at(w));
   for (TensorId t = 0; t < s.forward_tensors; ++t)
     if (s.saved[t] && (s.g.tensors[t].role == TensorRole::activation || s.g.tensors[t].role == TensorRole::input))
       tg.saved_for_backward.push_back(t);

@@ -67,10 +67,18 @@ struct TrainingGraph {
   // backward ops (phase backward, in reverse order of their forward ops), optimizer ops (phase optimizer).
   Graph graph;
   TensorId loss = kNoTensor;                              // scalar float, the first graph output
-  std::vector<std::pair<TensorId, TensorId>> param_grads;  // (weight, its gradient: role gradient)
+  // (weight, its gradient: role gradient). With microbatches > 1 the gradient is the accumulator after this
+  // micro-step's GradAccumulate (persistent, rewritten in place), which the optimizer reads.
+  std::vector<std::pair<TensorId, TensorId>> param_grads;
   std::vector<TensorId> saved_for_backward;  // forward activations and graph inputs read by backward ops
-  std::vector<TensorId> optimizer_state;     // role optimizer_state: initial values and updated values
-  std::vector<TensorId> updated_weights;     // per param_grads entry, the optimizer's new weight (empty: none)
+  // The optimizer's persistent state (role optimizer_state, no producer): momentum buffers, Adam's moments
+  // per weight, and Adam's step count. The updates rewrite them in place (OpInfo::rewrites).
+  std::vector<TensorId> optimizer_state;
+  // Per param_grads entry, the weight after the update: the same storage as the weight (empty: none).
+  std::vector<TensorId> updated_weights;
+  // microbatches > 1: per param_grads entry, the gradient accumulator's storage (role gradient, no producer,
+  // zero before the first micro-step, as PyTorch's .grad held across micro-steps).
+  std::vector<TensorId> grad_accumulators;
 };
 
 // The schedule of a training graph: its op order, which build_training_graph makes PyTorch's order.

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "analysis/ops.hpp"
 #include "analysis/training.hpp"
 #include "cli/common.hpp"
 #include "cli/registry.hpp"
@@ -43,7 +44,7 @@ TrainingSetup training_setup(const analysis::Graph& shaped_forward, const Traini
   TrainingSetup s;
   analysis::TrainingOptions to;
   const auto opt = analysis::optimizer_from_name(args.optimizer);
-  if (!opt) fail(ErrorKind::usage, "--optimizer '" + args.optimizer + "' is not one of none, sgd, momentum, adam");
+  if (!opt) fail(ErrorKind::usage, "--optimizer '" + args.optimizer + "' is not one of none, sgd, momentum, adam, adamw");
   to.optimizer = *opt;
   const auto impl = analysis::optimizer_impl_from_name(args.optimizer_impl);
   if (!impl) fail(ErrorKind::usage, "--optimizer-impl '" + args.optimizer_impl + "' is not one of foreach, fused, for-loop");
@@ -109,7 +110,9 @@ std::uint64_t pytorch_peak_bytes(const analysis::Graph& shaped_forward, const Tr
   ta.budget.clear();
   const TrainingSetup s = training_setup(shaped_forward, ta, planner::FuseOptions::pytorch_eager(sdpa));
   const planner::TrainingPlanResult r = planner::plan_training(s.training, s.options);
-  return planner::eager_peak(r.graph, r.plan).peak_bytes;
+  planner::EagerOptions eo;
+  eo.optimizer_impl = analysis::optimizer_impl_from_name(args.optimizer_impl).value_or(analysis::OptimizerImpl::foreach);
+  return planner::eager_peak(r.graph, r.plan, eo).peak_bytes;
 }
 
 int run_plan(const PlanArgs& a) {

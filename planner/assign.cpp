@@ -236,6 +236,13 @@ Plan assign(const Graph& g, const analysis::Liveness& l, const AssignOptions& o)
   p.aliased_lower_bound_bytes = max_live_bytes(items, steps);
   p.schedule = l.schedule;
   p.aliases = std::move(a.aliases);
+  // Optimizer updates and gradient accumulation rewrite storage outside the arena in place: the result is its
+  // source's bytes (the runtime binds it there), never a buffer of its own.
+  for (OpId id : l.schedule)
+    for (TensorId t : g.ops[id].outputs)
+      if (t != analysis::kNoTensor && !l.in_arena[t])
+        if (const TensorId src = analysis::rewritten_source(g, t); src != analysis::kNoTensor)
+          p.aliases.push_back(Alias{t, src, AliasKind::inplace, id});
 
   std::vector<std::uint32_t> order(a.drafts.size());
   std::iota(order.begin(), order.end(), 0u);

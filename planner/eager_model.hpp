@@ -3,10 +3,18 @@
 
 #include <cstdint>
 
+#include <vector>
+
 #include "analysis/graph.hpp"
+#include "analysis/training.hpp"
 #include "planner/plan.hpp"
 
 namespace memplan::planner {
+
+struct EagerOptions {
+  // How torch.optim runs step(): what it allocates beside the parameters and their state (eager_model.cpp).
+  analysis::OptimizerImpl optimizer_impl = analysis::OptimizerImpl::foreach;
+};
 
 struct EagerPeak {
   std::uint64_t peak_bytes = 0;       // resident + activations + gradients at the worst step
@@ -39,6 +47,22 @@ struct EagerPeak {
 // - backward: nll_loss_backward allocates a zeroed logits-sized fp32 gradient (cuda/Loss.cu), then
 //   log_softmax_backward an fp32 logits-sized result: log-probabilities, nll gradient and logits gradient live
 //   at once; with non-fp32 logits ToCopyBackward then makes the gradient in their dtype (the plan's dy).
-EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan);
+// optimizer.step() (the optimizer ops: SGDUpdate, MomentumUpdate, AdamUpdate, their attributes) allocates
+// temporaries while every gradient is still held (optimizer_step_temporaries); the updates themselves are in
+// place, so an updated weight or state (OpInfo::rewrites) is never counted apart from its storage. With
+// gradient accumulation the accumulators (role gradient, no producer) are resident for the whole step.
+EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan, const EagerOptions& options = {});
+
+// The most bytes torch.optim's step() holds in temporaries at once, from the update ops in `order` (the
+// parameters in order), each size rounded up to `alignment`:
+// - foreach (_multi_tensor_*): one list per parameter group. Adam/AdamW: torch._foreach_sqrt(exp_avg_sq),
+//   parameter-sized (Adam's weight_decay intermediate torch._foreach_add(grads, params) is deleted before it);
+//   SGD and momentum: the weight_decay intermediate when weight_decay > 0, else nothing.
+// - for-loop (_single_tensor_*): one parameter's at a time. Adam: exp_avg_sq.sqrt() and its division by
+//   sqrt(bias_correction2) (two), grad.add(param) with L2 weight decay (one), while the previous parameter's
+//   denom is still referenced; SGD and momentum: grad.add(param) with weight_decay > 0.
+// - fused (_fused_*): none.
+std::uint64_t optimizer_step_temporaries(const analysis::Graph& g, const std::vector<analysis::OpId>& order,
+                                         analysis::OptimizerImpl impl, std::uint64_t alignment);
 
 }  // namespace memplan::planner

@@ -32,7 +32,9 @@ enum class AliasKind : std::uint8_t { view, inplace };
 const char* alias_kind_name(AliasKind k) noexcept;
 
 // `tensor` shares `source`'s bytes: a view (Reshape, Identity, ...) for as long as both live, or an
-// in-place result written by `op` over `source`, which dies at that op.
+// in-place result written by `op` over `source`, which dies at that op. An in-place alias of a tensor
+// outside the arena is an update the op's record declares (OpInfo::rewrites: an optimizer's weight and
+// state, an accumulated gradient): both have no offset and the runtime binds `tensor` to `source`'s storage.
 struct Alias {
   TensorId tensor = analysis::kNoTensor;
   TensorId source = analysis::kNoTensor;

@@ -270,8 +270,10 @@ TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const Traini
     r.training_flops += oc.flops;
     if (g.ops[o].phase == Phase::forward) r.forward_flops += oc.flops;
   }
-  for (const auto& t : g.tensors) {
+  for (TensorId id = 0; id < g.tensors.size(); ++id) {
+    const auto& t = g.tensors[id];
     if (t.role == TensorRole::input) r.input_bytes = checked_add(r.input_bytes, t.bytes(), "input bytes");
+    else if (analysis::rewritten_source(g, id) != analysis::kNoTensor) continue;  // updated in place: its source's bytes
     else if (t.role != TensorRole::activation && !(t.role == TensorRole::gradient && t.producer != analysis::kNoOp))
       r.persistent_bytes = checked_add(r.persistent_bytes, t.bytes(), "persistent bytes");
     if (t.role == TensorRole::weight) r.weight_bytes = checked_add(r.weight_bytes, t.bytes(), "weight bytes");

@@ -43,7 +43,9 @@ struct TrainingPlanResult {
   Graph graph;  // the training graph with recompute clones and swap ops
   Plan plan;
   VerifyReport report;
-  std::uint64_t persistent_bytes = 0;        // weights + optimizer state (weight gradients are planned in the arena)
+  // Weights + optimizer state (+ gradient accumulators with microbatches > 1), each once: the optimizer
+  // rewrites them in place. Weight gradients of one step are planned in the arena.
+  std::uint64_t persistent_bytes = 0;
   std::uint64_t weight_bytes = 0;            // of persistent_bytes: the weights (and BatchNorm running statistics)
   std::uint64_t optimizer_state_bytes = 0;   // of persistent_bytes: the optimizer state
   std::uint64_t library_bytes = 0;           // options.library_bytes

@@ -6,6 +6,7 @@
 #include <set>
 #include <tuple>
 
+#include "analysis/ops.hpp"
 #include "planner/assign.hpp"
 
 namespace memplan::planner {
@@ -98,6 +99,7 @@ class Checker {
       const Tensor& x = g_.tensors[t];
       const bool device_result = x.role == analysis::TensorRole::activation || x.role == analysis::TensorRole::gradient;
       if (x.producer == analysis::kNoOp || !device_result || x.on_host) continue;
+      if (const TensorId src = analysis::rewritten_source(g_, t); src != analysis::kNoTensor && !needs_[src]) continue;
       if (!x.shape_known()) {
         problem("tensor '" + x.name + "' has no known shape, so no size to check");
         continue;
@@ -140,9 +142,20 @@ class Checker {
     }
   }
 
+  // An update of storage outside the arena that the op's record declares: the tensor is its source's bytes.
+  void check_rewrite(const Alias& a, const std::string& claim) {
+    const Tensor &x = g_.tensors[a.source], &y = g_.tensors[a.tensor];
+    if (has_offset(a.tensor) || has_offset(a.source)) return problem(claim + ": an update outside the arena has an arena offset");
+    if (x.dtype != y.dtype || !x.shape_known() || !y.shape_known() || x.bytes() != y.bytes())
+      return problem(claim + ": the update and its storage differ in dtype or size");
+    outside_[a.tensor] = true;
+  }
+
   void check_inplace(const Alias& a) {
     const Op& op = g_.ops[a.op];
     const std::string claim = "in-place alias '" + tname(a.tensor) + "' over '" + tname(a.source) + "' by op '" + op.name + "'";
+    if (analysis::rewritten_source(g_, a.tensor) == a.source && !needs_[a.tensor] && g_.tensors[a.tensor].producer == a.op)
+      return check_rewrite(a, claim);
     const bool reads = std::find(op.inputs.begin(), op.inputs.end(), a.source) != op.inputs.end();
     const bool writes = std::find(op.outputs.begin(), op.outputs.end(), a.tensor) != op.outputs.end();
     if (!reads || !writes) return problem(claim + ": the op does not read the source and write the tensor");
@@ -175,6 +188,9 @@ class Checker {
 
   void check_tensors() {
     for (TensorId t = 0; t < g_.tensors.size(); ++t) {
+      const TensorId src = g_.tensors[t].producer == analysis::kNoOp ? analysis::kNoTensor : analysis::rewritten_source(g_, t);
+      if (src != analysis::kNoTensor && !needs_[t] && !outside_[t] && !g_.tensors[t].on_host)
+        problem("tensor '" + tname(t) + "' rewrites '" + tname(src) + "' in place, but the plan has no in-place alias binding it there");
       const std::uint64_t off = p_.tensor_offset[t];
       if (off == kNotInArena) {
         if (needs_[t] && !outside_[t]) problem("tensor '" + tname(t) + "' needs " + std::to_string(bytes_[t]) + " arena bytes but has no offset");

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <map>
 
+#include "analysis/ops.hpp"
 #include "runtime_allocator/weights.hpp"
 
 namespace memplan::runtime {
@@ -116,11 +117,19 @@ static std::vector<bool> used_tensors(const analysis::Graph& g) {
   return used;
 }
 
+// Updates in place (OpInfo::rewrites) are the storage they rewrite even here: that is what the op means, so
+// that repeated runs train.
 void Executor::bind_unshared() {
   const auto used = used_tensors(g_);
-  for (TensorId t = 0; t < g_.tensors.size(); ++t)
-    if (used[t]) place_separate(t);
+  std::vector<TensorId> owner(g_.tensors.size(), kNoTensor);
+  for (TensorId t = 0; t < g_.tensors.size(); ++t) {
+    if (!used[t]) continue;
+    if (g_.tensors[t].producer != kNoOp) owner[t] = analysis::storage_owner(g_, t);
+    if (owner[t] == kNoTensor || owner[t] == t) place_separate(t);
+  }
   bind_separate();
+  for (TensorId t = 0; t < g_.tensors.size(); ++t)
+    if (owner[t] != kNoTensor && owner[t] != t) addr_[t] = addr_[owner[t]];
 }
 
 void Executor::bind_planned(const planner::Plan& plan) {
@@ -132,9 +141,11 @@ void Executor::bind_planned(const planner::Plan& plan) {
     if (g_.tensors[t].shape_known()) bytes[t] = g_.tensors[t].bytes();
   arena_ = std::make_unique<Arena>(backend_, plan, bytes, options_.check_bounds);
   stats_.arena_bytes = plan.arena_bytes;
+  // Views of tensors outside the arena and updates that rewrite such storage in place (an optimizer's weight
+  // and state, an accumulated gradient) take their source's address.
   std::map<TensorId, TensorId> view_of;
   for (const auto& a : plan.aliases)
-    if (a.kind == planner::AliasKind::view) view_of[a.tensor] = a.source;
+    if (a.kind == planner::AliasKind::view || (a.tensor < g_.tensors.size() && !arena_->in_arena(a.tensor))) view_of[a.tensor] = a.source;
   const auto used = used_tensors(g_);
   for (TensorId t = 0; t < g_.tensors.size(); ++t) {
     if (!used[t]) continue;
@@ -142,13 +153,14 @@ void Executor::bind_planned(const planner::Plan& plan) {
     else if (!view_of.count(t)) place_separate(t);  // inputs, weights, optimizer state, gradients, host copies
   }
   bind_separate();
-  // A view of a tensor outside the arena (a reshaped weight or input) reads its source's bytes.
+  // A view of a tensor outside the arena (a reshaped weight or input) reads its source's bytes; an in-place
+  // update writes them.
   for (const auto& [t, src] : view_of) {
     if (addr_[t] || !used[t]) continue;
     TensorId root = src;
     for (std::size_t hops = 0; !addr_[root] && view_of.count(root) && hops < g_.tensors.size(); ++hops) root = view_of[root];
     if (!addr_[root] || bytes[root] != bytes[t])
-      fail(ErrorKind::plan_mismatch, "tensor '" + g_.tensors[t].name + "' is planned as a view of '" + g_.tensors[src].name +
+      fail(ErrorKind::plan_mismatch, "tensor '" + g_.tensors[t].name + "' is planned to share the bytes of '" + g_.tensors[src].name +
                                          "', which has no buffer of the same size");
     addr_[t] = addr_[root];
   }
@@ -167,14 +179,15 @@ void Executor::bind_scratch(const planner::Plan& plan) {
   }
 }
 
-// Weights and constants get their bytes; optimizer state (momentum, Adam moments and step) starts at 0.
+// Weights and constants get their bytes; optimizer state (momentum, Adam moments and step) and gradient
+// accumulators start at 0.
 void Executor::upload_constants() {
   for (TensorId t = 0; t < g_.tensors.size(); ++t) {
     const auto& x = g_.tensors[t];
     if (x.producer != kNoOp || !addr_[t] || x.role == analysis::TensorRole::input) continue;
     if (x.data && (x.data->bytes.size() == x.bytes() || !options_.synthesize_missing_weights)) {
       backend_.copy_to_device(addr_[t], x.data->bytes.data(), x.data->bytes.size());
-    } else if (x.role == analysis::TensorRole::optimizer_state) {
+    } else if (x.role == analysis::TensorRole::optimizer_state || x.role == analysis::TensorRole::gradient) {
       const std::vector<std::byte> zeros(x.bytes());
       backend_.copy_to_device(addr_[t], zeros.data(), zeros.size());
     } else if (options_.synthesize_missing_weights) {

@@ -43,6 +43,7 @@ MEMPLAN_GRAD(k_erf_grad, 2, v[0] * (2.0f / std::sqrt(kPi)) * std::exp(-v[1] * v[
 MEMPLAN_GRAD(k_div_grad_b, 3, -v[0] * v[1] / (v[2] * v[2]))
 MEMPLAN_GRAD(k_pow_grad_base, 3, v[0] * v[2] * std::pow(v[1], v[2] - 1.0f))
 MEMPLAN_GRAD(k_pow_grad_exponent, 3, v[1] == 0.0f ? 0.0f : v[0] * v[2] * std::log(v[1]))
+MEMPLAN_GRAD(k_grad_accumulate, 2, v[0] + v[1])  // acc += dW, in place over the accumulator
 #undef MEMPLAN_GRAD
 
 void k_clip_grad(const Op& op, const Refs& in, const Refs& out) {
@@ -87,18 +88,22 @@ void k_mse_loss_grad(const Op& op, const Refs& in, const Refs& out) {
 
 float attr(const Op& op, const char* key, double fallback) { return static_cast<float>(op.attr_float(key, fallback)); }
 
+// The optimizer updates follow torch.optim exactly (docs/training-recipes.md): weight_decay is L2 added to the
+// gradient, but for AdamUpdate with `decoupled` (AdamW), which scales the weight by 1 - lr * weight_decay
+// first. Every element is read before it is written: the outputs rewrite W and the state in place.
 void k_sgd(const Op& op, const Refs& in, const Refs& out) {
-  const float lr = attr(op, "lr", 0.01);
-  map_grad<2>(op, in, out, [&](const std::array<float, 2>& v) { return v[0] - lr * v[1]; });
+  const float lr = attr(op, "lr", 0.01), wd = attr(op, "weight_decay", 0.0);
+  map_grad<2>(op, in, out, [&](const std::array<float, 2>& v) { return v[0] - lr * (v[1] + wd * v[0]); });
 }
 
 void k_momentum(const Op& op, const Refs& in, const Refs& out) {
-  const float lr = attr(op, "lr", 0.01), m = attr(op, "momentum", 0.9);
+  const float lr = attr(op, "lr", 0.01), m = attr(op, "momentum", 0.9), wd = attr(op, "weight_decay", 0.0);
   const float* w = required(op, in, 0).as<float>();
   const float* g = required(op, in, 1).as<float>();
   const float* v = required(op, in, 2).as<float>();
   for (std::int64_t i = 0; i < out[0].elements(); ++i) {
-    const float nv = m * v[i] + g[i];  // read everything of element i before writing it (W', V' may alias W, V)
+    // The buffer starts at zero, so the first step's m * 0 + g is PyTorch's clone(g).
+    const float nv = m * v[i] + (g[i] + wd * w[i]);
     out[0].as<float>()[i] = w[i] - lr * nv;
     out[1].as<float>()[i] = nv;
   }
@@ -108,15 +113,19 @@ void k_adam_step(const Op& op, const Refs& in, const Refs& out) { *out[0].as<flo
 
 void k_adam(const Op& op, const Refs& in, const Refs& out) {
   const float lr = attr(op, "lr", 0.001), b1 = attr(op, "beta1", 0.9), b2 = attr(op, "beta2", 0.999), eps = attr(op, "epsilon", 1e-8);
+  const float wd = attr(op, "weight_decay", 0.0);
+  const bool decoupled = op.attr_int("decoupled", 0) != 0;
   const float* w = required(op, in, 0).as<float>();
   const float* g = required(op, in, 1).as<float>();
   const float* m = required(op, in, 2).as<float>();
   const float* v = required(op, in, 3).as<float>();
   const float step = *required(op, in, 4).as<float>();
-  const float c1 = 1.0f - std::pow(b1, step), c2 = 1.0f - std::pow(b2, step);
+  const float step_size = lr / (1.0f - std::pow(b1, step)), c2_sqrt = std::sqrt(1.0f - std::pow(b2, step));
   for (std::int64_t i = 0; i < out[0].elements(); ++i) {
-    const float nm = b1 * m[i] + (1.0f - b1) * g[i], nv = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-    out[0].as<float>()[i] = w[i] - lr * (nm / c1) / (std::sqrt(nv / c2) + eps);
+    const float wi = decoupled ? w[i] * (1.0f - lr * wd) : w[i];
+    const float gi = decoupled ? g[i] : g[i] + wd * w[i];
+    const float nm = m[i] + (1.0f - b1) * (gi - m[i]), nv = b2 * v[i] + (1.0f - b2) * gi * gi;  // lerp, mul + addcmul
+    out[0].as<float>()[i] = wi - step_size * nm / (std::sqrt(nv) / c2_sqrt + eps);
     out[1].as<float>()[i] = nm;
     out[2].as<float>()[i] = nv;
   }
@@ -131,7 +140,7 @@ void add_gradient_elementwise_kernels(KernelTable& t) {
            {"ErfGrad", k_erf_grad}, {"GeluGrad", k_gelu_grad}, {"DropoutGrad", k_dropout_grad},
            {"DivGradB", k_div_grad_b}, {"PowGradBase", k_pow_grad_base}, {"PowGradExponent", k_pow_grad_exponent},
            {"WhereGrad", k_where_grad}, {"MSELossGrad", k_mse_loss_grad}, {"SGDUpdate", k_sgd},
-           {"MomentumUpdate", k_momentum}, {"AdamUpdate", k_adam}})
+           {"MomentumUpdate", k_momentum}, {"AdamUpdate", k_adam}, {"GradAccumulate", k_grad_accumulate}})
     t[std::string("memplan::") + name] = {fn, true, {kF32 | kBool}};  // float32 operands, bool masks
   t["memplan::MSELoss"] = {k_mse_loss, false};
   t["memplan::AdamStep"] = {k_adam_step, true};

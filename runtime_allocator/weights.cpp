@@ -65,7 +65,8 @@ void require_weight_data(const analysis::Graph& g) {
   for (analysis::TensorId t = 0; t < g.tensors.size(); ++t) {
     const auto& x = g.tensors[t];
     if (x.producer != analysis::kNoOp || fed[t] || x.consumers.empty()) continue;
-    if (x.role == analysis::TensorRole::optimizer_state && !x.data) continue;  // starts at zero, as in PyTorch
+    // Optimizer state and gradient accumulators start at zero, as in PyTorch.
+    if ((x.role == analysis::TensorRole::optimizer_state || x.role == analysis::TensorRole::gradient) && !x.data) continue;
     if (!x.data)
       fail(ErrorKind::io, "tensor '" + x.name + "' (" + analysis::role_name(x.role) + ") has no data: " +
                               (x.external_data ? "its external file '" + x.external_location + "' was not loaded"

@@ -65,11 +65,7 @@ int main(int argc, char** argv) {
     feeds.push_back(analysis::TensorData::from_double(x.dtype, x.shape(), xv));
     feeds.push_back(analysis::TensorData::from_double(y.dtype, y.shape(), yv));
 
-    // SGD writes updated weights W'; the loop copies them over W before the next step.
-    std::vector<std::pair<analysis::TensorId, analysis::TensorId>> updates;
-    for (const auto& op : g.ops)
-      if (op.type == "SGDUpdate") updates.emplace_back(op.inputs[0], op.outputs[0]);
-
+    // SGD updates every weight in place (its W' is W's storage), so each run trains on the last one's weights.
     const analysis::TensorId loss_id = g.at(tg.graph.tensors[tg.loss].name);
     float first = 0, last = 0;
     for (int s = 0; s < steps; ++s) {
@@ -79,7 +75,6 @@ int main(int argc, char** argv) {
       if (s == 0) first = loss;
       last = loss;
       if (s % 50 == 0 || s == steps - 1) std::printf("step %4d  loss %.6f\n", s, loss);
-      for (auto [w, w_new] : updates) std::memcpy(ex.address(w), ex.address(w_new), g.tensors[w].bytes());
     }
     const auto& st = ex.stats();
     std::printf("arena %llu B, touched %llu B; loss %.6f -> %.6f\n", static_cast<unsigned long long>(st.arena_bytes),

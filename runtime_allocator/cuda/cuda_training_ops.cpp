@@ -112,9 +112,12 @@ bool run_elementwise_grad(ExecState& s, const Op& op) {
   } else if (t == "MSELossGrad") {
     const std::string y = e.in(0), target = e.in(1);
     e.launch("2.0f * (" + y + " - " + target + ") / " + lit(static_cast<double>(s.tensor(op.inputs[0]).element_count())));
-  } else if (t == "SGDUpdate") {
+  } else if (t == "SGDUpdate") {  // in place over w: torch.optim.SGD without momentum, L2 weight decay
     const std::string w = e.in(0), g = e.in(1);
-    e.launch(w + " - " + lit(attr(op, "lr", 0.01)) + " * " + g);
+    e.launch(w + " - " + lit(attr(op, "lr", 0.01)) + " * (" + g + " + " + lit(attr(op, "weight_decay", 0.0)) + " * " + w + ")");
+  } else if (t == "GradAccumulate") {  // in place over the accumulator
+    const std::string acc = e.in(0), g = e.in(1);
+    e.launch(acc + " + " + g);
   } else if (t == "AdamStep") {
     e.launch(e.in(0) + " + 1.0f");
   } else {
@@ -165,12 +168,13 @@ void run_mse_loss(ExecState& s, const Op& op) {
 void run_optimizer(ExecState& s, const Op& op) {
   const auto n = static_cast<std::int64_t>(s.tensor(op.inputs[0]).element_count());
   if (op.type == "AdamUpdate") {
-    const AdamHyper h{attr(op, "lr", 0.001), attr(op, "beta1", 0.9), attr(op, "beta2", 0.999), attr(op, "epsilon", 1e-8)};
+    const AdamHyper h{attr(op, "lr", 0.001), attr(op, "beta1", 0.9), attr(op, "beta2", 0.999), attr(op, "epsilon", 1e-8),
+                      attr(op, "weight_decay", 0.0), op.attr_int("decoupled", 0) != 0};
     adam_update(s.f32(op.inputs[0]), s.f32(op.inputs[1]), s.f32(op.inputs[2]), s.f32(op.inputs[3]), s.f32(op.inputs[4]),
                 s.f32(op.outputs[0]), s.f32(op.outputs[1]), s.f32(op.outputs[2]), n, h, s.ctx.stream());
   } else {
     momentum_update(s.f32(op.inputs[0]), s.f32(op.inputs[1]), s.f32(op.inputs[2]), s.f32(op.outputs[0]), s.f32(op.outputs[1]), n,
-                    attr(op, "lr", 0.01), attr(op, "momentum", 0.9), s.ctx.stream());
+                    attr(op, "lr", 0.01), attr(op, "momentum", 0.9), attr(op, "weight_decay", 0.0), s.ctx.stream());
   }
 }
 

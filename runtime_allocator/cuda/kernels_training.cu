@@ -99,22 +99,24 @@ __global__ void mse_final_kernel(float* loss, int blocks, std::int64_t n) {
 __global__ void adam_kernel(const float* w, const float* g, const float* m, const float* v, const float* step, float* w_out,
                             float* m_out, float* v_out, std::int64_t n, AdamHyper h) {
   const float t = *step;
-  const float c1 = 1.0f - powf(h.beta1, t), c2 = 1.0f - powf(h.beta2, t);
+  const float step_size = h.lr / (1.0f - powf(h.beta1, t)), c2_sqrt = sqrtf(1.0f - powf(h.beta2, t));
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const float gi = g[i];
-    const float nm = h.beta1 * m[i] + (1.0f - h.beta1) * gi, nv = h.beta2 * v[i] + (1.0f - h.beta2) * gi * gi;
-    w_out[i] = w[i] - h.lr * (nm / c1) / (sqrtf(nv / c2) + h.epsilon);
+    const float wi = h.decoupled ? w[i] * (1.0f - h.lr * h.weight_decay) : w[i];
+    const float gi = h.decoupled ? g[i] : g[i] + h.weight_decay * w[i];
+    const float mi = m[i];
+    const float nm = mi + (1.0f - h.beta1) * (gi - mi), nv = h.beta2 * v[i] + (1.0f - h.beta2) * gi * gi;
+    w_out[i] = wi - step_size * nm / (sqrtf(nv) / c2_sqrt + h.epsilon);
     m_out[i] = nm;
     v_out[i] = nv;
   }
 }
 
 __global__ void momentum_kernel(const float* w, const float* g, const float* v, float* w_out, float* v_out, std::int64_t n,
-                                float lr, float momentum) {
+                                float lr, float momentum, float weight_decay) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const float nv = momentum * v[i] + g[i];
+    const float nv = momentum * v[i] + (g[i] + weight_decay * w[i]);
     w_out[i] = w[i] - lr * nv;
     v_out[i] = nv;
   }
@@ -196,9 +198,9 @@ void adam_update(const float* w, const float* g, const float* m, const float* v,
 }
 
 void momentum_update(const float* w, const float* g, const float* v, float* w_out, float* v_out, std::int64_t n, float lr,
-                     float momentum, cudaStream_t stream) {
+                     float momentum, float weight_decay, cudaStream_t stream) {
   if (n == 0) return;
-  momentum_kernel<<<grid_for(n), kThreads, 0, stream>>>(w, g, v, w_out, v_out, n, lr, momentum);
+  momentum_kernel<<<grid_for(n), kThreads, 0, stream>>>(w, g, v, w_out, v_out, n, lr, momentum, weight_decay);
   check_launch("momentum_update");
 }
 

@@ -24,13 +24,17 @@ void mse_loss(const float* y, const float* t, float* loss, std::int64_t n, cudaS
 
 struct AdamHyper {
   float lr = 0.001f, beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
+  float weight_decay = 0.0f;
+  bool decoupled = false;  // AdamW: w *= 1 - lr * weight_decay; else weight_decay * w is added to the gradient
 };
-// Adam with bias correction at the step count *step (device scalar); the outputs may alias w, m, v.
+// Adam (torch.optim.Adam / AdamW) with bias correction at the step count *step (device scalar); the outputs may
+// alias w, m, v (every element is read before it is written).
 void adam_update(const float* w, const float* g, const float* m, const float* v, const float* step, float* w_out, float* m_out,
                  float* v_out, std::int64_t n, const AdamHyper& h, cudaStream_t stream);
-// Momentum SGD: v' = momentum * v + g, w' = w - lr * v'; the outputs may alias w and v.
+// Momentum SGD (torch.optim.SGD, dampening 0): v' = momentum * v + (g + weight_decay * w), w' = w - lr * v'; the
+// outputs may alias w and v.
 void momentum_update(const float* w, const float* g, const float* v, float* w_out, float* v_out, std::int64_t n, float lr,
-                     float momentum, cudaStream_t stream);
+                     float momentum, float weight_decay, cudaStream_t stream);
 
 // A 2-D pooling window over x [nc, h, w] -> y [nc, oh, ow] (1-D pools have h = oh = kh = 1).
 struct PoolGeometry {

@@ -56,6 +56,16 @@ struct GraphBuilder {
   }
 };
 
+// relu(x * w1) * w2 with x and w1 of shape `x`, w2 of shape `w2` (broadcast): two trained weights, no constants.
+inline Graph two_weight_model(const std::vector<std::int64_t>& x, const std::vector<std::int64_t>& w2) {
+  GraphBuilder b;
+  auto in = b.input("x", x);
+  auto a = b.op1("Mul", {in, b.weight("w1", x)}, "a", x);
+  auto w = b.weight("w2", w2);
+  b.output(b.op1("Mul", {b.op1("Relu", {a}, "r", x), w}, "y", x));
+  return b.g;
+}
+
 inline Attribute ai(std::int64_t v) {
   Attribute a;
   a.kind = Attribute::Kind::i;

@@ -62,7 +62,7 @@ TEST_CASE("every sample model builds a valid training graph whose every tensor h
       std::size_t n_trainable = 0;
       for (bool b : trainable) n_trainable += b ? 1 : 0;
       CHECK(tg.param_grads.size() >= n_trainable);  // Identity-of-weight outputs train as their own parameters
-      if (opt == Optimizer::adam) CHECK(tg.optimizer_state.size() == 4 * tg.param_grads.size() + 2);
+      if (opt == Optimizer::adam) CHECK(tg.optimizer_state.size() == 2 * tg.param_grads.size() + 1);
       Liveness fl = analyze_liveness(fwd, topological_order(fwd));
       Liveness tl = analyze_liveness(g, training_schedule(tg));
       CHECK(tl.lower_bound_bytes > fl.lower_bound_bytes);  // activations saved for backward stay live

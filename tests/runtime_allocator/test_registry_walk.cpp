@@ -311,11 +311,16 @@ TEST_CASE("registry walk: every op the CPU backend registers runs on an example"
           if (key(other.domain, other.type) == c) has_rule = has_rule || other.grad_kind == analysis::GradKind::rule;
       for (const auto& in : e.in) trains = trains || in.trains;
       if (!has_rule || !trains) continue;
-      // Its training steps: backward ops, the loss and every optimizer's updates run too.
-      for (auto opt : {analysis::Optimizer::sgd, analysis::Optimizer::momentum, analysis::Optimizer::adam}) {
+      // Its training steps: backward ops, the loss and every optimizer's updates run too (adamw with weight
+      // decay and accumulated gradients).
+      for (auto opt : {analysis::Optimizer::sgd, analysis::Optimizer::momentum, analysis::Optimizer::adam, analysis::Optimizer::adamw}) {
         OneOp fwd = one_op(e, rng, true, false);
         analysis::TrainingOptions to;
         to.optimizer = opt;
+        if (opt == analysis::Optimizer::adamw) {
+          to.weight_decay = 0.01;
+          to.microbatches = 2;
+        }
         analysis::TrainingGraph tg = analysis::build_training_graph(fwd.g, to);
         for (const auto& [name, value] : fwd.weights)
           if (TensorId w = by_name(tg.graph, name); w != analysis::kNoTensor)
