@@ -47,7 +47,7 @@ MiB = 2**20
 
 
 def memplan_plan(memplan, model, dims, extra):
-    cmd = [memplan, "plan", model, "--train", "--json", "--strategy", "none", "--optimizer", "none"]
+    cmd = [memplan, "plan", model, "--train", "--json", "--strategy", "none", "--optimizer", "none", "--pytorch-workspace", "0"]
     for k, v in dims.items():
         cmd += ["--dim", f"{k}={v}"]
     r = subprocess.run(cmd + extra, capture_output=True, text=True)

@@ -99,12 +99,17 @@ struct PlanArgs {
   bool json = false;
   std::string plan_file;
   std::string pytorch_attention = "sdpa";
+  // What PyTorch's caching allocator holds for the CUDA libraries once a matmul has run: the cuBLAS and
+  // cuBLASLt workspaces (65.0 MiB measured on an H100 with PyTorch 2.11 / CUDA 13 before any step, the same
+  // for every model of bench/torch_recipes.py); part of max_memory_allocated, so of pytorch_peak_bytes.
+  std::string pytorch_workspace = "65MiB";
 };
 
 // What PyTorch eager would hold at its peak running this training step: the forward graph fused only where
 // PyTorch runs one library kernel (LayerNorm, GELU, and SDPA with `sdpa`), planned with strategy none (no
 // recomputation, no swap, no budget), its memory replayed by the eager model (planner/eager_model.hpp).
-std::uint64_t pytorch_peak_bytes(const analysis::Graph& shaped_forward, const TrainingArgs& args, bool sdpa) {
+std::uint64_t pytorch_peak_bytes(const analysis::Graph& shaped_forward, const TrainingArgs& args, bool sdpa,
+                                 std::uint64_t workspace_bytes) {
   TrainingArgs ta = args;
   ta.strategy = "none";
   ta.budget.clear();
@@ -112,7 +117,7 @@ std::uint64_t pytorch_peak_bytes(const analysis::Graph& shaped_forward, const Tr
   const planner::TrainingPlanResult r = planner::plan_training(s.training, s.options);
   planner::EagerOptions eo;
   eo.optimizer_impl = analysis::optimizer_impl_from_name(args.optimizer_impl).value_or(analysis::OptimizerImpl::foreach);
-  return planner::eager_peak(r.graph, r.plan, eo).peak_bytes;
+  return checked_add(planner::eager_peak(r.graph, r.plan, eo).peak_bytes, workspace_bytes, "PyTorch peak");
 }
 
 int run_plan(const PlanArgs& a) {
@@ -124,7 +129,8 @@ int run_plan(const PlanArgs& a) {
   const TrainingSetup s = training_setup(shaped, a.train);
   const planner::TrainingPlanResult r = planner::plan_training(s.training, s.options);
   const bool sdpa = a.pytorch_attention == "sdpa";
-  const std::uint64_t pytorch_peak = pytorch_peak_bytes(shaped, a.train, sdpa);
+  const std::uint64_t pytorch_workspace = planner::parse_size(a.pytorch_workspace);
+  const std::uint64_t pytorch_peak = pytorch_peak_bytes(shaped, a.train, sdpa, pytorch_workspace);
   const analysis::Graph& g = r.graph;
   std::uint64_t naive = 0;
   std::size_t unresolved = 0;
@@ -164,6 +170,7 @@ int run_plan(const PlanArgs& a) {
     j["persistent_bytes"] = r.persistent_bytes;
     j["eager_peak_bytes"] = planner::eager_peak(r.graph, r.plan).peak_bytes;  // an eager allocator on this plan's graph and schedule
     j["pytorch_peak_bytes"] = pytorch_peak;  // PyTorch eager's own peak (pytorch_peak_bytes above)
+    j["pytorch_workspace_bytes"] = pytorch_workspace;  // of pytorch_peak_bytes: the libraries' workspaces
     j["pytorch_attention"] = a.pytorch_attention;
     j["fusion"] = fusion_json(s.fusion);
     j["training_flops"] = r.training_flops;
@@ -213,7 +220,9 @@ int run_plan(const PlanArgs& a) {
     std::printf("swapped              %zu tensors, %s to host and back; the copies hide under compute (no wait)\n", r.swapped_tensors,
                 human_bytes(r.swap_bytes).c_str());
   std::printf("%s", planned_tensors_text(r.swapped).c_str());
-  std::printf("PyTorch eager (%s attention) would peak at %s\n", sdpa ? "SDPA" : "eager", human_bytes(pytorch_peak).c_str());
+  std::printf("PyTorch eager (%s attention, %s, optimizer %s %s) would peak at %s (max_memory_allocated, %s of library workspaces included)\n",
+              sdpa ? "SDPA" : "eager", a.train.precision == "fp32" ? "fp32" : ("autocast " + a.train.precision).c_str(),
+              a.train.optimizer.c_str(), a.train.optimizer_impl.c_str(), human_bytes(pytorch_peak).c_str(), human_bytes(pytorch_workspace).c_str());
   std::printf("plan                 %s, planned in %.3f s\n", r.report.valid ? "valid (verified)" : "INVALID", r.plan_seconds);
   if (!a.plan_file.empty()) std::printf("plan written to      %s\n", a.plan_file.c_str());
   return 0;
@@ -227,6 +236,8 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--plan", args->plan_file, "write the plan (JSON, graph embedded) to this file");
   cmd->add_option("--pytorch-attention", args->pytorch_attention,
                   "attention PyTorch runs in the pytorch_peak_bytes prediction: sdpa (default; one fused kernel) or eager (matmul, softmax, matmul)");
+  cmd->add_option("--pytorch-workspace", args->pytorch_workspace,
+                  "what PyTorch's allocator holds for cuBLAS/cuBLASLt workspaces, part of pytorch_peak_bytes (default 65MiB: PyTorch 2.11, CUDA 13, H100)");
   cmd->callback([args, &action] { action = [args] { return run_plan(*args); }; });
 }
 
