@@ -290,6 +290,7 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"Pad", {run_pad, false, false, kCopy}},  // cuda_pad_random.cpp
       {"RandomUniformLike", {run_random_uniform_like, false, false, kAny}},
       {"CumSum", {run_cum_sum, false, false, kCumSum}},
+      {"GatherElements", {run_gather_elements, false, false, kCopy}},
       {"Softmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, false); }, true, false, kFloat}},
       {"LogSoftmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, true); }, true, false, kFloat}},
       {"LayerNormalization", {run_layer_norm, true, false, kFloat}},

@@ -78,6 +78,27 @@ void run_cum_sum(ExecState& s, const Op& op) {
           op.attr_int("reverse", 0) != 0, s.ctx.stream());
 }
 
+void run_gather_elements(ExecState& s, const Op& op) {
+  const TensorId x = op.inputs.at(0), idx = op.inputs.at(1), y = op.outputs.at(0);
+  const auto in = s.dims(x), out = s.dims(y);
+  if (in.size() > static_cast<std::size_t>(kMaxRank)) unsupported(op, "rank above 8");
+  if (out.size() != in.size()) unsupported(op, "indices of x's rank expected");
+  const DType it = s.tensor(idx).dtype;
+  if (it != DType::i64 && it != DType::i32) unsupported(op, "indices must be int64 or int32");
+  GatherElementsShape g;
+  g.rank = static_cast<int>(in.size());
+  g.axis = static_cast<int>(norm_axis(op.attr_int("axis", 0), in.size(), op));
+  g.elem_bytes = elem_bytes(s, x);
+  g.idx64 = it == DType::i64;
+  g.axis_dim = in[static_cast<std::size_t>(g.axis)];
+  const auto strides = contiguous_strides(in);
+  for (std::size_t d = 0; d < in.size(); ++d) {
+    g.y_dims[d] = out[d];
+    g.x_strides[d] = strides[d];
+  }
+  gather_elements(g, s.ptr[x], s.ptr[idx], s.ptr[y], s.ctx.stream());
+}
+
 void run_random_uniform_like(ExecState& s, const Op& op) {
   const TensorId y = op.outputs.at(0);
   const std::uint64_t key =

@@ -62,6 +62,35 @@ void launch_cum_sum(const void* x, void* y, std::int64_t outer, std::int64_t len
                                                                        exclusive, reverse);
 }
 
+template <typename T, typename I>
+__global__ void gather_elements_kernel(GatherElementsShape s, const T* x, const I* idx, T* y, std::int64_t n) {
+  for (std::int64_t i = first_index(); i < n; i += stride()) {
+    std::int64_t j = static_cast<std::int64_t>(idx[i]);
+    if (j < 0) j += s.axis_dim;
+    if (j < 0 || j >= s.axis_dim) {
+      y[i] = T(0);
+      continue;
+    }
+    std::int64_t rest = i, off = 0;
+    for (int d = s.rank - 1; d >= 0; --d) {
+      const std::int64_t c = rest % s.y_dims[d];
+      rest /= s.y_dims[d];
+      off += (d == s.axis ? j : c) * s.x_strides[d];
+    }
+    y[i] = x[off];
+  }
+}
+
+template <typename T>
+void launch_gather_elements(const GatherElementsShape& s, const void* x, const void* idx, void* y, std::int64_t n, cudaStream_t stream) {
+  if (s.idx64)
+    gather_elements_kernel<T, std::int64_t><<<grid_for(n), kThreads, 0, stream>>>(s, static_cast<const T*>(x), static_cast<const std::int64_t*>(idx),
+                                                                                 static_cast<T*>(y), n);
+  else
+    gather_elements_kernel<T, std::int32_t><<<grid_for(n), kThreads, 0, stream>>>(s, static_cast<const T*>(x), static_cast<const std::int32_t*>(idx),
+                                                                                 static_cast<T*>(y), n);
+}
+
 template <typename T>
 void launch_pad(const PadShape& s, const void* x, const void* value, void* y, std::int64_t n, cudaStream_t stream) {
   pad_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(s, static_cast<const T*>(x), static_cast<const T*>(value), static_cast<T*>(y), n);
@@ -94,6 +123,20 @@ void cum_sum(const void* x, void* y, int dtype_code, std::int64_t outer, std::in
     default: fail(ErrorKind::unsupported, "CumSum of dtype code " + std::to_string(dtype_code));
   }
   check_launch("cum_sum");
+}
+
+void gather_elements(const GatherElementsShape& s, const void* x, const void* idx, void* y, cudaStream_t stream) {
+  std::int64_t n = 1;
+  for (int d = 0; d < s.rank; ++d) n *= s.y_dims[d];
+  if (n == 0) return;
+  switch (s.elem_bytes) {
+    case 1: launch_gather_elements<std::uint8_t>(s, x, idx, y, n, stream); break;
+    case 2: launch_gather_elements<std::uint16_t>(s, x, idx, y, n, stream); break;
+    case 4: launch_gather_elements<std::uint32_t>(s, x, idx, y, n, stream); break;
+    case 8: launch_gather_elements<std::uint64_t>(s, x, idx, y, n, stream); break;
+    default: fail(ErrorKind::unsupported, "GatherElements of " + std::to_string(s.elem_bytes) + "-byte elements");
+  }
+  check_launch("gather_elements");
 }
 
 void random_uniform_f32(float* y, std::int64_t n, std::uint64_t key, float low, float high, cudaStream_t stream) {

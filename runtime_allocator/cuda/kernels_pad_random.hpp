@@ -30,6 +30,20 @@ void pad(const PadShape& s, const void* x, const void* value, void* y, cudaStrea
 void cum_sum(const void* x, void* y, int dtype_code, std::int64_t outer, std::int64_t len, std::int64_t inner, bool exclusive,
              bool reverse, cudaStream_t stream);
 
+// GatherElements: y[i] = x at i's coordinates with the axis coordinate replaced by idx[i] (negative counts from
+// the end; out of range writes zeros: the CPU kernel raises instead). Shapes of rank <= kMaxRank; y and idx
+// share y_dims; elem_bytes 1, 2, 4 or 8; idx int64 (idx64) or int32.
+struct GatherElementsShape {
+  int rank = 0;
+  int axis = 0;
+  int elem_bytes = 4;
+  bool idx64 = true;
+  std::int64_t y_dims[kMaxRank] = {};
+  std::int64_t x_strides[kMaxRank] = {};
+  std::int64_t axis_dim = 0;
+};
+void gather_elements(const GatherElementsShape& s, const void* x, const void* idx, void* y, cudaStream_t stream);
+
 // n float32 (or float64) draws of uniform_f32 (uniform_f64) under `key` in [low, high).
 void random_uniform_f32(float* y, std::int64_t n, std::uint64_t key, float low, float high, cudaStream_t stream);
 void random_uniform_f64(double* y, std::int64_t n, std::uint64_t key, double low, double high, cudaStream_t stream);
@@ -42,6 +56,7 @@ struct ExecState;
 void run_pad(ExecState& s, const analysis::Op& op);
 void run_random_uniform_like(ExecState& s, const analysis::Op& op);
 void run_cum_sum(ExecState& s, const analysis::Op& op);
+void run_gather_elements(ExecState& s, const analysis::Op& op);
 #endif
 
 }  // namespace memplan::runtime::cuda

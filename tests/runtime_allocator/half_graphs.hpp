@@ -66,9 +66,11 @@ inline OpGraph autocast_mlp(analysis::DType d, analysis::DType round_to) {
 }
 
 // Its training graph: MSE loss against a float32 target, SGD.
-inline analysis::TrainingGraph autocast_mlp_training(analysis::DType d, analysis::DType round_to) {
+// optimizer sgd: outputs loss and the three weights updated in place; none: loss and the three gradients.
+inline analysis::TrainingGraph autocast_mlp_training(analysis::DType d, analysis::DType round_to,
+                                                     analysis::Optimizer optimizer = analysis::Optimizer::sgd) {
   analysis::TrainingOptions to;
-  to.optimizer = analysis::Optimizer::sgd;
+  to.optimizer = optimizer;
   to.learning_rate = 0.1;
   return analysis::build_training_graph(autocast_mlp(d, round_to).g, to);
 }

@@ -357,7 +357,7 @@ TEST_CASE("training-mode Dropout draws bit-identical masks and outputs on the GP
   }
 }
 
-TEST_CASE("RandomUniformLike draws bit-identical values and Pad pads and crops in every mode on the GPU as on the CPU") {
+TEST_CASE("RandomUniformLike draws bit-identical values, Pad pads and crops in every mode, and CumSum and GatherElements agree on the GPU and the CPU") {
   if (!runtime::cuda::cuda_available()) std::exit(77);
   std::mt19937 rng(7);
   OpGraph b;
@@ -388,6 +388,20 @@ TEST_CASE("RandomUniformLike draws bit-identical values and Pad pads and crops i
   const TensorId ids = b.constant("ids", ints(DType::i64, {2, 3}, {0, 1, 2, 3, 4, 5}));
   checked.push_back(b.result("pad_int64", DType::i64, {2, 6}));
   b.op("Pad", "", {ids, b.constant("int_pads", ints(DType::i64, {4}, {0, 1, 0, 2}))}, {checked.back()});
+  // CumSum: int64 position ids along the last axis (exclusive, reversed), float along axis 1 (small values: exact).
+  checked.push_back(b.result("cumsum_ids", DType::i64, {2, 3}));
+  b.op("CumSum", "", {ids, b.constant("last", ints(DType::i64, {}, {-1}))}, {checked.back()}, {{"exclusive", int_attr(1)}, {"reverse", int_attr(1)}});
+  const TensorId quarters = b.input("quarters", TensorData::from_double(DType::f32, {3, 4, 2}, std::vector<double>(24, 0.25)));
+  checked.push_back(b.result("cumsum_f32", DType::f32, {3, 4, 2}));
+  b.op("CumSum", "", {quarters, b.constant("one", ints(DType::i32, {}, {1}))}, {checked.back()});
+  // GatherElements along axis 1 with negative indices, over float and int64 data.
+  const TensorId picks = b.constant("picks", ints(DType::i64, {4, 2, 6}, {0, -1, 2, 3, 4, 1, 2, 0, -2, 4, 3, 1, 1, 1, 0, 0, 2, 3,
+                                                                       4, -5, 3, 2, 1, 0, 0, 2, 4, 1, 3, -1, 2, 2, 2, 2, 0, 1,
+                                                                       1, 3, 0, 4, 2, 1, 0, 0, 1, 1, 2, 2}));
+  checked.push_back(b.result("gather_elements", DType::f32, {4, 2, 6}));
+  b.op("GatherElements", "", {small, picks}, {checked.back()}, {{"axis", int_attr(1)}});
+  checked.push_back(b.result("gather_ids", DType::i64, {2, 2}));
+  b.op("GatherElements", "", {ids, b.constant("cols", ints(DType::i64, {2, 2}, {2, 0, -1, 1}))}, {checked.back()}, {{"axis", int_attr(1)}});
   check_against_cpu(b, checked, 0.0);
 }
 
