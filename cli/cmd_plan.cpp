@@ -26,7 +26,9 @@ void add_training_args(CLI::App* cmd, TrainingArgs& args) {
   cmd->add_option("--precision", args.precision, "fp32 | bf16 | fp16 (torch.autocast's op lists, fp32 master weights)");
   cmd->add_flag("--loss-scaling", args.loss_scaling, "fp16: dynamic loss scaling (GradScaler)");
   cmd->add_option("--microbatches", args.microbatches, "gradient accumulation: plan one micro-step of K");
-  cmd->add_option("--budget", args.budget, "device memory budget, e.g. 16GiB, 512MB, 1e9");
+  cmd->add_option("--budget", args.budget, "device memory budget, e.g. 16GiB, 512MB, 1e9")
+      ->check(CLI::Validator([](std::string& v) { return v.find_first_not_of(" \t") == std::string::npos ? std::string("a size is needed, e.g. 16GiB") : std::string(); },
+                             "SIZE"));
   cmd->add_option("--strategy", args.strategy, "none | sqrt | budget | optimal | swap | auto");
   add_arena_args(cmd, args.arena);
 }

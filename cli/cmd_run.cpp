@@ -5,7 +5,9 @@
 #include <fstream>
 #include <memory>
 
+#include "analysis/json_read.hpp"
 #include "analysis/liveness.hpp"
+#include "analysis/output_files.hpp"
 #include "cli/common.hpp"
 #include "cli/fusion_report.hpp"
 #include "cli/registry.hpp"
@@ -74,15 +76,7 @@ int run_model(const RunArgs& a) {
 
   planner::Plan plan;
   if (!a.plan_file.empty()) {
-    std::ifstream f(a.plan_file);
-    if (!f) fail(ErrorKind::io, "cannot open plan '" + a.plan_file + "'");
-    nlohmann::json doc;
-    try {
-      doc = nlohmann::json::parse(f);
-    } catch (const nlohmann::json::exception& e) {
-      fail(ErrorKind::malformed, "plan '" + a.plan_file + "': " + e.what());
-    }
-    plan = planner::plan_from_json(g, doc);
+    plan = planner::plan_from_json(g, analysis::read_json_file(a.plan_file, "plan"));
   } else if (!a.unshared) {
     plan = planner::plan_inference(g, assign_options(a.arena)).plan;
   }
@@ -92,7 +86,11 @@ int run_model(const RunArgs& a) {
   eo.unshared = a.unshared;
   runtime::Executor ex(g, plan, *backend, eo);
   const auto outputs = ex.run(inputs);
-  for (std::size_t k = 0; k < a.outputs.size(); ++k) runtime::write_npy(a.outputs[k], outputs[k]);
+  {
+    analysis::OutputFiles files;  // all or none: a failure on any output leaves every --output file as it was
+    for (std::size_t k = 0; k < a.outputs.size(); ++k) files.add(a.outputs[k], runtime::format_npy(outputs[k]));
+    files.commit();
+  }
 
   const auto& s = ex.stats();
   if (a.json) {

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "analysis/import.hpp"
+#include "analysis/output_files.hpp"
 #include "planner/remat.hpp"
 
 namespace memplan::cli {
@@ -91,9 +92,6 @@ std::string human_count(double n) {
   return buf;
 }
 
-void write_text_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  if (!f || !(f << text)) fail(ErrorKind::io, "cannot write '" + path + "'");
-}
+void write_text_file(const std::string& path, const std::string& text) { analysis::write_file_atomically(path, text); }
 
 }  // namespace memplan::cli

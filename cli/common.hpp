@@ -40,7 +40,7 @@ planner::AssignOptions assign_options(const ArenaArgs& args);
 
 std::string human_bytes(std::uint64_t bytes);
 std::string human_count(double n);
-// Writes `text` to `path`, ErrorKind::io on failure.
+// Writes `text` to `path` all-or-nothing (a temporary file renamed over it), ErrorKind::io on failure.
 void write_text_file(const std::string& path, const std::string& text);
 
 }  // namespace memplan::cli
