@@ -37,16 +37,12 @@ struct Reader {
 };
 
 // A constant an integer dtype cannot hold would make its conversion undefined, and a fraction would be cut:
-// both are malformed instead (bool holds 0 or 1).
+// both are malformed instead.
 void check_fits(const Reader& r, const json& x, DType dtype, const std::string& where) {
   if (dtype_is_float(dtype)) return;
   if (x.is_number_float() && std::trunc(x.get<double>()) != x.get<double>())
     r.bad(ErrorKind::malformed, where + ": value " + json_excerpt(x) + " of " + dtype_name(dtype) + " data is not an integer");
-  if (dtype == DType::boolean) {
-    if (x.get<double>() != 0.0 && x.get<double>() != 1.0)
-      r.bad(ErrorKind::malformed, where + ": value " + json_excerpt(x) + " of bool data is neither 0 nor 1");
-    return;
-  }
+  if (dtype == DType::boolean) return;  // any integer: nonzero is true
   const bool is_signed = dtype == DType::i8 || dtype == DType::i16 || dtype == DType::i32 || dtype == DType::i64;
   const int bits = static_cast<int>(dtype_bits(dtype));
   const long double lo = is_signed ? -std::ldexp(1.0L, bits - 1) : 0.0L;

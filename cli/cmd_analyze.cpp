@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "analysis/names.hpp"
 #include "analysis/liveness.hpp"
 #include "cli/common.hpp"
 #include "cli/fusion_report.hpp"
@@ -99,7 +100,7 @@ int run_analyze(const AnalyzeArgs& a) {
   }
 
   auto ratio = [](std::uint64_t x, std::uint64_t y) { return y ? static_cast<double>(x) / static_cast<double>(y) : 0.0; };
-  std::printf("model              %s (%zu ops, %zu tensors)\n", a.model.model.c_str(), g.ops.size(), g.tensors.size());
+  std::printf("model              %s (%zu ops, %zu tensors)\n", analysis::terminal_safe(a.model.model).c_str(), g.ops.size(), g.tensors.size());
   std::printf("fused              %s\n", fusion_text(fusion).c_str());
   std::printf("weights            %s (%s parameters)\n", human_bytes(weights).c_str(), human_count(static_cast<double>(params)).c_str());
   std::printf("graph inputs       %s\n", human_bytes(inputs).c_str());
@@ -128,11 +129,11 @@ int run_analyze(const AnalyzeArgs& a) {
       std::string shape = "[";
       for (std::size_t k = 0; k < x.dims.size(); ++k) shape += (k ? "," : "") + std::to_string(x.dims[k].value);
       shape += "]";
-      std::printf("  %-40s %12s  %-28s %s\n", x.name.substr(0, 40).c_str(), human_bytes(l.bytes[t]).c_str(),
-                  (g.ops[x.producer].name + " (" + g.ops[x.producer].type + ")").substr(0, 28).c_str(), shape.c_str());
+      std::printf("  %-40s %12s  %-28s %s\n", analysis::terminal_safe(x.name).substr(0, 40).c_str(), human_bytes(l.bytes[t]).c_str(),
+                  analysis::terminal_safe(g.ops[x.producer].name + " (" + g.ops[x.producer].type + ")").substr(0, 28).c_str(), shape.c_str());
     }
   }
-  if (!a.plan_file.empty()) std::printf("\nplan written to %s\n", a.plan_file.c_str());
+  if (!a.plan_file.empty()) std::printf("\nplan written to %s\n", analysis::terminal_safe(a.plan_file).c_str());
   return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 
+#include "analysis/names.hpp"
 #include "analysis/import.hpp"
 #include "cli/cmd_plan.hpp"
 #include "cli/registry.hpp"
@@ -99,7 +100,7 @@ int run_fit(const FitArgs& a) {
     std::cout << out.dump(2) << "\n";
     return 0;
   }
-  std::printf("model %s, budget %s, varying %s\n", a.train.model.model.c_str(), human_bytes(out["budget_bytes"]).c_str(), a.vary.c_str());
+  std::printf("model %s, budget %s, varying %s\n", analysis::terminal_safe(a.train.model.model).c_str(), human_bytes(out["budget_bytes"]).c_str(), a.vary.c_str());
   if (fusion) std::printf("fused %s\n", fusion_text(*fusion).c_str());
   std::printf("  %-9s %10s %14s %12s %14s\n", "strategy", ("max " + a.vary).c_str(), "peak", "recompute", "step estimate");
   for (const auto& s : strategies) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "analysis/names.hpp"
 #include "analysis/training.hpp"
 #include "cli/common.hpp"
 #include "cli/registry.hpp"
@@ -163,7 +164,7 @@ int run_plan(const PlanArgs& a) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  std::printf("model                %s (training step: %zu ops, %zu tensors)\n", a.train.model.model.c_str(), g.ops.size(), g.tensors.size());
+  std::printf("model                %s (training step: %zu ops, %zu tensors)\n", analysis::terminal_safe(a.train.model.model).c_str(), g.ops.size(), g.tensors.size());
   std::printf("fused                %s\n", fusion_text(s.fusion).c_str());
   std::printf("strategy             %s%s\n", r.strategy.c_str(),
               s.options.budget_bytes ? (", budget " + human_bytes(*s.options.budget_bytes)).c_str() : " (no budget: least memory)");
@@ -180,7 +181,7 @@ int run_plan(const PlanArgs& a) {
               human_count(r.training_flops).c_str());
   std::printf("PyTorch eager (%s attention) would peak at %s\n", sdpa ? "SDPA" : "eager", human_bytes(pytorch_peak).c_str());
   std::printf("plan                 %s, planned in %.3f s\n", r.report.valid ? "valid (verified)" : "INVALID", r.plan_seconds);
-  if (!a.plan_file.empty()) std::printf("plan written to      %s\n", a.plan_file.c_str());
+  if (!a.plan_file.empty()) std::printf("plan written to      %s\n", analysis::terminal_safe(a.plan_file).c_str());
   return 0;
 }
 

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <memory>
 
+#include "analysis/names.hpp"
 #include "analysis/json_read.hpp"
 #include "analysis/liveness.hpp"
 #include "analysis/output_files.hpp"
@@ -112,7 +113,7 @@ int run_model(const RunArgs& a) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("model      %s (%zu ops) on %s, %s\n", a.model.model.c_str(), s.ops_run, backend->name().c_str(),
+  std::printf("model      %s (%zu ops) on %s, %s\n", analysis::terminal_safe(a.model.model).c_str(), s.ops_run, backend->name().c_str(),
               a.unshared ? "unshared (every tensor its own buffer)" : "planned arena (verified)");
   std::printf("fused      %s\n", fusion_text(fusion).c_str());
   if (!a.unshared)
@@ -123,11 +124,11 @@ int run_model(const RunArgs& a) {
   std::printf("time       %.3f ms\n", s.seconds * 1e3);
   for (std::size_t k = 0; k < outputs.size(); ++k) {
     const auto j = summary(outputs[k]);
-    std::printf("output     %s %s %s", g.tensors[g.outputs[k]].name.c_str(), j["dtype"].get<std::string>().c_str(),
+    std::printf("output     %s %s %s", analysis::terminal_safe(g.tensors[g.outputs[k]].name).c_str(), j["dtype"].get<std::string>().c_str(),
                 j["shape"].dump().c_str());
     if (j.contains("mean"))
       std::printf(" min %.6g max %.6g mean %.6g", j["min"].get<double>(), j["max"].get<double>(), j["mean"].get<double>());
-    std::printf("%s\n", k < a.outputs.size() ? (" -> " + a.outputs[k]).c_str() : "");
+    std::printf("%s\n", k < a.outputs.size() ? (" -> " + analysis::terminal_safe(a.outputs[k])).c_str() : "");
   }
   return 0;
 }

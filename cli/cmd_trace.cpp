@@ -1,6 +1,7 @@
 // `memplan trace`: the plan as a Chrome trace (chrome://tracing, Perfetto): op spans and live arena bytes.
 #include <iostream>
 
+#include "analysis/names.hpp"
 #include "cli/registry.hpp"
 #include "cli/viz_source.hpp"
 #include "viz/trace.hpp"
@@ -26,8 +27,8 @@ int run_trace(const TraceArgs& a) {
   }
   const auto doc = viz::chrome_trace(m.graph, m.plan, opts);
   write_text_file(a.output, doc.dump() + "\n");
-  if (m.fusion) std::cout << m.title << ": fused " << fusion_text(*m.fusion) << "\n";
-  std::cout << m.title << ": " << m.plan.schedule.size() << " op spans, estimated " << doc["otherData"]["estimated_seconds"].get<double>()
+  if (m.fusion) std::cout << analysis::terminal_safe(m.title) << ": fused " << fusion_text(*m.fusion) << "\n";
+  std::cout << analysis::terminal_safe(m.title) << ": " << m.plan.schedule.size() << " op spans, estimated " << doc["otherData"]["estimated_seconds"].get<double>()
             << " s; trace written to " << a.output << " (open in https://ui.perfetto.dev or chrome://tracing)\n";
   return 0;
 }

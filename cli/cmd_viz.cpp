@@ -1,6 +1,7 @@
 // `memplan viz`: the memory timeline of a plan (or two side by side) as one SVG file.
 #include <iostream>
 
+#include "analysis/names.hpp"
 #include "cli/registry.hpp"
 #include "cli/viz_source.hpp"
 #include "viz/timeline.hpp"
@@ -39,12 +40,12 @@ int run_viz(const VizArgs& a) {
   for (const auto& m : models) {
     const auto u = viz::plan_usage(m.plan);
     const std::string op = m.plan.schedule.empty() ? "-" : m.graph.ops[m.plan.schedule[u.peak_step]].name;
-    std::cout << m.title << ": " << m.plan.buffers.size() << " buffers, arena " << human_bytes(m.plan.arena_bytes) << ", peak "
+    std::cout << analysis::terminal_safe(m.title) << ": " << m.plan.buffers.size() << " buffers, arena " << human_bytes(m.plan.arena_bytes) << ", peak "
               << human_bytes(u.peak_bytes) << " at step " << u.peak_step << " (" << op << ")" << (m.over_budget ? ", budget not met" : "")
               << "\n";
     if (m.fusion) std::cout << "  fused " << fusion_text(*m.fusion) << "\n";
   }
-  std::cout << "timeline written to " << a.output << "\n";
+  std::cout << "timeline written to " << analysis::terminal_safe(a.output) << "\n";
   return 0;
 }
 

@@ -5,8 +5,10 @@
 #include <fstream>
 
 #include "analysis/import.hpp"
+#include "analysis/names.hpp"
 #include "analysis/output_files.hpp"
 #include "planner/remat.hpp"
+#include "runtime_allocator/weights.hpp"
 
 namespace memplan::cli {
 
@@ -57,10 +59,27 @@ analysis::DimBindings parse_dims(const std::vector<std::string>& pairs) {
   return out;
 }
 
+void warn_external_data(const analysis::Graph& g, const std::string& model_path) {
+  constexpr int kMaxWarnings = 8;
+  int shown = 0, more = 0;
+  for (const auto& t : g.tensors) {
+    const std::string problem = runtime::external_data_problem(t, model_path);
+    if (problem.empty()) continue;
+    if (shown++ < kMaxWarnings)
+      std::fprintf(stderr, "memplan: warning: tensor '%s': external data location '%s' %s (it is never opened)\n",
+                   analysis::terminal_safe(t.name).c_str(), analysis::terminal_safe(t.external_location).c_str(),
+                   analysis::terminal_safe(problem).c_str());
+    else
+      ++more;
+  }
+  if (more) std::fprintf(stderr, "memplan: warning: %d more tensors have external data outside the model's folder\n", more);
+}
+
 analysis::Graph load_shaped_model(const ModelArgs& args, bool keep_weight_data) {
   analysis::ImportOptions io;
   io.keep_weight_data = keep_weight_data;
   analysis::Graph g = analysis::import_model(args.model, io);
+  warn_external_data(g, args.model);
   analysis::ShapeOptions so;
   so.dims = parse_dims(args.dims);
   return analysis::infer_shapes(g, so);

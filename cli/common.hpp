@@ -23,7 +23,10 @@ struct ModelArgs {
 void add_model_args(CLI::App* cmd, ModelArgs& args);
 // Parses "k=v" pairs; a bad pair or an absurd value is ErrorKind::usage.
 analysis::DimBindings parse_dims(const std::vector<std::string>& pairs);
-// Imports (ONNX or JSON) and infers shapes.
+// Warns on stderr about each tensor whose external data location lies outside the model's folder (never
+// opened by planning; `run` refuses it).
+void warn_external_data(const analysis::Graph& g, const std::string& model_path);
+// Imports (ONNX or JSON) and infers shapes, warning about external data outside the model's folder.
 analysis::Graph load_shaped_model(const ModelArgs& args, bool keep_weight_data = false);
 // The passes fuse_graph runs on the shaped forward graph: all of them, or none with --no-fuse.
 planner::FuseOptions fuse_options(const ModelArgs& args);

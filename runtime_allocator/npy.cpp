@@ -34,6 +34,8 @@ class HeaderParser {
   analysis::TensorData parse() {
     analysis::TensorData t;
     bool seen[3] = {false, false, false};
+    std::string descr_text;
+    bool structured = false, fortran = false;
     skip_space();
     expect('{');
     skip_space();
@@ -46,9 +48,15 @@ class HeaderParser {
       skip_space();
       expect(':');
       skip_space();
-      if (which == 0) t.dtype = descr();
-      else if (which == 1) fortran_order();
-      else t.dims = shape();
+      if (which == 0) {
+        structured = at('[') || at('(');
+        if (structured) skip_structured();
+        else descr_text = string_literal("the 'descr' string");
+      } else if (which == 1) {
+        fortran = fortran_order();
+      } else {
+        t.dims = shape();
+      }
       skip_space();
       if (at('}')) break;
       expect(',');
@@ -59,6 +67,11 @@ class HeaderParser {
     if (pos_ != s_.size()) bad("unexpected text after the dict");
     for (int k = 0; k < 3; ++k)
       if (!seen[k]) bad(std::string("no '") + (k == 0 ? "descr" : k == 1 ? "fortran_order" : "shape") + "' key");
+    // The structure is sound: now what memplan can hold.
+    if (structured)
+      fail(ErrorKind::unsupported, origin_ + ": structured npy dtypes are not supported (little-endian float32/64, int32/64, bool, uint8)");
+    t.dtype = dtype_of(descr_text);
+    if (fortran) fail(ErrorKind::unsupported, origin_ + ": Fortran-order npy arrays are not supported");
     return t;
   }
 
@@ -96,9 +109,23 @@ class HeaderParser {
     }
   }
 
-  DType descr() {
-    if (at('[')) fail(ErrorKind::unsupported, origin_ + ": structured npy dtypes are not supported (float32/64, int32/64, bool, uint8)");
-    const std::string d = string_literal("the 'descr' string");
+  // A structured dtype's list of fields: skipped to its matching bracket, strings read as strings, depth
+  // counted (no recursion). It is refused once the header is known to be sound.
+  void skip_structured() {
+    std::size_t depth = 0;
+    do {
+      if (pos_ >= s_.size()) bad("unterminated structured 'descr'");
+      if (at('\'') || at('"')) {
+        (void)string_literal("a string");
+        continue;
+      }
+      if (at('[') || at('(')) ++depth;
+      else if (at(']') || at(')')) --depth;
+      ++pos_;
+    } while (depth > 0);
+  }
+
+  DType dtype_of(const std::string& d) const {
     for (const auto& k : kDescrs)
       if (d == k.text) return k.dtype;
     std::string shown = d.substr(0, 40);
@@ -106,13 +133,14 @@ class HeaderParser {
                                      " is not supported (little-endian float32/64, int32/64, bool, uint8)");
   }
 
-  void fortran_order() {
+  bool fortran_order() {
     if (s_.substr(pos_, 4) == "True") {
       pos_ += 4;
-      fail(ErrorKind::unsupported, origin_ + ": Fortran-order npy arrays are not supported");
+      return true;
     }
     if (s_.substr(pos_, 5) != "False") bad("'fortran_order' must be True or False");
     pos_ += 5;
+    return false;
   }
 
   // A tuple of non-negative Python ints: "()", "(3,)", "(2, 3)", "(2, 3,)". "(3)" is an int, not a tuple.

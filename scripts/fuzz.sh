@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, ASan+UBSan) and runs each for SECONDS (default 30).
-# Usage: scripts/fuzz.sh [--build DIR] [--parallel] [SECONDS] [TARGET...]   (targets: fuzz_onnx fuzz_json fuzz_plan;
-#   default all)
+# Usage: scripts/fuzz.sh [--build DIR] [--parallel] [SECONDS] [TARGET...]   (targets: fuzz_onnx fuzz_json fuzz_plan
+#   fuzz_npy fuzz_cli; default all)
 #   --build DIR  use the sanitized build in DIR (scripts/test_sanitize.sh's build-asan, -O1); by default build-fuzz/ is
 #                configured here (-O2 with debug info: faster executions and line numbers for long runs).
 #   --parallel   run the targets at once (CI: three single-threaded fuzzers share the cores) instead of one by one.
@@ -53,6 +53,8 @@ fuzz_one() {
   case "$t" in
     fuzz_onnx) opts+=(-max_len=262144) ;;
     fuzz_plan) opts+=(-max_len=131072 -dict=fuzz/json.dict) ;;
+    fuzz_npy) opts+=(-max_len=4096) ;;
+    fuzz_cli) opts+=(-max_len=512 -dict=fuzz/cli.dict) ;;
     *) opts+=(-max_len=16384 -dict=fuzz/json.dict) ;;
   esac
   if [ "$t" = fuzz_onnx ]; then
