@@ -237,11 +237,12 @@ Graph import_json(const json& doc, const std::string& origin) {
   Graph g;
   g.name = r.str(doc, "name", "document", origin);
   if (doc.contains("opset")) {
-    // The range the ONNX importer accepts: rules are written for these opsets.
+    // The range the ONNX importer accepts (rules are written for these opsets), or 0: a graph memplan built
+    // by code, which records no opset (export_json writes it so, and it reads back the same).
     const json& o = doc.at("opset");
     if (!o.is_number_integer()) r.bad(ErrorKind::malformed, "'opset' must be an integer, got " + json_excerpt(o));
     const bool beyond = o.is_number_unsigned() && o.get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxInt64);
-    if (beyond || o.get<std::int64_t>() < kMinOpset || o.get<std::int64_t>() > kMaxOpset)
+    if (beyond || (o.get<std::int64_t>() != 0 && (o.get<std::int64_t>() < kMinOpset || o.get<std::int64_t>() > kMaxOpset)))
       r.bad(ErrorKind::unsupported, "default-domain opset " + json_excerpt(o) + " is outside the supported range " +
                                         std::to_string(kMinOpset) + ".." + std::to_string(kMaxOpset));
     g.opset = o.get<std::int64_t>();

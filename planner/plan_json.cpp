@@ -163,12 +163,12 @@ Plan plan_from_json(const Graph& g, const json& doc) {
   if (schema != kPlanSchema) fail(ErrorKind::plan_mismatch, "not a memplan plan: schema is '" + schema + "', expected '" + kPlanSchema + "'");
   // Any other version, also 2.0 or "2", is one this build does not read.
   const json& jv = field(doc, "version", "the plan");
-  const bool known = jv.is_number_unsigned() &&
-                     (jv.get<std::uint64_t>() == 1 || jv.get<std::uint64_t>() == static_cast<std::uint64_t>(Plan::kSchemaVersion));
+  const bool known = jv.is_number_integer() && !(jv.is_number_unsigned() && jv.get<std::uint64_t>() > 1000) &&
+                     (jv.get<std::int64_t>() == 1 || jv.get<std::int64_t>() == Plan::kSchemaVersion);
   if (!known)
     fail(ErrorKind::plan_mismatch, "plan schema version " + analysis::json_excerpt(jv) + " is not supported (this build reads versions 1 to " +
                                        std::to_string(Plan::kSchemaVersion) + ")");
-  const int version = static_cast<int>(jv.get<std::uint64_t>());
+  const int version = static_cast<int>(jv.get<std::int64_t>());
   Plan p;
   p.model_name = get<std::string>(doc, "model", "the plan");
   p.model_fingerprint = get<std::string>(doc, "fingerprint", "the plan");

@@ -34,11 +34,13 @@ TEST_CASE("JSON nested deeper than the limit is malformed, however deep, without
     CHECK(msg.find("doc.json") == 0);
   }
   ErrorKind kind = ErrorKind::usage;
-  CHECK(error_of(std::string(200000, '{'), &kind).find("nested") != std::string::npos);
+  std::string objects;
+  for (int k = 0; k < 200000; ++k) objects += "{\"a\": ";
+  CHECK(error_of(objects, &kind).find("nested") != std::string::npos);
   CHECK(kind == ErrorKind::malformed);
 }
 
-TEST_CASE("an object that gives a key twice is malformed, at any depth; the same key in two objects is fine") {
+TEST_CASE("an object that gives a key twice is malformed at any depth, and the same key in two objects is fine") {
   ErrorKind kind = ErrorKind::usage;
   CHECK(error_of(R"({"version": 1, "version": 2})", &kind).find("\"version\" twice") != std::string::npos);
   CHECK(kind == ErrorKind::malformed);
