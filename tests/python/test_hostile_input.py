@@ -153,6 +153,9 @@ def onnx_cases():
     marked = model([helper.make_node("Relu", ["x"], ["TNAME"], name="relu")], [vi("x", [2])], [vi("TNAME", None)])
     return [
         ("Constant with two value attributes", constant_two_values(), [], {MALFORMED}, ["value"]),
+        ("graph input that a node also writes", model([helper.make_node("Relu", ["x"], ["y"], name="relu"),
+                                                       helper.make_node("Neg", ["y"], ["x2"], name="neg")],
+                                                      [vi("x", [2]), vi("y", [2])], [vi("x2", None)]), [], {INVALID}, ["'y'"]),
         ("two imports of the default domain", two_default_imports(), [], {MALFORMED}, ["default domain"]),
         ("MaxPool pads >= kernel", model([maxpool], [vi("x", [1, 1, 4, 4])], [vi("y", None)]), [], {SHAPE}, ["pads"]),
         ("MatMul of float32 and float64", mixed, [], {SHAPE}, ["float64"]),
@@ -322,10 +325,7 @@ def main():
         plan_number_cases(r)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d cases in %.1f s, %d failed" % (r.count, time.time() - t0, len(r.failures)))
-    for f in r.failures:
-        print("FAILED " + f)
-    return 1 if r.failures else 0
+    return r.summary(t0)
 
 
 if __name__ == "__main__":
