@@ -60,7 +60,7 @@ int run_analyze(const AnalyzeArgs& a) {
   const bool has_steps = !l.schedule.empty();
   const analysis::Op* peak_op = has_steps ? &g.ops[l.schedule[peak]] : nullptr;
 
-  if (!a.plan_file.empty()) write_text_file(a.plan_file, planner::plan_to_json(g, p, true).dump(1) + "\n");
+  if (!a.plan_file.empty()) write_text_file(a.plan_file, json_text(planner::plan_to_json(g, p, true), 1) + "\n");
 
   if (a.json) {
     nlohmann::json j;
@@ -95,7 +95,7 @@ int run_analyze(const AnalyzeArgs& a) {
     j["live_at_peak"] = live;
     j["fusion"] = fusion_json(fusion);
     if (a.shapes) j["tensor_shapes"] = shapes_json(g);
-    std::cout << j.dump(2) << "\n";
+    std::cout << json_text(j, 2) << "\n";
     return 0;
   }
 

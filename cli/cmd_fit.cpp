@@ -4,8 +4,8 @@
 #include <map>
 #include <optional>
 
-#include "analysis/names.hpp"
 #include "analysis/import.hpp"
+#include "analysis/names.hpp"
 #include "cli/cmd_plan.hpp"
 #include "cli/registry.hpp"
 
@@ -97,7 +97,7 @@ int run_fit(const FitArgs& a) {
   out["strategies"] = per;
   if (fusion) out["fusion"] = fusion_json(*fusion);
   if (a.json) {
-    std::cout << out.dump(2) << "\n";
+    std::cout << json_text(out, 2) << "\n";
     return 0;
   }
   std::printf("model %s, budget %s, varying %s\n", analysis::terminal_safe(a.train.model.model).c_str(), human_bytes(out["budget_bytes"]).c_str(), a.vary.c_str());

@@ -156,7 +156,7 @@ int list_registry(const OpsArgs& a) {
                      {"cpu", f.cpu}, {"cuda", f.cuda ? nlohmann::json(*f.cuda) : nlohmann::json(nullptr)},
                      {"summary", i.summary}});
     }
-    std::cout << out.dump(2) << "\n";
+    std::cout << json_text(out, 2) << "\n";
     return 0;
   }
   Row header{"op", "domain", "kind", "shape", "cost", "backward", "deterministic", "CPU", "CUDA"};
@@ -236,7 +236,7 @@ int list_models(const OpsArgs& a) {
       out.push_back({{"model", r.model}, {"ops", r.ops}, {"unknown", unknown}, {"lacking", lacking},
                      {"cuda_built", kCudaBuilt}});
     }
-    std::cout << out.dump(2) << "\n";
+    std::cout << json_text(out, 2) << "\n";
     return 0;
   }
   for (std::size_t k = 0; k < reports.size(); ++k) {

@@ -128,7 +128,7 @@ int run_plan(const PlanArgs& a) {
     nlohmann::json pj = planner::plan_to_json(g, r.plan, true);
     pj["training"] = {{"strategy", r.strategy}, {"budget_bytes", s.options.budget_bytes ? nlohmann::json(*s.options.budget_bytes) : nlohmann::json()},
                       {"peak_bytes", r.peak_bytes}, {"persistent_bytes", r.persistent_bytes}, {"input_bytes", r.input_bytes}};
-    write_text_file(a.plan_file, pj.dump(1) + "\n");
+    write_text_file(a.plan_file, json_text(pj, 1) + "\n");
   }
   if (a.json) {
     nlohmann::json j;
@@ -161,7 +161,7 @@ int run_plan(const PlanArgs& a) {
     j["swapped_tensors"] = r.swapped_tensors;
     j["swap_bytes"] = r.swap_bytes;
     j["estimated_step_seconds"] = r.estimated_step_seconds;
-    std::cout << j.dump(2) << "\n";
+    std::cout << json_text(j, 2) << "\n";
     return 0;
   }
   std::printf("model                %s (training step: %zu ops, %zu tensors)\n", analysis::terminal_safe(a.train.model.model).c_str(), g.ops.size(), g.tensors.size());

@@ -110,7 +110,7 @@ int run_model(const RunArgs& a) {
     }
     j["outputs"] = outs;
     j["fusion"] = fusion_json(fusion);
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", json_text(j, 2).c_str());
     return 0;
   }
   std::printf("model      %s (%zu ops) on %s, %s\n", analysis::terminal_safe(a.model.model).c_str(), s.ops_run, backend->name().c_str(),

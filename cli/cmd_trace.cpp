@@ -26,7 +26,7 @@ int run_trace(const TraceArgs& a) {
     opts.op_seconds = viz::estimated_op_seconds(m.graph, profile);
   }
   const auto doc = viz::chrome_trace(m.graph, m.plan, opts);
-  write_text_file(a.output, doc.dump() + "\n");
+  write_text_file(a.output, json_text(doc) + "\n");
   if (m.fusion) std::cout << analysis::terminal_safe(m.title) << ": fused " << fusion_text(*m.fusion) << "\n";
   std::cout << analysis::terminal_safe(m.title) << ": " << m.plan.schedule.size() << " op spans, estimated " << doc["otherData"]["estimated_seconds"].get<double>()
             << " s; trace written to " << a.output << " (open in https://ui.perfetto.dev or chrome://tracing)\n";

@@ -85,6 +85,8 @@ analysis::Graph load_shaped_model(const ModelArgs& args, bool keep_weight_data) 
   return analysis::infer_shapes(g, so);
 }
 
+std::string json_text(const nlohmann::json& j, int indent) { return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace); }
+
 std::string human_bytes(std::uint64_t bytes) {
   static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   double v = static_cast<double>(bytes);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -40,6 +41,10 @@ struct ArenaArgs {
 void add_arena_args(CLI::App* cmd, ArenaArgs& args);
 // A bad --workspace-limit size is ErrorKind::usage.
 planner::AssignOptions assign_options(const ArenaArgs& args);
+
+// JSON text as nlohmann writes it, except that bytes which are not UTF-8 (from a file path given on the
+// command line) become U+FFFD instead of an exception.
+std::string json_text(const nlohmann::json& j, int indent = -1);
 
 std::string human_bytes(std::uint64_t bytes);
 std::string human_count(double n);

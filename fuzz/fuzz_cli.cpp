@@ -29,13 +29,16 @@ constexpr const char* kModel = R"({"format": "memplan.graph", "version": 1, "nam
  "ops": [{"name": "mm", "type": "MatMul", "inputs": ["x", "w"], "outputs": ["h"]},
          {"name": "relu", "type": "Relu", "inputs": ["h"], "outputs": ["y"]}]})";
 
+// The scratch folder is the working directory only while a command line runs: libFuzzer writes its corpus
+// and artifacts relative to the directory it started in.
 struct Sandbox {
-  fs::path dir;
+  fs::path dir, home;
   std::string input_npy, plan_json;
   Sandbox() {
     char tmpl[] = "/tmp/memplan-fuzz-cli-XXXXXX";
     if (!mkdtemp(tmpl)) std::abort();
     dir = tmpl;
+    home = fs::current_path();
     fs::current_path(dir);
     const int null = ::open("/dev/null", O_WRONLY);
     if (null < 0 || ::dup2(null, 1) < 0) std::abort();  // commands print their reports: not wanted here
@@ -47,6 +50,7 @@ struct Sandbox {
     if (memplan::cli::run_command_line(6, argv, sink, sink) != 0) std::abort();
     std::ifstream f("p.json");
     plan_json.assign(std::istreambuf_iterator<char>(f), {});
+    fs::current_path(home);
   }
   // The folder holds the three files again and nothing else.
   void reset() const {
@@ -78,9 +82,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<const char*> argv;
   for (const auto& a : args) argv.push_back(a.c_str());
   std::ostringstream out, err;
+  fs::current_path(box.dir);
   const int rc = memplan::cli::run_command_line(static_cast<int>(argv.size()), argv.data(), out, err);
   if (rc == 70) std::fprintf(stderr, "internal error: %s\n", err.str().c_str());
   memplan::fuzz::require(rc == 0 || (rc >= 2 && rc <= 12), "every command line ends with a documented exit code");
   box.reset();
+  fs::current_path(box.home);
   return 0;
 }

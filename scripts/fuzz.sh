@@ -34,6 +34,8 @@ if [ ! -f "$dir/build.ninja" ]; then
     -DMEMPLAN_TESTS=OFF -DMEMPLAN_BENCH=OFF -DMEMPLAN_CUDA=OFF -DMEMPLAN_WERROR=ON > /dev/null
 fi
 "${lock[@]}" cmake --build "$dir" --target "${targets[@]}" -j"$(nproc)"
+# Absolute from here on: fuzz_cli changes its working directory while a command line runs.
+dir="$(cd "$dir" && pwd)"
 
 # Seeds: the sample models for ONNX (small ones: large inputs slow every mutation), hand-written JSON.
 seed_dir() {
@@ -67,7 +69,7 @@ fuzz_one() {
   fi
   echo "== $t: ${secs}s, corpus $corpus, seeds ${extra[*]:-none}"
   # The outer timeout catches a fuzzer that stops honouring -max_total_time (a hang outside one input).
-  timeout -k 10 $((secs + 120)) "./$dir/$t" "${opts[@]}" "$corpus" "${extra[@]}" > "$dir/$t.log" 2>&1
+  timeout -k 10 $((secs + 120)) "$dir/$t" "${opts[@]}" "$corpus" "${extra[@]}" > "$dir/$t.log" 2>&1
 }
 report() {
   local t="$1" rc="$2"

@@ -186,6 +186,12 @@ def control_char_cases(r):
     r.check("control characters in a missing file's name", rc, err, {IO}, ["\\x1b[2J"], secs)
     if "\x1b" in err:
         r.report("control characters in an error message", ["ESC reaches stderr"], err)
+    raw = os.path.join(d.encode(), b"\xff\xfe.onnx")  # a path that is not UTF-8 reaches the JSON writer
+    shutil.copy(m, raw)
+    for extra in (["--json"], ["--plan", os.path.join(d.encode(), b"p.json")]):
+        p = subprocess.run([r.memplan.encode(), b"analyze", raw] + [x if isinstance(x, bytes) else x.encode() for x in extra],
+                           capture_output=True)
+        r.check("model path not UTF-8, analyze %s" % extra[0], p.returncode, p.stderr.decode("utf-8", "replace"), {OK}, [], 0.0)
     rc, err, secs = r.run(["analyze", m, "--bogus\x1b[2J"])
     r.check("control characters in an unknown option", rc, err, {USAGE}, ["\\x1b"], secs)
     if "\x1b" in err:
