@@ -45,6 +45,8 @@ seed_dir() {
   esac
 }
 mkdir -p "$dir/artifacts"
+# Graphviz's plugin and font caches live until exit (fuzz_cli draws DAGs): not ours to free.
+export LSAN_OPTIONS="suppressions=$PWD/fuzz/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 # Runs one target; its output goes to DIR/TARGET.log.
 fuzz_one() {
   local t="$1" corpus="$dir/corpus/$1" seeds extra=() opts

@@ -221,3 +221,17 @@ TEST_CASE("elementwise ops whose inputs share one type refuse two dtypes at shap
   pow.output("y");
   CHECK(dtype_of(infer_shapes(pow.g, {}), "y") == DType::f32);
 }
+
+TEST_CASE("Gather and GatherElements refuse indices that are not int32 or int64 at shape inference") {
+  for (const char* type : {"Gather", "GatherElements"}) {
+    CAPTURE(type);
+    Builder b;
+    b.input("data", DType::f32, Shape{4, 3});
+    b.input("idx", DType::f32, Shape{4, 3});
+    b.op(type, {"data", "idx"}, {"y"});
+    b.output("y");
+    std::string msg;
+    CHECK(kind_of([&] { (void)infer_shapes(b.g, {}); }, &msg) == ErrorKind::shape);
+    CHECK(msg.find("'idx' are float32") != std::string::npos);
+  }
+}
