@@ -17,10 +17,14 @@ std::size_t utf8_sequence(std::string_view s, std::size_t i, std::uint32_t& cp) 
   }
   std::size_t n = 0;
   std::uint32_t min = 0;
-  if ((b0 & 0xE0) == 0xC0) n = 2, cp = b0 & 0x1F, min = 0x80;
-  else if ((b0 & 0xF0) == 0xE0) n = 3, cp = b0 & 0x0F, min = 0x800;
-  else if ((b0 & 0xF8) == 0xF0) n = 4, cp = b0 & 0x07, min = 0x10000;
-  else return 0;
+  if ((b0 & 0xE0) == 0xC0)
+    n = 2, cp = b0 & 0x1F, min = 0x80;
+  else if ((b0 & 0xF0) == 0xE0)
+    n = 3, cp = b0 & 0x0F, min = 0x800;
+  else if ((b0 & 0xF8) == 0xF0)
+    n = 4, cp = b0 & 0x07, min = 0x10000;
+  else
+    return 0;
   if (i + n > s.size()) return 0;
   for (std::size_t k = 1; k < n; ++k) {
     const auto b = static_cast<unsigned char>(s[i + k]);
@@ -83,9 +87,12 @@ std::string terminal_safe(std::string_view s) {
       ++i;
       continue;
     }
-    if (cp == '\n') out += "\\n";
-    else if (cp == '\r') out += "\\r";
-    else if (cp == '\t') out += "\\t";
+    if (cp == '\n')
+      out += "\\n";
+    else if (cp == '\r')
+      out += "\\r";
+    else if (cp == '\t')
+      out += "\\t";
     else if (cp < 0x20 || cp == 0x7F) {
       out += "\\x";
       out += hex[cp >> 4];

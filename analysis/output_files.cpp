@@ -29,8 +29,10 @@ int write_all_and_close(int fd, std::string_view bytes) {
   for (std::size_t done = 0; done < bytes.size() && !err;) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) err = n < 0 ? errno : EIO;
-    else done += static_cast<std::size_t>(n);
+    if (n <= 0)
+      err = n < 0 ? errno : EIO;
+    else
+      done += static_cast<std::size_t>(n);
   }
   if (::close(fd) != 0 && !err) err = errno;
   return err;

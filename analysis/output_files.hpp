@@ -26,8 +26,8 @@ class OutputFiles {
 
  private:
   struct Staged {
-    std::string path;  // the target
-    std::string temp;  // empty: written in place
+    std::string path;   // the target
+    std::string temp;   // empty: written in place
     std::string bytes;  // kept for in-place targets only
   };
   std::vector<Staged> staged_;

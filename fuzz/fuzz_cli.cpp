@@ -42,8 +42,8 @@ struct Sandbox {
     fs::current_path(dir);
     const int null = ::open("/dev/null", O_WRONLY);
     if (null < 0 || ::dup2(null, 1) < 0) std::abort();  // commands print their reports: not wanted here
-    input_npy = memplan::runtime::format_npy(memplan::analysis::TensorData::from_double(memplan::analysis::DType::f32, {2, 8},
-                                                                                         std::vector<double>(16, 0.5)));
+    input_npy = memplan::runtime::format_npy(
+        memplan::analysis::TensorData::from_double(memplan::analysis::DType::f32, {2, 8}, std::vector<double>(16, 0.5)));
     reset();
     std::ostringstream sink;
     const char* argv[] = {"memplan", "analyze", "m.json", "--plan", "p.json", "--no-fuse"};

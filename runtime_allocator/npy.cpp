@@ -18,7 +18,7 @@ struct Descr {
   const char* text;
   DType dtype;
 };
-constexpr Descr kDescrs[] = {{"<f4", DType::f32}, {"<f8", DType::f64}, {"<i8", DType::i64},
+constexpr Descr kDescrs[] = {{"<f4", DType::f32}, {"<f8", DType::f64},     {"<i8", DType::i64},
                              {"<i4", DType::i32}, {"|b1", DType::boolean}, {"|u1", DType::u8}};
 
 // The header NumPy writes is repr() of a dict with exactly the keys 'descr' (a string), 'fortran_order'
@@ -50,8 +50,10 @@ class HeaderParser {
       skip_space();
       if (which == 0) {
         structured = at('[') || at('(');
-        if (structured) skip_structured();
-        else descr_text = string_literal("the 'descr' string");
+        if (structured)
+          skip_structured();
+        else
+          descr_text = string_literal("the 'descr' string");
       } else if (which == 1) {
         fortran = fortran_order();
       } else {
@@ -69,7 +71,8 @@ class HeaderParser {
       if (!seen[k]) bad(std::string("no '") + (k == 0 ? "descr" : k == 1 ? "fortran_order" : "shape") + "' key");
     // The structure is sound: now what memplan can hold.
     if (structured)
-      fail(ErrorKind::unsupported, origin_ + ": structured npy dtypes are not supported (little-endian float32/64, int32/64, bool, uint8)");
+      fail(ErrorKind::unsupported,
+           origin_ + ": structured npy dtypes are not supported (little-endian float32/64, int32/64, bool, uint8)");
     t.dtype = dtype_of(descr_text);
     if (fortran) fail(ErrorKind::unsupported, origin_ + ": Fortran-order npy arrays are not supported");
     return t;
@@ -85,7 +88,8 @@ class HeaderParser {
     ++pos_;
   }
   void skip_space() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r' || s_[pos_] == '\f')) ++pos_;
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r' || s_[pos_] == '\f'))
+      ++pos_;
   }
 
   // A Python string literal without prefix, in single or double quotes, on one line; \\, \' and \" are
@@ -119,8 +123,10 @@ class HeaderParser {
         (void)string_literal("a string");
         continue;
       }
-      if (at('[') || at('(')) ++depth;
-      else if (at(']') || at(')')) --depth;
+      if (at('[') || at('('))
+        ++depth;
+      else if (at(']') || at(')'))
+        --depth;
       ++pos_;
     } while (depth > 0);
   }
@@ -210,8 +216,8 @@ analysis::TensorData parse_npy(std::string_view bytes, const std::string& origin
   const std::uint64_t n = checked_mul(t.element_count(), analysis::dtype_bits(t.dtype) / 8, origin + " data size");
   const std::uint64_t data_at = header_at + header_len;
   if (bytes.size() - data_at != n)
-    fail(ErrorKind::malformed, origin + ": npy data is " + std::to_string(bytes.size() - data_at) + " bytes, its shape and dtype need " +
-                                   std::to_string(n));
+    fail(ErrorKind::malformed, origin + ": npy data is " + std::to_string(bytes.size() - data_at) +
+                                   " bytes, its shape and dtype need " + std::to_string(n));
   t.bytes.resize(n);
   if (n) std::memcpy(t.bytes.data(), bytes.data() + data_at, n);
   return t;
