@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "analysis/cost.hpp"
+#include "analysis/json_read.hpp"
 
 namespace memplan::analysis {
 
@@ -64,9 +65,7 @@ DeviceProfile read_device_profile(const std::string& path) {
   if (!f) fail(ErrorKind::io, path + ": cannot open the device profile");
   std::stringstream s;
   s << f.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(s.str(), nullptr, false);
-  if (j.is_discarded()) fail(ErrorKind::malformed, path + ": not valid JSON");
-  return device_profile_from_json(j, path);
+  return device_profile_from_json(parse_json_strict(s.str(), path), path);
 }
 
 nlohmann::json device_profile_to_json(const DeviceProfile& p) {

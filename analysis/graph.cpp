@@ -255,7 +255,11 @@ std::int64_t Op::attr_int(std::string_view key, std::int64_t fallback) const {
   const Attribute* a = attr(key);
   if (!a) return fallback;
   if (a->kind == Attribute::Kind::i) return a->i;
-  if (a->kind == Attribute::Kind::f) return to_int64(a->f);  // clamped: a huge float is not UB
+  // A float attribute stands for an integer only when it is one: 1.5 is refused, never truncated.
+  if (a->kind == Attribute::Kind::f && std::trunc(a->f) == a->f && std::fabs(a->f) < 9.2e18) return static_cast<std::int64_t>(a->f);
+  if (a->kind == Attribute::Kind::f)
+    fail(ErrorKind::malformed, "op '" + name + "' (" + type + "): attribute '" + std::string(key) + "' is " + std::to_string(a->f) +
+                                   ", not an integer");
   fail(ErrorKind::malformed, "op '" + name + "' (" + type + "): attribute '" + std::string(key) + "' is not an integer");
 }
 double Op::attr_float(std::string_view key, double fallback) const {
@@ -363,6 +367,15 @@ void Graph::validate() const {
   }
   for (TensorId t : outputs)
     if (t >= tensors.size()) fail(ErrorKind::invalid_graph, "graph output refers to an unknown tensor");
+  std::vector<TensorId> fed = inputs;
+  std::sort(fed.begin(), fed.end());
+  if (auto twice = std::adjacent_find(fed.begin(), fed.end()); twice != fed.end() && *twice < tensors.size())
+    fail(ErrorKind::invalid_graph, "tensor '" + tensors[*twice].name + "' is listed twice as a graph input");
+  // A graph input an op also writes would be overwritten while the caller's value is still expected.
+  for (TensorId t : inputs)
+    if (t < tensors.size() && tensors[t].producer != kNoOp)
+      fail(ErrorKind::invalid_graph, "tensor '" + tensors[t].name + "' is a graph input and also the output of op '" +
+                                         ops[tensors[t].producer].name + "'");
   (void)topological_order(*this);
 }
 

@@ -8,6 +8,10 @@
 
 namespace memplan::analysis {
 
+// The default-domain opsets the importers accept (ONNX's opset_import, the JSON graph's "opset").
+inline constexpr std::int64_t kMinOpset = 7;
+inline constexpr std::int64_t kMaxOpset = 23;
+
 struct ImportOptions {
   // Keep the bytes of inline initializers (the executor needs them; planning does not). Small
   // integer constants (<= 4096 elements) are always kept: shape folding reads them.

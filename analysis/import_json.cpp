@@ -5,6 +5,8 @@
 #include <sstream>
 
 #include "analysis/import.hpp"
+#include "analysis/json_read.hpp"
+#include "analysis/names.hpp"
 
 namespace memplan::analysis {
 
@@ -14,6 +16,8 @@ namespace {
 
 constexpr int kGraphFormatVersion = 1;
 constexpr std::uint64_t kMaxInlineElements = 1u << 24;
+constexpr std::int64_t kMaxInt64 = std::numeric_limits<std::int64_t>::max();
+constexpr std::int64_t kMinInt64 = std::numeric_limits<std::int64_t>::min();
 
 struct Reader {
   std::string origin;
@@ -32,9 +36,13 @@ struct Reader {
   }
 };
 
-// A constant an integer dtype cannot hold would make its conversion undefined: it is malformed instead.
+// A constant an integer dtype cannot hold would make its conversion undefined, and a fraction would be cut:
+// both are malformed instead.
 void check_fits(const Reader& r, const json& x, DType dtype, const std::string& where) {
-  if (dtype_is_float(dtype) || dtype == DType::boolean) return;
+  if (dtype_is_float(dtype)) return;
+  if (x.is_number_float() && std::trunc(x.get<double>()) != x.get<double>())
+    r.bad(ErrorKind::malformed, where + ": value " + json_excerpt(x) + " of " + dtype_name(dtype) + " data is not an integer");
+  if (dtype == DType::boolean) return;  // any integer: nonzero is true
   const bool is_signed = dtype == DType::i8 || dtype == DType::i16 || dtype == DType::i32 || dtype == DType::i64;
   const int bits = static_cast<int>(dtype_bits(dtype));
   const long double lo = is_signed ? -std::ldexp(1.0L, bits - 1) : 0.0L;
@@ -42,7 +50,7 @@ void check_fits(const Reader& r, const json& x, DType dtype, const std::string& 
   const long double v = x.is_number_unsigned() ? static_cast<long double>(x.get<std::uint64_t>())
                         : x.is_number_integer() ? static_cast<long double>(x.get<std::int64_t>())
                                                 : static_cast<long double>(x.get<double>());
-  if (!(v >= lo && v <= hi)) r.bad(ErrorKind::malformed, where + ": value " + x.dump() + " does not fit " + dtype_name(dtype));
+  if (!(v >= lo && v <= hi)) r.bad(ErrorKind::malformed, where + ": value " + json_excerpt(x) + " does not fit " + dtype_name(dtype));
 }
 
 double non_finite(const Reader& r, const std::string& s, const std::string& where) {
@@ -105,20 +113,16 @@ Attribute attribute_from_json(const Reader& r, const json& v, const std::string&
       auto dt = dtype_from_name(r.str(val, "dtype", where, {}, true));
       if (!dt) r.bad(ErrorKind::unsupported, where + ": unknown dtype");
       std::vector<std::int64_t> dims;
-      for (const auto& d : r.field(val, "dims", where)) {
-        if (!d.is_number_integer() || d.get<std::int64_t>() < 0) r.bad(ErrorKind::malformed, where + ": bad dims");
-        dims.push_back(d.get<std::int64_t>());
-      }
+      const json& jd = r.field(val, "dims", where);
+      if (!jd.is_array()) r.bad(ErrorKind::malformed, where + ": 'dims' must be an array");
+      for (const auto& d : jd) dims.push_back(json_int(d, 0, kMaxInt64, r.origin + ": " + where + " dim"));
       a.t = data_from_json(r, r.field(val, "data", where), *dt, dims, where);
       return a;
     }
     if (!val.is_array()) r.bad(ErrorKind::malformed, where + ": typed list attribute must hold an array");
     if (kind == "ints") {
       a.kind = Attribute::Kind::ints;
-      for (const auto& x : val) {
-        if (!x.is_number_integer()) r.bad(ErrorKind::malformed, where + ": 'ints' must hold integers");
-        a.ints.push_back(x.get<std::int64_t>());
-      }
+      for (const auto& x : val) a.ints.push_back(json_int(x, kMinInt64, kMaxInt64, r.origin + ": " + where));
     } else if (kind == "floats") {
       a.kind = Attribute::Kind::floats;
       for (const auto& x : val) {
@@ -136,7 +140,7 @@ Attribute attribute_from_json(const Reader& r, const json& v, const std::string&
     }
     return a;
   }
-  if (v.is_number_integer()) { a.kind = Attribute::Kind::i; a.i = v.get<std::int64_t>(); return a; }
+  if (v.is_number_integer()) { a.kind = Attribute::Kind::i; a.i = json_int(v, kMinInt64, kMaxInt64, r.origin + ": " + where); return a; }
   if (v.is_boolean()) { a.kind = Attribute::Kind::i; a.i = v.get<bool>() ? 1 : 0; return a; }
   if (v.is_number_float()) { a.kind = Attribute::Kind::f; a.f = v.get<double>(); return a; }
   if (v.is_string()) { a.kind = Attribute::Kind::s; a.s = v.get<std::string>(); return a; }
@@ -158,7 +162,7 @@ Attribute attribute_from_json(const Reader& r, const json& v, const std::string&
       for (const auto& x : v) a.floats.push_back(x.get<double>());
     } else {
       a.kind = Attribute::Kind::ints;
-      for (const auto& x : v) a.ints.push_back(x.get<std::int64_t>());
+      for (const auto& x : v) a.ints.push_back(json_int(x, kMinInt64, kMaxInt64, r.origin + ": " + where));
     }
     return a;
   }
@@ -195,13 +199,15 @@ Tensor tensor_from_json(const Reader& r, const json& jt, std::size_t index) {
     if (!s.is_array()) r.bad(ErrorKind::malformed, w + ": 'shape' must be an array");
     t.rank_known = true;
     for (const auto& d : s) {
-      if (d.is_number_integer()) {
-        if (d.get<std::int64_t>() < 0) r.bad(ErrorKind::overflow, w + ": negative dim " + d.dump());
+      if (d.is_number_unsigned() && d.get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxInt64)) {
+        r.bad(ErrorKind::overflow, w + ": dim " + json_excerpt(d) + " is beyond 2^63 - 1");
+      } else if (d.is_number_integer()) {
+        if (d.get<std::int64_t>() < 0) r.bad(ErrorKind::overflow, w + ": negative dim " + json_excerpt(d));
         t.dims.push_back(Dim::of(d.get<std::int64_t>()));
       } else if (d.is_string() && !d.get<std::string>().empty()) {
         t.dims.push_back(Dim::sym(d.get<std::string>()));
       } else {
-        r.bad(ErrorKind::malformed, w + ": dims are non-negative integers or symbol names, got " + d.dump());
+        r.bad(ErrorKind::malformed, w + ": dims are non-negative integers or symbol names, got " + json_excerpt(d));
       }
     }
     if (t.shape_known()) (void)t.element_count();  // overflow check
@@ -227,12 +233,19 @@ Graph import_json(const json& doc, const std::string& origin) {
     r.bad(ErrorKind::plan_mismatch, "not a memplan graph (expected \"format\": \"memplan.graph\")");
   const json& ver = r.field(doc, "version", "document");
   if (!ver.is_number_integer() || ver.get<std::int64_t>() != kGraphFormatVersion)
-    r.bad(ErrorKind::plan_mismatch, "graph format version " + ver.dump() + " is not supported (expected " + std::to_string(kGraphFormatVersion) + ")");
+    r.bad(ErrorKind::plan_mismatch, "graph format version " + json_excerpt(ver) + " is not supported (expected " + std::to_string(kGraphFormatVersion) + ")");
   Graph g;
   g.name = r.str(doc, "name", "document", origin);
   if (doc.contains("opset")) {
-    if (!doc.at("opset").is_number_integer()) r.bad(ErrorKind::malformed, "'opset' must be an integer");
-    g.opset = doc.at("opset").get<std::int64_t>();
+    // The range the ONNX importer accepts (rules are written for these opsets), or 0: a graph memplan built
+    // by code, which records no opset (export_json writes it so, and it reads back the same).
+    const json& o = doc.at("opset");
+    if (!o.is_number_integer()) r.bad(ErrorKind::malformed, "'opset' must be an integer, got " + json_excerpt(o));
+    const bool beyond = o.is_number_unsigned() && o.get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxInt64);
+    if (beyond || (o.get<std::int64_t>() != 0 && (o.get<std::int64_t>() < kMinOpset || o.get<std::int64_t>() > kMaxOpset)))
+      r.bad(ErrorKind::unsupported, "default-domain opset " + json_excerpt(o) + " is outside the supported range " +
+                                        std::to_string(kMinOpset) + ".." + std::to_string(kMaxOpset));
+    g.opset = o.get<std::int64_t>();
   } else {
     g.opset = 17;
   }
@@ -282,6 +295,7 @@ Graph import_json(const json& doc, const std::string& origin) {
   g.outputs = names(r.field(doc, "outputs", "document"), "'outputs'", false);
   for (TensorId t : g.outputs) g.tensors[t].is_graph_output = true;
   if (g.outputs.empty()) r.bad(ErrorKind::invalid_graph, "the graph has no outputs");
+  require_utf8_names(g, origin);
   g.validate();
   return g;
 }
@@ -331,17 +345,7 @@ json export_json(const Graph& g, bool include_data) {
   return doc;
 }
 
-Graph import_json_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(ErrorKind::io, "cannot open '" + path + "'");
-  json doc;
-  try {
-    doc = json::parse(f, nullptr, true, false);
-  } catch (const json::exception& e) {
-    fail(ErrorKind::malformed, path + ": not valid JSON (" + e.what() + ")");
-  }
-  return import_json(doc, path);
-}
+Graph import_json_file(const std::string& path) { return import_json(read_json_file(path, "model"), path); }
 
 Graph import_model(const std::string& path, const ImportOptions& opts) {
   std::ifstream f(path, std::ios::binary);

@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "analysis/import.hpp"
+#include "analysis/names.hpp"
 
 namespace memplan::analysis {
 
@@ -17,8 +18,6 @@ namespace {
 
 constexpr std::uint64_t kMaxModelFileBytes = 0x7fffffff;  // a protobuf message cannot exceed 2 GiB
 constexpr std::uint64_t kKeepSmallElements = 4096;
-constexpr std::int64_t kMinOpset = 7;
-constexpr std::int64_t kMaxOpset = 23;
 constexpr std::int64_t kMaxIrVersion = 11;
 
 struct Ctx {
@@ -171,8 +170,12 @@ Attribute attribute_from_proto(const Ctx& c, const onnx::NodeProto& node, const 
   return out;
 }
 
-// A Constant node's value as TensorData (value, value_float(s), value_int(s)).
+// A Constant node's value as TensorData (value, value_float(s), value_int(s)). ONNX gives it exactly one.
 TensorData constant_value(const Ctx& c, const onnx::NodeProto& node, const Op& op) {
+  int values = 0;
+  for (const auto& [key, a] : op.attrs) values += key == "value" || key.starts_with("value_") || key == "sparse_value";
+  if (values > 1)
+    c.bad(ErrorKind::malformed, "Constant node '" + op.name + "' has " + std::to_string(values) + " value attributes (ONNX allows exactly one)");
   if (const Attribute* a = op.attr("value"); a && a->kind == Attribute::Kind::tensor) return *a->t;
   if (const Attribute* a = op.attr("value_float")) return TensorData::from_double(DType::f32, {}, {a->f});
   if (const Attribute* a = op.attr("value_floats")) return TensorData::from_double(DType::f32, {static_cast<std::int64_t>(a->floats.size())}, a->floats);
@@ -226,13 +229,17 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& origin, con
     c.bad(ErrorKind::unsupported, "IR version " + std::to_string(model.ir_version()) + " is newer than supported (<= " + std::to_string(kMaxIrVersion) + ")");
   Graph g;
   g.ir_version = model.ir_version();
-  for (const auto& os : model.opset_import())
-    if (os.domain().empty() || os.domain() == "ai.onnx") g.opset = os.version();
+  int default_imports = 0;
+  for (const auto& os : model.opset_import()) {
+    if (!os.domain().empty() && os.domain() != "ai.onnx") continue;
+    if (++default_imports > 1) c.bad(ErrorKind::malformed, "the model imports the default domain (\"\" or \"ai.onnx\") twice");
+    g.opset = os.version();
+  }
   if (g.opset < kMinOpset || g.opset > kMaxOpset)
     c.bad(ErrorKind::unsupported, "default-domain opset " + std::to_string(g.opset) + " is outside the supported range " +
                                       std::to_string(kMinOpset) + ".." + std::to_string(kMaxOpset));
   const auto& gp = model.graph();
-  g.name = gp.name().empty() ? origin : gp.name();
+  g.name = !gp.name().empty() ? gp.name() : is_valid_utf8(origin) ? origin : "model";
   if (gp.sparse_initializer_size() > 0) c.bad(ErrorKind::unsupported, "sparse initializers are not supported");
 
   std::unordered_set<std::string> initializer_names;
@@ -314,6 +321,7 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& origin, con
     g.outputs.push_back(t);
   }
   if (g.outputs.empty()) c.bad(ErrorKind::invalid_graph, "the graph has no outputs");
+  require_utf8_names(g, origin);
   g.validate();
   return g;
 }

@@ -16,6 +16,21 @@ std::string OpContext::where() const { return "op '" + op_.name + "' (" + op_.ty
 
 void OpContext::fail_shape(const std::string& what) const { fail(ErrorKind::shape, where() + ": " + what); }
 
+void OpContext::require_index_dtype(std::size_t i) const {
+  if (!has_input(i)) return;
+  const DType d = in_dtype(i);
+  if (d != DType::i32 && d != DType::i64 && d != DType::undefined)
+    fail_shape(std::string("indices '") + input(i).name + "' are " + dtype_name(d) + ", not int32 or int64");
+}
+
+void OpContext::require_same_dtype(std::size_t a, std::size_t b) const {
+  if (!has_input(a) || !has_input(b)) return;
+  const DType da = in_dtype(a), db = in_dtype(b);
+  if (da != db && da != DType::undefined && db != DType::undefined)
+    fail_shape(std::string("inputs '") + input(a).name + "' (" + dtype_name(da) + ") and '" + input(b).name + "' (" + dtype_name(db) +
+               ") must have the same dtype");
+}
+
 const Tensor& OpContext::input(std::size_t i) const {
   if (!has_input(i)) fail_shape("required input " + std::to_string(i) + " is missing");
   return g_.tensors[op_.inputs[i]];

@@ -15,28 +15,23 @@ Shape broadcast_all(const OpContext& c, std::size_t first) {
   return s;
 }
 
-void require_same_dtype(const OpContext& c, std::size_t a, std::size_t b) {
-  if (c.in_dtype(a) != c.in_dtype(b))
-    c.fail_shape(std::string("inputs '") + c.input(a).name + "' (" + dtype_name(c.in_dtype(a)) + ") and '" +
-                 c.input(b).name + "' (" + dtype_name(c.in_dtype(b)) + ") must have the same dtype");
-}
-
-// Add, Mul, Max, Sum, ...: numpy broadcast over every input, dtype of the first.
+// Add, Mul, Max, Sum, BitShift, ...: numpy broadcast over every input, all of one dtype.
 void broadcast_op(OpContext& c) {
   if (c.num_inputs() == 0) c.fail_shape("needs at least one input");
+  for (std::size_t i = 1; i < c.num_inputs(); ++i) c.require_same_dtype(0, i);
   c.set_output(0, c.in_dtype(0), broadcast_all(c, 0));
 }
 
-// Pow and BitShift allow the exponent's dtype to differ; the result has the base's dtype.
+// Pow allows the exponent's dtype to differ; the result has the base's dtype.
 void broadcast_first_dtype(OpContext& c) { c.set_output(0, c.in_dtype(0), broadcast_all(c, 0)); }
 
 void compare_op(OpContext& c) {
-  require_same_dtype(c, 0, 1);
+  c.require_same_dtype(0, 1);
   c.set_output(0, DType::boolean, broadcast_all(c, 0));
 }
 
 void where_op(OpContext& c) {
-  require_same_dtype(c, 1, 2);
+  c.require_same_dtype(1, 2);
   c.set_output(0, c.in_dtype(1), broadcast_all(c, 0));
 }
 
@@ -51,6 +46,7 @@ void cast_like_op(OpContext& c) { c.set_output(0, c.in_dtype(1), c.in_shape(0));
 // PRelu: the slope broadcasts to X (unidirectionally).
 void prelu_op(OpContext& c) {
   const Shape x = c.in_shape(0);
+  c.require_same_dtype(0, 1);
   if (broadcast(c, x, c.in_shape(1)) != x)
     c.fail_shape("slope " + shape_str(c.in_shape(1)) + " does not broadcast to " + shape_str(x));
   c.set_output(0, c.in_dtype(0), x);
@@ -83,9 +79,9 @@ void add_elementwise_rules(RuleTable& t) {
     t[name].shape = &same_as_input;
   for (const char* name : {"IsNaN", "IsInf"}) t[name].shape = &bool_like_input;
   for (const char* name : {"Add", "Sub", "Mul", "Div", "Mod", "Min", "Max", "Sum", "Mean", "BitwiseAnd", "BitwiseOr",
-                           "BitwiseXor"})
+                           "BitwiseXor", "BitShift"})
     t[name].shape = &broadcast_op;
-  for (const char* name : {"Pow", "BitShift"}) t[name].shape = &broadcast_first_dtype;
+  t["Pow"].shape = &broadcast_first_dtype;
   for (const char* name : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"})
     t[name].shape = &compare_op;
   t["Not"].shape = &bool_like_input;

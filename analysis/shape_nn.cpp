@@ -7,6 +7,7 @@ namespace memplan::analysis::shape_detail {
 namespace {
 
 void matmul_op(OpContext& c) {
+  c.require_same_dtype(0, 1);
   Shape a = c.in_shape(0), b = c.in_shape(1);
   if (a.empty() || b.empty()) c.fail_shape("MatMul needs inputs of rank >= 1, got " + shape_str(a) + " and " + shape_str(b));
   const bool a_vec = a.size() == 1, b_vec = b.size() == 1;
@@ -21,6 +22,8 @@ void matmul_op(OpContext& c) {
 }
 
 void gemm_op(OpContext& c) {
+  c.require_same_dtype(0, 1);
+  c.require_same_dtype(0, 2);
   Shape a = c.in_shape(0), b = c.in_shape(1);
   if (a.size() != 2 || b.size() != 2) c.fail_shape("Gemm needs 2-D inputs, got " + shape_str(a) + " and " + shape_str(b));
   if (c.op().attr_int("transA", 0)) std::swap(a[0], a[1]);
@@ -84,6 +87,8 @@ Shape window_output(const OpContext& c, const Shape& in, const Window& w) {
 }
 
 void conv_op(OpContext& c) {
+  c.require_same_dtype(0, 1);
+  c.require_same_dtype(0, 2);
   const Shape x = c.in_shape(0), wt = c.in_shape(1);
   if (x.size() < 3 || wt.size() != x.size())
     c.fail_shape("needs X of rank >= 3 and W of the same rank, got " + shape_str(x) + " and " + shape_str(wt));
@@ -97,6 +102,8 @@ void conv_op(OpContext& c) {
 }
 
 void conv_transpose_op(OpContext& c) {
+  c.require_same_dtype(0, 1);
+  c.require_same_dtype(0, 2);
   const Shape x = c.in_shape(0), wt = c.in_shape(1);
   if (x.size() < 3 || wt.size() != x.size())
     c.fail_shape("needs X of rank >= 3 and W of the same rank, got " + shape_str(x) + " and " + shape_str(wt));
@@ -133,6 +140,12 @@ void pool_op(OpContext& c) {
   if (x.size() < 3) c.fail_shape("needs an input of rank >= 3, got " + shape_str(x));
   if (!c.op().attr("kernel_shape")) c.fail_shape("attribute 'kernel_shape' is required");
   const Window w = read_window(c, x.size() - 2, {});
+  // ONNX Runtime and PyTorch refuse MaxPool padding as wide as the window: a window over padding alone has
+  // no input element and would give -inf.
+  if (c.op().type == "MaxPool" && w.auto_pad == "NOTSET")
+    for (std::size_t k = 0; k < w.kernel.size(); ++k)
+      if (w.pads[k] >= w.kernel[k] || w.pads[k + w.kernel.size()] >= w.kernel[k])
+        c.fail_shape("pads " + shape_str(w.pads) + " must be smaller than kernel_shape " + shape_str(w.kernel));
   Shape out = window_output(c, Shape(x.begin() + 2, x.end()), w);
   out.insert(out.begin(), {x[0], x[1]});
   c.set_output(0, c.in_dtype(0), out);

@@ -32,6 +32,11 @@ class OpContext {
   Shape in_shape(std::size_t i) const;
   std::size_t in_rank(std::size_t i) const { return input(i).dims.size(); }
   DType in_dtype(std::size_t i) const { return input(i).dtype; }
+  // Inputs a and b (when present) share one ONNX type variable T: another dtype is ErrorKind::shape at
+  // import, not a failure when the kernel runs.
+  void require_same_dtype(std::size_t a, std::size_t b) const;
+  // Input i holds indices (ONNX's Tind): int32 or int64.
+  void require_index_dtype(std::size_t i) const;
   const TensorData* in_value(std::size_t i) const;  // null when absent or not known
   // The input's known integer values; ErrorKind::shape ("cannot be derived") when not known.
   std::vector<std::int64_t> in_ints(std::size_t i, const char* what) const;

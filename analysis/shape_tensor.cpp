@@ -49,6 +49,7 @@ void constant_of_shape_op(OpContext& c) {
 }
 
 void gather_op(OpContext& c) {
+  c.require_index_dtype(1);
   const Shape data = c.in_shape(0), idx = c.in_shape(1);
   if (data.empty()) c.fail_shape("data must have rank >= 1");
   const std::size_t axis = c.axis(c.op().attr_int("axis", 0), data.size(), "axis");
@@ -59,6 +60,7 @@ void gather_op(OpContext& c) {
 }
 
 void gather_elements_op(OpContext& c) {
+  c.require_index_dtype(1);
   if (c.in_rank(0) != c.in_rank(1))
     c.fail_shape("data " + shape_str(c.in_shape(0)) + " and indices " + shape_str(c.in_shape(1)) + " differ in rank");
   (void)c.axis(c.op().attr_int("axis", 0), c.in_rank(0), "axis");

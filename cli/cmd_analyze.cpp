@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "analysis/names.hpp"
 #include "analysis/liveness.hpp"
 #include "cli/common.hpp"
 #include "cli/device_memory.hpp"
@@ -76,7 +77,7 @@ int run_analyze(const AnalyzeArgs& a) {
   mem.library = parse_library_bytes(a.library_bytes);
   if (!a.budget.empty()) mem.budget = planner::parse_size(a.budget);
 
-  if (!a.plan_file.empty()) write_text_file(a.plan_file, planner::plan_to_json(g, p, true).dump(1) + "\n");
+  if (!a.plan_file.empty()) write_text_file(a.plan_file, json_text(planner::plan_to_json(g, p, true), 1) + "\n");
 
   if (a.json) {
     nlohmann::json j;
@@ -111,12 +112,12 @@ int run_analyze(const AnalyzeArgs& a) {
     j["live_at_live_peak"] = live;
     j["fusion"] = fusion_json(fusion);
     if (a.shapes) j["tensor_shapes"] = shapes_json(g);
-    std::cout << j.dump(2) << "\n";
+    std::cout << json_text(j, 2) << "\n";
     return 0;
   }
 
   auto ratio = [](std::uint64_t x, std::uint64_t y) { return y ? static_cast<double>(x) / static_cast<double>(y) : 0.0; };
-  std::printf("model              %s (%zu ops, %zu tensors)\n", a.model.model.c_str(), g.ops.size(), g.tensors.size());
+  std::printf("model              %s (%zu ops, %zu tensors)\n", analysis::terminal_safe(a.model.model).c_str(), g.ops.size(), g.tensors.size());
   std::printf("fused              %s\n", fusion_text(fusion).c_str());
   std::printf("parameters         %s\n", human_count(static_cast<double>(params)).c_str());
   std::printf("peak               %s = weights %s + inputs %s + arena %s (the most device bytes the plan holds)\n",
@@ -144,7 +145,8 @@ int run_analyze(const AnalyzeArgs& a) {
       std::string shape = "[";
       for (std::size_t k = 0; k < x.dims.size(); ++k) shape += (k ? "," : "") + std::to_string(x.dims[k].value);
       shape += "]";
-      rows.push_back({x.name, human_bytes(l.bytes[t]), g.ops[x.producer].name + " (" + g.ops[x.producer].type + ")", shape});
+      rows.push_back({analysis::terminal_safe(x.name), human_bytes(l.bytes[t]),
+                      analysis::terminal_safe(g.ops[x.producer].name + " (" + g.ops[x.producer].type + ")"), shape});
     }
     std::size_t w0 = 6, w2 = 7;
     for (const auto& r : rows) w0 = std::max(w0, r[0].size()), w2 = std::max(w2, r[2].size());
@@ -153,7 +155,7 @@ int run_analyze(const AnalyzeArgs& a) {
       std::printf("  %-*s %12s  %-*s %s\n", static_cast<int>(w0), r[0].c_str(), r[1].c_str(), static_cast<int>(w2), r[2].c_str(), r[3].c_str());
     if (live.size() > rows.size()) std::printf("  ... %zu more\n", live.size() - rows.size());
   }
-  if (!a.plan_file.empty()) std::printf("\nplan written to %s\n", a.plan_file.c_str());
+  if (!a.plan_file.empty()) std::printf("\nplan written to %s\n", analysis::terminal_safe(a.plan_file).c_str());
   return 0;
 }
 

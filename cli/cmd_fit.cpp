@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "analysis/import.hpp"
+#include "analysis/names.hpp"
 #include "cli/cmd_plan.hpp"
 #include "cli/plan_report.hpp"
 #include "cli/registry.hpp"
@@ -119,10 +120,10 @@ int run_fit(const FitArgs& a) {
   out["strategies"] = per;
   if (fusion) out["fusion"] = fusion_json(*fusion);
   if (a.json) {
-    std::cout << out.dump(2) << "\n";
+    std::cout << json_text(out, 2) << "\n";
     return 0;
   }
-  std::printf("model %s, budget %s, varying %s\n", a.train.model.model.c_str(), human_bytes(out["budget_bytes"]).c_str(), a.vary.c_str());
+  std::printf("model %s, budget %s, varying %s\n", analysis::terminal_safe(a.train.model.model).c_str(), human_bytes(out["budget_bytes"]).c_str(), a.vary.c_str());
   if (fusion) std::printf("fused %s\n", fusion_text(*fusion).c_str());
   std::printf("(total device memory = peak + libraries %s; step estimates include recompute and swap stalls)\n",
               human_bytes(out["library_bytes"].get<std::uint64_t>()).c_str());

@@ -2,6 +2,7 @@
 #include <chrono>
 #include <iostream>
 
+#include "analysis/names.hpp"
 #include "cli/registry.hpp"
 #include "cli/viz_source.hpp"
 #include "viz/dag.hpp"
@@ -25,7 +26,7 @@ int run_graph(const GraphArgs& a) {
   const auto dag = viz::build_dag(m.graph, opts);
   write_text_file(a.output, viz::render_dag_svg(dag, opts));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::cout << m.title << ": " << m.graph.ops.size() << " ops as " << dag.nodes.size() << " nodes, " << dag.edges.size()
+  std::cout << analysis::terminal_safe(m.title) << ": " << m.graph.ops.size() << " ops as " << dag.nodes.size() << " nodes, " << dag.edges.size()
             << " edges; graph written to " << a.output << " in " << s << " s\n";
   return 0;
 }

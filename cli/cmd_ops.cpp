@@ -5,6 +5,7 @@
 #include <optional>
 #include <sstream>
 
+#include "analysis/names.hpp"
 #include "analysis/import.hpp"
 #include "analysis/ops.hpp"
 #include "cli/common.hpp"
@@ -155,7 +156,7 @@ int list_registry(const OpsArgs& a) {
                      {"cpu", f.cpu}, {"cuda", f.cuda ? nlohmann::json(*f.cuda) : nlohmann::json(nullptr)},
                      {"summary", i.summary}});
     }
-    std::cout << out.dump(2) << "\n";
+    std::cout << json_text(out, 2) << "\n";
     return 0;
   }
   Row header{"op", "domain", "kind", "shape", "cost", "backward", "deterministic", "CPU", "CUDA"};
@@ -235,7 +236,7 @@ int list_models(const OpsArgs& a) {
       out.push_back({{"model", r.model}, {"ops", r.ops}, {"unknown", unknown}, {"lacking", lacking},
                      {"cuda_built", kCudaBuilt}});
     }
-    std::cout << out.dump(2) << "\n";
+    std::cout << json_text(out, 2) << "\n";
     return 0;
   }
   for (std::size_t k = 0; k < reports.size(); ++k) {
@@ -243,7 +244,7 @@ int list_models(const OpsArgs& a) {
     std::size_t unknown = 0;
     for (const auto& t : r.types) unknown += t.unknown;
     std::ostringstream head;
-    head << r.model << ": " << r.ops << " ops; " << unknown << " op types unknown to memplan, "
+    head << analysis::terminal_safe(r.model) << ": " << r.ops << " ops; " << unknown << " op types unknown to memplan, "
          << r.types.size() - unknown << " lacking a shape rule, cost, backward or kernel"
          << (kCudaBuilt ? "" : " (CUDA: not built, not checked)");
     if (a.markdown) std::cout << (k ? "\n" : "") << "## " << head.str() << "\n\n";
@@ -251,7 +252,7 @@ int list_models(const OpsArgs& a) {
     if (r.types.empty()) continue;
     std::vector<Row> rows;
     for (const auto& t : r.types)
-      rows.push_back({t.unknown ? "unknown" : "lacking", t.type, t.domain, std::to_string(t.count),
+      rows.push_back({t.unknown ? "unknown" : "lacking", analysis::terminal_safe(t.type), analysis::terminal_safe(t.domain), std::to_string(t.count),
                       t.unknown ? "(unknown op)" : join(t.missing, ", ")});
     print_table({"status", "op", "domain", "count", "missing"}, rows, a.markdown, "  ");
   }

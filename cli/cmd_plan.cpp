@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "analysis/ops.hpp"
+#include "analysis/names.hpp"
 #include "analysis/training.hpp"
 #include "cli/common.hpp"
 #include "cli/registry.hpp"
@@ -29,7 +30,9 @@ void add_training_args(CLI::App* cmd, TrainingArgs& args) {
   cmd->add_option("--precision", args.precision, "fp32 | bf16 | fp16 (torch.autocast's op lists, fp32 master weights)");
   cmd->add_flag("--loss-scaling", args.loss_scaling, "fp16: dynamic loss scaling (GradScaler)");
   cmd->add_option("--microbatches", args.microbatches, "gradient accumulation: plan one micro-step of K");
-  cmd->add_option("--budget", args.budget, "device memory budget, e.g. 16GiB, 512MB, 1e9");
+  cmd->add_option("--budget", args.budget, "device memory budget, e.g. 16GiB, 512MB, 1e9")
+      ->check(CLI::Validator([](std::string& v) { return v.find_first_not_of(" \t") == std::string::npos ? std::string("a size is needed, e.g. 16GiB") : std::string(); },
+                             "SIZE"));
   cmd->add_option("--strategy", args.strategy, "none | sqrt | budget | optimal | swap | auto (default: auto with --budget, else none)");
   add_library_bytes_arg(cmd, args.library_bytes);
   add_arena_args(cmd, args.arena);
@@ -148,7 +151,7 @@ int run_plan(const PlanArgs& a) {
     nlohmann::json pj = planner::plan_to_json(g, r.plan, true);
     pj["training"] = {{"strategy", r.strategy}, {"budget_bytes", s.options.budget_bytes ? nlohmann::json(*s.options.budget_bytes) : nlohmann::json()},
                       {"peak_bytes", r.peak_bytes}, {"persistent_bytes", r.persistent_bytes}, {"input_bytes", r.input_bytes}};
-    write_text_file(a.plan_file, pj.dump(1) + "\n");
+    write_text_file(a.plan_file, json_text(pj, 1) + "\n");
   }
   if (a.json) {
     nlohmann::json j;
@@ -187,10 +190,10 @@ int run_plan(const PlanArgs& a) {
     j["keep_all_step_seconds"] = r.keep_all_step_seconds;
     j["step_overhead"] = step_overhead(r.estimated_step_seconds, r.keep_all_step_seconds);
     j["swap_stall_seconds"] = r.swap_stall_seconds;
-    std::cout << j.dump(2) << "\n";
+    std::cout << json_text(j, 2) << "\n";
     return 0;
   }
-  std::printf("model                %s (training step: %zu ops, %zu tensors)\n", a.train.model.model.c_str(), g.ops.size(), g.tensors.size());
+  std::printf("model                %s (training step: %zu ops, %zu tensors)\n", analysis::terminal_safe(a.train.model.model).c_str(), g.ops.size(), g.tensors.size());
   std::printf("fused                %s\n", fusion_text(s.fusion).c_str());
   std::printf("precision            %s%s\n", a.train.precision.c_str(),
               a.train.precision == "fp32" ? "" : " (torch.autocast op lists, fp32 master weights and gradients)");
@@ -224,7 +227,7 @@ int run_plan(const PlanArgs& a) {
               sdpa ? "SDPA" : "eager", a.train.precision == "fp32" ? "fp32" : ("autocast " + a.train.precision).c_str(),
               a.train.optimizer.c_str(), a.train.optimizer_impl.c_str(), human_bytes(pytorch_peak).c_str(), human_bytes(pytorch_workspace).c_str());
   std::printf("plan                 %s, planned in %.3f s\n", r.report.valid ? "valid (verified)" : "INVALID", r.plan_seconds);
-  if (!a.plan_file.empty()) std::printf("plan written to      %s\n", a.plan_file.c_str());
+  if (!a.plan_file.empty()) std::printf("plan written to      %s\n", analysis::terminal_safe(a.plan_file).c_str());
   return 0;
 }
 

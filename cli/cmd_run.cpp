@@ -5,7 +5,10 @@
 #include <fstream>
 #include <memory>
 
+#include "analysis/names.hpp"
+#include "analysis/json_read.hpp"
 #include "analysis/liveness.hpp"
+#include "analysis/output_files.hpp"
 #include "cli/common.hpp"
 #include "cli/fusion_report.hpp"
 #include "cli/registry.hpp"
@@ -74,15 +77,7 @@ int run_model(const RunArgs& a) {
 
   planner::Plan plan;
   if (!a.plan_file.empty()) {
-    std::ifstream f(a.plan_file);
-    if (!f) fail(ErrorKind::io, "cannot open plan '" + a.plan_file + "'");
-    nlohmann::json doc;
-    try {
-      doc = nlohmann::json::parse(f);
-    } catch (const nlohmann::json::exception& e) {
-      fail(ErrorKind::malformed, "plan '" + a.plan_file + "': " + e.what());
-    }
-    plan = planner::plan_from_json(g, doc);
+    plan = planner::plan_from_json(g, analysis::read_json_file(a.plan_file, "plan"));
   } else if (!a.unshared) {
     plan = planner::plan_inference(g, assign_options(a.arena)).plan;
   }
@@ -92,7 +87,11 @@ int run_model(const RunArgs& a) {
   eo.unshared = a.unshared;
   runtime::Executor ex(g, plan, *backend, eo);
   const auto outputs = ex.run(inputs);
-  for (std::size_t k = 0; k < a.outputs.size(); ++k) runtime::write_npy(a.outputs[k], outputs[k]);
+  {
+    analysis::OutputFiles files;  // all or none: a failure on any output leaves every --output file as it was
+    for (std::size_t k = 0; k < a.outputs.size(); ++k) files.add(a.outputs[k], runtime::format_npy(outputs[k]));
+    files.commit();
+  }
 
   const auto& s = ex.stats();
   if (a.json) {
@@ -111,10 +110,10 @@ int run_model(const RunArgs& a) {
     }
     j["outputs"] = outs;
     j["fusion"] = fusion_json(fusion);
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", json_text(j, 2).c_str());
     return 0;
   }
-  std::printf("model      %s (%zu ops) on %s, %s\n", a.model.model.c_str(), s.ops_run, backend->name().c_str(),
+  std::printf("model      %s (%zu ops) on %s, %s\n", analysis::terminal_safe(a.model.model).c_str(), s.ops_run, backend->name().c_str(),
               a.unshared ? "unshared (every tensor its own buffer)" : "planned arena (verified)");
   std::printf("fused      %s\n", fusion_text(fusion).c_str());
   if (!a.unshared)
@@ -125,11 +124,11 @@ int run_model(const RunArgs& a) {
   std::printf("time       %.3f ms\n", s.seconds * 1e3);
   for (std::size_t k = 0; k < outputs.size(); ++k) {
     const auto j = summary(outputs[k]);
-    std::printf("output     %s %s %s", g.tensors[g.outputs[k]].name.c_str(), j["dtype"].get<std::string>().c_str(),
+    std::printf("output     %s %s %s", analysis::terminal_safe(g.tensors[g.outputs[k]].name).c_str(), j["dtype"].get<std::string>().c_str(),
                 j["shape"].dump().c_str());
     if (j.contains("mean"))
       std::printf(" min %.6g max %.6g mean %.6g", j["min"].get<double>(), j["max"].get<double>(), j["mean"].get<double>());
-    std::printf("%s\n", k < a.outputs.size() ? (" -> " + a.outputs[k]).c_str() : "");
+    std::printf("%s\n", k < a.outputs.size() ? (" -> " + analysis::terminal_safe(a.outputs[k])).c_str() : "");
   }
   return 0;
 }

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "cli/plan_report.hpp"
+#include "analysis/names.hpp"
 #include "cli/registry.hpp"
 #include "cli/viz_source.hpp"
 #include "viz/trace.hpp"
@@ -26,13 +27,13 @@ int run_trace(const TraceArgs& a) {
     opts.op_seconds = viz::estimated_op_seconds(m.graph, profile);
   }
   const auto doc = viz::chrome_trace(m.graph, m.plan, opts);
-  write_text_file(a.output, doc.dump() + "\n");
-  if (m.fusion) std::cout << m.title << ": fused " << fusion_text(*m.fusion) << "\n";
+  write_text_file(a.output, json_text(doc) + "\n");
+  if (m.fusion) std::cout << analysis::terminal_safe(m.title) << ": fused " << fusion_text(*m.fusion) << "\n";
   // The step plan states: the same estimate (planner/step_time.hpp), swap stalls included, against keep-all
   // when this plan was made here (a saved plan does not say what keeping everything would cost).
   const double step = doc["otherData"]["estimated_seconds"].get<double>(), stall = doc["otherData"]["swap_stall_seconds"].get<double>();
   const bool same_clock = !a.unit_times && a.profile.empty();
-  std::cout << m.title << ": " << m.plan.schedule.size() << " op spans, estimated step "
+  std::cout << analysis::terminal_safe(m.title) << ": " << m.plan.schedule.size() << " op spans, estimated step "
             << step_text(step, same_clock ? m.keep_all_step_seconds : 0.0) << (stall > 0 ? " (the compute waits " + step_text(stall, 0.0) + " for swap copies)" : "")
             << "; trace written to " << a.output << " (open in https://ui.perfetto.dev or chrome://tracing)\n";
   return 0;

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "cli/plan_report.hpp"
+#include "analysis/names.hpp"
 #include "cli/registry.hpp"
 #include "cli/viz_source.hpp"
 #include "viz/timeline.hpp"
@@ -40,14 +41,14 @@ int run_viz(const VizArgs& a) {
   for (const auto& m : models) {
     const auto u = viz::plan_usage(m.plan);
     const std::string op = m.plan.schedule.empty() ? "-" : m.graph.ops[m.plan.schedule[u.peak_step]].name;
-    std::cout << m.title << ": " << m.plan.buffers.size() << " buffers, arena " << human_bytes(m.plan.arena_bytes) << ", live peak "
+    std::cout << analysis::terminal_safe(m.title) << ": " << m.plan.buffers.size() << " buffers, arena " << human_bytes(m.plan.arena_bytes) << ", live peak "
               << human_bytes(u.peak_bytes) << " at step " << u.peak_step << " (" << op << ")" << (m.over_budget ? ", budget not met" : "")
               << "\n";
     if (m.peak_bytes) std::cout << "  peak " << human_bytes(m.peak_bytes) << " (persistent + inputs + arena)\n";
     if (m.estimated_step_seconds > 0) std::cout << "  step " << step_text(m.estimated_step_seconds, m.keep_all_step_seconds) << "\n";
     if (m.fusion) std::cout << "  fused " << fusion_text(*m.fusion) << "\n";
   }
-  std::cout << "timeline written to " << a.output << "\n";
+  std::cout << "timeline written to " << analysis::terminal_safe(a.output) << "\n";
   return 0;
 }
 

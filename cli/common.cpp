@@ -7,7 +7,10 @@
 #include <fstream>
 
 #include "analysis/import.hpp"
+#include "analysis/names.hpp"
+#include "analysis/output_files.hpp"
 #include "planner/remat.hpp"
+#include "runtime_allocator/weights.hpp"
 
 namespace memplan::cli {
 
@@ -84,10 +87,27 @@ void require_symbolic_dim(const analysis::Graph& g, const std::string& name, con
   fail(ErrorKind::usage, msg);
 }
 
+void warn_external_data(const analysis::Graph& g, const std::string& model_path) {
+  constexpr int kMaxWarnings = 8;
+  int shown = 0, more = 0;
+  for (const auto& t : g.tensors) {
+    const std::string problem = runtime::external_data_problem(t, model_path);
+    if (problem.empty()) continue;
+    if (shown++ < kMaxWarnings)
+      std::fprintf(stderr, "memplan: warning: tensor '%s': external data location '%s' %s (it is never opened)\n",
+                   analysis::terminal_safe(t.name).c_str(), analysis::terminal_safe(t.external_location).c_str(),
+                   analysis::terminal_safe(problem).c_str());
+    else
+      ++more;
+  }
+  if (more) std::fprintf(stderr, "memplan: warning: %d more tensors have external data outside the model's folder\n", more);
+}
+
 analysis::Graph load_shaped_model(const ModelArgs& args, bool keep_weight_data) {
   analysis::ImportOptions io;
   io.keep_weight_data = keep_weight_data;
   analysis::Graph g = analysis::import_model(args.model, io);
+  warn_external_data(g, args.model);
   analysis::ShapeOptions so;
   so.dims = parse_dims(args.dims);
   for (const auto& [name, value] : so.dims) require_symbolic_dim(g, name, "--dim " + name + "=" + std::to_string(value));
@@ -101,6 +121,8 @@ void add_library_bytes_arg(CLI::App* cmd, std::string& library_bytes) {
 }
 
 std::uint64_t parse_library_bytes(const std::string& text) { return text == "0" ? 0 : planner::parse_size(text); }
+
+std::string json_text(const nlohmann::json& j, int indent) { return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace); }
 
 std::string human_bytes(std::uint64_t bytes) {
   static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
@@ -128,9 +150,6 @@ std::string human_count(double n) {
   return buf;
 }
 
-void write_text_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  if (!f || !(f << text)) fail(ErrorKind::io, "cannot write '" + path + "'");
-}
+void write_text_file(const std::string& path, const std::string& text) { analysis::write_file_atomically(path, text); }
 
 }  // namespace memplan::cli

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,7 +29,11 @@ std::vector<std::string> symbolic_dims(const analysis::Graph& g);
 // ErrorKind::usage unless `name` is a symbolic dim of `g`'s inputs: the message lists the model's symbolic
 // dims and, for an export with a fixed batch, that batch. `option` names what asked (e.g. "--dim batch=64").
 void require_symbolic_dim(const analysis::Graph& g, const std::string& name, const std::string& option);
-// Imports (ONNX or JSON), checks that every --dim names a symbolic dim (require_symbolic_dim), infers shapes.
+// Warns on stderr about each tensor whose external data location lies outside the model's folder (never
+// opened by planning; `run` refuses it).
+void warn_external_data(const analysis::Graph& g, const std::string& model_path);
+// Imports (ONNX or JSON), warns about external data outside the model's folder, checks that every --dim
+// names a symbolic dim (require_symbolic_dim), infers shapes.
 analysis::Graph load_shaped_model(const ModelArgs& args, bool keep_weight_data = false);
 // The passes fuse_graph runs on the shaped forward graph: all of them, or none with --no-fuse.
 planner::FuseOptions fuse_options(const ModelArgs& args);
@@ -49,10 +54,13 @@ inline constexpr const char* kDefaultLibraryBytes = "69MiB";
 void add_library_bytes_arg(CLI::App* cmd, std::string& library_bytes);
 // "0" or a size (planner::parse_size); ErrorKind::usage otherwise.
 std::uint64_t parse_library_bytes(const std::string& text);
+// JSON text as nlohmann writes it, except that bytes which are not UTF-8 (from a file path given on the
+// command line) become U+FFFD instead of an exception.
+std::string json_text(const nlohmann::json& j, int indent = -1);
 
 std::string human_bytes(std::uint64_t bytes);
 std::string human_count(double n);
-// Writes `text` to `path`, ErrorKind::io on failure.
+// Writes `text` to `path` all-or-nothing (a temporary file renamed over it), ErrorKind::io on failure.
 void write_text_file(const std::string& path, const std::string& text);
 
 }  // namespace memplan::cli

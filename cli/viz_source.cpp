@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "analysis/import.hpp"
+#include "analysis/json_read.hpp"
 #include "planner/inference.hpp"
 #include "planner/plan_json.hpp"
 #include "planner/fusion.hpp"
@@ -86,14 +87,7 @@ PlannedModel plan_model(const VizSourceArgs& a, const std::string& strategy) {
 }
 
 PlannedModel load_plan_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(ErrorKind::io, "cannot read plan '" + path + "'");
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    fail(ErrorKind::malformed, "plan '" + path + "' is not JSON: " + e.what());
-  }
+  const nlohmann::json doc = analysis::read_json_file(path, "plan");
   PlannedModel m;
   if (!doc.contains("graph")) fail(ErrorKind::plan_mismatch, "plan '" + path + "' has no embedded graph (write it with --plan)");
   m.graph = analysis::import_json(doc["graph"], path);

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "analysis/import.hpp"
+#include "analysis/json_read.hpp"
 #include "planner/fused_groups.hpp"
 
 namespace memplan::planner {
@@ -22,8 +23,13 @@ T get(const json& obj, const char* key, const char* where) {
   try {
     return v.get<T>();
   } catch (const json::exception&) {
-    fail(ErrorKind::malformed, std::string("plan: ") + where + " field \"" + key + "\" has the wrong type: " + v.dump().substr(0, 80));
+    fail(ErrorKind::malformed, std::string("plan: ") + where + " field \"" + key + "\" has the wrong type: " + analysis::json_excerpt(v));
   }
+}
+
+// Offsets, sizes and steps: JSON integers in range, never truncated (1.5) nor wrapped (-1, 2^64).
+std::uint64_t get_uint(const json& obj, const char* key, const char* where, std::uint64_t hi = UINT64_MAX) {
+  return analysis::json_uint(field(obj, key, where), hi, std::string("plan: ") + where + " field \"" + key + "\"");
 }
 
 const json& array_field(const json& obj, const char* key, const char* where) {
@@ -57,13 +63,13 @@ class Names {
 };
 
 Buffer read_buffer(const json& j, std::size_t index, const Names& names) {
-  if (get<std::size_t>(j, "id", "a buffer") != index)
-    fail(ErrorKind::malformed, "plan: buffer " + std::to_string(index) + " has id " + j.at("id").dump());
+  if (get_uint(j, "id", "a buffer") != index)
+    fail(ErrorKind::malformed, "plan: buffer " + std::to_string(index) + " has id " + analysis::json_excerpt(j.at("id")));
   Buffer b;
-  b.offset = get<std::uint64_t>(j, "offset", "a buffer");
-  b.size = get<std::uint64_t>(j, "size", "a buffer");
-  b.interval.first = get<std::uint32_t>(j, "first", "a buffer");
-  b.interval.last = get<std::uint32_t>(j, "last", "a buffer");
+  b.offset = get_uint(j, "offset", "a buffer");
+  b.size = get_uint(j, "size", "a buffer");
+  b.interval.first = static_cast<std::uint32_t>(get_uint(j, "first", "a buffer", UINT32_MAX));
+  b.interval.last = static_cast<std::uint32_t>(get_uint(j, "last", "a buffer", UINT32_MAX));
   for (const auto& t : array_field(j, "tensors", "a buffer")) {
     if (!t.is_string()) fail(ErrorKind::malformed, "plan: buffer " + std::to_string(index) + " lists a tensor that is not a name");
     b.tensors.push_back(names.tensor(t.get<std::string>()));
@@ -155,19 +161,23 @@ Plan plan_from_json(const Graph& g, const json& doc) {
   if (!doc.is_object()) fail(ErrorKind::malformed, "plan: the document is not a JSON object");
   const auto schema = get<std::string>(doc, "schema", "the plan");
   if (schema != kPlanSchema) fail(ErrorKind::plan_mismatch, "not a memplan plan: schema is '" + schema + "', expected '" + kPlanSchema + "'");
-  const auto version = get<int>(doc, "version", "the plan");
-  if (version != Plan::kSchemaVersion && version != 1)
-    fail(ErrorKind::plan_mismatch, "plan schema version " + std::to_string(version) + " is not supported (this build reads versions 1 to " +
+  // Any other version, also 2.0 or "2", is one this build does not read.
+  const json& jv = field(doc, "version", "the plan");
+  const bool known = jv.is_number_integer() && !(jv.is_number_unsigned() && jv.get<std::uint64_t>() > 1000) &&
+                     (jv.get<std::int64_t>() == 1 || jv.get<std::int64_t>() == Plan::kSchemaVersion);
+  if (!known)
+    fail(ErrorKind::plan_mismatch, "plan schema version " + analysis::json_excerpt(jv) + " is not supported (this build reads versions 1 to " +
                                        std::to_string(Plan::kSchemaVersion) + ")");
+  const int version = static_cast<int>(jv.get<std::int64_t>());
   Plan p;
   p.model_name = get<std::string>(doc, "model", "the plan");
   p.model_fingerprint = get<std::string>(doc, "fingerprint", "the plan");
   if (p.model_fingerprint != g.fingerprint())
     fail(ErrorKind::plan_mismatch, "the plan was made for model '" + p.model_name + "' (fingerprint " + p.model_fingerprint +
                                        "), not for '" + g.name + "' (fingerprint " + g.fingerprint() + ")");
-  p.alignment = get<std::uint64_t>(doc, "alignment", "the plan");
-  p.arena_bytes = get<std::uint64_t>(doc, "arena_bytes", "the plan");
-  p.aliased_lower_bound_bytes = get<std::uint64_t>(doc, "aliased_lower_bound_bytes", "the plan");
+  p.alignment = get_uint(doc, "alignment", "the plan");
+  p.arena_bytes = get_uint(doc, "arena_bytes", "the plan");
+  p.aliased_lower_bound_bytes = get_uint(doc, "aliased_lower_bound_bytes", "the plan");
   p.packer = get<std::string>(doc, "packer", "the plan");
   const Names names(g);
   for (const auto& op : array_field(doc, "schedule", "the plan")) {
@@ -187,8 +197,8 @@ Plan plan_from_json(const Graph& g, const json& doc) {
   for (const auto& a : array_field(doc, "aliases", "the plan")) p.aliases.push_back(read_alias(a, names));
   if (version >= 2)
     for (const auto& sc : array_field(doc, "scratch", "the plan"))
-      p.scratch.push_back(Scratch{names.op(get<std::string>(sc, "op", "a scratch region")), get<std::uint64_t>(sc, "offset", "a scratch region"),
-                                  get<std::uint64_t>(sc, "bytes", "a scratch region")});
+      p.scratch.push_back(Scratch{names.op(get<std::string>(sc, "op", "a scratch region")), get_uint(sc, "offset", "a scratch region"),
+                                  get_uint(sc, "bytes", "a scratch region")});
   if (doc.contains("fused_groups")) check_fused_groups(g, doc["fused_groups"], names);
   return p;
 }

@@ -11,27 +11,44 @@ namespace memplan::runtime {
 namespace fs = std::filesystem;
 
 namespace {
-// The file `location` names, refused when it leaves `dir`.
-fs::path contained_path(const fs::path& dir, const std::string& location, const std::string& tensor) {
+fs::path model_dir(const std::string& model_path) {
+  return fs::path(model_path).parent_path().empty() ? fs::path(".") : fs::path(model_path).parent_path();
+}
+
+// Where `location` leads from `dir` (symbolic links resolved; nothing is opened), and why it may not be
+// read: "" when it lies inside `dir`.
+std::string location_problem(const fs::path& dir, const std::string& location, fs::path& full) {
   const fs::path rel(location);
-  if (location.empty() || rel.is_absolute() || rel.has_root_name())
-    fail(ErrorKind::malformed, "tensor '" + tensor + "': external data location '" + location + "' is not a relative path");
+  if (location.empty() || rel.is_absolute() || rel.has_root_name()) return "is not a relative path";
   std::error_code ec;
   const fs::path root = fs::weakly_canonical(dir, ec);
-  const fs::path full = fs::weakly_canonical(dir / rel, ec);
-  if (ec) fail(ErrorKind::io, "tensor '" + tensor + "': cannot resolve external data '" + location + "': " + ec.message());
+  full = fs::weakly_canonical(dir / rel, ec);
+  if (ec) return "cannot be resolved: " + ec.message();
   auto r = root.begin();
   auto f = full.begin();
   for (; r != root.end() && !r->empty(); ++r, ++f)
-    if (f == full.end() || *r != *f)
-      fail(ErrorKind::malformed, "tensor '" + tensor + "': external data location '" + location +
-                                     "' escapes the model's folder " + root.string());
+    if (f == full.end() || *r != *f) return "escapes the model's folder " + root.string();
+  return {};
+}
+
+// The file `location` names, refused when it leaves `dir`.
+fs::path contained_path(const fs::path& dir, const std::string& location, const std::string& tensor) {
+  fs::path full;
+  const std::string problem = location_problem(dir, location, full);
+  if (problem.starts_with("cannot")) fail(ErrorKind::io, "tensor '" + tensor + "': external data '" + location + "' " + problem);
+  if (!problem.empty()) fail(ErrorKind::malformed, "tensor '" + tensor + "': external data location '" + location + "' " + problem);
   return full;
 }
 }  // namespace
 
+std::string external_data_problem(const analysis::Tensor& t, const std::string& model_path) {
+  if (!t.external_data) return {};
+  fs::path full;
+  return location_problem(model_dir(model_path), t.external_location, full);
+}
+
 void load_external_weights(analysis::Graph& g, const std::string& model_path) {
-  const fs::path dir = fs::path(model_path).parent_path().empty() ? fs::path(".") : fs::path(model_path).parent_path();
+  const fs::path dir = model_dir(model_path);
   for (auto& t : g.tensors) {
     if (!t.external_data || t.data) continue;
     const fs::path file = contained_path(dir, t.external_location, t.name);

@@ -13,6 +13,11 @@ namespace memplan::runtime {
 // is ErrorKind::io; a length that does not match the tensor's dtype and shape is ErrorKind::malformed.
 void load_external_weights(analysis::Graph& g, const std::string& model_path);
 
+// Why load_external_weights would refuse tensor `t`'s external data location, without opening anything
+// ("is not a relative path", "escapes the model's folder /m"); "" when it lies in the model's folder or
+// `t` has no external data. Commands that never read weights warn with it.
+std::string external_data_problem(const analysis::Tensor& t, const std::string& model_path);
+
 // Throws ErrorKind::io naming the first tensor the executor needs bytes for and has none: a weight or
 // constant that no op produces and that carries no data (e.g. imported without keep_weight_data).
 // Initial optimizer state without data is allowed: the executor starts it at zero.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, ASan+UBSan) and runs each for SECONDS (default 30).
-# Usage: scripts/fuzz.sh [--build DIR] [--parallel] [SECONDS] [TARGET...]   (targets: fuzz_onnx fuzz_json fuzz_plan;
-#   default all)
+# Usage: scripts/fuzz.sh [--build DIR] [--parallel] [SECONDS] [TARGET...]   (targets: fuzz_onnx fuzz_json fuzz_plan
+#   fuzz_npy fuzz_cli; default all)
 #   --build DIR  use the sanitized build in DIR (scripts/test_sanitize.sh's build-asan, -O1); by default build-fuzz/ is
 #                configured here (-O2 with debug info: faster executions and line numbers for long runs).
 #   --parallel   run the targets at once (CI: three single-threaded fuzzers share the cores) instead of one by one.
@@ -34,6 +34,8 @@ if [ ! -f "$dir/build.ninja" ]; then
     -DMEMPLAN_TESTS=OFF -DMEMPLAN_BENCH=OFF -DMEMPLAN_CUDA=OFF -DMEMPLAN_WERROR=ON > /dev/null
 fi
 "${lock[@]}" cmake --build "$dir" --target "${targets[@]}" -j"$(nproc)"
+# Absolute from here on: fuzz_cli changes its working directory while a command line runs.
+dir="$(cd "$dir" && pwd)"
 
 # Seeds: the sample models for ONNX (small ones: large inputs slow every mutation), hand-written JSON.
 seed_dir() {
@@ -43,6 +45,8 @@ seed_dir() {
   esac
 }
 mkdir -p "$dir/artifacts"
+# Graphviz's plugin and font caches live until exit (fuzz_cli draws DAGs): not ours to free.
+export LSAN_OPTIONS="suppressions=$PWD/fuzz/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 # Runs one target; its output goes to DIR/TARGET.log.
 fuzz_one() {
   local t="$1" corpus="$dir/corpus/$1" seeds extra=() opts
@@ -53,6 +57,8 @@ fuzz_one() {
   case "$t" in
     fuzz_onnx) opts+=(-max_len=262144) ;;
     fuzz_plan) opts+=(-max_len=131072 -dict=fuzz/json.dict) ;;
+    fuzz_npy) opts+=(-max_len=4096) ;;
+    fuzz_cli) opts+=(-max_len=512 -dict=fuzz/cli.dict) ;;
     *) opts+=(-max_len=16384 -dict=fuzz/json.dict) ;;
   esac
   if [ "$t" = fuzz_onnx ]; then
@@ -65,7 +71,7 @@ fuzz_one() {
   fi
   echo "== $t: ${secs}s, corpus $corpus, seeds ${extra[*]:-none}"
   # The outer timeout catches a fuzzer that stops honouring -max_total_time (a hang outside one input).
-  timeout -k 10 $((secs + 120)) "./$dir/$t" "${opts[@]}" "$corpus" "${extra[@]}" > "$dir/$t.log" 2>&1
+  timeout -k 10 $((secs + 120)) "$dir/$t" "${opts[@]}" "$corpus" "${extra[@]}" > "$dir/$t.log" 2>&1
 }
 report() {
   local t="$1" rc="$2"

@@ -36,11 +36,20 @@ std::string legend_html(const DagModel& m, const std::string& title) {
   return h + "<td>box area ~ bytes produced</td></tr></table>";
 }
 
+// One Graphviz context for the process, never freed: the pango text-layout plugin keeps a pointer to the
+// last font name it measured, which the context owns (gvtextlayout_pango.c, `static char *fontname`), and
+// compares it on its next call. Freeing the context between two renderings made the second read freed
+// memory (found by fuzz_cli running `graph` twice in one process).
+GVC_t* graphviz_context() {
+  static GVC_t* const gvc = gvContext();
+  return gvc;
+}
+
 }  // namespace
 
 std::string render_dag_svg(const DagModel& m, const DagOptions& opts) {
   agseterr(AGMAX);  // keep Graphviz quiet; failures are reported through the return codes below
-  std::unique_ptr<GVC_t, int (*)(GVC_t*)> gvc(gvContext(), gvFreeContext);
+  GVC_t* const gvc = graphviz_context();
   if (!gvc) fail(ErrorKind::runtime, "Graphviz: cannot create a context");
   std::string name = "memplan";
   std::unique_ptr<Agraph_t, int (*)(Agraph_t*)> g(agopen(name.data(), Agdirected, nullptr), agclose);
@@ -96,16 +105,16 @@ std::string render_dag_svg(const DagModel& m, const DagOptions& opts) {
     nodes.push_back(v);
   }
   for (const auto& [a, b] : m.edges) agedge(g.get(), nodes[a], nodes[b], nullptr, 1);
-  if (gvLayout(gvc.get(), g.get(), "dot") != 0) {
+  if (gvLayout(gvc, g.get(), "dot") != 0) {
     const char* e = aglasterr();
     fail(ErrorKind::runtime, std::string("Graphviz dot layout failed") + (e ? ": " + std::string(e) : ""));
   }
   char* data = nullptr;
   unsigned int length = 0;
-  const int rc = gvRenderData(gvc.get(), g.get(), "svg", &data, &length);
+  const int rc = gvRenderData(gvc, g.get(), "svg", &data, &length);
   std::string svg = rc == 0 && data ? std::string(data, length) : std::string();
   if (data) gvFreeRenderData(data);
-  gvFreeLayout(gvc.get(), g.get());
+  gvFreeLayout(gvc, g.get());
   if (rc != 0 || svg.empty()) fail(ErrorKind::runtime, "Graphviz could not render SVG (is the core plugin installed?)");
   return svg;
 }

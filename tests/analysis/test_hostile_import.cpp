@@ -6,6 +6,7 @@
 #include <string>
 
 #include "analysis/import.hpp"
+#include "analysis/json_read.hpp"
 
 using namespace memplan;
 using namespace memplan::analysis;
@@ -108,12 +109,101 @@ TEST_CASE("non-finite float constants survive export_json and import_json") {
   CHECK(kind_of(bad) == ErrorKind::malformed);
 }
 
-TEST_CASE("an integer attribute written as a huge float clamps instead of invoking undefined behaviour") {
-  // Found by fuzz_json: {"axis": 1.9e21} reached Op::attr_int's float-to-int64 cast.
+TEST_CASE("an integer attribute written as a huge or fractional float is malformed instead of invoking undefined behaviour") {
+  // Found by fuzz_json: {"axis": 1.9e21} reached Op::attr_int's float-to-int64 cast. Issue 16: it is refused
+  // (once clamped), and so is a fraction (once truncated: 3.75 read as 3); a whole float still reads.
   json doc = relu_graph({{{"name", "k"}, {"shape", {2}}, {"role", "input"}}, {{"name", "y"}}});
-  doc["ops"][0]["attrs"] = {{"axis", 1.9e21}, {"low", -1e300}, {"small", 3.75}};
+  doc["ops"][0]["attrs"] = {{"axis", 1.9e21}, {"low", -1e300}, {"small", 3.75}, {"whole", 3.0}};
   Graph g = import_json(doc, "test");
-  CHECK(g.ops[0].attr_int("axis", 0) == std::numeric_limits<std::int64_t>::max());
-  CHECK(g.ops[0].attr_int("low", 0) == std::numeric_limits<std::int64_t>::min());
-  CHECK(g.ops[0].attr_int("small", 0) == 3);
+  for (const char* key : {"axis", "low", "small"}) {
+    CAPTURE(key);
+    try {
+      (void)g.ops[0].attr_int(key, 0);
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::malformed);
+      CHECK(std::string(e.what()).find(key) != std::string::npos);
+    }
+  }
+  CHECK(g.ops[0].attr_int("whole", 0) == 3);
+}
+
+namespace {
+json one_input_graph() {
+  return relu_graph({{{"name", "k"}, {"shape", {2}}, {"role", "input"}}, {{"name", "y"}}});
+}
+std::string message_of(const json& doc) {
+  try {
+    (void)import_json(doc, "test");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
+}
+}  // namespace
+
+TEST_CASE("JSON graph numbers for integer fields are never truncated or wrapped") {
+  json frac_attr = one_input_graph();
+  frac_attr["ops"][0]["attrs"] = {{"perm", {{"ints", {1, 2.5}}}}};
+  CHECK(kind_of(frac_attr) == ErrorKind::malformed);
+  json huge_attr = one_input_graph();
+  huge_attr["ops"][0]["attrs"] = {{"axis", 18446744073709551615ull}};
+  CHECK(kind_of(huge_attr) == ErrorKind::malformed);
+  CHECK(message_of(huge_attr).find("axis") != std::string::npos);
+  json huge_list = one_input_graph();
+  huge_list["ops"][0]["attrs"] = {{"axes", {1, 9223372036854775808ull}}};
+  CHECK(kind_of(huge_list) == ErrorKind::malformed);
+  for (const json& v : {json(1.5), json(-0.25), json(9.3e18)}) {
+    CAPTURE(v.dump());
+    json doc = relu_graph({{{"name", "k"}, {"dtype", "int64"}, {"shape", {1}}, {"role", "weight"}, {"data", {v}}}, {{"name", "y"}}});
+    CHECK(kind_of(doc) == ErrorKind::malformed);
+  }
+  json dim = relu_graph({{{"name", "k"}, {"shape", {2, 18446744073709551615ull}}, {"role", "input"}}, {{"name", "y"}}});
+  CHECK(kind_of(dim) == ErrorKind::overflow);
+  json tensor_attr = one_input_graph();
+  tensor_attr["ops"][0]["attrs"] = {{"value", {{"tensor", {{"dtype", "float32"}, {"dims", {1.5}}, {"data", {1.0}}}}}}};
+  CHECK(kind_of(tensor_attr) == ErrorKind::malformed);
+}
+
+TEST_CASE("the JSON graph's opset is range-checked like an ONNX model's") {
+  for (const json& opset : {json(99), json(24), json(-3), json(6), json(18446744073709551615ull)}) {
+    CAPTURE(opset.dump());
+    json doc = one_input_graph();
+    doc["opset"] = opset;
+    CHECK(kind_of(doc) == ErrorKind::unsupported);
+    CHECK(message_of(doc).find("opset") != std::string::npos);
+  }
+  json frac = one_input_graph();
+  frac["opset"] = 17.5;
+  CHECK(kind_of(frac) == ErrorKind::malformed);
+  json ok = one_input_graph();
+  ok["opset"] = kMaxOpset;
+  CHECK(import_json(ok, "test").opset == kMaxOpset);
+}
+
+TEST_CASE("a tensor that is both a graph input and an op output is refused, not overwritten") {
+  json doc = relu_graph({{{"name", "k"}, {"shape", {2}}, {"role", "input"}}, {{"name", "y"}}});
+  doc["inputs"] = {"k", "y"};
+  CHECK(kind_of(doc) == ErrorKind::invalid_graph);
+  CHECK(message_of(doc).find("'y' is a graph input and also the output of op 'relu'") != std::string::npos);
+  json twice = relu_graph({{{"name", "k"}, {"shape", {2}}, {"role", "input"}}, {{"name", "y"}}});
+  twice["inputs"] = {"k", "k"};
+  CHECK(kind_of(twice) == ErrorKind::invalid_graph);
+}
+
+TEST_CASE("a deeply nested JSON value in any field gives a short message, never a stack overflow") {
+  // Built by code, so no parser's nesting limit applies; moved, never copied (a copy recurses).
+  auto deep = [] {
+    json v = json::array();
+    for (int k = 0; k < 200000; ++k) v = json::array({std::move(v)});
+    return v;
+  };
+  json doc = one_input_graph();
+  doc["version"] = deep();
+  CHECK(kind_of(doc) == ErrorKind::plan_mismatch);
+  CHECK(message_of(doc).size() < 200);
+  json shape = relu_graph({{{"name", "k"}, {"shape", json::array()}, {"role", "input"}}, {{"name", "y"}}});
+  shape["tensors"][0]["shape"].push_back(deep());
+  CHECK(kind_of(shape) == ErrorKind::malformed);
+  CHECK(message_of(shape).size() < 200);
 }

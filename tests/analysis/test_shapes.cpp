@@ -200,3 +200,38 @@ TEST_CASE("large constant results are computed at run time, not folded") {
   CHECK(dtype_of(g, "zeros") == DType::f32);
   CHECK(g.tensors[g.at("zeros")].data == nullptr);
 }
+
+TEST_CASE("elementwise ops whose inputs share one type refuse two dtypes at shape inference, naming both") {
+  // Found only when the kernel ran before: Add(float32, int64) passed import and planning.
+  for (const char* type : {"Add", "Sum", "Max", "PRelu", "Equal"}) {
+    CAPTURE(type);
+    Builder b;
+    b.input("x", DType::f32, Shape{2, 3});
+    b.input("k", DType::i64, Shape{2, 3});
+    b.op(type, {"x", "k"}, {"y"});
+    b.output("y");
+    std::string msg;
+    CHECK(kind_of([&] { (void)infer_shapes(b.g, {}); }, &msg) == ErrorKind::shape);
+    CHECK(msg.find("'k' (int64)") != std::string::npos);
+  }
+  Builder pow;  // Pow's exponent has a type of its own
+  pow.input("x", DType::f32, Shape{2});
+  pow.input("e", DType::i64, Shape{2});
+  pow.op("Pow", {"x", "e"}, {"y"});
+  pow.output("y");
+  CHECK(dtype_of(infer_shapes(pow.g, {}), "y") == DType::f32);
+}
+
+TEST_CASE("Gather and GatherElements refuse indices that are not int32 or int64 at shape inference") {
+  for (const char* type : {"Gather", "GatherElements"}) {
+    CAPTURE(type);
+    Builder b;
+    b.input("data", DType::f32, Shape{4, 3});
+    b.input("idx", DType::f32, Shape{4, 3});
+    b.op(type, {"data", "idx"}, {"y"});
+    b.output("y");
+    std::string msg;
+    CHECK(kind_of([&] { (void)infer_shapes(b.g, {}); }, &msg) == ErrorKind::shape);
+    CHECK(msg.find("'idx' are float32") != std::string::npos);
+  }
+}

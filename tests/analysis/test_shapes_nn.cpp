@@ -155,3 +155,29 @@ TEST_CASE("Resize and Flatten") {
   CHECK(shape_of(g, "f0") == Shape{1, 300});
   CHECK(shape_of(g, "fl") == Shape{30, 10});
 }
+
+TEST_CASE("MaxPool refuses pads as wide as the kernel, as ONNX Runtime and PyTorch do") {
+  // A window over padding alone holds no input element: its maximum would be -inf.
+  std::string msg;
+  CHECK(kind_of([] { pool("MaxPool", {1, 1, 6}, {{"kernel_shape", ais({2})}, {"pads", ais({2, 0})}}); }, &msg) == ErrorKind::shape);
+  CHECK(msg.find("kernel_shape") != std::string::npos);
+  CHECK(kind_of([] { pool("MaxPool", {1, 1, 6, 6}, {{"kernel_shape", ais({3, 3})}, {"pads", ais({0, 0, 0, 3})}}); }) == ErrorKind::shape);
+  CHECK(shape_of(pool("MaxPool", {1, 1, 6}, {{"kernel_shape", ais({3})}, {"pads", ais({2, 2})}}), "y") == Shape{1, 1, 8});
+}
+
+TEST_CASE("MatMul, Gemm and Conv refuse inputs of two dtypes at shape inference, not when the kernel runs") {
+  Builder b;
+  b.input("a", DType::f32, Shape{2, 3});
+  b.input("b", DType::f64, Shape{3, 4});
+  b.op("MatMul", {"a", "b"}, {"y"});
+  b.output("y");
+  std::string msg;
+  CHECK(kind_of([&] { (void)infer_shapes(b.g, {}); }, &msg) == ErrorKind::shape);
+  CHECK(msg.find("float64") != std::string::npos);
+  Builder c;
+  c.input("x", DType::f32, Shape{1, 3, 8, 8});
+  c.weight("w", DType::f16, Shape{4, 3, 3, 3});
+  c.op("Conv", {"x", "w"}, {"y"});
+  c.output("y");
+  CHECK(kind_of([&] { (void)infer_shapes(c.g, {}); }) == ErrorKind::shape);
+}

@@ -194,3 +194,37 @@ TEST_CASE("a fused graph's plan lists its fused groups, reads back, and is refus
   }
   CHECK(any);
 }
+
+TEST_CASE("plan numbers are never truncated or wrapped: fractions, negatives and values beyond a field's range are malformed") {
+  const auto g = sample_graph(6);
+  const json doc = plan_to_json(g, testing::plan_checked(g));
+  struct Case {
+    const char* field;
+    json value;
+  };
+  const Case cases[] = {{"offset", 64.5},  {"offset", -64},         {"offset", 18446744073709551616.0}, {"size", 1e3},
+                        {"first", -1},     {"last", 4294967296ull}, {"first", 0.5},                      {"id", 0.0}};
+  for (const auto& c : cases) {
+    const std::string field = c.field, value = c.value.dump();
+    CAPTURE(field);
+    CAPTURE(value);
+    json bad = doc;
+    bad["buffers"][0][c.field] = c.value;
+    CHECK(kind_of_reading(g, bad) == ErrorKind::malformed);
+    try {
+      plan_from_json(g, bad);
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("\"" + field + "\"") != std::string::npos);
+    }
+  }
+  json arena = doc;
+  arena["arena_bytes"] = 1.5e9;
+  CHECK(kind_of_reading(g, arena) == ErrorKind::malformed);
+  // A version that is not exactly one this build reads is a mismatch, never rounded to one.
+  for (const json& v : {json(2.5), json(2.0), json("2"), json(-2), json(18446744073709551615ull)}) {
+    CAPTURE(v.dump());
+    json version = doc;
+    version["version"] = v;
+    CHECK(kind_of_reading(g, version) == ErrorKind::plan_mismatch);
+  }
+}

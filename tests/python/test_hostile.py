@@ -244,6 +244,13 @@ class Runner:
         if problems:
             self.failures.append("%s: %s\n    stderr: %s" % (name, "; ".join(problems), err.strip()[:400]))
 
+    def summary(self, t0):
+        # Prints the count and every failure; the exit status of the test.
+        print("%d cases in %.1f s, %d failed" % (self.count, time.time() - t0, len(self.failures)))
+        for f in self.failures:
+            print("FAILED " + f)
+        return 1 if self.failures else 0
+
     def case(self, name, content, args, accepted, words, cmd=("analyze",)):
         d = tempfile.mkdtemp(dir=self.tmp)
         if content is None:
@@ -423,10 +430,7 @@ def main():
         budget_cases(r)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d cases in %.1f s, %d failed" % (r.count, time.time() - t0, len(r.failures)))
-    for f in r.failures:
-        print("FAILED " + f)
-    return 1 if r.failures else 0
+    return r.summary(t0)
 
 
 if __name__ == "__main__":
