@@ -117,6 +117,20 @@ class Autocaster {
           return g_.tensors[a].dtype;
       }
     }
+    // The same inside a fused group (a Linear's bias add with its activation, GELU or ReLU, fused): the
+    // group's float inputs are that low-precision output and initializers only, so it runs low as
+    // F.linear's output and the activation after it did.
+    if (op.type == memplan_ops::kFusedElementwise) {
+      DType low = DType::undefined;
+      bool other = false;
+      for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+        const TensorId t = op.inputs[i];
+        if (!is_float(g_, t) || own_dtype_slot(op, i)) continue;
+        if (t < low_producer_.size() && low_producer_[t]) low = g_.tensors[t].dtype;
+        else if (!is_initializer(g_.tensors[t]) && promotes(g_.tensors[t])) other = true;
+      }
+      if (low != DType::undefined && !other) return low;
+    }
     return promoting != DType::undefined ? promoting : all;
   }
 

@@ -7,6 +7,7 @@
 #include "analysis/shapes.hpp"
 #include "analysis/training.hpp"
 #include "planner/eager_model.hpp"
+#include "planner/fusion.hpp"
 #include "planner/training_plan.hpp"
 
 using namespace memplan;
@@ -124,4 +125,40 @@ TEST_CASE("eager_peak keeps autocast's cast of a weight until the forward pass e
   const std::uint64_t uncached_live = without.peak_bytes - without.resident_bytes;
   CHECK(cached_live > uncached_live);
   CHECK(cached_live <= uncached_live + buf.size);
+}
+
+TEST_CASE("a fused Linear bias + activation group reading a bf16 matmul runs in bf16 (no fp32 copy of the matmul output)") {
+  // deit_tiny's MLP: fc1 MatMul, then Add(bias) and the erf GELU fused into one FusedElementwise. As F.linear
+  // and the GELU after it under autocast, the group reads the bf16 matmul output and the bias, and runs in bf16.
+  Graph fwd = sample("transformers/deit_tiny.train.onnx", {{"batch", 2}});
+  planner::FuseOptions fo;
+  fo.training = true;
+  fwd = planner::fuse_graph(fwd, fo).graph;
+  const TrainingGraph tg = train(fwd, Precision::bf16);
+  const Graph& g = tg.graph;
+  std::size_t groups = 0;
+  for (const Op& op : g.ops) {
+    if (op.type != memplan_ops::kFusedElementwise || op.phase != Phase::forward) continue;
+    // A weight, or autocast's cached cast of one.
+    const auto weight = [&g](TensorId t) {
+      const OpId p = g.tensors[t].producer;
+      if (p == kNoOp) return g.tensors[t].role == TensorRole::weight;
+      return g.ops[p].type == "Cast" && g.tensors[g.ops[p].inputs[0]].role == TensorRole::weight &&
+             g.tensors[g.ops[p].inputs[0]].producer == kNoOp;
+    };
+    bool from_matmul = false, only_weights_beside = true;
+    for (TensorId t : op.inputs) {
+      if (t == kNoTensor || !dtype_is_float(g.tensors[t].dtype)) continue;
+      const OpId p = g.tensors[t].producer;
+      if (p != kNoOp && (g.ops[p].type == "MatMul" || g.ops[p].type == memplan_ops::kMatMulT)) from_matmul = true;
+      else if (!weight(t) && g.tensors[t].element_count() > 1) only_weights_beside = false;
+    }
+    if (!from_matmul || !only_weights_beside) continue;
+    ++groups;
+    CAPTURE(op.name);
+    CHECK(g.tensors[op.outputs[0]].dtype == DType::bf16);
+    for (TensorId t : op.inputs)  // the matmul output read as it is: no fp32 copy of it
+      if (t != kNoTensor && g.tensors[t].producer != kNoOp && !weight(t)) CHECK(g.ops[g.tensors[t].producer].type != "Cast");
+  }
+  CHECK(groups == 12);  // one per block's MLP
 }
