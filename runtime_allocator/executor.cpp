@@ -7,6 +7,7 @@
 #include <map>
 
 #include "analysis/ops.hpp"
+#include "runtime_allocator/dropout_mask.hpp"
 #include "runtime_allocator/weights.hpp"
 
 namespace memplan::runtime {
@@ -305,6 +306,7 @@ void Executor::run_one(std::size_t step, std::vector<TensorRef>& in, std::vector
 }
 
 void Executor::run_schedule() {
+  const RandomStepScope step_scope(runs_++);  // each run (a training step) draws its own random masks
   if (arena_) arena_->reset_touched();
   stats_.ops_run = stats_.views_elided = stats_.inplace_ops = stats_.staged_ops = 0;
   std::vector<TensorRef> in, out;

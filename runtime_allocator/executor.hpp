@@ -113,6 +113,7 @@ class Executor {
   std::vector<Backend::Event> swap_ready_, swap_done_;       // per op (swaps only): before and after the copy
   std::vector<std::vector<analysis::OpId>> waits_before_;   // per schedule step: swaps whose copies must be done
   ExecStats stats_;
+  std::uint64_t runs_ = 0;  // runs so far: the random step of the next (dropout_mask.hpp, step_key)
 };
 
 }  // namespace memplan::runtime

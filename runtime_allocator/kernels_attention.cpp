@@ -68,7 +68,7 @@ struct Attention {
     }
     if (g.dropout_ratio > 0.0) {
       const auto ratio = static_cast<float>(g.dropout_ratio);
-      key = dropout_key(g.seed);
+      key = step_key(g.seed);
       threshold = dropout_threshold(ratio);
       keep_scale = 1.0 / (1.0 - static_cast<double>(ratio));
     }

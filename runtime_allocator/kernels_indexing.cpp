@@ -109,7 +109,7 @@ void k_range(const Op& op, const Refs& in, const Refs& out) {
 // RandomUniformLike: random_uniform.hpp's draw of (seed, element index) in [low, high); the input gives the shape.
 void k_random_uniform_like(const Op& op, const Refs&, const Refs& out) {
   const TensorRef& y = out[0];
-  const std::uint64_t key = dropout_key(static_cast<std::uint64_t>(op.attr_int("seed", static_cast<std::int64_t>(kDefaultRandomSeed))));
+  const std::uint64_t key = step_key(static_cast<std::uint64_t>(op.attr_int("seed", static_cast<std::int64_t>(kDefaultRandomSeed))));
   const double low = op.attr_float("low", 0.0), high = op.attr_float("high", 1.0);
   if (y.dtype == DType::f32) {
     float* p = y.as<float>();

@@ -39,7 +39,7 @@ void k_dropout(const Op& op, const Refs& in, const Refs& out) {
   const float ratio = scalar_value(op, in, 1, static_cast<float>(op.attr_float("ratio", 0.5)));
   if (!(ratio >= 0.0f && ratio <= 1.0f)) unsupported(op, "ratio outside [0, 1]");
   const std::uint64_t key =
-      dropout_key(static_cast<std::uint64_t>(op.attr_int("seed", static_cast<std::int64_t>(kDefaultDropoutSeed))));
+      step_key(static_cast<std::uint64_t>(op.attr_int("seed", static_cast<std::int64_t>(kDefaultDropoutSeed))));
   const std::uint64_t threshold = dropout_threshold(ratio);
   const float* px = x.as<float>();
   float* py = out[0].as<float>();

@@ -120,7 +120,7 @@ AttentionParams params_of(ExecState& s, const Op& op) {
   p.causal = a.causal;
   if (a.dropout_ratio > 0.0) {
     p.dropout = true;
-    p.dropout_key = dropout_key(a.seed);
+    p.dropout_key = step_key(a.seed);
     p.dropout_threshold = dropout_threshold(static_cast<float>(a.dropout_ratio));
     p.dropout_scale = 1.0f / (1.0f - static_cast<float>(a.dropout_ratio));
   }

@@ -102,7 +102,7 @@ void run_gather_elements(ExecState& s, const Op& op) {
 void run_random_uniform_like(ExecState& s, const Op& op) {
   const TensorId y = op.outputs.at(0);
   const std::uint64_t key =
-      dropout_key(static_cast<std::uint64_t>(op.attr_int("seed", static_cast<std::int64_t>(kDefaultRandomSeed))));
+      step_key(static_cast<std::uint64_t>(op.attr_int("seed", static_cast<std::int64_t>(kDefaultRandomSeed))));
   const double low = op.attr_float("low", 0.0), high = op.attr_float("high", 1.0);
   const auto n = static_cast<std::int64_t>(s.tensor(y).element_count());
   if (s.tensor(y).dtype == DType::f32)

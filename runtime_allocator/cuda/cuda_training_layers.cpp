@@ -282,9 +282,9 @@ void run_dropout(ExecState &s, const Op &op) {
   const auto seed = static_cast<std::uint64_t>(op.attr_int("seed", static_cast<std::int64_t>(kDefaultDropoutSeed)));
   const auto n = static_cast<std::int64_t>(s.tensor(x).element_count());
   if (dt == DType::f32)
-    dropout_forward(s.f32(x), s.f32(y), mask_bytes, n, dropout_key(seed), dropout_threshold(ratio), ratio, s.ctx.stream());
+    dropout_forward(s.f32(x), s.f32(y), mask_bytes, n, step_key(seed), dropout_threshold(ratio), ratio, s.ctx.stream());
   else
-    dropout_forward_half(s.ptr[x], s.ptr[y], dt == DType::bf16, mask_bytes, n, dropout_key(seed), dropout_threshold(ratio), ratio,
+    dropout_forward_half(s.ptr[x], s.ptr[y], dt == DType::bf16, mask_bytes, n, step_key(seed), dropout_threshold(ratio), ratio,
                          s.ctx.stream());
 }
 

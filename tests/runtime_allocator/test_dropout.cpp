@@ -180,3 +180,44 @@ TEST_CASE("a training step through Dropout of ratio 0 made an Identity gives the
   REQUIRE(masked.outputs.size() == 2);
   CHECK(view.outputs == masked.outputs);  // mask all true and scale 1: bit for bit
 }
+
+TEST_CASE("each run of an executor draws a new Dropout mask (step_key), DropoutGrad replays its own run's, and run 0 is the seed's") {
+  const std::vector<std::int64_t> dims{5, 203};
+  OpGraph b;
+  std::mt19937 rng(11);
+  const auto xv = random_f32(dims, rng), dyv = random_f32(dims, rng);
+  const TensorId x = b.input("x", xv), dy = b.input("dy", dyv);
+  const TensorId r = b.constant("ratio", analysis::TensorData::from_double(DType::f32, {}, {0.5}));
+  const TensorId t = b.constant("training", ints(DType::boolean, {}, {1}));
+  const TensorId y = b.result("y", DType::f32, dims), m = b.result("mask", DType::boolean, dims);
+  const TensorId dx = b.result("dx", DType::f32, dims);
+  b.op("Dropout", "", {x, r, t}, {y, m}, {{"seed", int_attr(3)}});
+  b.op("DropoutGrad", "memplan", {dy, m, r}, {dx});
+  HostBackend backend;
+  Executor ex(b.g, planner::Plan{}, backend, {.unshared = true});
+  const auto mask_of = [&] {
+    const auto* p = reinterpret_cast<const std::uint8_t*>(ex.address(m));
+    return std::vector<std::uint8_t>(p, p + b.g.tensors[m].bytes());
+  };
+  std::vector<std::vector<std::uint8_t>> masks;
+  for (int run = 0; run < 3; ++run) {
+    ex.run(b.feeds);
+    masks.push_back(mask_of());
+    const auto dxv = as_floats(ex.address(dx), b.g.tensors[dx].bytes());
+    const auto dys = as_floats(dyv.bytes.data(), dyv.bytes.size());
+    bool replayed = true;  // dx = dy * mask / (1 - ratio) with this run's mask
+    for (std::size_t i = 0; i < dxv.size(); ++i) replayed = replayed && dxv[i] == (masks.back()[i] ? dys[i] * 2.0f : 0.0f);
+    CHECK(replayed);
+  }
+  CHECK(masks[0] != masks[1]);
+  CHECK(masks[1] != masks[2]);
+  const std::uint64_t key = dropout_key(3), threshold = dropout_threshold(0.5f);
+  bool first = true;
+  for (std::size_t i = 0; i < masks[0].size(); ++i) first = first && (masks[0][i] != 0) == dropout_keep(key, i, threshold);
+  CHECK(first);
+  Executor again(b.g, planner::Plan{}, backend, {.unshared = true});  // a new executor starts at run 0
+  again.run(b.feeds);
+  const auto* p = reinterpret_cast<const std::uint8_t*>(again.address(m));
+  CHECK(std::vector<std::uint8_t>(p, p + b.g.tensors[m].bytes()) == masks[0]);
+  CHECK(random_step() == 0);  // the scope restored this thread's step
+}
