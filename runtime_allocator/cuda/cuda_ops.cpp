@@ -265,6 +265,14 @@ constexpr KernelConstraints kProduct{kF32 | kHalf};
 // Cross-entropy reads float32, bfloat16 or float16 logits (float32 compute).
 constexpr KernelConstraints kLogits{kF32 | kHalf};
 
+// bf16/f16 data beside float32 parameters and statistics (cuDNN's mixed batch norm), int64 pool indices.
+std::string batch_norm_training_reason(const analysis::Graph& g, const Op& op) {
+  return mixed_dtype_reason(g, op, {}, {0}, {1, 2, 3, 4}, {1, 2, 3, 4});
+}
+std::string batch_norm_grad_reason(const analysis::Graph& g, const Op& op) { return mixed_dtype_reason(g, op, {1}, {0}, {2, 3, 4}, {1, 2}); }
+std::string pool_reason(const analysis::Graph& g, const Op& op) { return mixed_dtype_reason(g, op, {}, {0}); }
+std::string max_pool_grad_reason(const analysis::Graph& g, const Op& op) { return mixed_dtype_reason(g, op, {1}, {0}); }
+
 struct Row {
   const char* key;  // op type for the default ONNX domain, "memplan::<type>" for memplan's own ops
   CudaKernel kernel;
@@ -318,8 +326,8 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"Xor", {extra, false, false, kLogic}},
       {"Not", {extra, true, false, {kBool}}},
       {"Cast", {extra, true, false, kCast}},
-      {"Sin", {extra, true, false, kFloat}},
-      {"Cos", {extra, true, false, kFloat}},
+      {"Sin", {extra, true, false, kFloatOrHalf, same_float_dtype_reason}},
+      {"Cos", {extra, true, false, kFloatOrHalf, same_float_dtype_reason}},
       {"Add", {extra, true, false, kIntArith}},
       {"Sub", {extra, true, false, kIntArith}},
       {"Mul", {extra, true, false, kIntArith}},
@@ -329,8 +337,8 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"Gemm", {dnn, false, false, kProduct, same_float_dtype_reason}},
       {"BatchNormalization", {dnn, true, true, kFloat}},
       {"Conv", {dnn, false, true, kProduct, same_float_dtype_reason}},
-      {"MaxPool", {dnn, false, true, kFloat}},
-      {"AveragePool", {dnn, false, true, kFloat}},
+      {"MaxPool", {dnn, false, true, kFloatOrHalf, pool_reason}},
+      {"AveragePool", {dnn, false, true, kFloatOrHalf, pool_reason}},
       {"memplan::ReluGrad", {training, true, false, kGrad}},
       {"memplan::LeakyReluGrad", {training, true, false, kGrad}},
       {"memplan::SigmoidGrad", {training, true, false, kGrad}},
@@ -350,9 +358,9 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"memplan::GradAccumulate", {training, true, false, kGrad}},
       {"memplan::SoftmaxGrad", {training, true, false, kFloat}},
       {"memplan::LogSoftmaxGrad", {training, true, false, kFloat}},
-      {"memplan::BatchNormTraining", {training, false, false, kFloat}},
-      {"memplan::BatchNormGrad", {training, false, false, kFloat}},
-      {"memplan::AveragePoolGrad", {training, false, false, kFloat}},
+      {"memplan::BatchNormTraining", {training, false, false, kFloatOrHalf, batch_norm_training_reason}},
+      {"memplan::BatchNormGrad", {training, false, false, kFloatOrHalf, batch_norm_grad_reason}},
+      {"memplan::AveragePoolGrad", {training, false, false, kFloatOrHalf, pool_reason}},
       {"memplan::SliceGrad", {training, false, false, kFloatOrHalf}},
       {"memplan::GatherGrad", {training, false, false, kFloat}},
       {"memplan::SplitGrad", {training, false, false, kFloatOrHalf}},
@@ -372,7 +380,7 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"memplan::LayerNormGrad", {training, false, false, kFloat}},
       {"memplan::RMSNormalization", {by_family<run_norm_op>, true, false, kFloat}},
       {"memplan::RMSNormGrad", {by_family<run_norm_op>, false, false, kFloat}},
-      {"memplan::MaxPoolGrad", {training, false, false, kFloat}},
+      {"memplan::MaxPoolGrad", {training, false, false, kFloatOrHalf, max_pool_grad_reason}},
       {"memplan::ConvGradInput", {training, false, true, kProduct, same_float_dtype_reason}},
       {"memplan::ConvGradWeight", {training, false, true, kProduct, same_float_dtype_reason}},
       {"memplan::FusedAttention", {run_fused_attention, false, false, {kF32 | kHalf, 4}, attention_unsupported_reason}},

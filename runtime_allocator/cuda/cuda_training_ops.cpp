@@ -198,9 +198,16 @@ void run_softmax_grad(ExecState& s, const Op& op, bool log) {
                coerce ? dims_product(y, axis) : y[axis], coerce ? 1 : dims_product(y, axis + 1), log, s.ctx.stream());
 }
 
+// float32: dY scattered to the indices (atomics); bf16/f16: each dX element sums, in float32, the dY of the windows
+// covering it whose index is its own, and is rounded once.
 void run_max_pool_grad(ExecState& s, const Op& op) {
   if (s.tensor(op.inputs[2]).dtype != analysis::DType::i64)
     fail(ErrorKind::unsupported, "op '" + op.name + "': int64 indices only");
+  const analysis::DType dt = s.tensor(op.inputs[0]).dtype;
+  if (is_half(dt))
+    return max_pool_grad_windows(s.ptr[op.inputs[0]], reinterpret_cast<const std::int64_t*>(s.ptr[op.inputs[2]]),
+                                 s.ptr[op.outputs[0]], float_storage(op, dt), pool_window(s, op, op.outputs[0], op.inputs[0]),
+                                 s.ctx.stream());
   max_pool_grad(s.f32(op.inputs[0]), reinterpret_cast<const std::int64_t*>(s.ptr[op.inputs[2]]), s.f32(op.outputs[0]),
                 static_cast<std::int64_t>(s.tensor(op.inputs[0]).element_count()),
                 static_cast<std::int64_t>(s.tensor(op.outputs[0]).element_count()), s.ctx.stream());

@@ -3,6 +3,7 @@
 
 #include "runtime_allocator/cuda/block_reduce.cuh"
 #include "runtime_allocator/cuda/cuda_context.hpp"
+#include "runtime_allocator/cuda/half_io.cuh"
 #include "runtime_allocator/cuda/kernels_training.hpp"
 
 namespace memplan::runtime::cuda {
@@ -122,7 +123,9 @@ __global__ void momentum_kernel(const float* w, const float* g, const float* v, 
   }
 }
 
-__global__ void max_pool_kernel(const float* x, float* y, std::int64_t* indices, PoolGeometry p) {
+// T: the storage of x and y (float, __nv_bfloat16, __half), compared as float32 (exact: widening keeps the order).
+template <typename T>
+__global__ void max_pool_kernel(const T* x, T* y, std::int64_t* indices, PoolGeometry p) {
   const std::int64_t total = p.nc * p.oh * p.ow;
   for (std::int64_t o = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; o < total;
        o += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -135,15 +138,15 @@ __global__ void max_pool_kernel(const float* x, float* y, std::int64_t* indices,
         const std::int64_t ih = oh * p.sh - p.ph + r * p.dh, iw = ow * p.sw - p.pw + s * p.dw;
         if (ih < 0 || ih >= p.h || iw < 0 || iw >= p.w) continue;
         const std::int64_t at = (nc * p.h + ih) * p.w + iw;
-        const float v = x[at];
+        const float v = widen(x[at]);
         if (v > acc || !any) {
           acc = v;
           arg = at;
           any = true;
         }
       }
-    y[o] = any ? acc : -INFINITY;
-    indices[o] = arg;
+    y[o] = narrow<T>(any ? acc : -INFINITY);
+    if (indices) indices[o] = arg;
   }
 }
 
@@ -204,10 +207,14 @@ void momentum_update(const float* w, const float* g, const float* v, float* w_ou
   check_launch("momentum_update");
 }
 
-void max_pool_with_indices(const float* x, float* y, std::int64_t* indices, const PoolGeometry& p, cudaStream_t stream) {
+void max_pool_with_indices(const void* x, void* y, std::int64_t* indices, FloatStorage storage, const PoolGeometry& p,
+                           cudaStream_t stream) {
   const std::int64_t n = p.nc * p.oh * p.ow;
   if (n == 0) return;
-  max_pool_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, indices, p);
+  by_float_storage(storage, [&](auto tag) {
+    using T = decltype(tag);
+    max_pool_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), indices, p);
+  });
   check_launch("max_pool_with_indices");
 }
 

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "runtime_allocator/cuda/kernels.hpp"
+
 namespace memplan::runtime::cuda {
 
 // LayerNormGrad over rows [rows, n]: dx (may be null) per row; dscale and dbias (either may be null) are column sums
@@ -41,8 +43,10 @@ struct PoolGeometry {
   std::int64_t nc = 1, h = 1, w = 1, oh = 1, ow = 1;
   int kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, ph = 0, pw = 0;
 };
-// MaxPool writing y and the flat index into x of each maximum (the first one in window order).
-void max_pool_with_indices(const float* x, float* y, std::int64_t* indices, const PoolGeometry& p, cudaStream_t stream);
+// MaxPool writing y and the flat index into x of each maximum (the first one in window order); indices may be null. x
+// and y hold `storage` elements.
+void max_pool_with_indices(const void* x, void* y, std::int64_t* indices, FloatStorage storage, const PoolGeometry& p,
+                           cudaStream_t stream);
 // dx = 0, then dx[indices[o]] += dy[o] for every output element o (indices outside dx are skipped).
 void max_pool_grad(const float* dy, const std::int64_t* indices, float* dx, std::int64_t outputs, std::int64_t inputs,
                    cudaStream_t stream);
