@@ -178,7 +178,7 @@ void run_layer_norm(ExecState& s, const Op& op) {
 }
 
 void run_reduce(ExecState& s, const Op& op, ReduceSpec::Kind kind, bool global_pool) {
-  if (!global_pool) need_f32(s, op);  // global pools also take bf16/f16 (reduce_axes checks)
+  // float32, bf16 or f16 (float32 sums; reduce_axes checks the dtypes)
   const auto d = s.dims(op.inputs[0]);
   std::vector<bool> reduced(d.size(), false);
   if (global_pool) {
@@ -244,7 +244,6 @@ void reduce_op(ExecState& s, const Op& op) { run_reduce(s, op, K, kGlobal); }
 constexpr KernelConstraints kAny{kAnyDType};
 constexpr KernelConstraints kCopy{kAnyDType, static_cast<std::uint8_t>(kMaxRank)};  // strided copies: rank 8
 constexpr KernelConstraints kFloat{kF32};
-constexpr KernelConstraints kFloatReduce{kF32, static_cast<std::uint8_t>(kMaxRank)};
 // Comparisons and Cast (cuda_compare.cpp): float32, int64, int32, bool; logic ops: rank 8 broadcasting.
 constexpr KernelConstraints kCompare{kF32 | dtype_bit(DType::i64) | dtype_bit(DType::i32) | kBool, static_cast<std::uint8_t>(kMaxRank)};
 constexpr KernelConstraints kCumSum{kF32 | dtype_bit(DType::f64) | dtype_bit(DType::i64) | dtype_bit(DType::i32)};
@@ -271,6 +270,8 @@ std::string batch_norm_training_reason(const analysis::Graph& g, const Op& op) {
 }
 std::string batch_norm_grad_reason(const analysis::Graph& g, const Op& op) { return mixed_dtype_reason(g, op, {1}, {0}, {2, 3, 4}, {1, 2}); }
 std::string pool_reason(const analysis::Graph& g, const Op& op) { return mixed_dtype_reason(g, op, {}, {0}); }
+// ReduceMean/Max/Min run on autocast's promote list (ReduceSum on its fp32 one): the output in the data's dtype.
+std::string reduce_reason(const analysis::Graph& g, const Op& op) { return mixed_dtype_reason(g, op, {}, {0}); }
 std::string max_pool_grad_reason(const analysis::Graph& g, const Op& op) { return mixed_dtype_reason(g, op, {1}, {0}); }
 
 struct Row {
@@ -301,10 +302,10 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"Softmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, false); }, true, false, kFloat}},
       {"LogSoftmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, true); }, true, false, kFloat}},
       {"LayerNormalization", {run_layer_norm, true, false, kFloat}},
-      {"ReduceMean", {reduce_op<ReduceSpec::mean, false>, false, false, kFloatReduce}},
-      {"ReduceSum", {reduce_op<ReduceSpec::sum, false>, false, false, kFloatReduce}},
-      {"ReduceMax", {reduce_op<ReduceSpec::max, false>, false, false, kFloatReduce}},
-      {"ReduceMin", {reduce_op<ReduceSpec::min, false>, false, false, kFloatReduce}},
+      {"ReduceMean", {reduce_op<ReduceSpec::mean, false>, false, false, kHalfReduce, reduce_reason}},
+      {"ReduceSum", {reduce_op<ReduceSpec::sum, false>, false, false, kHalfReduce, reduce_reason}},
+      {"ReduceMax", {reduce_op<ReduceSpec::max, false>, false, false, kHalfReduce, reduce_reason}},
+      {"ReduceMin", {reduce_op<ReduceSpec::min, false>, false, false, kHalfReduce, reduce_reason}},
       {"GlobalAveragePool", {reduce_op<ReduceSpec::mean, true>, false, false, kHalfReduce, same_float_dtype_reason}},
       {"GlobalMaxPool", {reduce_op<ReduceSpec::max, true>, false, false, kHalfReduce, same_float_dtype_reason}},
       {"Dropout", {extra, true, false, kAny, dropout_reason}},

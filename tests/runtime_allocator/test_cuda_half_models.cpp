@@ -51,8 +51,8 @@ analysis::TrainingOptions options(Precision p, Loss l, Optimizer o) {
 
 }  // namespace
 
-TEST_CASE("every op of a bf16/fp16 ResNet-18 and MobileNet-V2 training step has a CUDA kernel") {
-  for (const char* model : {"models/resnet18.train.onnx", "models/mobilenet_v2.train.onnx"}) {
+TEST_CASE("every op of a bf16/fp16 ResNet-18, MobileNet-V2 and tiny CNN training step has a CUDA kernel") {
+  for (const char* model : {"models/resnet18.train.onnx", "models/mobilenet_v2.train.onnx", "models/tiny_cnn.onnx"}) {
     const analysis::Graph g = shaped_sample(model, {{"batch", 2}}, true);
     for (Precision p : {Precision::bf16, Precision::fp16})
       for (Loss l : {Loss::mse, Loss::ce})
