@@ -357,6 +357,8 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"memplan::SGDUpdate", {training, true, false, kGrad}},
       {"memplan::AdamStep", {training, true, false, kGrad}},
       {"memplan::GradAccumulate", {training, true, false, kGrad}},
+      {"memplan::AmpUnscale", {training, true, false, kFloat}},
+      {"memplan::AmpUpdateScale", {training, true, false, kFloat}},
       {"memplan::SoftmaxGrad", {training, true, false, kFloat}},
       {"memplan::LogSoftmaxGrad", {training, true, false, kFloat}},
       {"memplan::BatchNormTraining", {training, false, false, kFloatOrHalf, batch_norm_training_reason}},

@@ -98,7 +98,16 @@ __global__ void mse_final_kernel(float* loss, int blocks, std::int64_t n) {
 }
 
 __global__ void adam_kernel(const float* w, const float* g, const float* m, const float* v, const float* step, float* w_out,
-                            float* m_out, float* v_out, std::int64_t n, AdamHyper h) {
+                            float* m_out, float* v_out, const float* found_inf, std::int64_t n, AdamHyper h) {
+  if (found_inf && *found_inf != 0.0f) {  // skipped: each output keeps its input's value
+    for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+      w_out[i] = w[i];
+      m_out[i] = m[i];
+      v_out[i] = v[i];
+    }
+    return;
+  }
   const float t = *step;
   const float step_size = h.lr / (1.0f - powf(h.beta1, t)), c2_sqrt = sqrtf(1.0f - powf(h.beta2, t));
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -113,10 +122,16 @@ __global__ void adam_kernel(const float* w, const float* g, const float* m, cons
   }
 }
 
-__global__ void momentum_kernel(const float* w, const float* g, const float* v, float* w_out, float* v_out, std::int64_t n,
-                                float lr, float momentum, float weight_decay) {
+__global__ void momentum_kernel(const float* w, const float* g, const float* v, float* w_out, float* v_out, const float* found_inf,
+                                std::int64_t n, float lr, float momentum, float weight_decay) {
+  const bool skip = found_inf && *found_inf != 0.0f;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    if (skip) {  // each output keeps its input's value
+      w_out[i] = w[i];
+      v_out[i] = v[i];
+      continue;
+    }
     const float nv = momentum * v[i] + (g[i] + weight_decay * w[i]);
     w_out[i] = w[i] - lr * nv;
     v_out[i] = nv;
@@ -148,6 +163,32 @@ __global__ void max_pool_kernel(const T* x, T* y, std::int64_t* indices, PoolGeo
     y[o] = narrow<T>(any ? acc : -INFINITY);
     if (indices) indices[o] = arg;
   }
+}
+
+__global__ void amp_unscale_kernel(const float* g, const float* scale, float* out, float* found_inf, std::int64_t n) {
+  const float inv = static_cast<float>(1.0 / static_cast<double>(*scale));
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float x = g[i];
+    if (!isfinite(x)) *found_inf = 1.0f;  // every writer stores the same value
+    out[i] = __fmul_rn(x, inv);
+  }
+}
+
+__global__ void amp_update_scale_kernel(const float* scale, const std::int32_t* tracker, const float* found_inf, float* scale_out,
+                                        std::int32_t* tracker_out, float growth, float backoff, std::int32_t growth_interval) {
+  float s = *scale;
+  std::int32_t clean = *tracker;
+  if (*found_inf != 0.0f) {
+    s = __fmul_rn(s, backoff);
+    clean = 0;
+  } else if (++clean == growth_interval) {
+    const float grown = __fmul_rn(s, growth);
+    if (isfinite(grown)) s = grown;
+    clean = 0;
+  }
+  *scale_out = s;
+  *tracker_out = clean;
 }
 
 __global__ void max_pool_grad_kernel(const float* dy, const std::int64_t* indices, float* dx, std::int64_t outputs,
@@ -194,17 +235,29 @@ void mse_loss(const float* y, const float* t, float* loss, std::int64_t n, cudaS
 }
 
 void adam_update(const float* w, const float* g, const float* m, const float* v, const float* step, float* w_out, float* m_out,
-                 float* v_out, std::int64_t n, const AdamHyper& h, cudaStream_t stream) {
+                 float* v_out, const float* found_inf, std::int64_t n, const AdamHyper& h, cudaStream_t stream) {
   if (n == 0) return;
-  adam_kernel<<<grid_for(n), kThreads, 0, stream>>>(w, g, m, v, step, w_out, m_out, v_out, n, h);
+  adam_kernel<<<grid_for(n), kThreads, 0, stream>>>(w, g, m, v, step, w_out, m_out, v_out, found_inf, n, h);
   check_launch("adam_update");
 }
 
-void momentum_update(const float* w, const float* g, const float* v, float* w_out, float* v_out, std::int64_t n, float lr,
-                     float momentum, float weight_decay, cudaStream_t stream) {
+void momentum_update(const float* w, const float* g, const float* v, float* w_out, float* v_out, const float* found_inf,
+                     std::int64_t n, float lr, float momentum, float weight_decay, cudaStream_t stream) {
   if (n == 0) return;
-  momentum_kernel<<<grid_for(n), kThreads, 0, stream>>>(w, g, v, w_out, v_out, n, lr, momentum, weight_decay);
+  momentum_kernel<<<grid_for(n), kThreads, 0, stream>>>(w, g, v, w_out, v_out, found_inf, n, lr, momentum, weight_decay);
   check_launch("momentum_update");
+}
+
+void amp_unscale(const float* g, const float* scale, float* out, float* found_inf, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  amp_unscale_kernel<<<grid_for(n), kThreads, 0, stream>>>(g, scale, out, found_inf, n);
+  check_launch("amp_unscale");
+}
+
+void amp_update_scale(const float* scale, const std::int32_t* tracker, const float* found_inf, float* scale_out,
+                      std::int32_t* tracker_out, float growth, float backoff, std::int32_t growth_interval, cudaStream_t stream) {
+  amp_update_scale_kernel<<<1, 1, 0, stream>>>(scale, tracker, found_inf, scale_out, tracker_out, growth, backoff, growth_interval);
+  check_launch("amp_update_scale");
 }
 
 void max_pool_with_indices(const void* x, void* y, std::int64_t* indices, FloatStorage storage, const PoolGeometry& p,

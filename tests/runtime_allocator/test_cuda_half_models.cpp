@@ -45,7 +45,7 @@ analysis::TrainingOptions options(Precision p, Loss l, Optimizer o) {
   to.precision = p;
   to.loss = l;
   to.optimizer = o;
-  to.loss_scaling = false;
+  to.loss_scaling = p == Precision::fp16;
   return to;
 }
 
