@@ -84,6 +84,17 @@ void check_half(const std::function<OpGraph(DType, DType)>& build, double tol_bf
   }
 }
 
+// The training step `tg` planned and run once on the GPU with `feeds`: its graph outputs by name.
+std::map<std::string, TensorData> gpu_step(const analysis::TrainingGraph& tg, const std::vector<TensorData>& feeds) {
+  const auto plan = planner::plan_training(tg, {});
+  runtime::cuda::CudaBackend backend;
+  runtime::Executor gpu(plan.graph, plan.plan, backend);
+  const auto got = gpu.run(by_name(tg.graph, feeds));
+  std::map<std::string, TensorData> out;
+  for (std::size_t k = 0; k < plan.graph.outputs.size(); ++k) out[plan.graph.tensors[plan.graph.outputs[k]].name] = got[k];
+  return out;
+}
+
 analysis::TensorData f32_scalar(double v) { return TensorData::from_double(DType::f32, {}, {v}); }
 
 }  // namespace
@@ -257,12 +268,7 @@ TEST_CASE("one SGD step of a bf16/f16 MLP in torch.autocast's form on the GPU ma
     runtime::HostBackend host;
     runtime::Executor cpu(ref.graph, planner::Plan{}, host, runtime::ExecOptions{.unshared = true});
     const auto want = cpu.run(feeds);
-    const auto plan = planner::plan_training(half, {});
-    runtime::cuda::CudaBackend backend;
-    runtime::Executor gpu(plan.graph, plan.plan, backend);
-    const auto got = gpu.run(by_name(ref.graph, feeds));
-    std::map<std::string, TensorData> got_by_name;
-    for (std::size_t k = 0; k < plan.graph.outputs.size(); ++k) got_by_name[plan.graph.tensors[plan.graph.outputs[k]].name] = got[k];
+    auto got_by_name = gpu_step(half, feeds);
     REQUIRE(ref.graph.outputs.size() >= 7);  // loss, three gradients, three updated weights
     for (std::size_t k = 0; k < ref.graph.outputs.size(); ++k) {
       const std::string& name = ref.graph.tensors[ref.graph.outputs[k]].name;
@@ -292,12 +298,7 @@ TEST_CASE("one bf16/f16 momentum step of tiny_cnn (autocast graph) on the GPU ma
     runtime::HostBackend host;
     runtime::Executor cpu(tg.graph, planner::Plan{}, host, runtime::ExecOptions{.unshared = true});
     const auto want = cpu.run(feeds);
-    const auto plan = planner::plan_training(tg, {});
-    runtime::cuda::CudaBackend backend;
-    runtime::Executor gpu(plan.graph, plan.plan, backend);
-    const auto got = gpu.run(by_name(tg.graph, feeds));
-    std::map<std::string, TensorData> got_by_name;
-    for (std::size_t k = 0; k < plan.graph.outputs.size(); ++k) got_by_name[plan.graph.tensors[plan.graph.outputs[k]].name] = got[k];
+    auto got_by_name = gpu_step(tg, feeds);
     REQUIRE(tg.graph.outputs.size() >= 13);  // the loss, six updated weights and their momentum buffers
     for (std::size_t k = 0; k < tg.graph.outputs.size(); ++k) {
       const std::string& name = tg.graph.tensors[tg.graph.outputs[k]].name;

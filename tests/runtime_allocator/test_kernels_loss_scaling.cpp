@@ -15,6 +15,7 @@
 #include "planner/training_plan.hpp"
 #include "runtime_allocator/executor.hpp"
 #include "tests/analysis/test_training_fixture.hpp"
+#include "tests/runtime_allocator/training_fixture.hpp"
 #ifdef MEMPLAN_HAVE_CUDA
 #include "runtime_allocator/cuda/cuda_backend.hpp"
 #endif
@@ -73,15 +74,8 @@ std::vector<float> floats(const runtime::Executor& ex, TensorId t, std::size_t n
 }
 
 // The training step planned (strategy none, verified) on the CPU executor.
-struct Planned {
-  TrainingGraph tg;
-  planner::TrainingPlanResult r;
-  runtime::HostBackend backend;
-  std::unique_ptr<runtime::Executor> ex;
-  explicit Planned(TrainingGraph g) : tg(std::move(g)), r(planner::plan_training(tg, {})) {
-    REQUIRE(r.report.valid);
-    ex = std::make_unique<runtime::Executor>(r.graph, r.plan, backend);
-  }
+struct Planned : runtime::testing::PlannedStep {
+  using PlannedStep::PlannedStep;
   TensorId weight() const { return tg.param_grads.at(0).first; }
 };
 
