@@ -77,7 +77,8 @@ TEST_CASE("fp16 loss scaling: one unscale per gradient before the updates, each 
     CHECK(seeded);
     CHECK(unscaled);
     CHECK(updated);
-    for (const auto& [w, grad] : tg.param_grads) {
+    for (const auto& wg : tg.param_grads) {
+      const TensorId grad = wg.second;
       CHECK(g.ops[g.tensors[grad].producer].type == memplan_ops::kAmpUnscale);  // the optimizer reads unscaled gradients
       CHECK(g.tensors[grad].role == TensorRole::gradient);
     }
