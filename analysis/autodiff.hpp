@@ -86,9 +86,15 @@ TensorId add_loss(Graph& g, const TrainingOptions& opts);
 std::int64_t cross_entropy_class_axis(std::size_t rank, std::optional<std::int64_t> class_axis);
 // A forward op of OpKind::loss (its backward rule starts the backward pass without an incoming gradient).
 bool is_loss_op(const Op& op);
-// When `loss` is not made by a loss op (--loss none on a scalar output), appends the backward op that seeds
-// its gradient with ones (memplan SumLossGrad without inputs) and returns that gradient; kNoTensor otherwise.
-TensorId seed_loss_gradient(Graph& g, TensorId loss);
+// fp16 loss scaling (TrainingOptions::loss_scaling, GradScaler): appends the persistent loss scale "amp/scale"
+// (float32 scalar, role optimizer_state, 65536 before the first step as GradScaler's init_scale) and returns it.
+// ErrorKind::usage unless opts.precision is fp16.
+TensorId add_loss_scale(Graph& g, const TrainingOptions& opts);
+// The incoming gradient of `loss`. When `loss` is not made by a loss op (--loss none on a scalar output), appends
+// the backward op that seeds it with ones, times `scale` when given (memplan SumLossGrad), and returns that gradient.
+// Else the loss op's rule starts the backward pass: returns `scale` (its dloss input, the loss gradient seed times the
+// scale), kNoTensor without loss scaling.
+TensorId seed_loss_gradient(Graph& g, TensorId loss, TensorId scale = kNoTensor);
 // Appends the optimizer's ops and state after the backward ops; sets the graph outputs.
 void add_optimizer(Graph& g, const TrainingOptions& opts, TrainingGraph& tg);
 

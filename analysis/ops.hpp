@@ -150,6 +150,10 @@ inline constexpr std::string_view kMomentumUpdate = "MomentumUpdate";
 inline constexpr std::string_view kAdamUpdate = "AdamUpdate";
 inline constexpr std::string_view kAdamStep = "AdamStep";
 inline constexpr std::string_view kGradAccumulate = "GradAccumulate";
+// fp16 dynamic loss scaling as torch.amp.GradScaler (docs/training-recipes.md, "Mixed precision"): the unscale of a
+// weight gradient with the non-finite check, in place, and the scale's update after the optimizer step.
+inline constexpr std::string_view kAmpUnscale = "AmpUnscale";
+inline constexpr std::string_view kAmpUpdateScale = "AmpUpdateScale";
 }  // namespace memplan_ops
 
 }  // namespace memplan::analysis

@@ -357,7 +357,9 @@ TrainingGraph build_training_graph(const Graph& shaped_forward, const TrainingOp
   s.received.assign(s.forward_tensors, 0);
   s.grad.assign(s.forward_tensors, kNoTensor);
   count_contributions(s, tg.loss, forward_ops);
-  if (const TensorId seed = autodiff::seed_loss_gradient(s.g, tg.loss); seed != kNoTensor) s.grad[tg.loss] = seed;
+  // fp16 loss scaling: the loss gradient is seeded with the scale (GradScaler's scaler.scale(loss).backward()).
+  if (opts.loss_scaling) tg.loss_scale = autodiff::add_loss_scale(s.g, opts);
+  if (const TensorId seed = autodiff::seed_loss_gradient(s.g, tg.loss, tg.loss_scale); seed != kNoTensor) s.grad[tg.loss] = seed;
 
   for (std::size_t k = forward_ops; k-- > 0;) {
     const Op& op = s.g.ops[k];

@@ -79,6 +79,12 @@ struct TrainingGraph {
   // microbatches > 1: per param_grads entry, the gradient accumulator's storage (role gradient, no producer,
   // zero before the first micro-step, as PyTorch's .grad held across micro-steps).
   std::vector<TensorId> grad_accumulators;
+  // loss_scaling: the persistent loss scale (float32 scalar, role optimizer_state, 65536 before the first step), the
+  // growth tracker (int32: clean steps since the scale last changed) and found_inf (float32: 1 when a gradient of
+  // this step was not finite, so the updates were skipped); all three are in optimizer_state too.
+  TensorId loss_scale = kNoTensor;
+  TensorId growth_tracker = kNoTensor;
+  TensorId found_inf = kNoTensor;
 };
 
 // The schedule of a training graph: its op order, which build_training_graph makes PyTorch's order.

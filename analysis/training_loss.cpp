@@ -57,18 +57,18 @@ std::vector<std::int64_t> explicit_pads(const Op& op, const Shape& x, const Shap
 
 namespace {
 
-// MSELossGrad(y, target) -> dy = 2 (y - target) / numel: the seed of the backward pass (dloss = 1).
-void mse_loss_grad(GradContext& c) {
-  TensorId g = c.grad_tensor(0);
-  c.emit("MSELossGrad", "memplan", {c.in(0), c.in(1)}, {g});
-  c.give(0, g);
-}
-
-// The incoming gradient of the loss when the loss op sits inside a graph (registry examples); none when
-// it is the training loss itself (dloss = 1, the seed).
+// The incoming gradient of the loss when the loss op sits inside a graph (registry examples) or the loss scale
+// seeds it (fp16 loss scaling); none when it is the training loss itself (dloss = 1, the seed).
 std::vector<TensorId> with_dloss(const GradContext& c, std::vector<TensorId> inputs) {
   if (c.dy(0) != kNoTensor) inputs.push_back(c.dy(0));
   return inputs;
+}
+
+// MSELossGrad(y, target[, dloss]) -> dy = 2 (y - target) / numel (times dloss): the seed of the backward pass.
+void mse_loss_grad(GradContext& c) {
+  TensorId g = c.grad_tensor(0);
+  c.emit("MSELossGrad", "memplan", with_dloss(c, {c.in(0), c.in(1)}), {g});
+  c.give(0, g);
 }
 
 // CrossEntropyLossGrad(y, lse, labels[, dloss]) -> dy = (softmax(y) - onehot(label)) / valid rows, from the
@@ -170,12 +170,22 @@ bool is_loss_op(const Op& op) {
   return op.phase == Phase::forward && op.domain == kMemplanDomain && i && i->kind == OpKind::loss;
 }
 
-TensorId seed_loss_gradient(Graph& g, TensorId loss) {
+TensorId add_loss_scale(Graph& g, const TrainingOptions& opts) {
+  if (opts.precision != Precision::fp16)
+    fail(ErrorKind::usage, std::string("loss scaling needs precision fp16, not ") + precision_name(opts.precision));
+  const TensorId scale = new_tensor(g, "amp/scale", DType::f32, {}, TensorRole::optimizer_state);
+  // GradScaler's init_scale 2^16; the executor uploads it once, the step's AmpUpdateScale rewrites it in place.
+  g.tensors[scale].data = std::make_shared<TensorData>(TensorData::from_double(DType::f32, {}, {65536.0}));
+  return scale;
+}
+
+TensorId seed_loss_gradient(Graph& g, TensorId loss, TensorId scale) {
   const TensorId p = g.tensors[loss].producer;
-  if (p != kNoOp && is_loss_op(g.ops[p])) return kNoTensor;  // the loss op's rule starts the backward pass
+  if (p != kNoOp && is_loss_op(g.ops[p])) return scale;  // the loss op's rule starts the backward pass
   const TensorId seed = new_tensor(g, "grad/" + g.tensors[loss].name, g.tensors[loss].dtype, g.tensors[loss].dims,
                                    TensorRole::activation);
-  add_loss_op(g, "loss/seed", memplan_ops::kSumLossGrad, {}, {seed});
+  add_loss_op(g, "loss/seed", memplan_ops::kSumLossGrad, scale == kNoTensor ? std::vector<TensorId>{} : std::vector<TensorId>{scale},
+              {seed});
   g.ops.back().phase = Phase::backward;
   return seed;
 }

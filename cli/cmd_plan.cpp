@@ -170,6 +170,7 @@ int run_plan(const PlanArgs& a) {
     j["plan_seconds"] = r.plan_seconds;
     j["strategy"] = r.strategy;
     j["precision"] = a.train.precision;
+    j["loss_scaling"] = a.train.loss_scaling;
     j["persistent_bytes"] = r.persistent_bytes;
     j["eager_peak_bytes"] = planner::eager_peak(r.graph, r.plan).peak_bytes;  // an eager allocator on this plan's graph and schedule
     j["pytorch_peak_bytes"] = pytorch_peak;  // PyTorch eager's own peak (pytorch_peak_bytes above)
@@ -195,8 +196,9 @@ int run_plan(const PlanArgs& a) {
   }
   std::printf("model                %s (training step: %zu ops, %zu tensors)\n", analysis::terminal_safe(a.train.model.model).c_str(), g.ops.size(), g.tensors.size());
   std::printf("fused                %s\n", fusion_text(s.fusion).c_str());
-  std::printf("precision            %s%s\n", a.train.precision.c_str(),
-              a.train.precision == "fp32" ? "" : " (torch.autocast op lists, fp32 master weights and gradients)");
+  std::printf("precision            %s%s%s\n", a.train.precision.c_str(),
+              a.train.precision == "fp32" ? "" : " (torch.autocast op lists, fp32 master weights and gradients)",
+              a.train.loss_scaling ? ", dynamic loss scaling (GradScaler: scale, growth tracker, found_inf: 12 bytes)" : "");
   std::printf("strategy             %s%s\n", r.strategy.c_str(),
               s.options.budget_bytes ? (", budget " + human_bytes(*s.options.budget_bytes)).c_str()
               : r.strategy == "none" ? " (no budget: every saved tensor kept)"

@@ -58,6 +58,7 @@ void add_training_kernels(KernelTable& t);
 void add_gradient_elementwise_kernels(KernelTable& t);
 void add_gradient_layer_kernels(KernelTable& t);
 void add_gradient_shape_kernels(KernelTable& t);
+void add_loss_scaling_kernels(KernelTable& t);  // AmpUnscale, AmpUpdateScale (fp16 loss scaling)
 void add_attention_kernels(KernelTable& t);  // FusedAttention and its gradient
 void add_loss_kernels(KernelTable& t);  // CrossEntropyLoss, SumLoss and their gradients
 

@@ -81,9 +81,11 @@ void k_mse_loss(const Op& op, const Refs& in, const Refs& out) {
   *out[0].as<float>() = sum / static_cast<float>(y.elements());
 }
 
+// dloss (input 2, absent: 1) is the loss gradient seed: the loss scale under fp16 loss scaling.
 void k_mse_loss_grad(const Op& op, const Refs& in, const Refs& out) {
   const float n = static_cast<float>(required(op, in, 0).elements());
-  map_grad<2>(op, in, out, [&](const std::array<float, 2>& v) { return 2.0f * (v[0] - v[1]) / n; });
+  const float dloss = scalar_value(op, in, 2, 1.0f);
+  map_grad<2>(op, in, out, [&](const std::array<float, 2>& v) { return 2.0f * (v[0] - v[1]) / n * dloss; });
 }
 
 float attr(const Op& op, const char* key, double fallback) { return static_cast<float>(op.attr_float(key, fallback)); }
@@ -91,12 +93,20 @@ float attr(const Op& op, const char* key, double fallback) { return static_cast<
 // The optimizer updates follow torch.optim exactly (docs/training-recipes.md): weight_decay is L2 added to the
 // gradient, but for AdamUpdate with `decoupled` (AdamW), which scales the weight by 1 - lr * weight_decay
 // first. Every element is read before it is written: the outputs rewrite W and the state in place.
+// Under fp16 loss scaling the last input is found_inf: when it is set the step is skipped (GradScaler.step), each
+// output keeping the value of the input it rewrites.
+bool skipped(const Op& op, const Refs& in, std::size_t found_inf) { return scalar_value(op, in, found_inf, 0.0f) != 0.0f; }
+
+void keep(const TensorRef& from, const TensorRef& to) { copy_if_moved(to.data, from.data, to.bytes); }
+
 void k_sgd(const Op& op, const Refs& in, const Refs& out) {
+  if (skipped(op, in, 2)) return keep(required(op, in, 0), out[0]);
   const float lr = attr(op, "lr", 0.01), wd = attr(op, "weight_decay", 0.0);
   map_grad<2>(op, in, out, [&](const std::array<float, 2>& v) { return v[0] - lr * (v[1] + wd * v[0]); });
 }
 
 void k_momentum(const Op& op, const Refs& in, const Refs& out) {
+  if (skipped(op, in, 3)) return keep(required(op, in, 0), out[0]), keep(required(op, in, 2), out[1]);
   const float lr = attr(op, "lr", 0.01), m = attr(op, "momentum", 0.9), wd = attr(op, "weight_decay", 0.0);
   const float* w = required(op, in, 0).as<float>();
   const float* g = required(op, in, 1).as<float>();
@@ -109,9 +119,13 @@ void k_momentum(const Op& op, const Refs& in, const Refs& out) {
   }
 }
 
-void k_adam_step(const Op& op, const Refs& in, const Refs& out) { *out[0].as<float>() = *required(op, in, 0).as<float>() + 1.0f; }
+void k_adam_step(const Op& op, const Refs& in, const Refs& out) {
+  *out[0].as<float>() = *required(op, in, 0).as<float>() + (skipped(op, in, 1) ? 0.0f : 1.0f);
+}
 
 void k_adam(const Op& op, const Refs& in, const Refs& out) {
+  if (skipped(op, in, 5))
+    return keep(required(op, in, 0), out[0]), keep(required(op, in, 2), out[1]), keep(required(op, in, 3), out[2]);
   const float lr = attr(op, "lr", 0.001), b1 = attr(op, "beta1", 0.9), b2 = attr(op, "beta2", 0.999), eps = attr(op, "epsilon", 1e-8);
   const float wd = attr(op, "weight_decay", 0.0);
   const bool decoupled = op.attr_int("decoupled", 0) != 0;

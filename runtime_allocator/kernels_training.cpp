@@ -19,6 +19,7 @@ void add_training_kernels(KernelTable& t) {
   add_gradient_elementwise_kernels(t);
   add_gradient_layer_kernels(t);
   add_gradient_shape_kernels(t);
+  add_loss_scaling_kernels(t);
 }
 
 }  // namespace memplan::runtime::cpu

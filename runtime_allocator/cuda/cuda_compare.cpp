@@ -1,7 +1,7 @@
 // The CUDA executor's comparison (Equal, Greater, GreaterOrEqual, Less, LessOrEqual), logic (And, Or, Xor,
 // Not), integer arithmetic (Add, Sub, Mul, Min, Max of int64/int32: float ones run as generated elementwise
 // kernels), Cast between float32, bf16, f16, int64, int32 and bool (between float dtypes a generated kernel runs it
-// first), and Sin/Cos. Semantics follow the CPU kernels
+// first), and Sin/Cos (float32, bf16, f16). Semantics follow the CPU kernels
 // (runtime_allocator/kernels_elementwise.cpp).
 #include "runtime_allocator/cuda/cuda_compare.hpp"
 
@@ -97,8 +97,8 @@ bool run_compare_op(ExecState& s, const Op& op) {
   } else if (t == "Cast") {
     cast(s.ptr[x], type_of(s, op, x), s.ptr[out], type_of(s, op, out), elements(s, x), s.ctx.stream());
   } else {
-    if (type_of(s, op, x) != ElemType::f32) unsupported(op, "float32 input expected");
-    sin_cos(s.f32(x), s.f32(out), elements(s, x), t == "Cos", s.ctx.stream());
+    if (s.tensor(out).dtype != s.tensor(x).dtype) unsupported(op, "the output must have the input's dtype");
+    sin_cos(s.ptr[x], s.ptr[out], float_storage(op, s.tensor(x).dtype), elements(s, x), t == "Cos", s.ctx.stream());
   }
   return true;
 }

@@ -1,6 +1,6 @@
 // The CUDA executor's library-backed ops: MatMul/Gemm through cuBLAS; Conv and its gradients, pooling and BatchNorm
 // through cuDNN (float32 FMA math: no TF32, so results match the CPU reference). MatMul, Gemm and the convolutions also
-// take bf16/f16 tensors (float32 accumulation on tensor cores).
+// take bf16/f16 tensors (float32 accumulation on tensor cores); bf16/f16 pools run hand-written kernels.
 #include <algorithm>
 
 #include "runtime_allocator/cuda/cuda_state.hpp"
@@ -323,7 +323,8 @@ void run_conv(ExecState& s, const Op& op) {
   }
 }
 
-// MaxPool with its Indices output: own kernel (flat indices over all of X, the first maximum in window order).
+// MaxPool with its Indices output, or of bf16/f16 data: own kernel (flat indices over all of X, the first maximum in
+// window order; compared in float32).
 void run_max_pool_indices(ExecState& s, const Op& op) {
   if (op.attr_int("storage_order", 0) != 0) fail(ErrorKind::unsupported, "op '" + op.name + "': column-major MaxPool indices");
   auto x = s.dims(op.inputs[0]), y = s.dims(op.outputs[0]);
@@ -348,12 +349,19 @@ void run_max_pool_indices(ExecState& s, const Op& op) {
     *fields[2][i + a] = w.dil[i];
     *fields[3][i + a] = w.pad[i];
   }
-  max_pool_with_indices(s.f32(op.inputs[0]), s.f32(op.outputs[0]), reinterpret_cast<std::int64_t*>(s.ptr[op.outputs[1]]), p,
-                        s.ctx.stream());
+  const TensorId indices = op.output(1);
+  if (indices != kNoTensor && s.tensor(indices).dtype != analysis::DType::i64) unsupported(op, "int64 indices only");
+  max_pool_with_indices(s.ptr[op.inputs[0]], s.ptr[op.outputs[0]],
+                        indices == kNoTensor ? nullptr : reinterpret_cast<std::int64_t*>(s.ptr[indices]),
+                        float_storage(op, s.tensor(op.inputs[0]).dtype), p, s.ctx.stream());
 }
 
 void run_pool(ExecState& s, const Op& op, bool max) {
-  if (max && op.output(1) != kNoTensor) return run_max_pool_indices(s, op);
+  const analysis::DType dt = s.tensor(op.inputs[0]).dtype;
+  if (max && (op.output(1) != kNoTensor || is_half(dt))) return run_max_pool_indices(s, op);
+  if (is_half(dt))  // the CPU kernel's window (its count and ceil_mode), float32 sums
+    return average_pool(s.ptr[op.inputs[0]], s.ptr[op.outputs[0]], float_storage(op, dt),
+                        pool_window(s, op, op.inputs[0], op.outputs[0]), s.ctx.stream());
   const Window w = window_of(op, op.attr_ints("kernel_shape"), s.dims(op.inputs[0]), s.dims(op.outputs[0]));
   TensorDesc x(s.dims(op.inputs[0]), op), y(s.dims(op.outputs[0]), op);
   cudnnPoolingDescriptor_t p = nullptr;

@@ -78,6 +78,38 @@ std::string same_float_dtype_reason(const Graph& g, const Op& op) {
   return {};
 }
 
+FloatStorage float_storage(const Op& op, DType d) {
+  switch (d) {
+    case DType::f32: return FloatStorage::f32;
+    case DType::bf16: return FloatStorage::bf16;
+    case DType::f16: return FloatStorage::f16;
+    default: unsupported(op, std::string("data of dtype ") + analysis::dtype_name(d) + " (float32, bfloat16 or float16)");
+  }
+}
+
+std::string mixed_dtype_reason(const Graph& g, const Op& op, std::initializer_list<int> data_in, std::initializer_list<int> data_out,
+                               std::initializer_list<int> f32_in, std::initializer_list<int> f32_out) {
+  if (op.inputs.empty() || op.inputs[0] == kNoTensor) return "input 0 is required";
+  const DType d = g.tensors[op.inputs[0]].dtype;
+  if (d != DType::f32 && !is_half(d)) return std::string("dtype ") + analysis::dtype_name(d) + " of input 0";
+  // The first tensor of `positions` (inputs or outputs) whose dtype is not `want`, as "input 3 of dtype ...".
+  auto first_other = [&](const std::vector<TensorId>& list, std::initializer_list<int> positions, DType want, const char* what) {
+    for (int i : positions) {
+      const auto k = static_cast<std::size_t>(i);
+      const TensorId t = k < list.size() ? list[k] : kNoTensor;
+      if (t != kNoTensor && g.tensors[t].dtype != want)
+        return std::string(what) + " " + std::to_string(i) + " of dtype " + analysis::dtype_name(g.tensors[t].dtype) + " (" +
+               analysis::dtype_name(want) + " expected)";
+    }
+    return std::string();
+  };
+  for (const std::string& why : {first_other(op.inputs, data_in, d, "input"), first_other(op.outputs, data_out, d, "output"),
+                                 first_other(op.inputs, f32_in, DType::f32, "input"),
+                                 first_other(op.outputs, f32_out, DType::f32, "output")})
+    if (!why.empty()) return why;
+  return {};
+}
+
 cudaDataType_t blas_data_type(DType d) {
   switch (d) {
     case DType::f32: return CUDA_R_32F;

@@ -178,7 +178,7 @@ void run_layer_norm(ExecState& s, const Op& op) {
 }
 
 void run_reduce(ExecState& s, const Op& op, ReduceSpec::Kind kind, bool global_pool) {
-  if (!global_pool) need_f32(s, op);  // global pools also take bf16/f16 (reduce_axes checks)
+  // float32, bf16 or f16 (float32 sums; reduce_axes checks the dtypes)
   const auto d = s.dims(op.inputs[0]);
   std::vector<bool> reduced(d.size(), false);
   if (global_pool) {
@@ -244,7 +244,6 @@ void reduce_op(ExecState& s, const Op& op) { run_reduce(s, op, K, kGlobal); }
 constexpr KernelConstraints kAny{kAnyDType};
 constexpr KernelConstraints kCopy{kAnyDType, static_cast<std::uint8_t>(kMaxRank)};  // strided copies: rank 8
 constexpr KernelConstraints kFloat{kF32};
-constexpr KernelConstraints kFloatReduce{kF32, static_cast<std::uint8_t>(kMaxRank)};
 // Comparisons and Cast (cuda_compare.cpp): float32, int64, int32, bool; logic ops: rank 8 broadcasting.
 constexpr KernelConstraints kCompare{kF32 | dtype_bit(DType::i64) | dtype_bit(DType::i32) | kBool, static_cast<std::uint8_t>(kMaxRank)};
 constexpr KernelConstraints kCumSum{kF32 | dtype_bit(DType::f64) | dtype_bit(DType::i64) | dtype_bit(DType::i32)};
@@ -264,6 +263,16 @@ constexpr KernelConstraints kHalfReduce{kF32 | kHalf, static_cast<std::uint8_t>(
 constexpr KernelConstraints kProduct{kF32 | kHalf};
 // Cross-entropy reads float32, bfloat16 or float16 logits (float32 compute).
 constexpr KernelConstraints kLogits{kF32 | kHalf};
+
+// bf16/f16 data beside float32 parameters and statistics (cuDNN's mixed batch norm), int64 pool indices.
+std::string batch_norm_training_reason(const analysis::Graph& g, const Op& op) {
+  return mixed_dtype_reason(g, op, {}, {0}, {1, 2, 3, 4}, {1, 2, 3, 4});
+}
+std::string batch_norm_grad_reason(const analysis::Graph& g, const Op& op) { return mixed_dtype_reason(g, op, {1}, {0}, {2, 3, 4}, {1, 2}); }
+std::string pool_reason(const analysis::Graph& g, const Op& op) { return mixed_dtype_reason(g, op, {}, {0}); }
+// ReduceMean/Max/Min run on autocast's promote list (ReduceSum on its fp32 one): the output in the data's dtype.
+std::string reduce_reason(const analysis::Graph& g, const Op& op) { return mixed_dtype_reason(g, op, {}, {0}); }
+std::string max_pool_grad_reason(const analysis::Graph& g, const Op& op) { return mixed_dtype_reason(g, op, {1}, {0}); }
 
 struct Row {
   const char* key;  // op type for the default ONNX domain, "memplan::<type>" for memplan's own ops
@@ -294,10 +303,10 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"Softmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, false); }, true, false, kFloat}},
       {"LogSoftmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, true); }, true, false, kFloat}},
       {"LayerNormalization", {run_layer_norm, true, false, kFloat}},
-      {"ReduceMean", {reduce_op<ReduceSpec::mean, false>, false, false, kFloatReduce}},
-      {"ReduceSum", {reduce_op<ReduceSpec::sum, false>, false, false, kFloatReduce}},
-      {"ReduceMax", {reduce_op<ReduceSpec::max, false>, false, false, kFloatReduce}},
-      {"ReduceMin", {reduce_op<ReduceSpec::min, false>, false, false, kFloatReduce}},
+      {"ReduceMean", {reduce_op<ReduceSpec::mean, false>, false, false, kHalfReduce, reduce_reason}},
+      {"ReduceSum", {reduce_op<ReduceSpec::sum, false>, false, false, kHalfReduce, reduce_reason}},
+      {"ReduceMax", {reduce_op<ReduceSpec::max, false>, false, false, kHalfReduce, reduce_reason}},
+      {"ReduceMin", {reduce_op<ReduceSpec::min, false>, false, false, kHalfReduce, reduce_reason}},
       {"GlobalAveragePool", {reduce_op<ReduceSpec::mean, true>, false, false, kHalfReduce, same_float_dtype_reason}},
       {"GlobalMaxPool", {reduce_op<ReduceSpec::max, true>, false, false, kHalfReduce, same_float_dtype_reason}},
       {"Dropout", {extra, true, false, kAny, dropout_reason}},
@@ -319,8 +328,8 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"Xor", {extra, false, false, kLogic}},
       {"Not", {extra, true, false, {kBool}}},
       {"Cast", {extra, true, false, kCast}},
-      {"Sin", {extra, true, false, kFloat}},
-      {"Cos", {extra, true, false, kFloat}},
+      {"Sin", {extra, true, false, kFloatOrHalf, same_float_dtype_reason}},
+      {"Cos", {extra, true, false, kFloatOrHalf, same_float_dtype_reason}},
       {"Add", {extra, true, false, kIntArith}},
       {"Sub", {extra, true, false, kIntArith}},
       {"Mul", {extra, true, false, kIntArith}},
@@ -330,8 +339,8 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"Gemm", {dnn, false, false, kProduct, same_float_dtype_reason}},
       {"BatchNormalization", {dnn, true, true, kFloat}},
       {"Conv", {dnn, false, true, kProduct, same_float_dtype_reason}},
-      {"MaxPool", {dnn, false, true, kFloat}},
-      {"AveragePool", {dnn, false, true, kFloat}},
+      {"MaxPool", {dnn, false, true, kFloatOrHalf, pool_reason}},
+      {"AveragePool", {dnn, false, true, kFloatOrHalf, pool_reason}},
       {"memplan::ReluGrad", {training, true, false, kGrad}},
       {"memplan::LeakyReluGrad", {training, true, false, kGrad}},
       {"memplan::SigmoidGrad", {training, true, false, kGrad}},
@@ -349,11 +358,13 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"memplan::SGDUpdate", {training, true, false, kGrad}},
       {"memplan::AdamStep", {training, true, false, kGrad}},
       {"memplan::GradAccumulate", {training, true, false, kGrad}},
+      {"memplan::AmpUnscale", {training, true, false, kFloat}},
+      {"memplan::AmpUpdateScale", {training, true, false, kFloat}},
       {"memplan::SoftmaxGrad", {training, true, false, kFloat}},
       {"memplan::LogSoftmaxGrad", {training, true, false, kFloat}},
-      {"memplan::BatchNormTraining", {training, false, false, kFloat}},
-      {"memplan::BatchNormGrad", {training, false, false, kFloat}},
-      {"memplan::AveragePoolGrad", {training, false, false, kFloat}},
+      {"memplan::BatchNormTraining", {training, false, false, kFloatOrHalf, batch_norm_training_reason}},
+      {"memplan::BatchNormGrad", {training, false, false, kFloatOrHalf, batch_norm_grad_reason}},
+      {"memplan::AveragePoolGrad", {training, false, false, kFloatOrHalf, pool_reason}},
       {"memplan::SliceGrad", {training, false, false, kFloatOrHalf}},
       {"memplan::GatherGrad", {training, false, false, kFloat}},
       {"memplan::SplitGrad", {training, false, false, kFloatOrHalf}},
@@ -373,7 +384,7 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"memplan::LayerNormGrad", {training, false, false, kFloat}},
       {"memplan::RMSNormalization", {by_family<run_norm_op>, true, false, kFloat}},
       {"memplan::RMSNormGrad", {by_family<run_norm_op>, false, false, kFloat}},
-      {"memplan::MaxPoolGrad", {training, false, false, kFloat}},
+      {"memplan::MaxPoolGrad", {training, false, false, kFloatOrHalf, max_pool_grad_reason}},
       {"memplan::ConvGradInput", {training, false, true, kProduct, same_float_dtype_reason}},
       {"memplan::ConvGradWeight", {training, false, true, kProduct, same_float_dtype_reason}},
       {"memplan::FusedAttention", {run_fused_attention, false, false, {kF32 | kHalf, 4}, attention_unsupported_reason}},

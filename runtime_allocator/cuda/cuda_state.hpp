@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 #include "runtime_allocator/cuda/cuda_context.hpp"
 #include "runtime_allocator/cuda/fused_kernel.hpp"
 #include "runtime_allocator/cuda/kernels.hpp"
+#include "runtime_allocator/cuda/kernels_layers.hpp"
 
 namespace memplan::runtime::cuda {
 
@@ -62,6 +64,14 @@ std::optional<analysis::FusedExpr> half_elementwise_expr(const analysis::Graph& 
 std::string elementwise_dtype_reason(const analysis::Graph& g, const analysis::Op& op);
 // Empty when input 0 is float32, bf16 or f16 and every other tensor of op has its dtype (cuBLAS/cuDNN ops), else why.
 std::string same_float_dtype_reason(const analysis::Graph& g, const analysis::Op& op);
+// The FloatStorage of dtype d for the hand-written kernels; ErrorKind::unsupported naming op for a non-float dtype.
+FloatStorage float_storage(const analysis::Op& op, analysis::DType d);
+// Ops with 16-bit data beside float32 parameters (BatchNorm) or int64 indices (MaxPool): empty when input 0 is float32,
+// bf16 or f16, the inputs `data_in` and outputs `data_out` (positions; absent ones pass) have its dtype, and the inputs
+// `f32_in` and outputs `f32_out` are float32; else which one is not.
+std::string mixed_dtype_reason(const analysis::Graph& g, const analysis::Op& op, std::initializer_list<int> data_in,
+                               std::initializer_list<int> data_out, std::initializer_list<int> f32_in = {},
+                               std::initializer_list<int> f32_out = {});
 // CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F; ErrorKind::unsupported for other dtypes.
 cudaDataType_t blas_data_type(analysis::DType d);
 // One cuBLAS call in its column-major terms: C = alpha op(A) op(B) + beta C, `count` products spaced by the strides
@@ -118,6 +128,9 @@ bool run_dnn_grad_op(ExecState& s, const analysis::Op& op);
 // BatchNormTraining/Grad, AveragePoolGrad, SliceGrad, GatherGrad, SplitGrad, and DropoutGrad/WhereGrad with bool
 // masks (cuda_training_layers.cpp); false when `op` is none of them.
 bool run_layer_training_op(ExecState& s, const analysis::Op& op);
+// The window of a pool (or its gradient) from the pool's input x to its output y, as the CPU kernels compute it
+// (cpu::window: pads, auto_pad, ceil_mode output sizes, dilations, 1-D as 2-D; cuda_training_layers.cpp).
+AvgPoolGeometry pool_window(const ExecState& s, const analysis::Op& op, analysis::TensorId x, analysis::TensorId y);
 // memplan RMSNormalization and RMSNormGrad (cuda_norms.cpp); false when `op` is neither.
 bool run_norm_op(ExecState& s, const analysis::Op& op);
 // memplan CrossEntropyLoss, CrossEntropyLossGrad, SumLoss and SumLossGrad (cuda_loss.cpp); false for the others.

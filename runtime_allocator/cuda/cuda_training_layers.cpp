@@ -37,6 +37,13 @@ float *out_f32(const ExecState &s, const Op &op, std::size_t i) {
   return s.f32(t);
 }
 
+// The data of tensor t (input or output `what` of op): float32, bf16 or f16 storage of dtype d (the op's data dtype).
+std::byte *data_of(const ExecState &s, const Op &op, TensorId t, DType d, const std::string &what) {
+  if (t == kNoTensor) unsupported(op, what + " is required");
+  if (s.tensor(t).dtype != d) unsupported(op, what + " must have the dtype of input 0");
+  return s.ptr[t];
+}
+
 // The value of a small tensor on the host: its constant data, or its bytes read
 // back from the device (a sync).
 TensorData host_value(ExecState &s, TensorId t) {
@@ -115,10 +122,12 @@ void channel_view(const ExecState &s, const Op &op, TensorId x, std::int64_t &n,
 void run_batch_norm_training(ExecState &s, const Op &op) {
   BatchNormTrainingArgs a;
   channel_view(s, op, op.inputs.at(0), a.n, a.c, a.plane);
-  a.x = in_f32(s, op, 0);
+  const DType d = s.tensor(op.inputs[0]).dtype;
+  a.storage = float_storage(op, d);
+  a.x = data_of(s, op, op.inputs[0], d, "input 0");
   a.scale = in_f32(s, op, 1);
   a.bias = in_f32(s, op, 2);
-  a.y = out_f32(s, op, 0);
+  a.y = data_of(s, op, op.output(0), d, "output 0");
   a.running_mean_out = out_f32(s, op, 1);
   a.running_var_out = out_f32(s, op, 2);
   a.saved_mean = out_f32(s, op, 3);
@@ -127,26 +136,29 @@ void run_batch_norm_training(ExecState &s, const Op &op) {
   if (a.running_var_out) a.running_var = in_f32(s, op, 4);
   a.epsilon = static_cast<float>(op.attr_float("epsilon", 1e-5));
   a.momentum = static_cast<float>(op.attr_float("momentum", 0.9));
-  if (!a.y) unsupported(op, "output 0 is required");
   batch_norm_training(a, s.ctx.stream());
 }
 
 void run_batch_norm_grad(ExecState &s, const Op &op) {
   std::int64_t n = 0, c = 0, plane = 1;
   channel_view(s, op, op.inputs.at(1), n, c, plane);
-  batch_norm_grad(in_f32(s, op, 0), in_f32(s, op, 1), in_f32(s, op, 2), in_f32(s, op, 3), in_f32(s, op, 4), out_f32(s, op, 0),
-                  out_f32(s, op, 1), out_f32(s, op, 2), n, c, plane, s.ctx.stream());
+  const DType d = s.tensor(op.inputs.at(0)).dtype;
+  const TensorId dx = op.output(0);
+  batch_norm_grad(data_of(s, op, op.inputs[0], d, "input 0"), data_of(s, op, op.inputs[1], d, "input 1"), in_f32(s, op, 2),
+                  in_f32(s, op, 3), in_f32(s, op, 4), dx == kNoTensor || !s.ptr[dx] ? nullptr : data_of(s, op, dx, d, "output 0"),
+                  out_f32(s, op, 1), out_f32(s, op, 2), n, c, plane, float_storage(op, d), s.ctx.stream());
 }
 
+}  // namespace
+
 // The window geometry is the CPU kernels' own (cpu::window: pads, auto_pad,
-// dilations, 1-D as 2-D).
-void run_average_pool_grad(ExecState &s, const Op &op) {
-  const TensorId dy = op.inputs.at(0), dx = op.outputs.at(0);
+// dilations, 1-D as 2-D), from the pool's input x and output y.
+AvgPoolGeometry pool_window(const ExecState &s, const Op &op, TensorId x, TensorId y) {
   TensorRef x_ref, y_ref;
-  x_ref.dtype = s.tensor(dx).dtype;
-  x_ref.shape = s.dims(dx);
-  y_ref.dtype = s.tensor(dy).dtype;
-  y_ref.shape = s.dims(dy);
+  x_ref.dtype = s.tensor(x).dtype;
+  x_ref.shape = s.dims(x);
+  y_ref.dtype = s.tensor(y).dtype;
+  y_ref.shape = s.dims(y);
   const cpu::Window w = cpu::window(op, x_ref, y_ref, op.attr_ints("kernel_shape"));
   AvgPoolGeometry p;
   p.nc = w.N * w.C;
@@ -165,7 +177,16 @@ void run_average_pool_grad(ExecState &s, const Op &op) {
   p.ph_end = w.ph_end;
   p.pw_end = w.pw_end;
   p.count_include_pad = op.attr_int("count_include_pad", 0) != 0;
-  average_pool_grad(in_f32(s, op, 0), out_f32(s, op, 0), p, s.ctx.stream());
+  return p;
+}
+
+namespace {
+
+void run_average_pool_grad(ExecState &s, const Op &op) {
+  const TensorId dy = op.inputs.at(0), dx = op.outputs.at(0);
+  const DType d = s.tensor(dy).dtype;
+  average_pool_grad(data_of(s, op, dy, d, "input 0"), data_of(s, op, dx, d, "output 0"), float_storage(op, d),
+                    pool_window(s, op, dx, dy), s.ctx.stream());
 }
 
 // dX = 0, then dY copied into the sliced region (the forward Slice's arguments

@@ -1,5 +1,5 @@
 // The CUDA executor's training ops (domain memplan): elementwise gradients and optimizer steps through the NVRTC
-// generator, matmul gradients through cuBLAS, reductions, norm/softmax gradients, loss and Adam. Semantics follow the
+// generator, matmul gradients through cuBLAS, reductions, norm/softmax gradients, loss, Adam and fp16 loss scaling. Semantics follow the
 // CPU kernels (runtime_allocator/kernels_grad_*.cpp), including their float32 formulas.
 #include <cmath>
 #include <limits>
@@ -109,17 +109,20 @@ bool run_elementwise_grad(ExecState& s, const Op& op) {
   } else if (t == "WhereGrad") {
     const std::string g = e.in(0), c = e.in(1);
     e.launch("(" + c + " != 0.0f) == " + (op.attr_int("select", 1) ? "true" : "false") + " ? " + g + " : 0.0f");
-  } else if (t == "MSELossGrad") {
-    const std::string y = e.in(0), target = e.in(1);
-    e.launch("2.0f * (" + y + " - " + target + ") / " + lit(static_cast<double>(s.tensor(op.inputs[0]).element_count())));
-  } else if (t == "SGDUpdate") {  // in place over w: torch.optim.SGD without momentum, L2 weight decay
-    const std::string w = e.in(0), g = e.in(1);
-    e.launch(w + " - " + lit(attr(op, "lr", 0.01)) + " * (" + g + " + " + lit(attr(op, "weight_decay", 0.0)) + " * " + w + ")");
+  } else if (t == "MSELossGrad") {  // times dloss (input 2: the loss scale under fp16 loss scaling)
+    const std::string y = e.in(0), target = e.in(1), dloss = e.in(2, "1.0f");
+    e.launch("2.0f * (" + y + " - " + target + ") / " + lit(static_cast<double>(s.tensor(op.inputs[0]).element_count())) + " * " +
+             dloss);
+  } else if (t == "SGDUpdate") {  // in place over w: torch.optim.SGD without momentum, L2 weight decay; kept on found_inf
+    const std::string w = e.in(0), g = e.in(1), found = e.in(2);
+    e.launch(found + " != 0.0f ? " + w + " : " + w + " - " + lit(attr(op, "lr", 0.01)) + " * (" + g + " + " +
+             lit(attr(op, "weight_decay", 0.0)) + " * " + w + ")");
   } else if (t == "GradAccumulate") {  // in place over the accumulator
     const std::string acc = e.in(0), g = e.in(1);
     e.launch(acc + " + " + g);
-  } else if (t == "AdamStep") {
-    e.launch(e.in(0) + " + 1.0f");
+  } else if (t == "AdamStep") {  // not counted when found_inf skips the step
+    const std::string step = e.in(0), found = e.in(1);
+    e.launch(step + " + (" + found + " != 0.0f ? 0.0f : 1.0f)");
   } else {
     return false;
   }
@@ -165,17 +168,46 @@ void run_mse_loss(ExecState& s, const Op& op) {
            static_cast<std::int64_t>(s.tensor(op.inputs[0]).element_count()), s.ctx.stream());
 }
 
+// found_inf (the last input under fp16 loss scaling, else absent): a float32 scalar that skips the step when set.
+const float* found_inf(ExecState& s, const Op& op, std::size_t i) {
+  const TensorId t = op.input(i);
+  if (t == kNoTensor) return nullptr;
+  if (s.tensor(t).dtype != analysis::DType::f32 || s.tensor(t).element_count() != 1)
+    unsupported(op, "input " + std::to_string(i) + " (found_inf) must be a float32 scalar");
+  return s.f32(t);
+}
+
 void run_optimizer(ExecState& s, const Op& op) {
   const auto n = static_cast<std::int64_t>(s.tensor(op.inputs[0]).element_count());
   if (op.type == "AdamUpdate") {
     const AdamHyper h{attr(op, "lr", 0.001), attr(op, "beta1", 0.9), attr(op, "beta2", 0.999), attr(op, "epsilon", 1e-8),
                       attr(op, "weight_decay", 0.0), op.attr_int("decoupled", 0) != 0};
     adam_update(s.f32(op.inputs[0]), s.f32(op.inputs[1]), s.f32(op.inputs[2]), s.f32(op.inputs[3]), s.f32(op.inputs[4]),
-                s.f32(op.outputs[0]), s.f32(op.outputs[1]), s.f32(op.outputs[2]), n, h, s.ctx.stream());
+                s.f32(op.outputs[0]), s.f32(op.outputs[1]), s.f32(op.outputs[2]), found_inf(s, op, 5), n, h, s.ctx.stream());
   } else {
-    momentum_update(s.f32(op.inputs[0]), s.f32(op.inputs[1]), s.f32(op.inputs[2]), s.f32(op.outputs[0]), s.f32(op.outputs[1]), n,
-                    attr(op, "lr", 0.01), attr(op, "momentum", 0.9), attr(op, "weight_decay", 0.0), s.ctx.stream());
+    momentum_update(s.f32(op.inputs[0]), s.f32(op.inputs[1]), s.f32(op.inputs[2]), s.f32(op.outputs[0]), s.f32(op.outputs[1]),
+                    found_inf(s, op, 3), n, attr(op, "lr", 0.01), attr(op, "momentum", 0.9), attr(op, "weight_decay", 0.0),
+                    s.ctx.stream());
   }
+}
+
+// AmpUnscale: found_inf' starts as found_inf (or 0 with `reset`) in the output's bytes, then the kernel sets it where a
+// gradient element is not finite; the gradient is multiplied by 1 / scale, in place or into its own output.
+void run_amp_unscale(ExecState& s, const Op& op) {
+  const TensorId found_out = op.outputs.at(1);
+  if (op.attr_int("reset", 0) != 0)
+    check(cudaMemsetAsync(s.ptr[found_out], 0, sizeof(float), s.ctx.stream()), "found_inf reset of '" + op.name + "'");
+  else if (s.ptr[op.inputs.at(2)] != s.ptr[found_out])
+    check(cudaMemcpyAsync(s.ptr[found_out], s.ptr[op.inputs[2]], sizeof(float), cudaMemcpyDeviceToDevice, s.ctx.stream()),
+          "found_inf copy of '" + op.name + "'");
+  amp_unscale(s.f32(op.inputs[0]), s.f32(op.inputs.at(1)), s.f32(op.outputs[0]), s.f32(found_out),
+              static_cast<std::int64_t>(s.tensor(op.inputs[0]).element_count()), s.ctx.stream());
+}
+
+void run_amp_update_scale(ExecState& s, const Op& op) {
+  amp_update_scale(s.f32(op.inputs.at(0)), reinterpret_cast<const std::int32_t*>(s.ptr[op.inputs.at(1)]), s.f32(op.inputs.at(2)),
+                   s.f32(op.outputs.at(0)), reinterpret_cast<std::int32_t*>(s.ptr[op.outputs.at(1)]), attr(op, "growth_factor", 2.0),
+                   attr(op, "backoff_factor", 0.5), static_cast<std::int32_t>(op.attr_int("growth_interval", 2000)), s.ctx.stream());
 }
 
 float* optional_out(ExecState& s, const Op& op, std::size_t k) {
@@ -198,9 +230,16 @@ void run_softmax_grad(ExecState& s, const Op& op, bool log) {
                coerce ? dims_product(y, axis) : y[axis], coerce ? 1 : dims_product(y, axis + 1), log, s.ctx.stream());
 }
 
+// float32: dY scattered to the indices (atomics); bf16/f16: each dX element sums, in float32, the dY of the windows
+// covering it whose index is its own, and is rounded once.
 void run_max_pool_grad(ExecState& s, const Op& op) {
   if (s.tensor(op.inputs[2]).dtype != analysis::DType::i64)
     fail(ErrorKind::unsupported, "op '" + op.name + "': int64 indices only");
+  const analysis::DType dt = s.tensor(op.inputs[0]).dtype;
+  if (is_half(dt))
+    return max_pool_grad_windows(s.ptr[op.inputs[0]], reinterpret_cast<const std::int64_t*>(s.ptr[op.inputs[2]]),
+                                 s.ptr[op.outputs[0]], float_storage(op, dt), pool_window(s, op, op.outputs[0], op.inputs[0]),
+                                 s.ctx.stream());
   max_pool_grad(s.f32(op.inputs[0]), reinterpret_cast<const std::int64_t*>(s.ptr[op.inputs[2]]), s.f32(op.outputs[0]),
                 static_cast<std::int64_t>(s.tensor(op.inputs[0]).element_count()),
                 static_cast<std::int64_t>(s.tensor(op.outputs[0]).element_count()), s.ctx.stream());
@@ -221,6 +260,8 @@ bool run_training_op(ExecState& s, const Op& op) {
   if (t == "LayerNormGrad") return run_layer_norm_grad(s, op), true;
   if (t == "SoftmaxGrad" || t == "LogSoftmaxGrad") return run_softmax_grad(s, op, t == "LogSoftmaxGrad"), true;
   if (t == "MaxPoolGrad") return run_max_pool_grad(s, op), true;
+  if (t == "AmpUnscale") return run_amp_unscale(s, op), true;
+  if (t == "AmpUpdateScale") return run_amp_update_scale(s, op), true;
   return run_dnn_grad_op(s, op);
 }
 

@@ -74,8 +74,12 @@ __global__ void cast_kernel(const From *x, To *out, std::int64_t n) {
   }
 }
 
-__global__ void sin_cos_kernel(const float *x, float *out, std::int64_t n, bool cosine) {
-  for (std::int64_t i = first_index(); i < n; i += stride()) out[i] = cosine ? cosf(x[i]) : sinf(x[i]);
+template <typename T>
+__global__ void sin_cos_kernel(const T *x, T *out, std::int64_t n, bool cosine) {
+  for (std::int64_t i = first_index(); i < n; i += stride()) {
+    const float v = widen(x[i]);
+    out[i] = narrow<T>(cosine ? cosf(v) : sinf(v));
+  }
 }
 
 std::int64_t count(const BroadcastShape &s) {
@@ -152,9 +156,12 @@ void cast(const void *x, ElemType from, void *out, ElemType to, std::int64_t n, 
   check_launch("cast");
 }
 
-void sin_cos(const float *x, float *out, std::int64_t n, bool cosine, cudaStream_t stream) {
+void sin_cos(const void *x, void *out, FloatStorage storage, std::int64_t n, bool cosine, cudaStream_t stream) {
   if (n == 0) return;
-  sin_cos_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, out, n, cosine);
+  by_float_storage(storage, [&](auto tag) {
+    using T = decltype(tag);
+    sin_cos_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T *>(x), static_cast<T *>(out), n, cosine);
+  });
   check_launch("sin_cos");
 }
 

@@ -34,7 +34,7 @@ void logical_not(const std::uint8_t *x, std::uint8_t *out, std::int64_t n, cudaS
 // x when the element sizes are equal.
 void cast(const void *x, ElemType from, void *out, ElemType to, std::int64_t n, cudaStream_t stream);
 
-// Sin (cosine false) or Cos of float32.
-void sin_cos(const float *x, float *out, std::int64_t n, bool cosine, cudaStream_t stream);
+// Sin (cosine false) or Cos of float32, or of bf16/f16 computed in float32 (x and out of one `storage`).
+void sin_cos(const void *x, void *out, FloatStorage storage, std::int64_t n, bool cosine, cudaStream_t stream);
 
 }  // namespace memplan::runtime::cuda

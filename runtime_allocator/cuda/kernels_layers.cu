@@ -50,15 +50,18 @@ struct ChannelWalk {
 };
 
 // One block per channel (grid.x = channels): mean, variance, then the
-// normalised output.
+// normalised output. T: the storage of x and y (float, __nv_bfloat16, __half).
+template <typename T>
 __global__ void batch_norm_training_kernel(BatchNormTrainingArgs a) {
+  const T *x = static_cast<const T *>(a.x);
+  T *y = static_cast<T *>(a.y);
   const std::int64_t c = blockIdx.x, count = a.n * a.plane;
   double s = 0.0;
-  for (ChannelWalk w(c, a.c, a.plane); w.b < a.n; w.next()) s += a.x[w.index()];
+  for (ChannelWalk w(c, a.c, a.plane); w.b < a.n; w.next()) s += widen(x[w.index()]);
   const double m = block_sum_double(s) / static_cast<double>(count);
   double s2 = 0.0;
   for (ChannelWalk w(c, a.c, a.plane); w.b < a.n; w.next()) {
-    const double d = static_cast<double>(a.x[w.index()]) - m;
+    const double d = static_cast<double>(widen(x[w.index()])) - m;
     s2 += d * d;
   }
   s2 = block_sum_double(s2);  // its barriers: every read of x precedes the
@@ -68,7 +71,7 @@ __global__ void batch_norm_training_kernel(BatchNormTrainingArgs a) {
   const float scale = a.scale[c], bias = a.bias[c];
   for (ChannelWalk w(c, a.c, a.plane); w.b < a.n; w.next()) {
     const std::int64_t i = w.index();
-    a.y[i] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(a.x[i], mean), invstd), scale), bias);
+    y[i] = narrow<T>(__fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(widen(x[i]), mean), invstd), scale), bias));
   }
   if (threadIdx.x != 0) return;
   const float keep = a.momentum, take = __fsub_rn(1.0f, a.momentum);
@@ -78,17 +81,17 @@ __global__ void batch_norm_training_kernel(BatchNormTrainingArgs a) {
   if (a.saved_invstd) a.saved_invstd[c] = invstd;
 }
 
-__global__ void batch_norm_grad_kernel(const float *dy, const float *x, const float *scale, const float *mean,
-                                       const float *invstd, float *dx, float *dscale, float *dbias, std::int64_t channels,
-                                       std::int64_t n, std::int64_t plane) {
+template <typename T>
+__global__ void batch_norm_grad_kernel(const T *dy, const T *x, const float *scale, const float *mean, const float *invstd, T *dx,
+                                       float *dscale, float *dbias, std::int64_t channels, std::int64_t n, std::int64_t plane) {
   const std::int64_t c = blockIdx.x, count = n * plane;
   const float mu = mean[c], is = invstd[c];
   double db = 0.0, ds = 0.0;
   for (ChannelWalk w(c, channels, plane); w.b < n; w.next()) {
     const std::int64_t i = w.index();
-    const float g = dy[i];
+    const float g = widen(dy[i]);
     db += g;
-    ds += __fmul_rn(__fmul_rn(g, __fsub_rn(x[i], mu)), is);
+    ds += __fmul_rn(__fmul_rn(g, __fsub_rn(widen(x[i]), mu)), is);
   }
   const float sum_dy = static_cast<float>(block_sum_double(db));
   const float sum_dy_xhat = static_cast<float>(block_sum_double(ds));  // barriers: reads precede dx writes (dx may alias dy)
@@ -99,8 +102,8 @@ __global__ void batch_norm_grad_kernel(const float *dy, const float *x, const fl
   const float k0 = __fdiv_rn(__fmul_rn(scale[c], is), m);
   for (ChannelWalk w(c, channels, plane); w.b < n; w.next()) {
     const std::int64_t i = w.index();
-    const float xhat = __fmul_rn(__fsub_rn(x[i], mu), is);
-    dx[i] = __fmul_rn(k0, __fsub_rn(__fsub_rn(__fmul_rn(m, dy[i]), sum_dy), __fmul_rn(xhat, sum_dy_xhat)));
+    const float xhat = __fmul_rn(__fsub_rn(widen(x[i]), mu), is);
+    dx[i] = narrow<T>(__fmul_rn(k0, __fsub_rn(__fsub_rn(__fmul_rn(m, widen(dy[i])), sum_dy), __fmul_rn(xhat, sum_dy_xhat))));
   }
 }
 
@@ -118,24 +121,61 @@ __device__ std::int64_t pool_count(const AvgPoolGeometry &p, std::int64_t oh, st
   return count;
 }
 
-__global__ void average_pool_grad_kernel(const float *dy, float *dx, AvgPoolGeometry p) {
+// Calls visit(oh, ow) for every output window (oh, ow) that reads input row ih, column iw, in window order.
+template <typename Visit>
+__device__ void windows_covering(const AvgPoolGeometry &p, std::int64_t ih, std::int64_t iw, Visit visit) {
+  for (std::int64_t r = 0; r < p.kh; ++r) {
+    const std::int64_t th = ih + p.ph - r * p.dh;  // = oh * sh for the window row that reads ih at offset r
+    if (th < 0 || th % p.sh != 0 || th / p.sh >= p.oh) continue;
+    for (std::int64_t s = 0; s < p.kw; ++s) {
+      const std::int64_t tw = iw + p.pw - s * p.dw;
+      if (tw < 0 || tw % p.sw != 0 || tw / p.sw >= p.ow) continue;
+      visit(th / p.sh, tw / p.sw);
+    }
+  }
+}
+
+template <typename T>
+__global__ void average_pool_grad_kernel(const T *dy, T *dx, AvgPoolGeometry p) {
   const std::int64_t total = p.nc * p.h * p.w;
   for (std::int64_t i = global_index(); i < total; i += grid_stride()) {
     const std::int64_t iw = i % p.w, ih = (i / p.w) % p.h, nc = i / (p.w * p.h);
     float acc = 0.0f;
-    for (std::int64_t r = 0; r < p.kh; ++r) {
-      const std::int64_t th = ih + p.ph - r * p.dh;  // = oh * sh for the window row that reads ih at offset r
-      if (th < 0 || th % p.sh != 0 || th / p.sh >= p.oh) continue;
-      const std::int64_t oh = th / p.sh;
+    windows_covering(p, ih, iw, [&](std::int64_t oh, std::int64_t ow) {
+      const std::int64_t count = pool_count(p, oh, ow);
+      if (count > 0) acc = __fadd_rn(acc, __fdiv_rn(widen(dy[(nc * p.oh + oh) * p.ow + ow]), static_cast<float>(count)));
+    });
+    dx[i] = narrow<T>(acc);
+  }
+}
+
+template <typename T>
+__global__ void average_pool_kernel(const T *x, T *y, AvgPoolGeometry p) {
+  const std::int64_t total = p.nc * p.oh * p.ow;
+  for (std::int64_t o = global_index(); o < total; o += grid_stride()) {
+    const std::int64_t ow = o % p.ow, oh = (o / p.ow) % p.oh, nc = o / (p.ow * p.oh);
+    float acc = 0.0f;
+    for (std::int64_t r = 0; r < p.kh; ++r)
       for (std::int64_t s = 0; s < p.kw; ++s) {
-        const std::int64_t tw = iw + p.pw - s * p.dw;
-        if (tw < 0 || tw % p.sw != 0 || tw / p.sw >= p.ow) continue;
-        const std::int64_t ow = tw / p.sw;
-        const std::int64_t count = pool_count(p, oh, ow);
-        if (count > 0) acc = __fadd_rn(acc, __fdiv_rn(dy[(nc * p.oh + oh) * p.ow + ow], static_cast<float>(count)));
+        const std::int64_t ih = oh * p.sh - p.ph + r * p.dh, iw = ow * p.sw - p.pw + s * p.dw;
+        if (ih >= 0 && ih < p.h && iw >= 0 && iw < p.w) acc = __fadd_rn(acc, widen(x[(nc * p.h + ih) * p.w + iw]));
       }
-    }
-    dx[i] = acc;
+    const std::int64_t count = pool_count(p, oh, ow);
+    y[o] = narrow<T>(count > 0 ? __fdiv_rn(acc, static_cast<float>(count)) : 0.0f);
+  }
+}
+
+template <typename T>
+__global__ void max_pool_grad_windows_kernel(const T *dy, const std::int64_t *indices, T *dx, AvgPoolGeometry p) {
+  const std::int64_t total = p.nc * p.h * p.w;
+  for (std::int64_t i = global_index(); i < total; i += grid_stride()) {
+    const std::int64_t iw = i % p.w, ih = (i / p.w) % p.h, nc = i / (p.w * p.h);
+    float acc = 0.0f;
+    windows_covering(p, ih, iw, [&](std::int64_t oh, std::int64_t ow) {
+      const std::int64_t o = (nc * p.oh + oh) * p.ow + ow;
+      if (indices[o] == i) acc = __fadd_rn(acc, widen(dy[o]));
+    });
+    dx[i] = narrow<T>(acc);
   }
 }
 
@@ -336,26 +376,57 @@ void batch_norm_training(const BatchNormTrainingArgs &a, cudaStream_t stream) {
   if (a.c == 0) return;
   if (a.n * a.plane == 0) fail(ErrorKind::unsupported, "BatchNormTraining over an empty batch");
   if (a.c > 0x7fffffff) fail(ErrorKind::unsupported, "BatchNormTraining with more than 2^31-1 channels");
-  batch_norm_training_kernel<<<static_cast<unsigned>(a.c), kChannelThreads, 0, stream>>>(a);
+  by_float_storage(a.storage, [&](auto tag) {
+    batch_norm_training_kernel<decltype(tag)><<<static_cast<unsigned>(a.c), kChannelThreads, 0, stream>>>(a);
+  });
   check_launch("batch_norm_training");
 }
 
-void batch_norm_grad(const float *dy, const float *x, const float *scale, const float *mean, const float *invstd, float *dx,
-                     float *dscale, float *dbias, std::int64_t n, std::int64_t c, std::int64_t plane, cudaStream_t stream) {
+void batch_norm_grad(const void *dy, const void *x, const float *scale, const float *mean, const float *invstd, void *dx,
+                     float *dscale, float *dbias, std::int64_t n, std::int64_t c, std::int64_t plane, FloatStorage storage,
+                     cudaStream_t stream) {
   if (c == 0) return;
   if (n * plane == 0) fail(ErrorKind::unsupported, "BatchNormGrad over an empty batch");
   if (c > 0x7fffffff) fail(ErrorKind::unsupported, "BatchNormGrad with more than 2^31-1 channels");
-  batch_norm_grad_kernel<<<static_cast<unsigned>(c), kChannelThreads, 0, stream>>>(dy, x, scale, mean, invstd, dx, dscale, dbias,
-                                                                                   c, n, plane);
+  by_float_storage(storage, [&](auto tag) {
+    using T = decltype(tag);
+    batch_norm_grad_kernel<T><<<static_cast<unsigned>(c), kChannelThreads, 0, stream>>>(
+        static_cast<const T *>(dy), static_cast<const T *>(x), scale, mean, invstd, static_cast<T *>(dx), dscale, dbias, c, n, plane);
+  });
   check_launch("batch_norm_grad");
 }
 
-void average_pool_grad(const float *dy, float *dx, const AvgPoolGeometry &p, cudaStream_t stream) {
+void average_pool_grad(const void *dy, void *dx, FloatStorage storage, const AvgPoolGeometry &p, cudaStream_t stream) {
   const std::int64_t n = p.nc * p.h * p.w;
   if (n == 0) return;
   if (p.sh <= 0 || p.sw <= 0) fail(ErrorKind::unsupported, "AveragePoolGrad with a stride below 1");
-  average_pool_grad_kernel<<<grid_for(n), kThreads, 0, stream>>>(dy, dx, p);
+  by_float_storage(storage, [&](auto tag) {
+    using T = decltype(tag);
+    average_pool_grad_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T *>(dy), static_cast<T *>(dx), p);
+  });
   check_launch("average_pool_grad");
+}
+
+void average_pool(const void *x, void *y, FloatStorage storage, const AvgPoolGeometry &p, cudaStream_t stream) {
+  const std::int64_t n = p.nc * p.oh * p.ow;
+  if (n == 0) return;
+  by_float_storage(storage, [&](auto tag) {
+    using T = decltype(tag);
+    average_pool_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T *>(x), static_cast<T *>(y), p);
+  });
+  check_launch("average_pool");
+}
+
+void max_pool_grad_windows(const void *dy, const std::int64_t *indices, void *dx, FloatStorage storage, const AvgPoolGeometry &p,
+                           cudaStream_t stream) {
+  const std::int64_t n = p.nc * p.h * p.w;
+  if (n == 0) return;
+  if (p.sh <= 0 || p.sw <= 0) fail(ErrorKind::unsupported, "MaxPoolGrad with a stride below 1");
+  by_float_storage(storage, [&](auto tag) {
+    using T = decltype(tag);
+    max_pool_grad_windows_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T *>(dy), indices, static_cast<T *>(dx), p);
+  });
+  check_launch("max_pool_grad_windows");
 }
 
 void gather_grad(const float *dy, const void *indices, bool indices_i64, float *dx, std::int64_t outer, std::int64_t dim,

@@ -18,39 +18,53 @@ namespace memplan::runtime::cuda {
 // invstd * scale + bias with invstd = 1 / sqrt(var + epsilon). The optional
 // outputs (null when absent): running_mean_out = running_mean * momentum + mean
 // * (1 - momentum), likewise for the variance; saved_mean = mean; saved_invstd
-// = invstd. y may alias x.
+// = invstd. y may alias x. x and y hold `storage` elements (bf16/f16: cuDNN's
+// mixed batch norm, float32 arithmetic); scale, bias and the statistics are float32.
 struct BatchNormTrainingArgs {
-  const float *x = nullptr;
+  const void *x = nullptr;
   const float *scale = nullptr;
   const float *bias = nullptr;
   const float *running_mean = nullptr;
   const float *running_var = nullptr;
-  float *y = nullptr;
+  void *y = nullptr;
   float *running_mean_out = nullptr;
   float *running_var_out = nullptr;
   float *saved_mean = nullptr;
   float *saved_invstd = nullptr;
   std::int64_t n = 0, c = 0, plane = 1;
   float epsilon = 1e-5f, momentum = 0.9f;
+  FloatStorage storage = FloatStorage::f32;
 };
 void batch_norm_training(const BatchNormTrainingArgs &a, cudaStream_t stream);
 
 // BatchNormGrad from dy, x and the saved mean/invstd: dbias = sum dy, dscale =
 // sum dy * xhat per channel, and dx = scale * invstd / m * (m * dy - dbias -
-// xhat * dscale) with m = n * plane. dx, dscale, dbias may be null.
-void batch_norm_grad(const float *dy, const float *x, const float *scale, const float *mean, const float *invstd, float *dx,
-                     float *dscale, float *dbias, std::int64_t n, std::int64_t c, std::int64_t plane, cudaStream_t stream);
+// xhat * dscale) with m = n * plane. dx, dscale, dbias may be null. dy, x and dx
+// hold `storage` elements; scale, the statistics, dscale and dbias are float32.
+void batch_norm_grad(const void *dy, const void *x, const float *scale, const float *mean, const float *invstd, void *dx,
+                     float *dscale, float *dbias, std::int64_t n, std::int64_t c, std::int64_t plane, FloatStorage storage,
+                     cudaStream_t stream);
 
-// AveragePool's window over dx [nc, h, w] <- dy [nc, oh, ow]; pads at the start
-// (ph, pw) and end (ph_end, pw_end).
+// A pooling window over x [nc, h, w] <-> y [nc, oh, ow]; pads at the start
+// (ph, pw) and end (ph_end, pw_end): AveragePool, its gradient and the
+// MaxPoolGrad of 16-bit tensors (the CPU kernels' cpu::window).
 struct AvgPoolGeometry {
   std::int64_t nc = 1, h = 1, w = 1, oh = 1, ow = 1;
   std::int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, ph = 0, pw = 0, ph_end = 0, pw_end = 0;
   bool count_include_pad = false;
 };
 // dx[i] = sum over the windows covering i of dy[o] / count(o); each dx element
-// is summed by one thread (no atomics).
-void average_pool_grad(const float *dy, float *dx, const AvgPoolGeometry &p, cudaStream_t stream);
+// is summed by one thread (no atomics). dy and dx hold `storage` elements.
+void average_pool_grad(const void *dy, void *dx, FloatStorage storage, const AvgPoolGeometry &p, cudaStream_t stream);
+// AveragePool: y[o] = the sum of the window's elements inside x / count(o) (the
+// CPU kernel's count, count_include_pad included), summed in float32.
+void average_pool(const void *x, void *y, FloatStorage storage, const AvgPoolGeometry &p, cudaStream_t stream);
+// MaxPoolGrad as a gather: dx[i] = the sum, in float32 and window order, of
+// dy[o] over the windows o covering i whose index (flat over x) is i; each dx
+// element is written once by one thread (no atomics, rounded once: the 16-bit
+// path; float32 keeps max_pool_grad's scatter).
+void max_pool_grad_windows(const void *dy, const std::int64_t *indices, void *dx, FloatStorage storage, const AvgPoolGeometry &p,
+                           cudaStream_t stream);
 
 // GatherGrad: dx [outer, dim, inner] = 0, then dx[o, idx[j], e] += dy[o, j, e]
 // for j in order (int64 or int32 indices, negative ones counting from the end,

@@ -3,6 +3,7 @@
 
 #include "runtime_allocator/cuda/block_reduce.cuh"
 #include "runtime_allocator/cuda/cuda_context.hpp"
+#include "runtime_allocator/cuda/half_io.cuh"
 #include "runtime_allocator/cuda/kernels_training.hpp"
 
 namespace memplan::runtime::cuda {
@@ -97,7 +98,16 @@ __global__ void mse_final_kernel(float* loss, int blocks, std::int64_t n) {
 }
 
 __global__ void adam_kernel(const float* w, const float* g, const float* m, const float* v, const float* step, float* w_out,
-                            float* m_out, float* v_out, std::int64_t n, AdamHyper h) {
+                            float* m_out, float* v_out, const float* found_inf, std::int64_t n, AdamHyper h) {
+  if (found_inf && *found_inf != 0.0f) {  // skipped: each output keeps its input's value
+    for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+      w_out[i] = w[i];
+      m_out[i] = m[i];
+      v_out[i] = v[i];
+    }
+    return;
+  }
   const float t = *step;
   const float step_size = h.lr / (1.0f - powf(h.beta1, t)), c2_sqrt = sqrtf(1.0f - powf(h.beta2, t));
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -112,17 +122,25 @@ __global__ void adam_kernel(const float* w, const float* g, const float* m, cons
   }
 }
 
-__global__ void momentum_kernel(const float* w, const float* g, const float* v, float* w_out, float* v_out, std::int64_t n,
-                                float lr, float momentum, float weight_decay) {
+__global__ void momentum_kernel(const float* w, const float* g, const float* v, float* w_out, float* v_out, const float* found_inf,
+                                std::int64_t n, float lr, float momentum, float weight_decay) {
+  const bool skip = found_inf && *found_inf != 0.0f;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    if (skip) {  // each output keeps its input's value
+      w_out[i] = w[i];
+      v_out[i] = v[i];
+      continue;
+    }
     const float nv = momentum * v[i] + (g[i] + weight_decay * w[i]);
     w_out[i] = w[i] - lr * nv;
     v_out[i] = nv;
   }
 }
 
-__global__ void max_pool_kernel(const float* x, float* y, std::int64_t* indices, PoolGeometry p) {
+// T: the storage of x and y (float, __nv_bfloat16, __half), compared as float32 (exact: widening keeps the order).
+template <typename T>
+__global__ void max_pool_kernel(const T* x, T* y, std::int64_t* indices, PoolGeometry p) {
   const std::int64_t total = p.nc * p.oh * p.ow;
   for (std::int64_t o = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; o < total;
        o += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -135,16 +153,42 @@ __global__ void max_pool_kernel(const float* x, float* y, std::int64_t* indices,
         const std::int64_t ih = oh * p.sh - p.ph + r * p.dh, iw = ow * p.sw - p.pw + s * p.dw;
         if (ih < 0 || ih >= p.h || iw < 0 || iw >= p.w) continue;
         const std::int64_t at = (nc * p.h + ih) * p.w + iw;
-        const float v = x[at];
+        const float v = widen(x[at]);
         if (v > acc || !any) {
           acc = v;
           arg = at;
           any = true;
         }
       }
-    y[o] = any ? acc : -INFINITY;
-    indices[o] = arg;
+    y[o] = narrow<T>(any ? acc : -INFINITY);
+    if (indices) indices[o] = arg;
   }
+}
+
+__global__ void amp_unscale_kernel(const float* g, const float* scale, float* out, float* found_inf, std::int64_t n) {
+  const float inv = static_cast<float>(1.0 / static_cast<double>(*scale));
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float x = g[i];
+    if (!isfinite(x)) *found_inf = 1.0f;  // every writer stores the same value
+    out[i] = __fmul_rn(x, inv);
+  }
+}
+
+__global__ void amp_update_scale_kernel(const float* scale, const std::int32_t* tracker, const float* found_inf, float* scale_out,
+                                        std::int32_t* tracker_out, float growth, float backoff, std::int32_t growth_interval) {
+  float s = *scale;
+  std::int32_t clean = *tracker;
+  if (*found_inf != 0.0f) {
+    s = __fmul_rn(s, backoff);
+    clean = 0;
+  } else if (++clean == growth_interval) {
+    const float grown = __fmul_rn(s, growth);
+    if (isfinite(grown)) s = grown;
+    clean = 0;
+  }
+  *scale_out = s;
+  *tracker_out = clean;
 }
 
 __global__ void max_pool_grad_kernel(const float* dy, const std::int64_t* indices, float* dx, std::int64_t outputs,
@@ -191,23 +235,39 @@ void mse_loss(const float* y, const float* t, float* loss, std::int64_t n, cudaS
 }
 
 void adam_update(const float* w, const float* g, const float* m, const float* v, const float* step, float* w_out, float* m_out,
-                 float* v_out, std::int64_t n, const AdamHyper& h, cudaStream_t stream) {
+                 float* v_out, const float* found_inf, std::int64_t n, const AdamHyper& h, cudaStream_t stream) {
   if (n == 0) return;
-  adam_kernel<<<grid_for(n), kThreads, 0, stream>>>(w, g, m, v, step, w_out, m_out, v_out, n, h);
+  adam_kernel<<<grid_for(n), kThreads, 0, stream>>>(w, g, m, v, step, w_out, m_out, v_out, found_inf, n, h);
   check_launch("adam_update");
 }
 
-void momentum_update(const float* w, const float* g, const float* v, float* w_out, float* v_out, std::int64_t n, float lr,
-                     float momentum, float weight_decay, cudaStream_t stream) {
+void momentum_update(const float* w, const float* g, const float* v, float* w_out, float* v_out, const float* found_inf,
+                     std::int64_t n, float lr, float momentum, float weight_decay, cudaStream_t stream) {
   if (n == 0) return;
-  momentum_kernel<<<grid_for(n), kThreads, 0, stream>>>(w, g, v, w_out, v_out, n, lr, momentum, weight_decay);
+  momentum_kernel<<<grid_for(n), kThreads, 0, stream>>>(w, g, v, w_out, v_out, found_inf, n, lr, momentum, weight_decay);
   check_launch("momentum_update");
 }
 
-void max_pool_with_indices(const float* x, float* y, std::int64_t* indices, const PoolGeometry& p, cudaStream_t stream) {
+void amp_unscale(const float* g, const float* scale, float* out, float* found_inf, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  amp_unscale_kernel<<<grid_for(n), kThreads, 0, stream>>>(g, scale, out, found_inf, n);
+  check_launch("amp_unscale");
+}
+
+void amp_update_scale(const float* scale, const std::int32_t* tracker, const float* found_inf, float* scale_out,
+                      std::int32_t* tracker_out, float growth, float backoff, std::int32_t growth_interval, cudaStream_t stream) {
+  amp_update_scale_kernel<<<1, 1, 0, stream>>>(scale, tracker, found_inf, scale_out, tracker_out, growth, backoff, growth_interval);
+  check_launch("amp_update_scale");
+}
+
+void max_pool_with_indices(const void* x, void* y, std::int64_t* indices, FloatStorage storage, const PoolGeometry& p,
+                           cudaStream_t stream) {
   const std::int64_t n = p.nc * p.oh * p.ow;
   if (n == 0) return;
-  max_pool_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, indices, p);
+  by_float_storage(storage, [&](auto tag) {
+    using T = decltype(tag);
+    max_pool_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), indices, p);
+  });
   check_launch("max_pool_with_indices");
 }
 

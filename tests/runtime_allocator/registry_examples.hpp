@@ -190,6 +190,12 @@ inline const std::vector<Example>& examples() {
     v.push_back({"", "SoftmaxCrossEntropyLoss", {x({2, 3, 2}), i64({2, 2}, {0, 2, -100, 1})}, {{}, {}}, A{{"ignore_index", i(-100)}}});
     // The model's own loss summed (--loss none on a non-scalar output).
     v.push_back({"memplan", "SumLoss", {t({2, 3})}, {{{}}}, {}, {"memplan::SumLossGrad"}});
+    // fp16 loss scaling: the unscale of a gradient (a non-finite element sets found_inf), and the scale's update on
+    // the step that reaches growth_interval (int32 growth tracker).
+    const ExampleInput tracker{{}, DType::i32, Fill::distinct, false, std::vector<double>{1999}};
+    v.push_back({"memplan", "AmpUnscale", {x({2, 3}), f32(4.0), f32(0.0)}, {{{2, 3}}, {{}}}, A{{"reset", i(0)}}});
+    v.push_back({"memplan", "AmpUpdateScale", {f32(1024.0), tracker, f32(0.0)}, {{{}}, {{}, DType::i32}},
+                 A{{"growth_factor", f(2.0)}, {"backoff_factor", f(0.5)}, {"growth_interval", i(2000)}}});
     return v;
   }();
   return all;

@@ -1,6 +1,6 @@
 // GPU tests of bf16/f16 on the CUDA backend: each op family run in bf16 and f16 on the GPU against the CPU executor
-// run in float32 on the same (rounded) inputs, within the 16-bit dtype's tolerance, and one training step of an MLP in
-// torch.autocast's form against its float32 twin. Each exits with 77 (ctest: skipped) without a CUDA device.
+// run in float32 on the same (rounded) inputs, within the 16-bit dtype's tolerance, one training step of an MLP in
+// torch.autocast's form against its float32 twin, and one autocast step of tiny_cnn against the CPU executor. Each exits with 77 (ctest: skipped) without a CUDA device.
 #include <doctest/doctest.h>
 
 #ifdef MEMPLAN_HAVE_CUDA
@@ -10,6 +10,8 @@
 #include <functional>
 #include <map>
 
+#include "analysis/import.hpp"
+#include "analysis/shapes.hpp"
 #include "planner/inference.hpp"
 #include "planner/training_plan.hpp"
 #include "runtime_allocator/cuda/cuda_backend.hpp"
@@ -44,6 +46,13 @@ double scaled_error(const std::vector<double>& got, const std::vector<double>& w
   return err / scale;
 }
 
+// max |got - want| / max |want|; infinite on a size mismatch or NaN.
+double relative_error(const std::vector<double>& got, const std::vector<double>& want) {
+  double scale = 0.0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  return scale > 0.0 ? scaled_error(got, want) * std::max(1.0, scale) / scale : scaled_error(got, want);
+}
+
 std::map<std::string, TensorData> by_name(const analysis::Graph& g, const std::vector<TensorData>& feeds) {
   std::map<std::string, TensorData> m;
   for (std::size_t k = 0; k < feeds.size(); ++k) m[g.tensors[g.inputs[k]].name] = feeds[k];
@@ -73,6 +82,17 @@ void check_half(const std::function<OpGraph(DType, DType)>& build, double tol_bf
       CHECK(scaled_error(got.as_double(), want.as_double()) <= tolerance(d, tol_bf16, tol_f16));
     }
   }
+}
+
+// The training step `tg` planned and run once on the GPU with `feeds`: its graph outputs by name.
+std::map<std::string, TensorData> gpu_step(const analysis::TrainingGraph& tg, const std::vector<TensorData>& feeds) {
+  const auto plan = planner::plan_training(tg, {});
+  runtime::cuda::CudaBackend backend;
+  runtime::Executor gpu(plan.graph, plan.plan, backend);
+  const auto got = gpu.run(by_name(tg.graph, feeds));
+  std::map<std::string, TensorData> out;
+  for (std::size_t k = 0; k < plan.graph.outputs.size(); ++k) out[plan.graph.tensors[plan.graph.outputs[k]].name] = got[k];
+  return out;
 }
 
 analysis::TensorData f32_scalar(double v) { return TensorData::from_double(DType::f32, {}, {v}); }
@@ -179,6 +199,40 @@ TEST_CASE("bf16/f16 reductions (float32 sums), Dropout with its mask, DropoutGra
       1e-2, 2e-3);
 }
 
+TEST_CASE("bf16/f16 BatchNormTraining/Grad (float32 statistics), MaxPool with indices, MaxPoolGrad, AveragePool(Grad), Sin, Cos") {
+  require_device();
+  check_half(
+      [](DType st, DType round) {
+        OpGraph b;
+        HalfValues val{round, st};
+        HalfValues param{DType::f32, DType::f32, std::mt19937(11)};  // float32 in both graphs
+        const auto x = b.input("x", val({2, 4, 9, 9}, -2.0, 2.0)), dy = b.input("dy", val({2, 4, 9, 9}));
+        const auto scale = b.input("scale", param({4}, 0.5, 1.5)), bias = b.input("bias", param({4}));
+        const auto mean = b.input("running_mean", param({4})), var = b.input("running_var", param({4}, 0.5, 2.0));
+        const auto dpool = b.input("dpool", val({2, 4, 5, 5})), angle = b.input("angle", val({4, 6, 8}, -3.0, 3.0));
+        const auto saved_mean = b.result("saved_mean", DType::f32, {4}), saved_invstd = b.result("saved_invstd", DType::f32, {4});
+        b.op("BatchNormTraining", "memplan", {x, scale, bias, mean, var},
+             {b.result("bn", st, {2, 4, 9, 9}), b.result("mean_out", DType::f32, {4}), b.result("var_out", DType::f32, {4}), saved_mean,
+              saved_invstd},
+             {{"epsilon", float_attr(1e-5)}, {"momentum", float_attr(0.9)}});
+        b.g.ops.back().phase = analysis::Phase::forward;
+        b.op("BatchNormGrad", "memplan", {dy, x, scale, saved_mean, saved_invstd},
+             {b.result("bn_dx", st, {2, 4, 9, 9}), b.result("bn_dscale", DType::f32, {4}), b.result("bn_dbias", DType::f32, {4})});
+        const std::map<std::string, analysis::Attribute> window = {
+            {"kernel_shape", ints_attr({3, 3})}, {"pads", ints_attr({1, 1, 1, 1})}, {"strides", ints_attr({2, 2})}};
+        const auto indices = b.result("indices", DType::i64, {2, 4, 5, 5});
+        b.op("MaxPool", "", {x}, {b.result("max_pooled", st, {2, 4, 5, 5}), indices}, window);
+        b.op("MaxPoolGrad", "memplan", {dpool, x, indices}, {b.result("max_pool_dx", st, {2, 4, 9, 9})}, window);
+        b.op("AveragePool", "", {x}, {b.result("avg_pooled", st, {2, 4, 5, 5})}, window);
+        b.op("AveragePoolGrad", "memplan", {dpool}, {b.result("avg_pool_dx", st, {2, 4, 9, 9})}, window);
+        b.op("Sin", "", {angle}, {b.result("sin", st, {4, 6, 8})});
+        b.op("Cos", "", {angle}, {b.result("cos", st, {4, 6, 8})});
+        b.g.relink();
+        return b;
+      },
+      2e-2, 4e-3);
+}
+
 TEST_CASE("bf16/f16 FusedAttention and FusedAttentionGrad (float32 accumulation, LSE in float32)") {
   require_device();
   check_half(
@@ -218,12 +272,7 @@ TEST_CASE("one SGD step of a bf16/f16 MLP in torch.autocast's form on the GPU ma
     runtime::HostBackend host;
     runtime::Executor cpu(ref.graph, planner::Plan{}, host, runtime::ExecOptions{.unshared = true});
     const auto want = cpu.run(feeds);
-    const auto plan = planner::plan_training(half, {});
-    runtime::cuda::CudaBackend backend;
-    runtime::Executor gpu(plan.graph, plan.plan, backend);
-    const auto got = gpu.run(by_name(ref.graph, feeds));
-    std::map<std::string, TensorData> got_by_name;
-    for (std::size_t k = 0; k < plan.graph.outputs.size(); ++k) got_by_name[plan.graph.tensors[plan.graph.outputs[k]].name] = got[k];
+    auto got_by_name = gpu_step(half, feeds);
     REQUIRE(ref.graph.outputs.size() == 4);  // the loss, then three weights updated in place (sgd) or three gradients (none)
     for (std::size_t k = 0; k < ref.graph.outputs.size(); ++k) {
       const std::string& name = ref.graph.tensors[ref.graph.outputs[k]].name;
@@ -231,6 +280,36 @@ TEST_CASE("one SGD step of a bf16/f16 MLP in torch.autocast's form on the GPU ma
       REQUIRE(got_by_name.count(name));
       CHECK(got_by_name[name].dtype == DType::f32);  // loss, gradients and weights stay float32
       CHECK(scaled_error(got_by_name[name].as_double(), want[k].as_double()) <= tolerance(d, 3e-2, 6e-3));
+    }
+  }
+}
+
+TEST_CASE("one bf16/f16 momentum step of tiny_cnn (autocast graph) on the GPU matches the CPU executor within 16-bit tolerance") {
+  require_device();
+  const analysis::Graph model =
+      analysis::infer_shapes(analysis::import_model(std::string(MEMPLAN_SOURCE_DIR) + "/samples/models/tiny_cnn.onnx",
+                                                    analysis::ImportOptions{.keep_weight_data = true}),
+                             {});
+  for (DType d : {DType::bf16, DType::f16}) {
+    CAPTURE(std::string(analysis::dtype_name(d)));
+    analysis::TrainingOptions to;
+    to.precision = d == DType::bf16 ? analysis::Precision::bf16 : analysis::Precision::fp16;
+    to.optimizer = analysis::Optimizer::momentum;
+    const auto tg = analysis::build_training_graph(model, to);
+    std::vector<TensorData> feeds;
+    HalfValues val{DType::f32, DType::f32, std::mt19937(13)};
+    for (TensorId in : tg.graph.inputs) feeds.push_back(val(tg.graph.tensors[in].shape()));
+    runtime::HostBackend host;
+    runtime::Executor cpu(tg.graph, planner::Plan{}, host, runtime::ExecOptions{.unshared = true});
+    const auto want = cpu.run(feeds);
+    auto got_by_name = gpu_step(tg, feeds);
+    REQUIRE(tg.graph.outputs.size() >= 13);  // the loss, six updated weights and their momentum buffers
+    for (std::size_t k = 0; k < tg.graph.outputs.size(); ++k) {
+      const std::string& name = tg.graph.tensors[tg.graph.outputs[k]].name;
+      CAPTURE(name);
+      REQUIRE(got_by_name.count(name));
+      // Relative to the tensor's own largest magnitude: the gradients (momentum buffers) are far below 1.
+      CHECK(relative_error(got_by_name[name].as_double(), want[k].as_double()) <= tolerance(d, 5e-2, 1e-2));
     }
   }
 }

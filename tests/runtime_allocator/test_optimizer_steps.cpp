@@ -9,6 +9,7 @@
 #include "planner/training_plan.hpp"
 #include "runtime_allocator/executor.hpp"
 #include "tests/analysis/test_training_fixture.hpp"
+#include "tests/runtime_allocator/training_fixture.hpp"
 
 using namespace memplan;
 using namespace memplan::analysis;
@@ -69,15 +70,8 @@ TrainingOptions options(Optimizer opt, double lr, double wd = 0.0, std::int64_t 
 }
 
 // The model's training step with `o`, planned (strategy none), verified, and on the CPU executor.
-struct Planned {
-  TrainingGraph tg;
-  planner::TrainingPlanResult r;
-  runtime::HostBackend backend;
-  std::unique_ptr<runtime::Executor> ex;
-  explicit Planned(const TrainingOptions& o) : tg(build_training_graph(model(), o)), r(planner::plan_training(tg, {})) {
-    REQUIRE(r.report.valid);
-    ex = std::make_unique<runtime::Executor>(r.graph, r.plan, backend);
-  }
+struct Planned : runtime::testing::PlannedStep {
+  explicit Planned(const TrainingOptions& o) : PlannedStep(build_training_graph(model(), o)) {}
 };
 
 std::vector<float> values(const runtime::Executor& ex, TensorId t) {

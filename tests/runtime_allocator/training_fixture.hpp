@@ -1,7 +1,11 @@
-// The sample models' training steps and their inputs, shared by the CPU and GPU training-step tests.
+// The sample models' training steps and their inputs, and a planned step on the CPU executor, shared by the CPU
+// and GPU training-step tests.
 #pragma once
 
+#include <doctest/doctest.h>
+
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -9,6 +13,8 @@
 #include "analysis/import.hpp"
 #include "analysis/shapes.hpp"
 #include "analysis/training.hpp"
+#include "planner/training_plan.hpp"
+#include "runtime_allocator/executor.hpp"
 #include "runtime_allocator/npy.hpp"
 
 namespace memplan::runtime::testing {
@@ -45,5 +51,18 @@ inline std::vector<analysis::TensorData> feeds(const std::string& name, const an
   }
   return v;
 }
+
+// A training step planned (strategy none by default, the plan verified) and bound on the CPU executor, which
+// keeps weights and optimizer state across runs.
+struct PlannedStep {
+  analysis::TrainingGraph tg;
+  planner::TrainingPlanResult r;
+  runtime::HostBackend backend;
+  std::unique_ptr<runtime::Executor> ex;
+  explicit PlannedStep(analysis::TrainingGraph g) : tg(std::move(g)), r(planner::plan_training(tg, {})) {
+    REQUIRE(r.report.valid);
+    ex = std::make_unique<runtime::Executor>(r.graph, r.plan, backend);
+  }
+};
 
 }  // namespace memplan::runtime::testing
