@@ -200,9 +200,10 @@ std::uint64_t scratch_request(const Graph& g, OpId id, std::uint64_t limit) {
   if (!info || !info->uses_workspace || limit == 0) return 0;
   // Conv: x -> y; ConvGradInput: dy -> dx; ConvGradWeight: (dy, x) -> dw. The activations are the
   // first input and, but for ConvGradWeight, the output; ConvGradWeight's second input is x.
-  // Sized at 4 bytes an element at least: cuDNN's 16-bit (bf16/fp16) algorithms compute in float32 and want
-  // at least the workspace a float32 activation would (ResNet-18 bf16 b32 on an H100: 102 ms a step with half
-  // that, 68 ms with this, 12 ms with cuDNN's first-ranked algorithms' workspace beside the arena).
+  // Sized at 4 bytes an element at least, and a 16-bit (bf16/fp16) convolution at 16 bytes an element: cuDNN's
+  // fast 16-bit algorithms want far more workspace than their activations (ResNet-18 bf16 b32 on an H100: 102 ms
+  // a step with scratch of the activation's size, 68 ms at 4 bytes an element, 22.7 ms with 64 MiB for every
+  // convolution, 18.5 ms at 16 bytes an element (at most the 64 MiB cap)).
   std::uint64_t act = 0;
   auto take = [&](TensorId t) {
     if (t == analysis::kNoTensor || !g.tensors[t].shape_known()) return;
@@ -211,6 +212,8 @@ std::uint64_t scratch_request(const Graph& g, OpId id, std::uint64_t limit) {
   take(op.input(0));
   if (op.type == "ConvGradWeight") take(op.input(1));
   else take(op.output(0));
+  if (const TensorId x = op.input(0); x != analysis::kNoTensor && analysis::dtype_bits(g.tensors[x].dtype) == 16)
+    act = std::max(act, checked_mul(act, 4, "scratch request"));
   return std::min({act, limit, kSureScratchCap});
 }
 
