@@ -118,7 +118,9 @@ TEST_CASE("bf16 and fp16 training steps on the CPU: weight gradients within low-
       // all weights together within 2% (bf16) and 1% (fp16).
       const double tol = p == analysis::Precision::bf16 ? 2e-2 : 1e-2;
       double all_diff = 0, all_norm = 0;
-      for (const auto& [w, want] : ref) {
+      for (const auto& entry : ref) {
+        const std::string w = entry.first;  // not a structured binding: INFO captures it (clang)
+        const auto& want = entry.second;
         const auto& g = got.at(w);
         double diff = 0, norm = 0;
         for (std::size_t i = 0; i < want.size(); ++i) {
