@@ -108,19 +108,10 @@ class Autocaster {
       all = wider(all, g_.tensors[t].dtype);
       if (promotes(g_.tensors[t])) promoting = wider(promoting, g_.tensors[t].dtype);
     }
-    // An exported Linear's or Conv's bias: Add(low-precision matmul output, initializer) stays low.
-    if (op.type == "Add" && op.inputs.size() == 2) {
-      for (std::size_t i = 0; i < 2; ++i) {
-        const TensorId a = op.inputs[i], b = op.inputs[1 - i];
-        if (is_float(g_, a) && is_float(g_, b) && a < low_producer_.size() && low_producer_[a] &&
-            is_initializer(g_.tensors[b]))
-          return g_.tensors[a].dtype;
-      }
-    }
-    // The same inside a fused group (a Linear's bias add with its activation, GELU or ReLU, fused): the
-    // group's float inputs are that low-precision output and initializers only, so it runs low as
-    // F.linear's output and the activation after it did.
-    if (op.type == memplan_ops::kFusedElementwise) {
+    // An exported Linear's or Conv's bias, Add(low-precision matmul output, initializer), and a fused group of
+    // that bias add with its activation (GELU, ReLU): when the float inputs are low-precision op outputs and
+    // initializers only, the op runs low, as F.linear's output and the activation after it did.
+    if ((op.type == "Add" && op.inputs.size() == 2) || op.type == memplan_ops::kFusedElementwise) {
       DType low = DType::undefined;
       bool other = false;
       for (std::size_t i = 0; i < op.inputs.size(); ++i) {

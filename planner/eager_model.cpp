@@ -63,8 +63,8 @@ void cross_entropy_eager(const analysis::Graph& g, const Plan& plan, const std::
 // torch.autocast caches the low-precision copy of each weight (a Cast of an initializer in the forward pass)
 // until the autocast region ends, the end of the forward pass (the loss included): the copy's storage lives
 // to the later of that and its last use (a backward op that saved it).
-void extend_autocast_cache(const analysis::Graph& g, const Plan& plan, const std::vector<std::uint32_t>& step_of,
-                           std::vector<std::uint64_t>& add, std::vector<std::uint64_t>& remove) {
+void extend_autocast_cache(const analysis::Graph& g, const Plan& plan, const std::vector<std::uint32_t>& step_of, Steps& add,
+                           Steps& remove) {
   std::uint32_t forward_end = 0;
   for (std::uint32_t s = 0; s < plan.schedule.size(); ++s)
     if (g.ops[plan.schedule[s]].phase == analysis::Phase::forward) forward_end = s;
@@ -77,8 +77,7 @@ void extend_autocast_cache(const analysis::Graph& g, const Plan& plan, const std
     if (c >= plan.tensor_buffer.size() || plan.tensor_buffer[c] == UINT32_MAX) continue;
     const auto& b = plan.buffers[plan.tensor_buffer[c]];
     if (b.interval.last >= forward_end || step_of[o] > forward_end) continue;
-    add[b.interval.last + 1] = checked_add(add[b.interval.last + 1], b.size, "eager peak");
-    remove[forward_end + 1] = checked_add(remove[forward_end + 1], b.size, "eager peak");
+    hold(add, remove, b.interval.last + 1, forward_end, b.size);
   }
 }
 
@@ -117,10 +116,7 @@ EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan, const EagerOpti
   std::vector<std::uint32_t> step_of(g.ops.size(), 0);
   for (std::uint32_t s = 0; s < steps; ++s) step_of[plan.schedule[s]] = s;
   Steps add(steps + 1, 0), remove(steps + 1, 0);
-  for (const auto& b : plan.buffers) {
-    add[b.interval.first] = checked_add(add[b.interval.first], b.size, "eager peak");
-    remove[b.interval.last + 1] = checked_add(remove[b.interval.last + 1], b.size, "eager peak");
-  }
+  for (const auto& b : plan.buffers) hold(add, remove, b.interval.first, b.interval.last, b.size);
   for (std::uint32_t s = 0; s < steps; ++s) {  // PyTorch's mse_loss (see the header)
     const auto& op = g.ops[plan.schedule[s]];
     if (op.type == analysis::memplan_ops::kCrossEntropyLoss && op.phase == analysis::Phase::forward)
@@ -129,8 +125,8 @@ EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan, const EagerOpti
     const auto& y = g.tensors[op.inputs[0]];
     if (!y.shape_known() || y.on_host) continue;
     const std::uint64_t bytes = align_up(y.bytes(), plan.alignment);
-    add[s] = checked_add(add[s], 2 * bytes, "eager peak");  // the loss's storage (held) + the mean's temporary
-    remove[s + 1] = checked_add(remove[s + 1], bytes, "eager peak");
+    hold(add, remove, s, s, bytes);                            // the mean's temporary
+    hold(add, remove, s, static_cast<std::uint32_t>(steps - 1), bytes);  // the loss's storage, held to the end
   }
   extend_autocast_cache(g, plan, step_of, add, remove);
   // optimizer.step(): its temporaries live while it runs, at the first update's step (gradients still held).
@@ -140,8 +136,7 @@ EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan, const EagerOpti
   if (!updates.empty()) {
     const auto s = step_of[updates.front()];
     const std::uint64_t temp = optimizer_step_temporaries(g, updates, options.optimizer_impl, plan.alignment);
-    add[s] = checked_add(add[s], temp, "eager peak");
-    remove[s + 1] = checked_add(remove[s + 1], temp, "eager peak");
+    hold(add, remove, s, s, temp);
   }
   for (const auto& t : g.tensors) {
     if (!t.shape_known() || t.on_host) continue;
@@ -151,7 +146,7 @@ EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan, const EagerOpti
       if (plan.tensor_offset.size() > 0 && plan.tensor_offset[static_cast<std::size_t>(&t - g.tensors.data())] != kNotInArena)
         continue;  // planned in the arena: already counted with the buffers
       const auto s = step_of[t.producer];
-      add[s] = checked_add(add[s], align_up(t.bytes(), plan.alignment), "eager peak");  // held to the end
+      hold(add, remove, s, static_cast<std::uint32_t>(steps - 1), align_up(t.bytes(), plan.alignment));  // held to the end
     } else if (t.role == TensorRole::weight || t.role == TensorRole::input ||
                t.role == TensorRole::optimizer_state || (t.role == TensorRole::gradient && t.producer == analysis::kNoOp)) {
       if (t.role == TensorRole::optimizer_state && t.producer != analysis::kNoOp) continue;  // updated copies

@@ -24,14 +24,16 @@ TrainingGraph train(const Graph& shaped, Precision p, std::vector<std::string> f
 
 // Bytes of the activations the backward pass reads (what autocast shrinks; weight gradients stay fp32),
 // without autocast's bf16 weight copies, which backward reads too (the matmuls' and convolutions' dX).
+// Autocast's cached copy of a weight: a Cast whose input is a weight.
+bool weight_copy(const Graph& g, TensorId t) {
+  const OpId p = g.tensors[t].producer;
+  return p != kNoOp && g.ops[p].type == "Cast" && g.tensors[g.ops[p].inputs[0]].role == TensorRole::weight;
+}
+
 std::uint64_t saved_bytes(const TrainingGraph& tg) {
   std::uint64_t n = 0;
-  for (TensorId t : tg.saved_for_backward) {
-    const Tensor& x = tg.graph.tensors[t];
-    const bool weight_copy = x.producer != kNoOp && tg.graph.ops[x.producer].type == "Cast" &&
-                             tg.graph.tensors[tg.graph.ops[x.producer].inputs[0]].role == TensorRole::weight;
-    if (!weight_copy) n += x.bytes();
-  }
+  for (TensorId t : tg.saved_for_backward)
+    if (!weight_copy(tg.graph, t)) n += tg.graph.tensors[t].bytes();
   return n;
 }
 
@@ -141,10 +143,7 @@ TEST_CASE("a fused Linear bias + activation group reading a bf16 matmul runs in 
     if (op.type != memplan_ops::kFusedElementwise || op.phase != Phase::forward) continue;
     // A weight, or autocast's cached cast of one.
     const auto weight = [&g](TensorId t) {
-      const OpId p = g.tensors[t].producer;
-      if (p == kNoOp) return g.tensors[t].role == TensorRole::weight;
-      return g.ops[p].type == "Cast" && g.tensors[g.ops[p].inputs[0]].role == TensorRole::weight &&
-             g.tensors[g.ops[p].inputs[0]].producer == kNoOp;
+      return g.tensors[t].producer == kNoOp ? g.tensors[t].role == TensorRole::weight : weight_copy(g, t);
     };
     bool from_matmul = false, only_weights_beside = true;
     for (TensorId t : op.inputs) {
