@@ -33,6 +33,9 @@ TRANSFORMERS = ("gpt2_small", "llama_gqa", "bert_small", "deit_tiny")
 TEXT_BATCH, SEQ, VISION_BATCH = 8, 256, 32
 
 
+ONNX_DIR = "samples/transformers"  # --onnx-dir: where the transformers' training exports are
+
+
 def build(name, device):
     """(model, input, onnx path, memplan --dim arguments)"""
     if name in CNNS:
@@ -49,7 +52,7 @@ def build(name, device):
         x = make_input(spec, VISION_BATCH, image_size=224, device=device)
         dims = [f"batch={VISION_BATCH}"]
     model = zoo_build(name, attn="sdpa", image_size=224).to(device)
-    return model, x, f"samples/transformers/{name}.train.onnx", dims
+    return model, x, f"{ONNX_DIR}/{name}.train.onnx", dims
 
 
 def make_optimizer(kind, impl, params):
@@ -147,7 +150,10 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--json", default="")
+    ap.add_argument("--onnx-dir", default=ONNX_DIR,
+                    help="the transformers' training exports (bench/export_transformers.py --out DIR for held-out models)")
     args = ap.parse_args()
+    globals()["ONNX_DIR"] = args.onnx_dir
     if not torch.cuda.is_available():
         print("error: CUDA is not available; this script measures GPU memory", file=sys.stderr)
         return 2
