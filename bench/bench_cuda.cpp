@@ -7,7 +7,8 @@
 // optimizer=none|sgd|momentum|adam, precision=fp32|bf16|fp16 (train: analysis::TrainingOptions::precision, the
 // autocast form of the training graph; the result's half_ops counts the ops with a bf16/f16 output),
 // strategies=none,sqrt,optimal,... (train), side_workspace=1 (train: cuDNN's workspace beside the arena, the
-// same for every plan), loss=mse|ce|none and class_axis=N (train: the loss; ce feeds labels in range), train=1 (workspace: a training step instead of inference), fuse=0|1 (train: the forward graph
+// same for every plan), device_workspace=0 (train: each convolution's planned scratch from the planner's sizing rule
+// instead of what cuDNN asks on this device), loss=mse|ce|none and class_axis=N (train: the loss; ce feeds labels in range), train=1 (workspace: a training step instead of inference), fuse=0|1 (train: the forward graph
 // fused before the training graph is built; default 1), strategies=none (train: plan and run `none` alone),
 // profile=1 (train: one more step of `none` with every op timed alone: op_profile, seconds per op type).
 #ifdef MEMPLAN_HAVE_CUDA
@@ -383,6 +384,8 @@ struct BenchArgs {
   std::vector<std::string> strategies{"optimal", "swap"};  // planned at the budget, beside none and sqrt
   bool train = false;
   bool side_workspace = false;  // train: one cuDNN workspace beside the arena instead of the plans' scratch
+  bool device_workspace = true; // train: each convolution's scratch planned at what cuDNN asks on this device
+                                // (planner::AssignOptions::workspace_query); 0: the planner's sizing rule
   bool fuse = true;             // train: the forward graph fused (planner::fuse_graph) before the training graph
   bool sqrt_too = true;         // train: also sqrt (strategies=none plans `none` alone)
   bool profile = false;         // train: also one step with every op timed alone (op_profile: seconds per op type)
@@ -399,6 +402,7 @@ BenchArgs parse_args(int argc, char** argv, int from) {
     else if (k == "activation_budget") a.activation_budget = planner::parse_size(v);
     else if (k == "train") a.train = v == "1";
     else if (k == "side_workspace") a.side_workspace = v == "1";
+    else if (k == "device_workspace") a.device_workspace = v == "1";
     else if (k == "fuse") a.fuse = v == "1";
     else if (k == "profile") a.profile = v == "1";
     else if (k == "loss") {
@@ -448,6 +452,11 @@ json bench_train(const std::string& path, int steps, const BenchArgs& args) {
   const auto tg = load_training(path, args);
   const std::map<std::string, HostValue> feed = synthetic_feed(tg.graph);
   planner::TrainingPlanOptions po;
+  std::optional<CudaBackend> asked;  // the device the plans' convolution scratch is sized for
+  if (args.device_workspace && !args.side_workspace) {
+    asked.emplace();
+    po.assign.workspace_query = [&asked](const Graph& g, analysis::OpId id) { return asked->preferred_workspace(g, id); };
+  }
   std::vector<planner::TrainingPlanResult> plans{planner::plan_training(tg, po)};
   if (args.sqrt_too) {
     po.strategy = "sqrt";
@@ -487,6 +496,7 @@ json bench_train(const std::string& path, int steps, const BenchArgs& args) {
           {"half_ops", half_ops},
           {"budget_bytes", budget},
           {"side_workspace", args.side_workspace},
+          {"device_workspace", args.device_workspace && !args.side_workspace},
           {"strategies", rows},
           {"notes", notes}};
 }

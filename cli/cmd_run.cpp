@@ -79,7 +79,13 @@ int run_model(const RunArgs& a) {
   if (!a.plan_file.empty()) {
     plan = planner::plan_from_json(g, analysis::read_json_file(a.plan_file, "plan"));
   } else if (!a.unshared) {
-    plan = planner::plan_inference(g, assign_options(a.arena)).plan;
+    planner::AssignOptions ao = assign_options(a.arena);
+#ifdef MEMPLAN_HAVE_CUDA
+    // On the GPU each convolution's scratch is what cuDNN asks for on this device, not the sizing rule.
+    if (auto* cuda = dynamic_cast<runtime::cuda::CudaBackend*>(backend.get()))
+      ao.workspace_query = [cuda](const analysis::Graph& graph, analysis::OpId id) { return cuda->preferred_workspace(graph, id); };
+#endif
+    plan = planner::plan_inference(g, ao).plan;
   }
   if (!a.unshared) planner::require_valid(g, plan);
 

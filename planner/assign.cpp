@@ -194,10 +194,12 @@ std::vector<std::size_t> inplace_candidates(const Op& op) {
   return out;
 }
 
-std::uint64_t scratch_request(const Graph& g, OpId id, std::uint64_t limit) {
+std::uint64_t scratch_request(const Graph& g, OpId id, std::uint64_t limit, const WorkspaceQuery& query) {
   const Op& op = g.ops[id];
   const analysis::OpInfo* info = analysis::op_registry().find(op);
   if (!info || !info->uses_workspace || limit == 0) return 0;
+  if (query)
+    if (const std::optional<std::uint64_t> asked = query(g, id)) return std::min(*asked, limit);
   // Conv: x -> y; ConvGradInput: dy -> dx; ConvGradWeight: (dy, x) -> dw. The activations are the
   // first input and, but for ConvGradWeight, the output; ConvGradWeight's second input is x.
   // Sized at 4 bytes an element at least, and a 16-bit (bf16/fp16) convolution at 16 bytes an element: cuDNN's
@@ -229,7 +231,7 @@ Plan assign(const Graph& g, const analysis::Liveness& l, const AssignOptions& o)
   for (const auto& d : a.drafts) items.push_back(PackItem{d.size, d.interval});
   std::vector<Scratch> scratch;  // in schedule order; item a.drafts.size() + i
   for (std::uint32_t s = 0; s < steps; ++s) {
-    const std::uint64_t b = align_up(scratch_request(g, l.schedule[s], o.workspace_limit_bytes), o.alignment);
+    const std::uint64_t b = align_up(scratch_request(g, l.schedule[s], o.workspace_limit_bytes, o.workspace_query), o.alignment);
     if (b == 0) continue;
     scratch.push_back(Scratch{l.schedule[s], 0, b});
     items.push_back(PackItem{b, Interval{s, s}});

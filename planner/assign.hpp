@@ -2,12 +2,19 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "analysis/liveness.hpp"
 #include "planner/plan.hpp"
 
 namespace memplan::planner {
+
+// The workspace a backend's library asks for an op (the bytes of the algorithm it would run given room, e.g.
+// cuDNN's first-ranked convolution algorithm on this device); nullopt: no answer, the sizing rule of
+// scratch_request applies. Asked on the graph being planned (the training graph: backward ops included).
+using WorkspaceQuery = std::function<std::optional<std::uint64_t>(const Graph&, OpId)>;
 
 struct AssignOptions {
   std::uint64_t alignment = 256;  // every buffer offset and size is a multiple of this
@@ -17,6 +24,8 @@ struct AssignOptions {
                                   // kMaxPlacingPairs overlapping lifetimes), smallest arena kept
   // Most scratch bytes planned for one op (a convolution's workspace, see scratch_request); 0: none.
   std::uint64_t workspace_limit_bytes = kDefaultWorkspaceLimit;
+  // When set (a run on a device), each workspace op's sure scratch is what the device asks for, up to the limit.
+  WorkspaceQuery workspace_query;
   static constexpr std::uint64_t kDefaultWorkspaceLimit = 256ull << 20;
 };
 
@@ -26,8 +35,9 @@ struct AssignOptions {
 inline constexpr std::uint64_t kSureScratchCap = 64ull << 20;
 // The CUDA backend runs the fastest cuDNN algorithm whose workspace fits (one needing none always
 // exists), so the size trades arena bytes against algorithm choice: Winograd and FFT transforms need
-// buffers of about the activation's size, implicit GEMM next to none.
-std::uint64_t scratch_request(const Graph& g, OpId id, std::uint64_t limit);
+// buffers of about the activation's size, implicit GEMM next to none. With `query` answering for the op, its
+// answer replaces the rule (at most `limit`; kSureScratchCap does not apply: the device asked for it).
+std::uint64_t scratch_request(const Graph& g, OpId id, std::uint64_t limit, const WorkspaceQuery& query = {});
 
 // Ops whose output 0 is its input 0 reinterpreted (same bytes, no copy).
 bool is_view_op(const analysis::Op& op) noexcept;

@@ -24,9 +24,42 @@ void release(Steps& add, Steps& remove, std::uint32_t first, std::uint32_t last,
 }
 
 // PyTorch's F.cross_entropy for one memplan CrossEntropyLoss at step `f` and its gradient at step `b`
-// (see the header): log-probabilities held from f to b, the fp32 copy of non-fp32 logits at f, the
-// nll_loss gradient and (non-fp32) the fp32 logits gradient at b, and the logits freed after their last
-// forward use instead of being read at b.
+// (see the header): fp32 log-probabilities held from f to b and the nll_loss gradient at b. fp32 logits are
+// freed after their last forward use instead of being read at b (LogSoftmaxBackward saves its output alone).
+// 16-bit logits (autocast) go to fp32 log-probabilities in one log_softmax(dtype=float) with a temporary of
+// the logits' size and dtype at f, no fp32 copy; they stay until b (saved for the backward's dtype), and
+// log_softmax_backward writes their gradient in their own dtype once the nll gradient is freed (measured on an
+// H100, torch 2.11: bench/results/cnn_gpu_h100_2026-11-24/ce_probe.txt).
+// The 16-bit tensor an fp32 Cast of the same elements made `y` from (the autocast pass's cast of a loss's
+// input), else kNoTensor. PyTorch keeps such 16-bit logits until the loss's backward (measured:
+// bench/results/cnn_gpu_h100_2026-11-24/ce_probe.txt; bench/results/recipes_h100_2026-11-23/peak_breakdown.md).
+analysis::TensorId autocast_source(const analysis::Graph& g, analysis::TensorId y) {
+  const auto& yt = g.tensors[y];
+  const analysis::OpId p = yt.producer;
+  if (p == analysis::kNoOp || !g.ops[p].domain.empty() || g.ops[p].type != "Cast" || yt.dtype != analysis::DType::f32 ||
+      g.ops[p].inputs.empty())
+    return analysis::kNoTensor;
+  const analysis::TensorId in = g.ops[p].inputs[0];
+  if (in == analysis::kNoTensor || analysis::dtype_bits(g.tensors[in].dtype) != 16 || g.tensors[in].on_host ||
+      g.tensors[in].element_count() != yt.element_count())
+    return analysis::kNoTensor;
+  return in;
+}
+
+// Holds x's bytes from after its last use before step `until` (its buffer's tensors' uses, `except` left out) to `until`.
+void hold_until(const analysis::Graph& g, const Plan& plan, const std::vector<std::uint32_t>& step_of, analysis::TensorId x,
+                std::uint32_t until, analysis::OpId except, Steps& add, Steps& remove) {
+  if (plan.tensor_buffer.size() <= x || plan.tensor_buffer[x] == UINT32_MAX) return;
+  std::uint32_t last = 0;
+  for (analysis::TensorId t : plan.buffers[plan.tensor_buffer[x]].tensors) {
+    if (g.tensors[t].producer != analysis::kNoOp && step_of[g.tensors[t].producer] >= until) continue;
+    if (g.tensors[t].producer != analysis::kNoOp) last = std::max(last, step_of[g.tensors[t].producer]);
+    for (analysis::OpId c : g.tensors[t].consumers)
+      if (c != except && step_of[c] < until) last = std::max(last, step_of[c]);
+  }
+  if (last < until) hold(add, remove, last + 1, until, align_up(g.tensors[x].bytes(), plan.alignment));
+}
+
 void cross_entropy_eager(const analysis::Graph& g, const Plan& plan, const std::vector<std::uint32_t>& step_of,
                          analysis::OpId ce, Steps& add, Steps& remove) {
   const auto& op = g.ops[ce];
@@ -39,25 +72,41 @@ void cross_entropy_eager(const analysis::Graph& g, const Plan& plan, const std::
   const std::uint32_t f = step_of[ce];
   const std::uint64_t logits = align_up(checked_mul(yt.element_count(), 4, "eager peak"), plan.alignment);
   const std::uint64_t y_bytes = align_up(yt.bytes(), plan.alignment);
-  const bool upcast = yt.dtype != analysis::DType::f32;
-  if (upcast) hold(add, remove, f, f, logits);  // autocast's fp32 copy of the logits, input of log_softmax
+  // The logits as PyTorch holds them: the plan's fp32 Cast of 16-bit logits (the autocast pass puts losses on
+  // the fp32 list) has no tensor of its own there.
+  const analysis::TensorId cast_from = autocast_source(g, y);
+  const analysis::TensorId src = cast_from == analysis::kNoTensor ? y : cast_from;
+  const std::uint64_t src_bytes = align_up(g.tensors[src].bytes(), plan.alignment);
+  const bool upcast = g.tensors[src].dtype != analysis::DType::f32;
+  if (upcast) hold(add, remove, f, f, src_bytes);  // log_softmax's temporary in the logits' dtype
   if (grad == analysis::kNoOp) return hold(add, remove, f, f, logits);  // log_softmax's output, no backward
   const std::uint32_t b = step_of[grad];
   hold(add, remove, f, b, logits);  // log_softmax's output, saved by LogSoftmaxBackward and NllLossBackward
-  // nll_loss_backward's zeroed logits-sized gradient; with non-fp32 logits also log_softmax_backward's fp32
-  // result, before ToCopyBackward makes the gradient in the logits' dtype (the plan's dy, not yet made).
-  hold(add, remove, b, b, upcast ? 2 * logits - std::min(2 * logits, y_bytes) : logits);
-  if (plan.tensor_buffer.size() <= y || plan.tensor_buffer[y] == UINT32_MAX) return;
-  const std::uint32_t buffer = plan.tensor_buffer[y];
-  std::uint32_t last_use = f;  // the logits' last use but the gradient (views of them included)
-  for (analysis::TensorId t : plan.buffers[buffer].tensors) {
-    if (g.tensors[t].producer != analysis::kNoOp && step_of[g.tensors[t].producer] >= b) continue;
-    for (analysis::OpId c : g.tensors[t].consumers)
-      if (c != grad) last_use = std::max(last_use, step_of[c]);
-  }
   const analysis::TensorId dy = g.ops[grad].output(0);
-  const bool shared = dy != analysis::kNoTensor && dy < plan.tensor_buffer.size() && plan.tensor_buffer[dy] == buffer;
-  if (last_use < b) release(add, remove, last_use + 1, shared ? b - 1 : b, y_bytes);
+  auto last_use_before_b = [&](analysis::TensorId x) {  // x's last use but the gradient (views of x included)
+    std::uint32_t last = 0;
+    if (plan.tensor_buffer.size() <= x || plan.tensor_buffer[x] == UINT32_MAX) return last;
+    for (analysis::TensorId t : plan.buffers[plan.tensor_buffer[x]].tensors) {
+      if (g.tensors[t].producer != analysis::kNoOp && step_of[g.tensors[t].producer] >= b) continue;
+      for (analysis::OpId c : g.tensors[t].consumers)
+        if (c != grad && step_of[c] < b) last = std::max(last, step_of[c]);
+    }
+    return last;
+  };
+  const bool y_in_arena = plan.tensor_buffer.size() > y && plan.tensor_buffer[y] != UINT32_MAX;
+  const bool shared = y_in_arena && dy != analysis::kNoTensor && dy < plan.tensor_buffer.size() &&
+                      plan.tensor_buffer[dy] == plan.tensor_buffer[y];
+  if (src != y) {
+    // The plan's fp32 y is not there; the plan's fp32 dy at b stands for nll_loss_backward's gradient (the
+    // 16-bit logits' gradient comes after it is freed); the 16-bit logits stay until b.
+    if (y_in_arena) release(add, remove, step_of[yt.producer], shared ? b - 1 : b, y_bytes);
+    return hold_until(g, plan, step_of, src, b, grad, add, remove);
+  }
+  // nll_loss_backward's zeroed logits-sized gradient. With 16-bit logits the logits' gradient (the plan's dy,
+  // made at b) comes after it is freed: its bytes are in the plan at b already.
+  hold(add, remove, b, b, upcast ? logits - std::min(logits, y_bytes) : logits);
+  if (upcast || !y_in_arena) return;
+  if (const std::uint32_t last = std::max(last_use_before_b(y), f); last < b) release(add, remove, last + 1, shared ? b - 1 : b, y_bytes);
 }
 
 // torch.autocast caches the low-precision copy of each weight (a Cast of an initializer in the forward pass)
@@ -126,6 +175,11 @@ EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan, const EagerOpti
     if (!y.shape_known() || y.on_host) continue;
     const std::uint64_t bytes = align_up(y.bytes(), plan.alignment);
     hold(add, remove, s, s, bytes);                            // the mean's temporary
+    if (const analysis::TensorId src = autocast_source(g, op.inputs[0]); src != analysis::kNoTensor) {
+      std::uint32_t grad_step = s;  // the 16-bit output is kept until the loss's gradient has read its fp32 copy
+      for (analysis::OpId c : y.consumers) grad_step = std::max(grad_step, step_of[c]);
+      hold_until(g, plan, step_of, src, grad_step, analysis::kNoOp, add, remove);
+    }
     hold(add, remove, s, static_cast<std::uint32_t>(steps - 1), bytes);  // the loss's storage, held to the end
   }
   extend_autocast_cache(g, plan, step_of, add, remove);
@@ -156,7 +210,7 @@ EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan, const EagerOpti
   }
   std::uint64_t live = 0, worst = 0;
   for (std::uint32_t s = 0; s < steps; ++s) {
-    live = checked_add(live - remove[s], add[s], "eager peak");
+    live = checked_add(live, add[s], "eager peak") - remove[s];  // added first: a release may start where its buffer does
     if (live > worst) {
       worst = live;
       out.peak_step = s;

@@ -41,12 +41,14 @@ struct EagerPeak {
 // PyTorch's F.cross_entropy(logits, labels) (aten LossNLL.cpp cross_entropy_loss: nll_loss_nd(log_softmax(x)))
 // against memplan's CrossEntropyLoss, which keeps only the logits and a logsumexp per row:
 // - forward: log_softmax allocates fp32 log-probabilities of the logits' size, saved (LogSoftmaxBackward saves
-//   its result, NllLossBackward its input) until log_softmax's backward has run. Under autocast cross_entropy
-//   runs in fp32: non-fp32 logits are first copied to fp32, a copy alive while the loss runs. nll_loss's own
-//   outputs are scalars. The logits themselves are freed after their last forward use (the loss).
+//   its result, NllLossBackward its input) until log_softmax's backward has run. nll_loss's own outputs are
+//   scalars. fp32 logits are freed after their last forward use (the loss). Under autocast 16-bit logits go
+//   to fp32 log-probabilities in one log_softmax(dtype=float), with a temporary of the logits' size and dtype
+//   while it runs, and stay until the backward.
 // - backward: nll_loss_backward allocates a zeroed logits-sized fp32 gradient (cuda/Loss.cu), then
-//   log_softmax_backward an fp32 logits-sized result: log-probabilities, nll gradient and logits gradient live
-//   at once; with non-fp32 logits ToCopyBackward then makes the gradient in their dtype (the plan's dy).
+//   log_softmax_backward the logits' gradient (the plan's dy). fp32: log-probabilities, nll gradient and logits
+//   gradient live at once. 16-bit logits: logits, log-probabilities and nll gradient at once; the 16-bit logits
+//   gradient is made once the nll gradient is freed (as measured: bench/results/cnn_gpu_h100_2026-11-24/ce_probe.txt).
 // optimizer.step() (the optimizer ops: SGDUpdate, MomentumUpdate, AdamUpdate, their attributes) allocates
 // temporaries while every gradient is still held (optimizer_step_temporaries); the updates themselves are in
 // place, so an updated weight or state (OpInfo::rewrites) is never counted apart from its storage. With

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "planner/assign.hpp"
 #include "planner/remat.hpp"
 
 namespace memplan::planner {
@@ -70,7 +71,8 @@ struct ForwardStages {
 
 // backward_bytes include each backward op's sure scratch (scratch_request with `workspace_limit`).
 ForwardStages find_forward_stages(const Graph& g, const std::vector<OpId>& schedule, const std::vector<double>& op_flops,
-                                  std::uint64_t alignment, std::uint64_t workspace_limit = 0);
+                                  std::uint64_t alignment, std::uint64_t workspace_limit = 0,
+                                  const WorkspaceQuery& workspace_query = {});
 
 // Merges consecutive stages until at most `max_stages` remain (about equal bytes each). The merged
 // stage keeps the last boundary; the inner boundaries become saved bytes.

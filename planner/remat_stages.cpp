@@ -29,7 +29,8 @@ double boundary_op_flops(const Graph& g, TensorId boundary, const std::vector<st
 }
 
 std::vector<std::uint64_t> backward_bytes(const Graph& g, const std::vector<OpId>& schedule, const ForwardStages& s,
-                                          std::uint64_t alignment, std::uint64_t workspace_limit) {
+                                          std::uint64_t alignment, std::uint64_t workspace_limit,
+                                          const WorkspaceQuery& query) {
   std::vector<std::uint64_t> out(s.size(), 0);
   if (s.size() == 0) return out;
   const analysis::Liveness l = analysis::analyze_liveness(g, schedule, alignment);
@@ -44,7 +45,7 @@ std::vector<std::uint64_t> backward_bytes(const Graph& g, const std::vector<OpId
   std::int64_t acc = 0;
   for (std::size_t i = 0; i < schedule.size(); ++i) {  // with the op's sure scratch (a convolution's workspace)
     other[i] = static_cast<std::uint64_t>(acc += diff[i]);
-    other[i] = checked_add(other[i], align_up(scratch_request(g, schedule[i], workspace_limit), alignment), "backward bytes");
+    other[i] = checked_add(other[i], align_up(scratch_request(g, schedule[i], workspace_limit, query), alignment), "backward bytes");
   }
   for (TensorId t = 0; t < g.tensors.size(); ++t) {
     if (!forward_activation(g, t)) continue;
@@ -60,7 +61,8 @@ std::vector<std::uint64_t> backward_bytes(const Graph& g, const std::vector<OpId
 }  // namespace
 
 ForwardStages find_forward_stages(const Graph& g, const std::vector<OpId>& schedule, const std::vector<double>& op_flops,
-                                  std::uint64_t alignment, std::uint64_t workspace_limit) {
+                                  std::uint64_t alignment, std::uint64_t workspace_limit,
+                                  const WorkspaceQuery& workspace_query) {
   ForwardStages s;
   std::vector<std::uint32_t> pos(g.ops.size(), kNone);
   for (OpId o : schedule)
@@ -123,7 +125,7 @@ ForwardStages find_forward_stages(const Graph& g, const std::vector<OpId>& sched
     s.boundary_flops.push_back(t == kNoTensor ? 0.0 : boundary_op_flops(g, t, saved_b, op_flops));
     start = end + 1;
   }
-  s.backward_bytes = backward_bytes(g, schedule, s, alignment, workspace_limit);
+  s.backward_bytes = backward_bytes(g, schedule, s, alignment, workspace_limit, workspace_query);
   return s;
 }
 

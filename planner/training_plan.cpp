@@ -283,7 +283,8 @@ TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const Traini
   const std::uint64_t held = checked_add(r.persistent_bytes, r.input_bytes, "persistent bytes");
   const std::uint64_t fixed = checked_add(held, r.library_bytes, "persistent bytes and libraries");
   c.links = {options.profile.host_to_device_bytes_per_s, options.profile.device_to_host_bytes_per_s};
-  c.stages = find_forward_stages(g, c.schedule, c.flops, options.assign.alignment, options.assign.workspace_limit_bytes);
+  c.stages = find_forward_stages(g, c.schedule, c.flops, options.assign.alignment, options.assign.workspace_limit_bytes,
+                                 options.assign.workspace_query);
   c.coarse = with_partial_options(g, coarsen_stages(c.stages, kMaxModelStages), c.flops, options.assign.alignment);
   c.coarse_cheap = coarsen_stages(with_cheap_costs(g, c.schedule, c.stages, c.flops, options.assign.alignment), kMaxModelStages);
   c.coarse_cheap.partial = c.coarse.partial;  // coarsening cuts by total bytes, which cheap costs leave alone

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "analysis/ops.hpp"
 #include "runtime_allocator/cuda/cuda_kernels.hpp"
 
 namespace memplan::runtime::cuda {
@@ -47,6 +48,12 @@ struct CudaBackend::Impl {
 
 CudaBackend::CudaBackend(const CudaOptions& options) : impl_(std::make_unique<Impl>(options)) {}
 CudaBackend::~CudaBackend() = default;
+
+std::optional<std::uint64_t> CudaBackend::preferred_workspace(const analysis::Graph& g, analysis::OpId id) {
+  const analysis::OpInfo* info = analysis::op_registry().find(g.ops.at(id));
+  if (!info || !info->uses_workspace) return std::nullopt;
+  return impl_->kernels->preferred_workspace(g, id);
+}
 
 namespace {
 // cudaMalloc and cudaMallocHost align to 256 bytes; a larger power-of-two alignment (the pool's 4 KiB

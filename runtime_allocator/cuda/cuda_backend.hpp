@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "runtime_allocator/backend.hpp"
@@ -56,6 +57,10 @@ class CudaBackend final : public Backend {
   double end_run() override;
 
   const CudaStats& stats() const;
+  // What this device's libraries ask as workspace for op `id` of g to run their first-ranked algorithm (cuDNN's
+  // heuristics for a convolution, up to 256 MiB); nullopt for an op without a workspace. A planner asks it before
+  // planning (planner::AssignOptions::workspace_query) so each convolution's scratch is what this device wants.
+  std::optional<std::uint64_t> preferred_workspace(const analysis::Graph& g, analysis::OpId id);
 
  private:
   struct Impl;

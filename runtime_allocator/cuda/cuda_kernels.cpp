@@ -69,6 +69,11 @@ void CudaKernels::prepare(const analysis::Graph& g) {
   if (ws > workspace_.size()) workspace_ = Buffer(ws, Buffer::Kind::device, "cuDNN workspace");
 }
 
+std::uint64_t CudaKernels::preferred_workspace(const analysis::Graph& g, OpId id) {
+  ExecState s{g, ctx_, fused_, {}, {}, {}, {}};  // shapes and the device only: no tensor is bound
+  return op_workspace_bytes(s, id);
+}
+
 void CudaKernels::run(const OpCall& call) {
   ExecState* s = state_of(call.op);
   if (!s) fail(ErrorKind::runtime, "op '" + call.op.name + "' of a graph the CUDA kernels were not prepared for");

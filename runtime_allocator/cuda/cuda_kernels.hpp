@@ -27,6 +27,8 @@ class CudaKernels final : public KernelSet {
   void run(const OpCall& call) override;
 
   FusedKernelCache& fused() noexcept { return fused_; }
+  // The workspace cuDNN's first-ranked algorithm wants for op `id` of g (a convolution; 0 for other ops).
+  std::uint64_t preferred_workspace(const analysis::Graph& g, analysis::OpId id);
   std::uint64_t workspace_bytes() const noexcept { return workspace_.size(); }
 
  private:

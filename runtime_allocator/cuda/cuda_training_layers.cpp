@@ -119,6 +119,14 @@ void channel_view(const ExecState &s, const Op &op, TensorId x, std::int64_t &n,
   plane = dims_product(d, 2);
 }
 
+// The BatchNorm kernels' partial sums: a small device buffer of the op's own (library bytes, beside the arena),
+// made on its first run.
+void *batch_norm_scratch(ExecState &s, const Op &op, std::int64_t c) {
+  auto &slot = s.prepared[s.id_of(op)];
+  if (!slot) slot = std::make_shared<Buffer>(batch_norm_scratch_bytes(c), Buffer::Kind::device, "BatchNorm scratch of '" + op.name + "'");
+  return static_cast<Buffer *>(slot.get())->data();
+}
+
 void run_batch_norm_training(ExecState &s, const Op &op) {
   BatchNormTrainingArgs a;
   channel_view(s, op, op.inputs.at(0), a.n, a.c, a.plane);
@@ -136,7 +144,7 @@ void run_batch_norm_training(ExecState &s, const Op &op) {
   if (a.running_var_out) a.running_var = in_f32(s, op, 4);
   a.epsilon = static_cast<float>(op.attr_float("epsilon", 1e-5));
   a.momentum = static_cast<float>(op.attr_float("momentum", 0.9));
-  batch_norm_training(a, s.ctx.stream());
+  batch_norm_training(a, batch_norm_scratch(s, op, a.c), s.ctx.stream());
 }
 
 void run_batch_norm_grad(ExecState &s, const Op &op) {
@@ -146,7 +154,8 @@ void run_batch_norm_grad(ExecState &s, const Op &op) {
   const TensorId dx = op.output(0);
   batch_norm_grad(data_of(s, op, op.inputs[0], d, "input 0"), data_of(s, op, op.inputs[1], d, "input 1"), in_f32(s, op, 2),
                   in_f32(s, op, 3), in_f32(s, op, 4), dx == kNoTensor || !s.ptr[dx] ? nullptr : data_of(s, op, dx, d, "output 0"),
-                  out_f32(s, op, 1), out_f32(s, op, 2), n, c, plane, float_storage(op, d), s.ctx.stream());
+                  out_f32(s, op, 1), out_f32(s, op, 2), n, c, plane, float_storage(op, d), batch_norm_scratch(s, op, c),
+                  s.ctx.stream());
 }
 
 }  // namespace

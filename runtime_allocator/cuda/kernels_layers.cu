@@ -13,99 +13,10 @@ namespace memplan::runtime::cuda {
 
 namespace {
 
-constexpr int kChannelThreads = 512;
-
-// Sum of one double per thread over the block; every thread gets the result.
-__device__ double block_sum_double(double v) {
-  __shared__ double part[32];
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();  // part[] may still be read from a previous call
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  const int warps = (blockDim.x + 31) >> 5;
-  v = lane < warps ? part[lane] : 0.0;
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 __device__ __forceinline__ std::int64_t global_index() {
   return blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
 }
 __device__ __forceinline__ std::int64_t grid_stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
-
-// This thread's elements k = threadIdx.x + j * blockDim.x (j = 0, 1, ...) of channel c in [n, channels, plane],
-// as (batch, position) advanced by addition: one 64-bit division per thread, not one per element.
-struct ChannelWalk {
-  std::int64_t b, p, step_b, step_p, plane, batch_stride, channel_base;
-  __device__ ChannelWalk(std::int64_t c, std::int64_t channels, std::int64_t plane_)
-      : b(threadIdx.x / plane_), p(threadIdx.x % plane_), step_b(blockDim.x / plane_), step_p(blockDim.x % plane_),
-        plane(plane_), batch_stride(channels * plane_), channel_base(c * plane_) {}
-  __device__ std::int64_t index() const { return b * batch_stride + channel_base + p; }
-  __device__ void next() {
-    p += step_p;
-    b += step_b;
-    if (p >= plane) p -= plane, ++b;
-  }
-};
-
-// One block per channel (grid.x = channels): mean, variance, then the
-// normalised output. T: the storage of x and y (float, __nv_bfloat16, __half).
-template <typename T>
-__global__ void batch_norm_training_kernel(BatchNormTrainingArgs a) {
-  const T *x = static_cast<const T *>(a.x);
-  T *y = static_cast<T *>(a.y);
-  const std::int64_t c = blockIdx.x, count = a.n * a.plane;
-  double s = 0.0;
-  for (ChannelWalk w(c, a.c, a.plane); w.b < a.n; w.next()) s += widen(x[w.index()]);
-  const double m = block_sum_double(s) / static_cast<double>(count);
-  double s2 = 0.0;
-  for (ChannelWalk w(c, a.c, a.plane); w.b < a.n; w.next()) {
-    const double d = static_cast<double>(widen(x[w.index()])) - m;
-    s2 += d * d;
-  }
-  s2 = block_sum_double(s2);  // its barriers: every read of x precedes the
-                              // writes of y below (y may alias x)
-  const float mean = static_cast<float>(m), var = static_cast<float>(s2 / static_cast<double>(count));
-  const float invstd = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(var, a.epsilon)));
-  const float scale = a.scale[c], bias = a.bias[c];
-  for (ChannelWalk w(c, a.c, a.plane); w.b < a.n; w.next()) {
-    const std::int64_t i = w.index();
-    y[i] = narrow<T>(__fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(widen(x[i]), mean), invstd), scale), bias));
-  }
-  if (threadIdx.x != 0) return;
-  const float keep = a.momentum, take = __fsub_rn(1.0f, a.momentum);
-  if (a.running_mean_out) a.running_mean_out[c] = __fadd_rn(__fmul_rn(a.running_mean[c], keep), __fmul_rn(mean, take));
-  if (a.running_var_out) a.running_var_out[c] = __fadd_rn(__fmul_rn(a.running_var[c], keep), __fmul_rn(var, take));
-  if (a.saved_mean) a.saved_mean[c] = mean;
-  if (a.saved_invstd) a.saved_invstd[c] = invstd;
-}
-
-template <typename T>
-__global__ void batch_norm_grad_kernel(const T *dy, const T *x, const float *scale, const float *mean, const float *invstd, T *dx,
-                                       float *dscale, float *dbias, std::int64_t channels, std::int64_t n, std::int64_t plane) {
-  const std::int64_t c = blockIdx.x, count = n * plane;
-  const float mu = mean[c], is = invstd[c];
-  double db = 0.0, ds = 0.0;
-  for (ChannelWalk w(c, channels, plane); w.b < n; w.next()) {
-    const std::int64_t i = w.index();
-    const float g = widen(dy[i]);
-    db += g;
-    ds += __fmul_rn(__fmul_rn(g, __fsub_rn(widen(x[i]), mu)), is);
-  }
-  const float sum_dy = static_cast<float>(block_sum_double(db));
-  const float sum_dy_xhat = static_cast<float>(block_sum_double(ds));  // barriers: reads precede dx writes (dx may alias dy)
-  if (threadIdx.x == 0 && dscale) dscale[c] = sum_dy_xhat;
-  if (threadIdx.x == 0 && dbias) dbias[c] = sum_dy;
-  if (!dx) return;
-  const float m = static_cast<float>(count);
-  const float k0 = __fdiv_rn(__fmul_rn(scale[c], is), m);
-  for (ChannelWalk w(c, channels, plane); w.b < n; w.next()) {
-    const std::int64_t i = w.index();
-    const float xhat = __fmul_rn(__fsub_rn(widen(x[i]), mu), is);
-    dx[i] = narrow<T>(__fmul_rn(k0, __fsub_rn(__fsub_rn(__fmul_rn(m, widen(dy[i])), sum_dy), __fmul_rn(xhat, sum_dy_xhat))));
-  }
-}
 
 // The number of window elements the CPU kernel divides output (oh, ow) by.
 __device__ std::int64_t pool_count(const AvgPoolGeometry &p, std::int64_t oh, std::int64_t ow) {
@@ -371,30 +282,6 @@ struct LaunchFill {
 };
 
 }  // namespace
-
-void batch_norm_training(const BatchNormTrainingArgs &a, cudaStream_t stream) {
-  if (a.c == 0) return;
-  if (a.n * a.plane == 0) fail(ErrorKind::unsupported, "BatchNormTraining over an empty batch");
-  if (a.c > 0x7fffffff) fail(ErrorKind::unsupported, "BatchNormTraining with more than 2^31-1 channels");
-  by_float_storage(a.storage, [&](auto tag) {
-    batch_norm_training_kernel<decltype(tag)><<<static_cast<unsigned>(a.c), kChannelThreads, 0, stream>>>(a);
-  });
-  check_launch("batch_norm_training");
-}
-
-void batch_norm_grad(const void *dy, const void *x, const float *scale, const float *mean, const float *invstd, void *dx,
-                     float *dscale, float *dbias, std::int64_t n, std::int64_t c, std::int64_t plane, FloatStorage storage,
-                     cudaStream_t stream) {
-  if (c == 0) return;
-  if (n * plane == 0) fail(ErrorKind::unsupported, "BatchNormGrad over an empty batch");
-  if (c > 0x7fffffff) fail(ErrorKind::unsupported, "BatchNormGrad with more than 2^31-1 channels");
-  by_float_storage(storage, [&](auto tag) {
-    using T = decltype(tag);
-    batch_norm_grad_kernel<T><<<static_cast<unsigned>(c), kChannelThreads, 0, stream>>>(
-        static_cast<const T *>(dy), static_cast<const T *>(x), scale, mean, invstd, static_cast<T *>(dx), dscale, dbias, c, n, plane);
-  });
-  check_launch("batch_norm_grad");
-}
 
 void average_pool_grad(const void *dy, void *dx, FloatStorage storage, const AvgPoolGeometry &p, cudaStream_t stream) {
   const std::int64_t n = p.nc * p.h * p.w;

@@ -14,7 +14,7 @@
 namespace memplan::runtime::cuda {
 
 // BatchNormTraining over x viewed as [n, c, plane]: per-channel mean and biased
-// variance (accumulated in double, like the CPU kernel), y = (x - mean) *
+// variance (sums of x and x^2 accumulated in double), y = (x - mean) *
 // invstd * scale + bias with invstd = 1 / sqrt(var + epsilon). The optional
 // outputs (null when absent): running_mean_out = running_mean * momentum + mean
 // * (1 - momentum), likewise for the variance; saved_mean = mean; saved_invstd
@@ -35,7 +35,9 @@ struct BatchNormTrainingArgs {
   float epsilon = 1e-5f, momentum = 0.9f;
   FloatStorage storage = FloatStorage::f32;
 };
-void batch_norm_training(const BatchNormTrainingArgs &a, cudaStream_t stream);
+// `scratch`: batch_norm_scratch_bytes(c) device bytes for the per-block partial sums (kernels_batch_norm.cu).
+std::uint64_t batch_norm_scratch_bytes(std::int64_t c);
+void batch_norm_training(const BatchNormTrainingArgs &a, void *scratch, cudaStream_t stream);
 
 // BatchNormGrad from dy, x and the saved mean/invstd: dbias = sum dy, dscale =
 // sum dy * xhat per channel, and dx = scale * invstd / m * (m * dy - dbias -
@@ -43,7 +45,7 @@ void batch_norm_training(const BatchNormTrainingArgs &a, cudaStream_t stream);
 // hold `storage` elements; scale, the statistics, dscale and dbias are float32.
 void batch_norm_grad(const void *dy, const void *x, const float *scale, const float *mean, const float *invstd, void *dx,
                      float *dscale, float *dbias, std::int64_t n, std::int64_t c, std::int64_t plane, FloatStorage storage,
-                     cudaStream_t stream);
+                     void *scratch, cudaStream_t stream);
 
 // A pooling window over x [nc, h, w] <-> y [nc, oh, ow]; pads at the start
 // (ph, pw) and end (ph_end, pw_end): AveragePool, its gradient and the

@@ -1,4 +1,8 @@
 // Tests of arena assignment: view and in-place aliasing (and where it must not happen), options.
+#include <algorithm>
+#include <optional>
+#include <vector>
+
 #include <doctest/doctest.h>
 
 #include "planner/assign.hpp"
@@ -223,4 +227,32 @@ TEST_CASE("convolutions get scratch of their larger activation, capped by the li
   const Plan none = plan_checked(b.g, without_scratch());
   CHECK(none.scratch.empty());
   CHECK(none.arena_bytes < p.arena_bytes);
+}
+
+TEST_CASE("a device's workspace query replaces the sizing rule of a convolution's scratch, up to the limit") {
+  GraphBuilder b;
+  const TensorId x = b.input("x", 1000), a = b.act("a", 3000), r = b.act("r", 3000), y = b.act("y", 500);
+  const OpId c1 = b.op("Conv", {x}, {a});
+  const OpId relu = b.op("Relu", {a}, {r});
+  const OpId c2 = b.op("Conv", {r}, {y});
+  b.output(y);
+  std::vector<OpId> asked;
+  const WorkspaceQuery query = [&](const Graph&, OpId id) -> std::optional<std::uint64_t> {
+    asked.push_back(id);
+    if (id == c1) return std::uint64_t{100000};  // more than the rule's 12000
+    return std::nullopt;                          // no answer for c2: the rule
+  };
+  CHECK(scratch_request(b.g, c1, 1 << 20, query) == 100000);
+  CHECK(scratch_request(b.g, c1, 50000, query) == 50000);
+  CHECK(scratch_request(b.g, c2, 1 << 20, query) == 12000);
+  CHECK(scratch_request(b.g, relu, 1 << 20, query) == 0);  // not a workspace op: never asked
+  CHECK(std::find(asked.begin(), asked.end(), relu) == asked.end());
+  AssignOptions o;
+  o.workspace_query = query;
+  const Plan p = plan_checked(b.g, o);
+  REQUIRE(p.scratch.size() == 2);
+  CHECK(p.scratch[0].op == c1);
+  CHECK(p.scratch[0].bytes >= 100096);  // the asked bytes, aligned (and perhaps grown into free space)
+  CHECK(p.scratch[1].bytes >= 12032);
+  CHECK(p.arena_bytes >= 100096);
 }
