@@ -76,6 +76,15 @@ std::vector<PlannedAllocator*> all_allocators() {
   for (auto& [d, s] : lib().devices) out.push_back(&s->allocator);
   return out;
 }
+// Every device's allocator begins (or ends) a step; one made later inside a step begins it then.
+void mark_step(bool begin) {
+  guarded([begin] {
+    Library& l = lib();
+    std::lock_guard<std::mutex> lock(l.mutex);
+    l.in_step = begin;
+    for (auto* a : all_allocators()) begin ? a->step_begin() : a->step_end();
+  });
+}
 }  // namespace
 
 extern "C" {
@@ -109,23 +118,9 @@ int memplan_configure(int record_steps, int replan_after_miss_steps) {
   });
 }
 
-void memplan_step_begin(void) {
-  guarded([] {
-    Library& l = lib();
-    std::lock_guard<std::mutex> lock(l.mutex);
-    l.in_step = true;
-    for (auto* a : all_allocators()) a->step_begin();
-  });
-}
+void memplan_step_begin(void) { mark_step(true); }
 
-void memplan_step_end(void) {
-  guarded([] {
-    Library& l = lib();
-    std::lock_guard<std::mutex> lock(l.mutex);
-    l.in_step = false;
-    for (auto* a : all_allocators()) a->step_end();
-  });
-}
+void memplan_step_end(void) { mark_step(false); }
 
 size_t memplan_stats_json(char* buf, size_t len) {
   std::string text;
