@@ -14,6 +14,7 @@ struct VizArgs {
   VizSourceArgs source;
   std::string output;
   std::string compare;
+  std::vector<std::string> traces;
   double width = 1400, height = 900;
 };
 
@@ -22,11 +23,17 @@ viz::TimelinePanel panel_of(const PlannedModel& m) {
   if (m.budget && m.arena_budget != m.budget)
     p.budget_label = "budget " + viz::bytes_label(m.budget) + ": " + viz::bytes_label(m.arena_budget) + " left for the arena";
   if (m.lower_bound_bytes) p.lower_bound_label = "lower bound (views, in-place shared) " + viz::bytes_label(m.lower_bound_bytes);
+  if (!m.budget_label.empty()) p.budget_label = m.budget_label;
+  if (!m.lower_bound_label.empty()) p.lower_bound_label = m.lower_bound_label;
   return p;
 }
 
 int run_viz(const VizArgs& a) {
-  auto models = planned_models(a.source);
+  std::vector<PlannedModel> models;
+  for (const auto& t : a.traces) models.push_back(load_trace_file(t));
+  if (a.traces.empty() && a.source.train.model.model.empty()) fail(ErrorKind::usage, "viz needs a MODEL or --trace FILE");
+  if (!a.source.train.model.model.empty())
+    for (auto& m : planned_models(a.source)) models.push_back(std::move(m));
   if (!a.compare.empty()) {
     if (!a.source.train.train) fail(ErrorKind::usage, "--compare draws a second training strategy: add --train");
     models.push_back(plan_model(a.source, a.compare));
@@ -57,6 +64,8 @@ void add_viz(CLI::App& app, std::function<int()>& action) {
   CLI::App* cmd = app.add_subcommand("viz", "SVG memory timeline: arena buffers over the schedule and live bytes per step");
   add_viz_source_args(cmd, args->source, true);
   cmd->add_option("-o,--output", args->output, "SVG file to write")->required();
+  cmd->get_option("MODEL")->required(false);
+  cmd->add_option("--trace", args->traces, "draw a PyTorch step recorded by memplan_torch (save_trace) instead of a model; twice to compare");
   cmd->add_option("--compare", args->compare, "with --train: also plan with this strategy and draw both side by side");
   cmd->add_option("--width", args->width, "picture width in pixels")->check(CLI::Range(300.0, 20000.0));
   cmd->add_option("--height", args->height, "picture height in pixels")->check(CLI::Range(300.0, 20000.0));

@@ -36,6 +36,7 @@ struct PlannedModel {
   std::uint64_t budget = 0;              // the whole budget as given
   std::uint64_t lower_bound_bytes = 0;   // most arena bytes live at one step with views and in-place shared
   bool over_budget = false;              // planned without the budget because it could not be met
+  std::string budget_label, lower_bound_label;  // the lines' texts where the panel's default does not fit
   std::optional<FusionSummary> fusion;   // what planning fused (none for a saved plan: its graph says)
 };
 
@@ -45,6 +46,11 @@ PlannedModel plan_model(const VizSourceArgs& a, const std::string& strategy);
 
 // Reads a saved plan; its embedded graph is what it was made for.
 PlannedModel load_plan_file(const std::string& path);
+
+// Reads a trace file of memplan_torch's allocator (memplan_save_trace): the recorded PyTorch step as a
+// graph of allocation events and its planned offsets, proven by the verifier; the budget line marks what
+// PyTorch's caching allocator would reserve for the step, the lower bound line its peak live bytes.
+PlannedModel load_trace_file(const std::string& path);
 
 // The panels a picture command draws: each --plan file, else the model with --strategy.
 std::vector<PlannedModel> planned_models(const VizSourceArgs& a);

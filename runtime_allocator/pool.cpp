@@ -38,7 +38,26 @@ PoolAllocator::PoolAllocator(Backend& backend, PoolOptions options) : backend_(b
 }
 
 PoolAllocator::~PoolAllocator() {
-  for (auto& [p, n] : chunks_) backend_.deallocate(p, n);
+  for (auto& [p, n] : chunks_)
+    if (p) backend_.deallocate(p, n);
+}
+
+std::uint64_t PoolAllocator::release_free_chunks() {
+  std::uint64_t released = 0;
+  for (auto& [base, n] : chunks_) {  // a released chunk stays in chunks_ as {nullptr, 0}: blocks name chunks by index
+    if (!base) continue;
+    auto it = blocks_.find(reinterpret_cast<std::uintptr_t>(base));
+    if (it == blocks_.end() || !it->second.free || it->second.small_class >= 0 || it->second.size != n) continue;
+    take_free(it);
+    blocks_.erase(it);
+    backend_.deallocate(base, n);
+    stats_.reserved_bytes -= n;
+    released += n;
+    base = nullptr;
+    n = 0;
+  }
+  stats_.largest_free_bytes = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
+  return released;
 }
 
 std::byte* PoolAllocator::allocate(std::uint64_t bytes, std::uint64_t alignment) {

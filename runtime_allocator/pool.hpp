@@ -52,6 +52,9 @@ class PoolAllocator {
   // Granted size of a live allocation (>= the request); ErrorKind::runtime for anything else.
   std::uint64_t block_size(const std::byte* p) const;
   const PoolStats& stats() const noexcept { return stats_; }
+  // Gives every chunk with nothing allocated in it back to the backend (a slab, even empty, keeps its
+  // chunk). Returns the bytes given back.
+  std::uint64_t release_free_chunks();
   // Recounts every statistic from the block lists (a test's check on the incremental counters).
   PoolStats recount() const;
 

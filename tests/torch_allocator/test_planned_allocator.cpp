@@ -1,0 +1,282 @@
+// The planned allocator against a fake device: record, plan, replay, misses, re-plans, threads, streams.
+#include <doctest/doctest.h>
+
+#include <thread>
+
+#include "analysis/error.hpp"
+#include "planner/verify.hpp"
+#include "torch_allocator/planned_allocator.hpp"
+#include "fake_device.hpp"
+#include "workload.hpp"
+
+using namespace memplan::torch_allocator;
+using memplan::torch_allocator::testing::FakeDevice;
+using memplan::torch_allocator::testing::LiveBlocks;
+using memplan::torch_allocator::testing::Workload;
+
+namespace {
+// The current plan proven by memplan's verifier, and its offsets checked directly: no two blocks of the
+// primary stream that are live at one event share a byte.
+void check_current_plan(const PlannedAllocator& a) {
+  const auto planned = a.planned_step();
+  REQUIRE(planned);
+  const auto& [step, plan] = *planned;
+  const memplan::analysis::Graph g = step_graph(step);
+  const auto report = memplan::planner::verify_plan(g, step_as_plan(g, step, plan));
+  CHECK(report.valid);
+  const auto last = step.event_count();
+  for (std::size_t i = 0; i < step.blocks.size(); ++i)
+    for (std::size_t j = i + 1; j < step.blocks.size(); ++j) {
+      if (!step.in_arena(i) || !step.in_arena(j)) continue;
+      const auto &x = step.blocks[i], &y = step.blocks[j];
+      const auto xf = x.free_event == kNotFreed ? 0u : x.alloc_event, xl = x.free_event == kNotFreed ? last : x.free_event;
+      const auto yf = y.free_event == kNotFreed ? 0u : y.alloc_event, yl = y.free_event == kNotFreed ? last : y.free_event;
+      const bool together = xf <= yl && yf <= xl;
+      const bool apart = plan.offsets[i] + x.bytes <= plan.offsets[j] || plan.offsets[j] + y.bytes <= plan.offsets[i];
+      CHECK((!together || apart));
+      CHECK(plan.offsets[i] % kBlockAlignment == 0);
+    }
+}
+}  // namespace
+
+TEST_CASE("the recorded step's allocations, frees and lifetimes are logged in order") {
+  FakeDevice dev;
+  PlannedAllocator a(dev);
+  LiveBlocks live;
+  Workload w{a, live};
+  w.step(8, 2);
+  const auto planned = a.planned_step();
+  REQUIRE(planned);
+  const RecordedStep& s = planned->first;
+  REQUIRE(s.blocks.size() == 8);  // 2 layers: act + temp each, then dx + grad each
+  CHECK(s.blocks[0].size == 8000);
+  CHECK(s.blocks[0].bytes == 8192);
+  CHECK(s.blocks[1].alloc_event == 1);
+  CHECK(s.blocks[1].free_event == 2);   // the temporary dies at once
+  CHECK(s.blocks[0].free_event == 11);  // the first activation dies in the last backward layer
+  CHECK(s.blocks[5].free_event == kNotFreed);  // the gradients live into the next step
+  CHECK(s.blocks[7].free_event == kNotFreed);
+  CHECK(s.event_count() == 14);
+  for (std::size_t e = 0; e < s.events.size(); ++e) {
+    const auto& ev = s.events[e];
+    REQUIRE(ev.block >= 0);
+    const auto& b = s.blocks[static_cast<std::size_t>(ev.block)];
+    CHECK((ev.alloc ? b.alloc_event : b.free_event) == e);
+  }
+  w.finish();
+}
+
+TEST_CASE("an identical replay serves every allocation at its planned offset from one arena") {
+  FakeDevice dev;
+  PlannedAllocator a(dev);
+  LiveBlocks live;
+  Workload w{a, live};
+  w.step(8);
+  check_current_plan(a);
+  const auto planned = a.planned_step();
+  REQUIRE(planned);
+  for (int s = 0; s < 4; ++s) {
+    w.step(8);
+    const auto* base = static_cast<const std::byte*>(a.arena_base());
+    REQUIRE(base != nullptr);
+    REQUIRE(w.served.size() == planned->first.blocks.size());
+    for (std::size_t k = 0; k < w.served.size(); ++k) CHECK(w.served[k] == base + planned->second.offsets[k]);
+  }
+  const AllocatorStats st = a.stats();
+  CHECK(st.misses == 0);
+  CHECK(st.hits == 4 * planned->first.blocks.size());
+  CHECK(st.plans == 1);
+  CHECK(st.replans == 0);
+  CHECK(st.steps == 5);
+  CHECK(st.arena_bytes == planned->second.arena_bytes);
+  CHECK(st.arena_bytes <= st.caching_reserved_bytes);
+  CHECK(dev.held == st.arena_bytes);  // the pool gave its recording chunks back
+  CHECK(st.device_bytes == dev.held);
+  CHECK(live.overlaps == 0);
+  CHECK(live.corrupted == 0);
+  w.finish();
+}
+
+TEST_CASE("a short last batch is served by the pool, counted, and overlaps nothing") {
+  FakeDevice dev;
+  PlannedAllocator a(dev);
+  LiveBlocks live;
+  Workload w{a, live};
+  for (int s = 0; s < 3; ++s) w.step(8);
+  const std::uint64_t hits_before = a.stats().hits;
+  w.step(5);  // the short batch: activations differ in size, gradients match
+  AllocatorStats st = a.stats();
+  CHECK(st.misses > 0);
+  CHECK(st.hits > hits_before);  // the gradients still hit
+  CHECK(st.pool_bytes > 0);
+  CHECK(st.replans == 0);
+  w.step(8);  // the next epoch's full batches hit again
+  CHECK(a.stats().misses == st.misses);
+  CHECK(live.overlaps == 0);
+  CHECK(live.corrupted == 0);
+  check_current_plan(a);
+  w.finish();
+}
+
+TEST_CASE("a run of steps with misses re-records and re-plans, and the new plan is verified") {
+  FakeDevice dev;
+  AllocatorOptions o;
+  o.replan_after_miss_steps = 2;
+  PlannedAllocator a(dev, o);
+  LiveBlocks live;
+  Workload w{a, live};
+  w.step(8);
+  w.step(8);
+  w.step(4);  // miss step 1
+  CHECK(a.stats().replaying);
+  w.step(4);  // miss step 2: re-record next
+  CHECK_FALSE(a.stats().replaying);
+  w.step(4);  // recorded and planned
+  AllocatorStats st = a.stats();
+  CHECK(st.replaying);
+  CHECK(st.replans == 1);
+  CHECK(st.plans == 2);
+  check_current_plan(a);
+  const std::uint64_t misses = st.misses;
+  w.step(4);
+  w.step(4);
+  CHECK(a.stats().misses == misses);
+  CHECK(live.overlaps == 0);
+  CHECK(live.corrupted == 0);
+  w.finish();
+  CHECK(dev.held == a.stats().device_bytes);
+}
+
+TEST_CASE("a block freed later than planned keeps its range: the block planned over it goes to the pool") {
+  FakeDevice dev;
+  PlannedAllocator a(dev);
+  LiveBlocks live;
+  a.step_begin();
+  void* x = a.allocate(1 << 20, 0);
+  a.deallocate(x, 0);
+  void* y = a.allocate(1 << 20, 0);
+  a.deallocate(y, 0);
+  a.step_end();
+  const auto planned = a.planned_step();
+  REQUIRE(planned);
+  CHECK(planned->second.offsets[0] == planned->second.offsets[1]);  // planned to share bytes
+  a.step_begin();
+  x = a.allocate(1 << 20, 0);
+  live.add(x, 1 << 20);
+  y = a.allocate(1 << 20, 0);  // x still held
+  live.add(y, 1 << 20);
+  CHECK(y != x);
+  const AllocatorStats st = a.stats();
+  CHECK(st.conflicts == 1);
+  CHECK(st.misses == 1);
+  CHECK(live.overlaps == 0);
+  live.remove(x);
+  live.remove(y);
+  a.deallocate(x, 0);
+  CHECK(a.stats().late_frees == 1);
+  a.deallocate(y, 0);
+  a.step_end();
+  CHECK(live.corrupted == 0);
+}
+
+TEST_CASE("two threads allocating at once get disjoint blocks and consistent counts") {
+  FakeDevice dev;
+  PlannedAllocator a(dev);
+  LiveBlocks live;
+  auto worker = [&](unsigned seed) {
+    std::vector<void*> mine;
+    for (unsigned i = 0; i < 400; ++i) {
+      const std::uint64_t bytes = 512 * (1 + (seed * 7919 + i * 104729) % 64);
+      void* p = a.allocate(bytes, 0);
+      live.add(p, bytes);
+      mine.push_back(p);
+      if (i % 3 == 2) {
+        live.remove(mine.front());
+        a.deallocate(mine.front(), 0);
+        mine.erase(mine.begin());
+      }
+    }
+    for (void* p : mine) {
+      live.remove(p);
+      a.deallocate(p, 0);
+    }
+  };
+  for (int s = 0; s < 3; ++s) {
+    a.step_begin();
+    std::thread t1(worker, 1), t2(worker, 2);
+    t1.join();
+    t2.join();
+    a.step_end();
+  }
+  const AllocatorStats st = a.stats();
+  CHECK(st.hits + st.misses == 2 * 800);  // the first step was recorded
+  CHECK(live.overlaps == 0);
+  CHECK(live.corrupted == 0);
+  CHECK(live.size() == 0);
+}
+
+TEST_CASE("allocations on a second stream stay out of the arena and return to the pool after its events") {
+  FakeDevice dev;
+  PlannedAllocator a(dev);
+  LiveBlocks live;
+  auto step = [&] {
+    a.step_begin();
+    void* x = a.allocate(10000, 0);
+    live.add(x, 10000);
+    void* side = a.allocate(3000, 7);  // a copy stream's buffer
+    live.add(side, 3000);
+    live.remove(side);
+    a.deallocate(side, 7);
+    live.remove(x);
+    a.deallocate(x, 0);
+    a.step_end();
+  };
+  step();
+  const auto planned = a.planned_step();
+  REQUIRE(planned);
+  CHECK(planned->first.primary_stream == 0);
+  CHECK(planned->second.offsets[1] == memplan::planner::kNotInArena);
+  step();
+  AllocatorStats st = a.stats();
+  CHECK(st.other_stream == 1);
+  CHECK(st.hits == 1);
+  CHECK(st.misses == 0);
+  CHECK(st.deferred_frees == 2);  // one per step: neither stream has passed its event yet
+  dev.complete_events();
+  step();
+  CHECK(a.stats().deferred_frees == 1);
+  CHECK(live.overlaps == 0);
+}
+
+TEST_CASE("misuse is reported: a foreign free, step_end outside a step, a zero record count") {
+  FakeDevice dev;
+  PlannedAllocator a(dev);
+  int x = 0;
+  CHECK_THROWS_AS(a.deallocate(&x, 0), memplan::Error);
+  CHECK_THROWS_AS(a.step_end(), memplan::Error);
+  AllocatorOptions o;
+  o.record_steps = 0;
+  CHECK_THROWS_AS(PlannedAllocator(dev, o), memplan::Error);
+  CHECK(a.allocate(0, 0) == nullptr);
+}
+
+TEST_CASE("record_steps plans the last of the recorded steps, and the stats JSON names every counter") {
+  FakeDevice dev;
+  AllocatorOptions o;
+  o.record_steps = 2;
+  PlannedAllocator a(dev, o);
+  LiveBlocks live;
+  Workload w{a, live};
+  w.step(8);
+  CHECK_FALSE(a.stats().replaying);
+  w.step(8);
+  CHECK(a.stats().replaying);
+  CHECK(a.stats().recorded_steps == 2);
+  // The planned step begins with the frees of the first step's gradients.
+  CHECK_FALSE(a.planned_step()->first.events.front().alloc);
+  const auto j = stats_json(a.stats());
+  for (const char* k : {"arena_bytes", "pool_bytes", "peak_pool_bytes", "device_bytes", "peak_device_bytes", "hits", "misses",
+                        "replans", "steps", "packer", "caching_reserved_bytes"})
+    CHECK(j.contains(k));
+  w.finish();
+}

@@ -1,0 +1,256 @@
+// The planned allocator: pool while recording, planned arena offsets while replaying, pool for every miss.
+#include "torch_allocator/planned_allocator.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "analysis/error.hpp"
+#include "torch_allocator/caching_model.hpp"
+
+namespace memplan::torch_allocator {
+
+namespace {
+std::string hex(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+}  // namespace
+
+PlannedAllocator::PlannedAllocator(DeviceMemory& device, AllocatorOptions options)
+    : device_(device), options_(options), pool_backend_(device) {
+  if (options_.record_steps < 1) fail(ErrorKind::usage, "planned allocator: record_steps must be at least 1");
+  if (options_.replan_after_miss_steps < 1) fail(ErrorKind::usage, "planned allocator: replan_after_miss_steps must be at least 1");
+  recording_left_ = options_.record_steps;
+}
+
+PlannedAllocator::~PlannedAllocator() {
+  for (auto& d : deferred_)
+    for (auto e : d.events) device_.destroy_event(e);
+  for (auto& a : arenas_)
+    if (a.base) device_.deallocate(a.base, a.bytes);
+}
+
+runtime::PoolAllocator& PlannedAllocator::pool_of(StreamId stream) {
+  auto& p = pools_[stream];
+  if (!p) p = std::make_unique<runtime::PoolAllocator>(pool_backend_, runtime::PoolOptions{options_.pool_chunk_bytes, 0, true});
+  return *p;
+}
+
+void PlannedAllocator::note_device_bytes() {
+  std::uint64_t arenas = 0;
+  for (const auto& a : arenas_) arenas += a.bytes;
+  stats_.pool_bytes = pool_backend_.held_bytes();
+  stats_.peak_pool_bytes = std::max(stats_.peak_pool_bytes, stats_.pool_bytes);
+  stats_.device_bytes = arenas + stats_.pool_bytes;
+  stats_.peak_device_bytes = std::max(stats_.peak_device_bytes, stats_.device_bytes);
+}
+
+// Each stream has its own pool (as PyTorch's caching allocator keeps blocks per stream): a block freed on
+// its stream is reused only by later work of that stream, which the stream orders after the free.
+void* PlannedAllocator::from_pool(std::uint64_t size, StreamId stream) {
+  void* p = pool_of(stream).allocate(round_block(size), kBlockAlignment);
+  live_[p] = Live{Where::pool, round_block(size), stream, 0, 0};
+  note_device_bytes();
+  return p;
+}
+
+bool PlannedAllocator::range_free(std::uint64_t offset, std::uint64_t bytes) const {
+  auto it = arena_live_.lower_bound(offset);
+  if (it != arena_live_.end() && it->first < offset + bytes) return false;
+  return it == arena_live_.begin() || std::prev(it)->second <= offset;
+}
+
+void* PlannedAllocator::replay(std::uint64_t size, StreamId stream) {
+  const std::size_t k = next_alloc_++;
+  const RecordedStep& rec = *planned_;
+  const bool matches = k < rec.blocks.size() && rec.blocks[k].bytes == round_block(size) && rec.blocks[k].stream == stream;
+  if (stream != rec.primary_stream) {
+    ++stats_.other_stream;
+    if (!matches) ++step_misses_, ++stats_.misses;
+    return from_pool(size, stream);
+  }
+  if (matches) {
+    const std::uint64_t off = plan_.offsets[k], bytes = rec.blocks[k].bytes;
+    if (range_free(off, bytes)) {
+      ArenaMemory& a = arenas_.back();
+      ++a.live_blocks;
+      arena_live_.emplace(off, off + bytes);
+      void* p = static_cast<std::byte*>(a.base) + off;
+      live_[p] = Live{Where::arena, bytes, stream, arenas_.size() - 1, k};
+      ++stats_.hits;
+      return p;
+    }
+    ++stats_.conflicts;
+  }
+  ++step_misses_;
+  ++stats_.misses;
+  return from_pool(size, stream);
+}
+
+void* PlannedAllocator::allocate(std::uint64_t size, StreamId stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (size == 0) return nullptr;
+  if (!first_stream_) first_stream_ = stream;
+  poll_deferred();
+  if (!in_step_) {
+    ++stats_.unstepped;
+    return from_pool(size, stream);
+  }
+  void* p = nullptr;
+  if (replaying_) {
+    p = replay(size, stream);
+    ++event_;
+  } else {
+    p = from_pool(size, stream);
+    recorder_.on_alloc(p, size, stream);
+  }
+  return p;
+}
+
+void PlannedAllocator::release_arena_if_unused(std::size_t a) {
+  ArenaMemory& m = arenas_[a];
+  const bool current = replaying_ && a + 1 == arenas_.size();
+  if (current || m.live_blocks != 0 || !m.base) return;
+  device_.deallocate(m.base, m.bytes);
+  m = ArenaMemory{};
+  note_device_bytes();
+}
+
+void PlannedAllocator::release_pool_block(void* p, const Live& b) {
+  const StreamId primary = planned_ ? planned_->primary_stream : first_stream_.value_or(b.stream);
+  if (b.stream == primary) {
+    pool_of(b.stream).deallocate(static_cast<std::byte*>(p));
+    return;
+  }
+  // A block of another stream may still be read there and on the arena's stream (record_stream's case):
+  // it goes back to its pool once both streams have passed this point.
+  Deferred d{p, b.stream, {device_.record_event(b.stream), device_.record_event(primary)}};
+  deferred_.push_back(std::move(d));
+  stats_.deferred_frees = deferred_.size();
+}
+
+void PlannedAllocator::poll_deferred() {
+  auto done = [&](Deferred& d) {
+    for (auto e : d.events)
+      if (!device_.event_done(e)) return false;
+    for (auto e : d.events) device_.destroy_event(e);
+    pool_of(d.stream).deallocate(static_cast<std::byte*>(d.p));
+    return true;
+  };
+  deferred_.erase(std::remove_if(deferred_.begin(), deferred_.end(), done), deferred_.end());
+  stats_.deferred_frees = deferred_.size();
+}
+
+void PlannedAllocator::deallocate(void* p, StreamId /*stream*/) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!p) return;
+  auto it = live_.find(p);
+  if (it == live_.end()) fail(ErrorKind::usage, "planned allocator: free of " + hex(p) + ", which it never handed out (or freed twice)");
+  const Live b = it->second;
+  live_.erase(it);
+  if (in_step_ && recorder_.active()) recorder_.on_free(p, b.bytes);
+  if (in_step_ && replaying_) ++event_;
+  if (b.where == Where::pool) {
+    release_pool_block(p, b);
+    return;
+  }
+  // An arena block: the plan accounted for its lifetime, so nothing returns to a free list; the range
+  // becomes available to the planned blocks that reuse it.
+  const bool current = replaying_ && b.arena + 1 == arenas_.size();
+  if (current) {
+    const std::uint64_t off = static_cast<std::uint64_t>(static_cast<std::byte*>(p) - static_cast<std::byte*>(arenas_.back().base));
+    arena_live_.erase(off);
+    if (in_step_ && planned_->blocks[b.block].free_event < event_ - 1) ++stats_.late_frees;
+  }
+  --arenas_[b.arena].live_blocks;
+  release_arena_if_unused(b.arena);
+}
+
+void PlannedAllocator::step_begin() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (in_step_) fail(ErrorKind::usage, "planned allocator: step_begin inside a step (step_end missing)");
+  in_step_ = true;
+  next_alloc_ = 0;
+  event_ = 0;
+  step_misses_ = 0;
+  if (!replaying_) recorder_.begin();
+}
+
+void PlannedAllocator::make_plan() {
+  RecordedStep rec = recorder_.finish();
+  ++stats_.recorded_steps;
+  if (--recording_left_ > 0) return;
+  StepPlan plan = plan_step(rec);
+  stats_.caching_reserved_bytes = caching_allocator_estimate(rec).reserved_bytes;
+  // Blocks the recording steps took from the pools and freed: give their chunks back before the arena comes.
+  for (auto& [s, pool] : pools_) pool->release_free_chunks();
+  void* base = plan.arena_bytes ? device_.allocate(plan.arena_bytes) : nullptr;
+  if (!arenas_.empty()) release_arena_if_unused(arenas_.size() - 1);  // the previous plan's, unless still in use
+  arenas_.push_back(ArenaMemory{base, plan.arena_bytes, 0});
+  arena_live_.clear();
+  stats_.replans += stats_.plans > 0;
+  ++stats_.plans;
+  stats_.arena_bytes = plan.arena_bytes;
+  stats_.planned_peak_bytes = plan.peak_live_bytes;
+  stats_.packer = plan.packer;
+  planned_ = std::move(rec);
+  plan_ = std::move(plan);
+  replaying_ = true;
+  stats_.replaying = true;
+  miss_steps_ = 0;
+  note_device_bytes();
+}
+
+void PlannedAllocator::step_end() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!in_step_) fail(ErrorKind::usage, "planned allocator: step_end without step_begin");
+  in_step_ = false;
+  ++stats_.steps;
+  if (!replaying_) {
+    make_plan();
+  } else if (step_misses_ == 0) {
+    miss_steps_ = 0;
+    // A step served wholly from the arena: what the pools hold beyond live blocks goes back to the device.
+    for (auto& [s, pool] : pools_) pool->release_free_chunks();
+    note_device_bytes();
+  } else if (++miss_steps_ >= options_.replan_after_miss_steps) {
+    // Record afresh; the arena stays until its last live block is freed (release_arena_if_unused).
+    replaying_ = false;
+    recording_left_ = 1;
+    release_arena_if_unused(arenas_.size() - 1);
+  }
+  stats_.replaying = replaying_;
+  poll_deferred();
+}
+
+AllocatorStats PlannedAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+const void* PlannedAllocator::arena_base() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return replaying_ && !arenas_.empty() ? arenas_.back().base : nullptr;
+}
+
+std::optional<std::pair<RecordedStep, StepPlan>> PlannedAllocator::planned_step() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!planned_) return std::nullopt;
+  return std::make_pair(*planned_, plan_);
+}
+
+nlohmann::json stats_json(const AllocatorStats& s) {
+  return {{"arena_bytes", s.arena_bytes},       {"pool_bytes", s.pool_bytes},
+          {"peak_pool_bytes", s.peak_pool_bytes}, {"device_bytes", s.device_bytes},
+          {"peak_device_bytes", s.peak_device_bytes}, {"planned_peak_bytes", s.planned_peak_bytes},
+          {"caching_reserved_bytes", s.caching_reserved_bytes}, {"hits", s.hits},
+          {"misses", s.misses},                 {"conflicts", s.conflicts},
+          {"late_frees", s.late_frees},         {"other_stream", s.other_stream},
+          {"unstepped", s.unstepped},           {"replans", s.replans},
+          {"plans", s.plans},                   {"steps", s.steps},
+          {"recorded_steps", s.recorded_steps}, {"deferred_frees", s.deferred_frees},
+          {"packer", s.packer},                 {"replaying", s.replaying}};
+}
+
+}  // namespace memplan::torch_allocator

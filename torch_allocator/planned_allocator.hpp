@@ -1,0 +1,127 @@
+// A PyTorch allocator for one device: record a step, plan it with memplan, serve later steps from one arena.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime_allocator/pool.hpp"
+#include "torch_allocator/device.hpp"
+#include "torch_allocator/recording.hpp"
+#include "torch_allocator/step_plan.hpp"
+
+namespace memplan::torch_allocator {
+
+struct AllocatorOptions {
+  int record_steps = 1;             // steps served from the pool while recording; the last one is planned
+  int replan_after_miss_steps = 2;  // this many consecutive steps with misses start a new recording
+  std::uint64_t pool_chunk_bytes = 20ull << 20;
+};
+
+struct AllocatorStats {
+  std::uint64_t arena_bytes = 0;        // the current arena (0 before the first plan)
+  std::uint64_t pool_bytes = 0;         // what the pools hold from the device now
+  std::uint64_t peak_pool_bytes = 0;
+  std::uint64_t device_bytes = 0;       // arenas (current and retired ones still in use) + pools
+  std::uint64_t peak_device_bytes = 0;
+  std::uint64_t planned_peak_bytes = 0;  // most arena-block bytes live at once in the planned step
+  std::uint64_t caching_reserved_bytes = 0;  // caching_allocator_estimate of the planned step
+  std::uint64_t hits = 0;               // allocations served at their planned offset
+  std::uint64_t misses = 0;             // allocations of a replayed step that did not match the plan
+  std::uint64_t conflicts = 0;          // misses whose planned range was still held by an unfreed block
+  std::uint64_t late_frees = 0;         // arena blocks freed after the event the plan freed them at
+  std::uint64_t other_stream = 0;       // allocations off the arena's stream (pool, by design)
+  std::uint64_t unstepped = 0;          // allocations outside begin/end of a step (pool)
+  std::uint64_t replans = 0;            // plans made after the first
+  std::uint64_t plans = 0;
+  std::uint64_t steps = 0;              // steps ended
+  std::uint64_t recorded_steps = 0;
+  std::uint64_t deferred_frees = 0;     // pool frees waiting on a stream event now
+  std::string packer;                   // of the current plan
+  bool replaying = false;
+};
+
+// The statistics as a JSON object, one field per member (docs/torch-allocator.md).
+nlohmann::json stats_json(const AllocatorStats& s);
+
+// Every call is serialised by one mutex. Misuse (a free of a pointer never handed out, step_end without
+// step_begin) is ErrorKind::usage; device failures are ErrorKind::runtime.
+class PlannedAllocator {
+ public:
+  PlannedAllocator(DeviceMemory& device, AllocatorOptions options = {});
+  ~PlannedAllocator();
+  PlannedAllocator(const PlannedAllocator&) = delete;
+  PlannedAllocator& operator=(const PlannedAllocator&) = delete;
+
+  void* allocate(std::uint64_t size, StreamId stream);
+  void deallocate(void* p, StreamId stream);
+  void step_begin();
+  void step_end();
+
+  AllocatorStats stats() const;
+  // Start of the current arena (null before the first plan): block k of the plan is served at base + offset k.
+  const void* arena_base() const;
+  // The step the current plan was made from, and that plan (none before the first plan).
+  std::optional<std::pair<RecordedStep, StepPlan>> planned_step() const;
+
+ private:
+  enum class Where : std::uint8_t { arena, pool };
+  struct Live {
+    Where where = Where::pool;
+    std::uint64_t bytes = 0;
+    StreamId stream = 0;
+    std::size_t arena = 0;     // arenas_ index for Where::arena
+    std::size_t block = 0;     // planned block for Where::arena
+  };
+  struct ArenaMemory {
+    void* base = nullptr;
+    std::uint64_t bytes = 0;
+    std::uint64_t live_blocks = 0;
+  };
+  struct Deferred {
+    void* p = nullptr;
+    StreamId stream = 0;
+    std::vector<DeviceMemory::Event> events;
+  };
+
+  void* from_pool(std::uint64_t size, StreamId stream);
+  void* replay(std::uint64_t size, StreamId stream);
+  bool range_free(std::uint64_t offset, std::uint64_t bytes) const;
+  void release_pool_block(void* p, const Live& b);
+  void poll_deferred();
+  void make_plan();
+  void release_arena_if_unused(std::size_t a);
+  runtime::PoolAllocator& pool_of(StreamId stream);
+  void note_device_bytes();
+
+  mutable std::mutex mutex_;
+  DeviceMemory& device_;
+  AllocatorOptions options_;
+  PoolBackend pool_backend_;
+  std::map<StreamId, std::unique_ptr<runtime::PoolAllocator>> pools_;
+  std::unordered_map<void*, Live> live_;
+  std::vector<Deferred> deferred_;
+  std::vector<ArenaMemory> arenas_;  // the last is current while replaying; earlier ones are retired
+  std::map<std::uint64_t, std::uint64_t> arena_live_;  // current arena: offset -> end of each live block
+
+  std::optional<StreamId> first_stream_;  // the arena's stream until a plan names one
+  Recorder recorder_;
+  int recording_left_ = 0;  // steps still to record before planning
+  std::optional<RecordedStep> planned_;
+  StepPlan plan_;
+  bool replaying_ = false;
+  bool in_step_ = false;
+  std::size_t next_alloc_ = 0;  // index of the step's next allocation
+  std::uint32_t event_ = 0;      // events of the replayed step so far
+  std::uint64_t step_misses_ = 0;
+  int miss_steps_ = 0;           // consecutive replayed steps with misses
+  AllocatorStats stats_;
+};
+
+}  // namespace memplan::torch_allocator

@@ -1,0 +1,113 @@
+// Trace files: the recorded events, each block's size, stream, lifetime and planned offset, and the comparison.
+#include "torch_allocator/trace.hpp"
+
+#include "analysis/error.hpp"
+#include "planner/plan.hpp"
+#include "torch_allocator/caching_model.hpp"
+
+namespace memplan::torch_allocator {
+
+Trace make_trace(const RecordedStep& step, const StepPlan& plan, int device) {
+  const CachingEstimate c = caching_allocator_estimate(step);
+  return Trace{step, plan, device, c.reserved_bytes, c.max_allocated_bytes};
+}
+
+nlohmann::json trace_json(const Trace& t) {
+  nlohmann::json blocks = nlohmann::json::array(), events = nlohmann::json::array();
+  for (std::size_t k = 0; k < t.step.blocks.size(); ++k) {
+    const RecordedBlock& b = t.step.blocks[k];
+    const std::uint64_t off = k < t.plan.offsets.size() ? t.plan.offsets[k] : planner::kNotInArena;
+    blocks.push_back({{"size", b.size},
+                      {"bytes", b.bytes},
+                      {"stream", static_cast<std::uint64_t>(b.stream)},
+                      {"alloc_event", b.alloc_event},
+                      {"free_event", b.free_event == kNotFreed ? nlohmann::json(nullptr) : nlohmann::json(b.free_event)},
+                      {"offset", off == planner::kNotInArena ? nlohmann::json(nullptr) : nlohmann::json(off)}});
+  }
+  for (const auto& e : t.step.events)
+    events.push_back({{"kind", e.alloc ? "alloc" : "free"}, {"block", e.block}, {"bytes", e.bytes}});
+  return {{"format", kTraceFormat},
+          {"version", kTraceVersion},
+          {"device", t.device},
+          {"alignment", kBlockAlignment},
+          {"primary_stream", static_cast<std::uint64_t>(t.step.primary_stream)},
+          {"packer", t.plan.packer},
+          {"arena_bytes", t.plan.arena_bytes},
+          {"peak_live_bytes", t.plan.peak_live_bytes},
+          {"caching_allocator_reserved_bytes", t.caching_reserved_bytes},
+          {"caching_allocator_max_allocated_bytes", t.caching_max_allocated_bytes},
+          {"events", std::move(events)},
+          {"blocks", std::move(blocks)}};
+}
+
+namespace {
+[[noreturn]] void bad(const std::string& what) { fail(ErrorKind::malformed, "allocation trace: " + what); }
+
+template <class T> T field(const nlohmann::json& j, const char* key, const std::string& where) {
+  if (!j.is_object() || !j.contains(key)) bad(where + " has no '" + key + "'");
+  try {
+    return j.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    bad(where + "'s '" + key + "' has the wrong type");
+  }
+}
+
+std::uint32_t optional_event(const nlohmann::json& b, const std::string& where) {
+  if (!b.contains("free_event") || b.at("free_event").is_null()) return kNotFreed;
+  return field<std::uint32_t>(b, "free_event", where);
+}
+}  // namespace
+
+Trace read_trace(const nlohmann::json& j) {
+  if (!j.is_object() || j.value("format", std::string{}) != kTraceFormat) bad("not a '" + std::string(kTraceFormat) + "' file");
+  if (field<int>(j, "version", "the file") != kTraceVersion) bad("version " + j.at("version").dump() + " is not 1");
+  if (field<std::uint64_t>(j, "alignment", "the file") != kBlockAlignment) bad("alignment is not 512");
+  Trace t;
+  t.device = field<int>(j, "device", "the file");
+  t.step.primary_stream = static_cast<StreamId>(field<std::uint64_t>(j, "primary_stream", "the file"));
+  t.plan.packer = field<std::string>(j, "packer", "the file");
+  t.plan.arena_bytes = field<std::uint64_t>(j, "arena_bytes", "the file");
+  t.plan.peak_live_bytes = field<std::uint64_t>(j, "peak_live_bytes", "the file");
+  t.caching_reserved_bytes = field<std::uint64_t>(j, "caching_allocator_reserved_bytes", "the file");
+  t.caching_max_allocated_bytes = field<std::uint64_t>(j, "caching_allocator_max_allocated_bytes", "the file");
+  const auto& blocks = field<nlohmann::json>(j, "blocks", "the file");
+  const auto& events = field<nlohmann::json>(j, "events", "the file");
+  if (!blocks.is_array() || !events.is_array()) bad("'blocks' and 'events' must be arrays");
+  if (events.size() >= kNotFreed) bad("too many events");
+  for (std::size_t k = 0; k < blocks.size(); ++k) {
+    const auto& b = blocks[k];
+    const std::string where = "block " + std::to_string(k);
+    RecordedBlock r{field<std::uint64_t>(b, "size", where), field<std::uint64_t>(b, "bytes", where),
+                    static_cast<StreamId>(field<std::uint64_t>(b, "stream", where)), field<std::uint32_t>(b, "alloc_event", where),
+                    optional_event(b, where)};
+    if (r.bytes != round_block(r.size)) bad(where + ": bytes is not its size rounded up to 512");
+    if (r.free_event != kNotFreed && r.free_event <= r.alloc_event) bad(where + " is freed before it is allocated");
+    t.step.blocks.push_back(r);
+    const bool has_offset = b.contains("offset") && !b.at("offset").is_null();
+    t.plan.offsets.push_back(has_offset ? field<std::uint64_t>(b, "offset", where) : planner::kNotInArena);
+    if (has_offset != (r.stream == t.step.primary_stream)) bad(where + ": only blocks of the primary stream have an offset");
+  }
+  std::vector<bool> seen_alloc(blocks.size(), false), seen_free(blocks.size(), false);
+  for (std::size_t e = 0; e < events.size(); ++e) {
+    const std::string where = "event " + std::to_string(e);
+    const std::string kind = field<std::string>(events[e], "kind", where);
+    if (kind != "alloc" && kind != "free") bad(where + ": kind '" + kind + "' is neither alloc nor free");
+    RecordedEvent ev{kind == "alloc", field<std::int64_t>(events[e], "block", where), field<std::uint64_t>(events[e], "bytes", where)};
+    if (ev.block < -1 || ev.block >= static_cast<std::int64_t>(blocks.size()) || (ev.alloc && ev.block < 0)) bad(where + " names no block");
+    if (ev.block >= 0) {
+      const auto k = static_cast<std::size_t>(ev.block);
+      const RecordedBlock& b = t.step.blocks[k];
+      auto& seen = ev.alloc ? seen_alloc : seen_free;
+      if (seen[k] || (ev.alloc ? b.alloc_event : b.free_event) != e || ev.bytes != b.bytes)
+        bad(where + " disagrees with block " + std::to_string(k) + "'s events or bytes");
+      seen[k] = true;
+    }
+    t.step.events.push_back(ev);
+  }
+  for (std::size_t k = 0; k < blocks.size(); ++k)
+    if (!seen_alloc[k] || seen_free[k] != (t.step.blocks[k].free_event != kNotFreed))
+      bad("block " + std::to_string(k) + "'s events are not all in the event list");
+  return t;
+}
+
+}  // namespace memplan::torch_allocator
