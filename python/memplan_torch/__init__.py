@@ -3,7 +3,6 @@ graphs straight from PyTorch (export_graph). torch is imported lazily: importing
 from ._lib import MemplanTorchError, UnmappedOps
 from .allocator import (is_installed, reserved_bytes, save_trace, stats, step, step_begin, step_end,
                         use_planned_allocator)
-from ._lib import UnmappedOps
 
 
 def export_graph(model, example_inputs, path, train=True, **kw):

@@ -70,13 +70,15 @@ class Converter:
         return 0x5EED0000 + self._seed[0]
 
     def dim_of(self, d):
-        if isinstance(d, int):
-            return d
-        try:
-            return int(d)
-        except Exception:
-            key = str(d.node.expr) if hasattr(d, "node") else str(d)
+        import torch
+
+        if isinstance(d, torch.SymInt):
+            expr = d.node.expr
+            if getattr(expr, "is_number", False):
+                return int(expr)
+            key = str(expr)
             return self.symbols.get(key, key)
+        return int(d)
 
     def tensor_of(self, node):
         import torch
