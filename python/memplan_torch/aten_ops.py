@@ -414,3 +414,29 @@ def _arange(c):
         args = [args[0], args[1], 1]
     dt = c.dtype()
     return c.op1("Range", [c.operand(a, dt) for a in args])
+
+
+aten("bitwise_and")(lambda c: c.op1("And", [c.operand(c.arg(0), "bool"), c.operand(c.arg(1), "bool")])
+                    if c.dtype() == "bool" else c.op1("BitwiseAnd", [c.x(0), c.x(1)]))
+aten("bitwise_or")(lambda c: c.op1("Or", [c.operand(c.arg(0), "bool"), c.operand(c.arg(1), "bool")])
+                   if c.dtype() == "bool" else c.op1("BitwiseOr", [c.x(0), c.x(1)]))
+aten("bitwise_not")(lambda c: c.op1("Not", [c.x()]) if c.dtype() == "bool" else c.op1("BitwiseNot", [c.x()]))
+
+
+@aten("full_like", "zeros_like", "ones_like")
+def _full_like(c):
+    kind = c.node.target.__name__.split(".")[0]
+    value = {"zeros_like": 0, "ones_like": 1}.get(kind, c.arg(1))
+    shape = c.shape()
+    target = c.g.i64(shape, "shape") if all(isinstance(d, int) for d in shape) else c.op1("Shape", [c.x()])
+    return c.op1("Expand", [c.scalar(value), target])
+
+
+@aten("bernoulli")
+def _bernoulli(c):  # (uniform < p) as the tensor's dtype: DropPath's per-sample keep mask
+    p = c.arg(1, 0.5)
+    if isinstance(p, torch.fx.Node):
+        raise ValueError(f"{c.where()}: bernoulli with a tensor of probabilities is not mapped")
+    dt = c.dtype()
+    u = c.op1("RandomUniformLike", [c.x()], {"dtype": onnx_dtype(dt), "low": 0.0, "high": 1.0})
+    return c.op1("Cast", [c.op1("Less", [u, c.scalar(float(p), dt)])], {"to": onnx_dtype(dt)})
