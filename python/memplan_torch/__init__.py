@@ -1,0 +1,18 @@
+"""memplan inside PyTorch: a planned-arena CUDA allocator (use_planned_allocator, step, stats, save_trace) and
+graphs straight from PyTorch (export_graph). torch is imported lazily: importing this package needs no torch."""
+from ._lib import MemplanTorchError, UnmappedOps
+from .allocator import (is_installed, reserved_bytes, save_trace, stats, step, step_begin, step_end,
+                        use_planned_allocator)
+
+
+def export_graph(model, example_inputs, path, train=True, **kw):
+    from .export import export_graph as _export
+
+    return _export(model, example_inputs, path, train=train, **kw)
+
+
+export_graph.__doc__ = "See memplan_torch.export.export_graph."
+
+__all__ = ["MemplanTorchError", "UnmappedOps", "export_graph", "is_installed", "reserved_bytes", "save_trace",
+           "stats", "step", "step_begin", "step_end", "use_planned_allocator"]
+__version__ = "0.1.0"

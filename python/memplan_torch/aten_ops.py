@@ -1,0 +1,442 @@
+"""ATen -> memplan op mapping: elementwise math, comparisons, reductions and layout ops (views, slices, joins).
+
+Each converter takes a Context (convert.py) and returns the output tensor name, or a list for ops with
+several outputs. The table is keyed by the ATen overload packet name (aten.add.Tensor -> "add").
+"""
+import torch
+
+from .convert import FLOAT_DTYPES, norm_axis, onnx_dtype
+
+OPS = {}
+
+
+def aten(*names):
+    def reg(fn):
+        for n in names:
+            OPS[n] = fn
+        return fn
+    return reg
+
+
+def _promoted(c):
+    return c.dtype()  # the node's own output dtype: torch's type promotion already applied
+
+
+# ---- elementwise arithmetic
+def _binary(onnx_type, compute_dtype=None):
+    def fn(c):
+        dt = compute_dtype(c) if compute_dtype else _promoted(c)
+        a, b = c.arg(0), c.arg(1)
+        alpha = c.kw("alpha", 1)
+        bb = c.operand(b, dt)
+        if alpha != 1:
+            bb = c.op1("Mul", [bb, c.scalar(alpha, dt)])
+        return c.op1(onnx_type, [c.operand(a, dt), bb])
+    return fn
+
+
+aten("add", "add_")(_binary("Add"))
+aten("sub", "sub_")(_binary("Sub"))
+aten("mul", "mul_")(_binary("Mul"))
+aten("maximum")(_binary("Max"))
+aten("minimum")(_binary("Min"))
+
+
+@aten("rsub")
+def _rsub(c):  # other - alpha * self
+    dt = c.dtype()
+    x = c.operand(c.arg(0), dt)
+    alpha = c.kw("alpha", c.arg(2, 1))
+    if alpha != 1:
+        x = c.op1("Mul", [x, c.scalar(alpha, dt)])
+    return c.op1("Sub", [c.operand(c.arg(1), dt), x])
+
+
+@aten("div", "div_")
+def _div(c):
+    mode = c.kw("rounding_mode")
+    dt = c.dtype()
+    if mode is None:
+        return c.op1("Div", [c.operand(c.arg(0), dt), c.operand(c.arg(1), dt)])
+    if dt not in FLOAT_DTYPES:
+        raise ValueError(f"{c.where()}: integer division with rounding_mode={mode!r} is not mapped")
+    q = c.op1("Div", [c.operand(c.arg(0), dt), c.operand(c.arg(1), dt)])
+    if mode == "floor":
+        return c.op1("Floor", [q])
+    return c.op1("Mul", [c.op1("Sign", [q]), c.op1("Floor", [c.op1("Abs", [q])])])  # trunc
+
+
+@aten("pow")
+def _pow(c):
+    dt = c.dtype()
+    base, e = c.arg(0), c.arg(1)
+    if not isinstance(base, torch.fx.Node):  # scalar ** tensor
+        return c.op1("Pow", [c.scalar(base, dt), c.operand(e, dt)])
+    return c.op1("Pow", [c.operand(base, dt), c.operand(e, dt)])
+
+
+def _unary(onnx_type):
+    return lambda c: c.op1(onnx_type, [c.operand(c.arg(0), c.dtype())])
+
+
+for _n, _o in {"relu": "Relu", "relu_": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "exp": "Exp", "log": "Log",
+               "sqrt": "Sqrt", "neg": "Neg", "reciprocal": "Reciprocal", "erf": "Erf", "sin": "Sin", "cos": "Cos",
+               "abs": "Abs", "floor": "Floor", "ceil": "Ceil", "sign": "Sign", "round": "Round"}.items():
+    aten(_n)(_unary(_o))
+
+
+@aten("rsqrt")
+def _rsqrt(c):  # written as 1 / sqrt(x): the form memplan's RMSNorm fusion recognizes
+    return c.op1("Reciprocal", [c.op1("Sqrt", [c.x()])])
+
+
+@aten("silu", "silu_")
+def _silu(c):  # x * sigmoid(x): both have backward rules
+    x = c.x()
+    return c.op1("Mul", [x, c.op1("Sigmoid", [x])])
+
+
+@aten("gelu")
+def _gelu(c):
+    approx = c.kw("approximate", c.arg(1, "none"))
+    return c.op1("Gelu", [c.x()], {"approximate": approx})
+
+
+@aten("softplus")
+def _softplus(c):  # log(1 + exp(beta x)) / beta (threshold ignored: same value in float32 up to it)
+    beta = c.arg(1, 1)
+    dt = c.dtype()
+    x = c.x() if beta == 1 else c.op1("Mul", [c.x(), c.scalar(beta, dt)])
+    y = c.op1("Log", [c.op1("Add", [c.op1("Exp", [x]), c.scalar(1.0, dt)])])
+    return y if beta == 1 else c.op1("Div", [y, c.scalar(beta, dt)])
+
+
+@aten("mish")
+def _mish(c):
+    dt = c.dtype()
+    x = c.x()
+    sp = c.op1("Log", [c.op1("Add", [c.op1("Exp", [x]), c.scalar(1.0, dt)])])
+    return c.op1("Mul", [x, c.op1("Tanh", [sp])])
+
+
+def _clip(c, x, lo, hi):
+    dt = c.dtype()
+    ins = [x, "" if lo is None else c.scalar(lo, dt)]
+    if hi is not None:
+        ins.append(c.scalar(hi, dt))
+    return c.op1("Clip", ins)
+
+
+@aten("clamp", "clamp_", "clip")
+def _clamp(c):
+    lo, hi = c.kw("min", c.arg(1)), c.kw("max", c.arg(2))
+    if isinstance(lo, torch.fx.Node) or isinstance(hi, torch.fx.Node):
+        raise ValueError(f"{c.where()}: clamp with tensor bounds is not mapped")
+    return _clip(c, c.x(), lo, hi)
+
+
+@aten("hardtanh", "hardtanh_")
+def _hardtanh(c):
+    return _clip(c, c.x(), c.arg(1, -1.0), c.arg(2, 1.0))
+
+
+@aten("hardsigmoid")
+def _hardsigmoid(c):  # clip(x / 6 + 0.5, 0, 1), in ops with backward rules
+    dt = c.dtype()
+    y = c.op1("Add", [c.op1("Div", [c.x(), c.scalar(6.0, dt)]), c.scalar(0.5, dt)])
+    return _clip(c, y, 0.0, 1.0)
+
+
+@aten("hardswish", "hardswish_")
+def _hardswish(c):  # x * clip(x + 3, 0, 6) / 6
+    dt = c.dtype()
+    x = c.x()
+    r = _clip(c, c.op1("Add", [x, c.scalar(3.0, dt)]), 0.0, 6.0)
+    return c.op1("Div", [c.op1("Mul", [x, r]), c.scalar(6.0, dt)])
+
+
+@aten("leaky_relu", "leaky_relu_")
+def _leaky(c):
+    return c.op1("LeakyRelu", [c.x()], {"alpha": float(c.arg(1, 0.01))})
+
+
+@aten("elu")
+def _elu(c):
+    return c.op1("Elu", [c.x()], {"alpha": float(c.arg(1, 1.0))})
+
+
+# ---- comparisons and selection
+def _compare(onnx_type, negate=False):
+    def fn(c):
+        a, b = c.arg(0), c.arg(1)
+        dts = [c.dtype(v) for v in (a, b) if isinstance(v, torch.fx.Node)]
+        dt = dts[0] if len(dts) == 1 or dts[0] == dts[1] else torch_promote(dts)
+        y = c.op1(onnx_type, [c.operand(a, dt), c.operand(b, dt)])
+        return c.op1("Not", [y]) if negate else y
+    return fn
+
+
+def torch_promote(dts):
+    from .graph_json import DTYPES
+    inv = {v: getattr(torch, v) for v in set(DTYPES.values())}
+    return str(torch.promote_types(inv[dts[0]], inv[dts[1]])).replace("torch.", "")
+
+
+aten("eq")(_compare("Equal"))
+aten("ne")(_compare("Equal", negate=True))
+aten("lt")(_compare("Less"))
+aten("gt")(_compare("Greater"))
+aten("le")(_compare("LessOrEqual"))
+aten("ge")(_compare("GreaterOrEqual"))
+aten("logical_not")(lambda c: c.op1("Not", [c.operand(c.arg(0), "bool")]))
+aten("logical_and")(lambda c: c.op1("And", [c.operand(c.arg(0), "bool"), c.operand(c.arg(1), "bool")]))
+aten("logical_or")(lambda c: c.op1("Or", [c.operand(c.arg(0), "bool"), c.operand(c.arg(1), "bool")]))
+
+
+@aten("where")
+def _where(c):
+    dt = c.dtype()
+    return c.op1("Where", [c.operand(c.arg(0), "bool"), c.operand(c.arg(1), dt), c.operand(c.arg(2), dt)])
+
+
+@aten("masked_fill", "masked_fill_")
+def _masked_fill(c):
+    dt = c.dtype()
+    return c.op1("Where", [c.operand(c.arg(1), "bool"), c.operand(c.arg(2), dt), c.x()])
+
+
+# ---- dtype and identity
+@aten("_to_copy", "to", "type_as")
+def _to_copy(c):
+    src = c.dtype(c.arg(0))
+    dst = c.dtype()
+    return c.op1("Identity", [c.x()]) if src == dst else c.op1("Cast", [c.x()], {"to": onnx_dtype(dst)})
+
+
+for _n in ("clone", "alias", "detach", "contiguous", "lift_fresh_copy"):
+    aten(_n)(lambda c: c.op1("Identity", [c.x()]))
+
+
+# ---- reductions
+def _dims(c, i, rank):
+    d = c.arg(i) if i < len(c.node.args) else c.kw("dim")
+    if d is None or d == []:
+        return list(range(rank))
+    d = [d] if isinstance(d, int) else list(d)
+    return sorted(norm_axis(a, rank) for a in d)
+
+
+def _reduce(onnx_type, axes_as_input):
+    def fn(c):
+        rank = c.rank(c.arg(0))
+        axes = _dims(c, 1, rank)
+        keep = int(bool(c.kw("keepdim", c.arg(2, False))))
+        x = c.x()
+        if c.kw("dtype") is not None and c.dtype() != c.dtype(c.arg(0)):
+            x = c.cast(x, c.dtype(c.arg(0)), c.dtype())
+        if axes_as_input:
+            return c.op1(onnx_type, [x, c.g.i64(axes, "axes")], {"keepdims": keep})
+        return c.op1(onnx_type, [x], {"axes": axes, "keepdims": keep})
+    return fn
+
+
+aten("mean")(_reduce("ReduceMean", False))
+aten("sum")(_reduce("ReduceSum", True))
+aten("amax")(_reduce("ReduceMax", False))
+aten("amin")(_reduce("ReduceMin", False))
+
+
+@aten("var")
+def _var(c):  # mean((x - mean(x))^2) * n / (n - correction)
+    rank = c.rank(c.arg(0))
+    axes = _dims(c, 1, rank)
+    corr = c.kw("correction", 1)
+    keep = int(bool(c.kw("keepdim", False)))
+    dt = c.dtype()
+    x = c.x()
+    m = c.op1("ReduceMean", [x], {"axes": axes, "keepdims": 1})
+    d = c.op1("Sub", [x, m])
+    v = c.op1("ReduceMean", [c.op1("Mul", [d, d])], {"axes": axes, "keepdims": keep})
+    n = 1
+    for a in axes:
+        n *= c.concrete_shape(c.arg(0))[a]
+    return v if not corr else c.op1("Mul", [v, c.scalar(n / (n - corr), dt)])
+
+
+# ---- layout: views, reshapes, slices, joins
+def reshape_target(c, src, out):
+    """Reshape's shape input for the node's output: concrete dims, 0 to copy a symbolic dim of the input at the
+    same position, -1 for at most one other symbolic dim."""
+    src_shape, out_shape = c.shape(src), c.shape()
+    target, free = [], 0
+    for i, d in enumerate(out_shape):
+        if isinstance(d, int):
+            target.append(d)
+        elif i < len(src_shape) and src_shape[i] == d:
+            target.append(0)
+        else:
+            target.append(-1)
+            free += 1
+    if free > 1 or (0 in target and any(isinstance(d, int) and d == 0 for d in out_shape)):
+        raise ValueError(f"{c.where()}: reshape to {out_shape} cannot be written with one inferred dim")
+    return target
+
+
+@aten("view", "_unsafe_view", "reshape", "flatten", "unflatten", "view_as", "reshape_as")
+def _view(c):
+    return c.op1("Reshape", [c.x(), c.g.i64(reshape_target(c, c.arg(0), c.node), "shape")])
+
+
+@aten("permute")
+def _permute(c):
+    rank = c.rank(c.arg(0))
+    return c.op1("Transpose", [c.x()], {"perm": [norm_axis(p, rank) for p in c.arg(1)]})
+
+
+@aten("transpose")
+def _transpose(c):
+    rank = c.rank(c.arg(0))
+    perm = list(range(rank))
+    a, b = norm_axis(c.arg(1), rank), norm_axis(c.arg(2), rank)
+    perm[a], perm[b] = perm[b], perm[a]
+    return c.op1("Transpose", [c.x()], {"perm": perm})
+
+
+@aten("t", "numpy_T")
+def _t(c):
+    return c.op1("Transpose", [c.x()], {"perm": [1, 0]}) if c.rank(c.arg(0)) == 2 else c.op1("Identity", [c.x()])
+
+
+@aten("expand", "expand_as", "broadcast_to")
+def _expand(c):
+    # Symbolic dims expand to 1: Expand broadcasts, so the input's own dim is kept.
+    target = [d if isinstance(d, int) else 1 for d in c.shape()]
+    return c.op1("Expand", [c.x(), c.g.i64(target, "shape")])
+
+
+@aten("unsqueeze")
+def _unsqueeze(c):
+    return c.op1("Unsqueeze", [c.x(), c.g.i64([norm_axis(c.arg(1), c.rank())], "axes")])
+
+
+@aten("squeeze")
+def _squeeze(c):
+    rank = c.rank(c.arg(0))
+    shape = c.shape(c.arg(0))
+    d = c.arg(1)
+    dims = [i for i, s in enumerate(shape) if s == 1] if d is None else ([d] if isinstance(d, int) else list(d))
+    dims = [norm_axis(a, rank) for a in dims if shape[norm_axis(a, rank)] == 1]
+    if not dims:
+        return c.op1("Identity", [c.x()])
+    return c.op1("Squeeze", [c.x(), c.g.i64(sorted(dims), "axes")])
+
+
+@aten("slice")
+def _slice(c):
+    rank = c.rank(c.arg(0))
+    dim = norm_axis(c.arg(1, 0), rank)
+    start, end, step = c.arg(2, None), c.arg(3, None), c.arg(4, 1)
+    start = 0 if start is None else start
+    end = (1 << 63) - 1 if end is None else end
+    if isinstance(start, torch.fx.Node) or isinstance(end, torch.fx.Node):
+        raise ValueError(f"{c.where()}: slice with symbolic bounds is not mapped")
+    if start == 0 and end >= (1 << 62) and step == 1:
+        return c.op1("Identity", [c.x()])
+    return c.op1("Slice", [c.x(), c.g.i64([start], "starts"), c.g.i64([min(end, (1 << 63) - 1)], "ends"),
+                           c.g.i64([dim], "axes"), c.g.i64([step], "steps")])
+
+
+@aten("select")
+def _select(c):
+    rank = c.rank(c.arg(0))
+    return c.op1("Gather", [c.x(), c.g.const([c.arg(2)], "int64", [], "index")], {"axis": norm_axis(c.arg(1), rank)})
+
+
+@aten("cat", "concat")
+def _cat(c):
+    tensors = [t for t in c.arg(0) if c.meta(t) is not None and c.meta(t).numel() != 0 or c.meta(t).dim() > 1]
+    rank = c.rank()
+    dt = c.dtype()
+    ins = [c.operand(t, dt) for t in tensors]
+    if len(ins) == 1:
+        return c.op1("Identity", ins)
+    return c.op1("Concat", ins, {"axis": norm_axis(c.kw("dim", c.arg(1, 0)), rank)})
+
+
+@aten("split", "split_with_sizes", "chunk", "unbind", "tensor_split")
+def _split(c):
+    outs = c.meta()
+    rank = c.rank(c.arg(0))
+    target = c.node.target.__name__.split(".")[0]
+    dim = norm_axis(c.kw("dim", c.arg(1 if target == "unbind" else 2, 0)), rank)
+    sizes = [o.shape[dim] for o in outs] if target != "unbind" else [1] * len(outs)
+    if not all(isinstance(s, int) for s in sizes):
+        raise ValueError(f"{c.where()}: split with symbolic sizes is not mapped")
+    parts = c.op("Split", [c.x(), c.g.i64(sizes, "split")], len(sizes), {"axis": dim})
+    if target == "unbind":
+        axes = c.g.i64([dim], "axes")
+        parts = [c.op1("Squeeze", [p, axes]) for p in parts]
+    return parts
+
+
+@aten("index")
+def _index(c):  # x[idx] on one axis (the others None): a Gather
+    idx = c.arg(1)
+    axes = [i for i, v in enumerate(idx) if v is not None]
+    if len(axes) != 1:
+        raise ValueError(f"{c.where()}: advanced indexing over {len(axes)} axes is not mapped")
+    return c.op1("Gather", [c.x(), c.operand(idx[axes[0]], "int64")], {"axis": axes[0]})
+
+
+@aten("repeat")
+def _repeat(c):
+    reps = list(c.arg(1))
+    x = c.x()
+    extra = len(reps) - c.rank(c.arg(0))
+    if extra > 0:
+        x = c.op1("Reshape", [x, c.g.i64([1] * extra + [d if isinstance(d, int) else 0 for d in c.shape(c.arg(0))], "shape")])
+    return c.op1("Tile", [x, c.g.i64(reps, "repeats")])
+
+
+@aten("tril", "triu")
+def _trilu(c):
+    k = c.arg(1, 0)
+    upper = int(c.node.target.__name__.startswith("triu"))
+    return c.op1("Trilu", [c.x(), c.g.i64([k], "k")] if k else [c.x()], {"upper": upper})
+
+
+@aten("arange")
+def _arange(c):
+    args = [a for a in c.node.args]
+    if len(args) == 1:
+        args = [0, args[0], 1]
+    elif len(args) == 2:
+        args = [args[0], args[1], 1]
+    dt = c.dtype()
+    return c.op1("Range", [c.operand(a, dt) for a in args])
+
+
+aten("bitwise_and")(lambda c: c.op1("And", [c.operand(c.arg(0), "bool"), c.operand(c.arg(1), "bool")])
+                    if c.dtype() == "bool" else c.op1("BitwiseAnd", [c.x(0), c.x(1)]))
+aten("bitwise_or")(lambda c: c.op1("Or", [c.operand(c.arg(0), "bool"), c.operand(c.arg(1), "bool")])
+                   if c.dtype() == "bool" else c.op1("BitwiseOr", [c.x(0), c.x(1)]))
+aten("bitwise_not")(lambda c: c.op1("Not", [c.x()]) if c.dtype() == "bool" else c.op1("BitwiseNot", [c.x()]))
+
+
+@aten("full_like", "zeros_like", "ones_like")
+def _full_like(c):
+    kind = c.node.target.__name__.split(".")[0]
+    value = {"zeros_like": 0, "ones_like": 1}.get(kind, c.arg(1))
+    shape = c.shape()
+    target = c.g.i64(shape, "shape") if all(isinstance(d, int) for d in shape) else c.op1("Shape", [c.x()])
+    return c.op1("Expand", [c.scalar(value), target])
+
+
+@aten("bernoulli")
+def _bernoulli(c):  # (uniform < p) as the tensor's dtype: DropPath's per-sample keep mask
+    p = c.arg(1, 0.5)
+    if isinstance(p, torch.fx.Node):
+        raise ValueError(f"{c.where()}: bernoulli with a tensor of probabilities is not mapped")
+    dt = c.dtype()
+    u = c.op1("RandomUniformLike", [c.x()], {"dtype": onnx_dtype(dt), "low": 0.0, "high": 1.0})
+    return c.op1("Cast", [c.op1("Less", [u, c.scalar(float(p), dt)])], {"to": onnx_dtype(dt)})

@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""memplan_torch.export_graph: small PyTorch models (CNN, MLP, transformer encoder, causal-SDPA decoder with
+RMSNorm, BatchNorm/Dropout) captured with torch.export and written as memplan JSON graphs. Each graph must
+import (`memplan analyze`), plan a training step (`memplan plan --train`), and - exported in eval mode with its
+weights - give PyTorch's outputs through `memplan run` on the CPU. Exit 77 without torch."""
+import json
+import os
+import sys
+import tempfile
+
+from torch_testlib import Results, args, memplan, need_torch
+
+A = args()
+need_torch()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import memplan_torch  # noqa: E402
+
+torch.manual_seed(0)
+
+
+class SmallCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.c2, self.b2 = nn.Conv2d(8, 16, 3, stride=2, padding=1, groups=2), nn.BatchNorm2d(16)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.b1(self.c1(x))), 2)
+        x = F.avg_pool2d(F.hardswish(self.b2(self.c2(x))), 3, stride=1, padding=1)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2, self.l3 = nn.Linear(16, 32), nn.Linear(32, 32), nn.Linear(32, 4)
+        self.ln = nn.LayerNorm(32)
+
+    def forward(self, x):
+        h = F.gelu(self.l1(x))
+        h = self.ln(F.silu(self.l2(h)) + h)
+        return torch.log_softmax(self.l3(h), dim=-1)
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.1, batch_first=True, activation="gelu")
+        self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(32, 5)
+
+    def forward(self, x):
+        return self.head(self.enc(x))
+
+
+class Block(nn.Module):
+    def __init__(self, d=32, hq=4, hkv=2):
+        super().__init__()
+        self.hq, self.hkv, self.dh = hq, hkv, d // hq
+        self.n1, self.n2 = nn.RMSNorm(d, eps=1e-6), nn.RMSNorm(d, eps=1e-6)
+        self.q, self.kv = nn.Linear(d, d, bias=False), nn.Linear(d, 2 * hkv * self.dh, bias=False)
+        self.o = nn.Linear(d, d, bias=False)
+        self.up, self.gate, self.down = nn.Linear(d, 64, bias=False), nn.Linear(d, 64, bias=False), nn.Linear(64, d, bias=False)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        h = self.n1(x)
+        q = self.q(h).view(b, s, self.hq, self.dh).transpose(1, 2)
+        k, v = self.kv(h).view(b, s, 2, self.hkv, self.dh).permute(2, 0, 3, 1, 4).unbind(0)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, s, d))
+        h = self.n2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class Decoder(nn.Module):
+    def __init__(self, vocab=50):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, 32)
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.norm = nn.RMSNorm(32, eps=1e-6)
+        self.head = nn.Linear(32, vocab, bias=False)
+
+    def forward(self, ids):
+        x = self.emb(ids)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.norm(x))
+
+
+class BNDropout(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(2, 4, 3), nn.BatchNorm2d(4)
+        self.drop, self.fc = nn.Dropout(0.25), nn.Linear(4 * 6 * 6, 3)
+        self.bn1 = nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        x = self.drop(torch.sigmoid(self.bn(self.conv(x))))
+        return self.bn1(self.fc(x.flatten(1)))
+
+
+MODELS = {
+    "cnn": (SmallCNN, lambda: (torch.randn(2, 3, 16, 16),), ["--loss", "ce"]),
+    "mlp": (MLP, lambda: (torch.randn(4, 16),), []),
+    "encoder": (Encoder, lambda: (torch.randn(2, 8, 32),), []),
+    "decoder": (Decoder, lambda: (torch.randint(0, 50, (2, 12)),), ["--loss", "ce"]),
+    "bn_dropout": (BNDropout, lambda: (torch.randn(4, 2, 8, 8),), []),
+}
+
+
+def ops_of(doc, type_):
+    return [o for o in doc["ops"] if o["type"] == type_]
+
+
+def check_train(tmp, name):
+    cls, make, loss = MODELS[name]
+    model = cls()
+    path = os.path.join(tmp, f"{name}.train.json")
+    doc = memplan_torch.export_graph(model, make(), path, train=True)
+    assert model.training, "export_graph must restore the model's mode"
+    memplan(A.memplan, "analyze", path)
+    plan = memplan(A.memplan, "plan", path, "--train", *loss, "--json", json_out=True)
+    assert isinstance(plan, dict) and plan, "plan --train printed no JSON object"
+    if name in ("cnn", "bn_dropout"):
+        bns = ops_of(doc, "BatchNormalization")
+        assert bns and all(o["attrs"].get("training_mode") == 1 for o in bns), "batch norm not in training mode"
+    if name in ("encoder", "bn_dropout"):
+        assert ops_of(doc, "Dropout"), "training dropout lost"
+    if name == "decoder":
+        att = [o for o in doc["ops"] if o["type"] == "FusedAttention"]
+        assert len(att) == 2 and all(o["attrs"]["causal"] == 1 for o in att), "causal SDPA not FusedAttention"
+        assert len([o for o in doc["ops"] if o["type"] == "RMSNormalization"]) == 5, "RMSNorm not mapped"
+
+
+def check_numerics(tmp, name):
+    cls, make, _ = MODELS[name]
+    torch.manual_seed(1)
+    model = cls()
+    for m in model.modules():  # non-trivial running statistics for the eval-mode batch norms
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 1.5)
+    model.eval()
+    inputs = make()
+    path = os.path.join(tmp, f"{name}.eval.json")
+    memplan_torch.export_graph(model, inputs, path, train=False, weights=True)
+    with torch.no_grad():
+        want = model(*inputs).numpy()
+    cmd = ["run", path]
+    for i, x in enumerate(inputs):
+        f = os.path.join(tmp, f"{name}.in{i}.npy")
+        np.save(f, x.numpy())
+        cmd += ["--input", f]
+    out = os.path.join(tmp, f"{name}.out.npy")
+    memplan(A.memplan, *cmd, "--output", out)
+    got = np.load(out)
+    assert got.shape == want.shape, f"shape {got.shape} vs PyTorch's {want.shape}"
+    err = float(np.max(np.abs(got - want)))
+    assert err <= 1e-4 * max(1.0, float(np.max(np.abs(want)))), f"max |memplan - PyTorch| = {err}"
+
+
+def check_dynamic_batch(tmp):
+    path = os.path.join(tmp, "mlp.dyn.json")
+    doc = memplan_torch.export_graph(MLP(), (torch.randn(4, 16),), path, dynamic_dims={0: {0: "batch"}})
+    x = next(t for t in doc["tensors"] if t["name"] == doc["inputs"][0])
+    assert x["shape"] == ["batch", 16], x["shape"]
+    small = memplan(A.memplan, "plan", path, "--train", "--dim", "batch=8", "--json", json_out=True)
+    large = memplan(A.memplan, "plan", path, "--train", "--dim", "batch=64", "--json", json_out=True)
+    assert json.dumps(small) != json.dumps(large), "the bound batch changed nothing"
+
+
+def check_dynamic_decoder(tmp):
+    path = os.path.join(tmp, "decoder.dyn.json")
+    doc = memplan_torch.export_graph(Decoder(), (torch.randint(0, 50, (2, 12)),), path,
+                                     dynamic_dims={0: {0: "batch"}})
+    assert not [o for o in doc["ops"] if o.get("domain") == "memplan"], "declared-shape ops in a symbolic graph"
+    memplan(A.memplan, "plan", path, "--train", "--loss", "ce", "--dim", "batch=4")
+
+
+class Unmapped(nn.Module):
+    def forward(self, x):
+        return torch.cumprod(x, 1) + torch.cumprod(x, 0) + torch.sort(x, 1).values
+
+
+def check_unmapped(tmp):
+    try:
+        memplan_torch.export_graph(Unmapped(), (torch.randn(3, 4),), os.path.join(tmp, "u.json"))
+    except memplan_torch.UnmappedOps as e:
+        assert e.counts == {"aten.cumprod.default": 2, "aten.sort.default": 1}, e.counts
+        assert "aten.cumprod.default x2" in str(e) and "aten.sort.default x1" in str(e), str(e)
+        return
+    raise AssertionError("no UnmappedOps error")
+
+
+def main():
+    r = Results()
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in MODELS:
+            r.run(f"{name}: exported training graph imports and plans with --train", check_train, tmp, name)
+            r.run(f"{name}: memplan run (eval, weights) equals PyTorch's forward", check_numerics, tmp, name)
+        r.run("symbolic batch: input dim written as a symbol, bound with --dim", check_dynamic_batch, tmp)
+        r.run("symbolic batch: decoder planned through the decomposed attention/RMSNorm", check_dynamic_decoder, tmp)
+        r.run("unmapped ops: one error listing every op with its count", check_unmapped, tmp)
+    return r.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
