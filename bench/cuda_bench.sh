@@ -13,8 +13,10 @@ cd "$(dirname "$0")/.."
 if [[ "${1:-run}" == pack ]]; then
   set -e
   rm -rf .carry && mkdir -p .carry/bin .carry/lib
-  for exe in build/test_runtime_allocator build/bench_cuda build/bench_attention build/memplan; do
-    cp -f "$exe" .carry/bin/
+  for exe in build/test_runtime_allocator build/test_torch_allocator build/bench_cuda build/bench_attention build/memplan \
+             build/libmemplan_torch.so; do
+    [ -e "$exe" ] || continue
+    case "$exe" in *.so) cp -f "$exe" .carry/lib/ ;; *) cp -f "$exe" .carry/bin/ ;; esac
     ldd "$exe" | awk '/=> \//{print $3}' | while read -r lib; do
       case "$lib" in  # glibc and the CUDA toolkit's own libraries are on the GPU machine already
         */libc.so*|*/libm.so*|*/libpthread.so*|*/libdl.so*|*/librt.so*|*/ld-linux*|*/libcuda.so*|/usr/local/cuda*) ;;

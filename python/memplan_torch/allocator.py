@@ -76,8 +76,11 @@ def step():
         step_end()
 
 
-def stats():
-    """The allocator's statistics (arena, pool, hits, misses, re-plans, ...) as a dict."""
+def stats(device=None):
+    """The allocator's statistics as a dict: the library's settings (record_steps, replan_after_miss_steps), every
+    device's counters under "devices", and those of `device` (default: the first device in use) at the top level
+    (arena_bytes, pool_bytes, device_bytes, peak_device_bytes, hits, misses, replans, steps, ...:
+    docs/torch-allocator.md)."""
     h = _handle()
     need = h.memplan_stats_json(None, 0)
     buf = _lib.ctypes.create_string_buffer(need + 1)
@@ -85,7 +88,12 @@ def stats():
     if got > need:  # grew in between (another thread allocated): once more with the new size
         buf = _lib.ctypes.create_string_buffer(got + 1)
         h.memplan_stats_json(buf, got + 1)
-    return json.loads(buf.value.decode("utf-8"))
+    s = json.loads(buf.value.decode("utf-8"))
+    devices = s.get("devices", [])
+    mine = [d for d in devices if device is None or d.get("device") == device]
+    if mine:
+        s.update(mine[0])
+    return s
 
 
 def save_trace(path):
@@ -96,9 +104,7 @@ def save_trace(path):
 
 
 def reserved_bytes(s=None):
-    """Everything memplan's allocator took from the device, from stats(): `reserved_bytes` when the library
-    reports it, else arena plus pool bytes."""
+    """The most memplan's allocator took from the device at once (arena and pool chunks: peak_device_bytes of
+    stats(), recording steps included)."""
     s = stats() if s is None else s
-    if "reserved_bytes" in s:
-        return int(s["reserved_bytes"])
-    return int(s.get("arena_bytes", 0)) + int(s.get("pool_reserved_bytes", s.get("pool_bytes", 0)))
+    return int(s["peak_device_bytes"])

@@ -29,7 +29,9 @@ struct Library {
   const char* (*last_error)() = nullptr;
 
   Library() {
-    handle = dlopen(MEMPLAN_BINARY_DIR "/libmemplan_torch.so", RTLD_NOW | RTLD_LOCAL);
+    // $MEMPLAN_TORCH_LIB (the library carried to another machine), else the build's own.
+    const char* env = std::getenv("MEMPLAN_TORCH_LIB");
+    handle = dlopen(env && *env ? env : MEMPLAN_BINARY_DIR "/libmemplan_torch.so", RTLD_NOW | RTLD_LOCAL);
     REQUIRE_MESSAGE(handle != nullptr, dlerror());
     load(malloc_fn, "memplan_malloc");
     load(free_fn, "memplan_free");
