@@ -160,22 +160,24 @@ AvgPoolGeometry pool_window(const ExecState &s, const Op &op, TensorId x, Tensor
   y_ref.dtype = s.tensor(y).dtype;
   y_ref.shape = s.dims(y);
   const cpu::Window w = cpu::window(op, x_ref, y_ref, op.attr_ints("kernel_shape"));
+  if (w.in[0] != 1 || w.out[0] != 1 || w.k[0] != 1)
+    fail(ErrorKind::unsupported, "op '" + op.name + "' (" + op.type + "): 3-D pools of this kind are not implemented on CUDA");
   AvgPoolGeometry p;
   p.nc = w.N * w.C;
-  p.h = w.H;
-  p.w = w.W;
-  p.oh = w.OH;
-  p.ow = w.OW;
-  p.kh = w.kh;
-  p.kw = w.kw;
-  p.sh = w.sh;
-  p.sw = w.sw;
-  p.dh = w.dh;
-  p.dw = w.dw;
-  p.ph = w.ph;
-  p.pw = w.pw;
-  p.ph_end = w.ph_end;
-  p.pw_end = w.pw_end;
+  p.h = w.in[1];
+  p.w = w.in[2];
+  p.oh = w.out[1];
+  p.ow = w.out[2];
+  p.kh = w.k[1];
+  p.kw = w.k[2];
+  p.sh = w.stride[1];
+  p.sw = w.stride[2];
+  p.dh = w.dil[1];
+  p.dw = w.dil[2];
+  p.ph = w.pad[1];
+  p.pw = w.pad[2];
+  p.ph_end = w.pad_end[1];
+  p.pw_end = w.pad_end[2];
   p.count_include_pad = op.attr_int("count_include_pad", 0) != 0;
   return p;
 }
