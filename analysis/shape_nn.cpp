@@ -126,6 +126,11 @@ void conv_transpose_op(OpContext& c) {
     for (std::size_t k = 0; k < spatial; ++k) {
       const std::int64_t in = x[k + 2], s = w.strides[k];
       if (w.auto_pad == "SAME_UPPER" || w.auto_pad == "SAME_LOWER") {
+        // ONNX Runtime refuses a SAME output longer than the transposed convolution reaches (negative padding).
+        const std::int64_t reach = c.add(c.add(c.mul(s, in - 1), out_pad[k]), c.add(c.mul(w.kernel[k] - 1, w.dilations[k]), 1));
+        if (reach < c.mul(in, s))
+          c.fail_shape("auto_pad " + w.auto_pad + " asks for " + std::to_string(in * s) + " outputs along spatial axis " +
+                       std::to_string(k) + " but the kernel reaches " + std::to_string(reach));
         out.push_back(c.mul(in, s));
         continue;
       }
@@ -138,6 +143,19 @@ void conv_transpose_op(OpContext& c) {
   }
   out.insert(out.begin(), {x[0], c.mul(wt[1], group)});
   c.set_output(0, c.in_dtype(0), out);
+}
+
+// Pads below the kernel still leave a dilated window over padding alone (its taps stride over the input): MaxPool
+// would give -inf and AveragePool without count_include_pad 0/0 there, so such windows are refused too.
+void refuse_padding_only_windows(const OpContext& c, const Shape& in, const Shape& out, const Window& w) {
+  for (std::size_t k = 0; k < in.size(); ++k)
+    for (std::int64_t o = 0; o < out[k]; ++o) {
+      const std::int64_t start = o * w.strides[k] - w.pads[k], d = w.dilations[k];
+      const std::int64_t first = start >= 0 ? 0 : (-start + d - 1) / d;  // the first tap at or past 0
+      if (first >= w.kernel[k] || start + first * d >= in[k])
+        c.fail_shape("window " + std::to_string(o) + " of spatial axis " + std::to_string(k) + " covers padding only (pads " +
+                     shape_str(w.pads) + ", dilations " + shape_str(w.dilations) + ", input " + shape_str(in) + ")");
+    }
 }
 
 void pool_op(OpContext& c) {
@@ -155,6 +173,8 @@ void pool_op(OpContext& c) {
   if (order != 0 && order != 1) c.fail_shape("storage_order must be 0 (row-major) or 1 (column-major), got " + std::to_string(order));
   if (c.op().type == "LpPool" && c.op().attr_int("p", 2) < 1) c.fail_shape("p must be >= 1");
   Shape out = window_output(c, Shape(x.begin() + 2, x.end()), w);
+  const bool empty_window_defined = c.op().type == "LpPool" || c.op().attr_int("count_include_pad", 0) != 0;
+  if (w.auto_pad == "NOTSET" && !empty_window_defined) refuse_padding_only_windows(c, Shape(x.begin() + 2, x.end()), out, w);
   out.insert(out.begin(), {x[0], x[1]});
   c.set_output(0, c.in_dtype(0), out);
   c.set_output(1, DType::i64, out);  // MaxPool's Indices

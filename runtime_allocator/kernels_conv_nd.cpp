@@ -71,57 +71,46 @@ Groups groups(const Op& op, const Window& w) {
   return {w.C / group, w.OC / group};
 }
 
-// y (the window's output side) += conv(x, wt) over every (n, oc, ic) plane pair.
-void conv_forward(const Op& op, const Window& w, const float* x, const float* wt, float* y) {
+// Calls f(x, y, k) for every (n, output channel, input channel) pair of the convolution over window w: the element
+// offsets of the input channel's plane, the output channel's plane and the weight's kernel of that pair.
+template <class F>
+void for_each_channel_pair(const Op& op, const Window& w, F&& f) {
   const Groups g = groups(op, w);
-  const std::int64_t ks = w.kernel_size();
   for (std::int64_t n = 0; n < w.N; ++n)
-    for (std::int64_t oc = 0; oc < w.OC; ++oc) {
-      float* yp = y + (n * w.OC + oc) * w.out_plane();
-      for (std::int64_t ic = 0; ic < g.in_per_group; ++ic) {
-        const float* xp = x + (n * w.C + oc / g.out_per_group * g.in_per_group + ic) * w.in_plane();
-        const float* wp = wt + (oc * g.in_per_group + ic) * ks;
-        for_each_tap(w, [&](std::int64_t tap, std::int64_t o, std::int64_t i) { yp[o] += wp[tap] * xp[i]; });
-      }
-    }
+    for (std::int64_t oc = 0; oc < w.OC; ++oc)
+      for (std::int64_t ic = 0; ic < g.in_per_group; ++ic)
+        f((n * w.C + oc / g.out_per_group * g.in_per_group + ic) * w.in_plane(), (n * w.OC + oc) * w.out_plane(),
+          (oc * g.in_per_group + ic) * w.kernel_size());
+}
+
+// y (the window's output side) += conv(x, wt).
+void conv_forward(const Op& op, const Window& w, const float* x, const float* wt, float* y) {
+  for_each_channel_pair(op, w, [&](std::int64_t xp, std::int64_t yp, std::int64_t wp) {
+    for_each_tap(w, [&](std::int64_t tap, std::int64_t o, std::int64_t i) { y[yp + o] += wt[wp + tap] * x[xp + i]; });
+  });
 }
 
 // dx (the window's input side) += the transposed convolution of dy with wt: Conv's input gradient and
 // ConvTranspose's forward.
 void conv_backward_data(const Op& op, const Window& w, const float* dy, const float* wt, float* dx) {
-  const Groups g = groups(op, w);
-  const std::int64_t ks = w.kernel_size();
-  for (std::int64_t n = 0; n < w.N; ++n)
-    for (std::int64_t oc = 0; oc < w.OC; ++oc) {
-      const float* dyp = dy + (n * w.OC + oc) * w.out_plane();
-      for (std::int64_t ic = 0; ic < g.in_per_group; ++ic) {
-        float* dxp = dx + (n * w.C + oc / g.out_per_group * g.in_per_group + ic) * w.in_plane();
-        const float* wp = wt + (oc * g.in_per_group + ic) * ks;
-        for_each_tap(w, [&](std::int64_t tap, std::int64_t o, std::int64_t i) { dxp[i] += wp[tap] * dyp[o]; });
-      }
-    }
+  for_each_channel_pair(op, w, [&](std::int64_t xp, std::int64_t yp, std::int64_t wp) {
+    for_each_tap(w, [&](std::int64_t tap, std::int64_t o, std::int64_t i) { dx[xp + i] += wt[wp + tap] * dy[yp + o]; });
+  });
 }
 
 // dwt += the correlation of x (input side) with dy (output side): Conv's weight gradient, and ConvTranspose's with
 // the roles of X and dY swapped.
 void conv_backward_filter(const Op& op, const Window& w, const float* x, const float* dy, float* dwt) {
-  const Groups g = groups(op, w);
-  const std::int64_t ks = w.kernel_size();
-  for (std::int64_t n = 0; n < w.N; ++n)
-    for (std::int64_t oc = 0; oc < w.OC; ++oc) {
-      const float* dyp = dy + (n * w.OC + oc) * w.out_plane();
-      for (std::int64_t ic = 0; ic < g.in_per_group; ++ic) {
-        const float* xp = x + (n * w.C + oc / g.out_per_group * g.in_per_group + ic) * w.in_plane();
-        float* wp = dwt + (oc * g.in_per_group + ic) * ks;
-        for_each_tap(w, [&](std::int64_t tap, std::int64_t o, std::int64_t i) { wp[tap] += dyp[o] * xp[i]; });
-      }
-    }
+  for_each_channel_pair(op, w, [&](std::int64_t xp, std::int64_t yp, std::int64_t wp) {
+    for_each_tap(w, [&](std::int64_t tap, std::int64_t o, std::int64_t i) { dwt[wp + tap] += dy[yp + o] * x[xp + i]; });
+  });
 }
 
 // Y = bias[c] broadcast over [N, C, plane...] (zeros without a bias).
-void fill_bias(const Refs& in, std::size_t slot, const TensorRef& y) {
+void fill_bias(const Op& op, const Refs& in, std::size_t slot, const TensorRef& y) {
   const float* bias = in.size() > slot && in[slot].data ? in[slot].as<float>() : nullptr;
   const std::int64_t plane = dims_product(y.shape, 2), channels = y.shape[1];
+  if (bias && in[slot].elements() != channels) unsupported(op, "the bias must hold one value per output channel");
   float* py = y.as<float>();
   for (std::int64_t nc = 0; nc < y.shape[0] * channels; ++nc) std::fill_n(py + nc * plane, plane, bias ? bias[nc % channels] : 0.0f);
 }
@@ -130,7 +119,7 @@ void k_conv(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& x = required(op, in, 0);
   const TensorRef& wt = required(op, in, 1);
   const Window w = window(op, x, out[0], spatial(wt));
-  fill_bias(in, 2, out[0]);
+  fill_bias(op, in, 2, out[0]);
   conv_forward(op, w, x.as<float>(), wt.as<float>(), out[0].as<float>());
 }
 
@@ -140,7 +129,7 @@ void k_conv_transpose(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& wt = required(op, in, 1);
   const auto pads = analysis::conv_transpose_pads(op, x.shape, out[0].shape, spatial(wt));
   const Window w = make_window(op, out[0].shape, x.shape, spatial(wt), pads);
-  fill_bias(in, 2, out[0]);
+  fill_bias(op, in, 2, out[0]);
   conv_backward_data(op, w, x.as<float>(), wt.as<float>(), out[0].as<float>());
 }
 

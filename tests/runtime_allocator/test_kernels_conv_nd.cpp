@@ -132,7 +132,7 @@ TEST_CASE("MaxPoolGrad scatters dY back through column-major Indices to the row-
   CHECK(as_floats(ex.address(dx), 24) == std::vector<float>{0, 7, 0, 0, 0, 0});
 }
 
-TEST_CASE("AveragePool counts padding only with count_include_pad; ceil_mode's last window counts what it covers") {
+TEST_CASE("AveragePool counts padding only with count_include_pad, and ceil_mode's last window counts what it covers") {
   // 3-D with pads of 1 on both sides of H and W, stride 2: each window holds one element of [[1 2] [3 4]].
   const std::vector<std::pair<Dims, Values>> x{{{1, 1, 1, 2, 2}, {1, 2, 3, 4}}};
   Attrs a{{"kernel_shape", ints_attr({1, 2, 2})}, {"strides", ints_attr({1, 2, 2})}, {"pads", ints_attr({0, 1, 1, 0, 1, 1})}};
