@@ -1,5 +1,5 @@
-// MaxPool and AveragePool on the CUDA backend: cuDNN's N-d pooling (float32, symmetric pads, no dilation); the own
-// 1-D/2-D kernels for Indices, bf16/f16 data, dilations and asymmetric pads.
+// MaxPool and AveragePool on the CUDA backend: cuDNN's N-d pooling (float32, symmetric pads, no dilation, floor
+// mode); the own kernels over 1 to 3 spatial axes for Indices, bf16/f16 data, dilations, asymmetric pads and ceil_mode.
 #include "runtime_allocator/cuda/cuda_dnn_desc.hpp"
 
 #ifdef MEMPLAN_HAVE_CUDNN
@@ -17,23 +17,19 @@ namespace {
 // maximum in window order; compared in float32).
 void run_max_pool_indices(ExecState& s, const Op& op) {
   if (op.attr_int("storage_order", 0) != 0) unsupported(op, "column-major MaxPool indices");
-  auto x = s.dims(op.inputs[0]), y = s.dims(op.outputs[0]);
+  const auto x = s.dims(op.inputs[0]), y = s.dims(op.outputs[0]);
   const auto kernel = op.attr_ints("kernel_shape");
   const DnnWindow w = window_of(op, kernel, x, y);
-  if (kernel.size() == 1) {  // 1-D: the pool runs over W with H = 1
-    x.insert(x.begin() + 2, 1);
-    y.insert(y.begin() + 2, 1);
-  }
-  if (x.size() != 4) unsupported(op, "MaxPool with Indices, dilations or 16-bit data over 3 spatial axes");
   PoolGeometry p;
   p.nc = x[0] * x[1];
-  p.h = x[2];
-  p.w = x[3];
-  p.oh = y[2];
-  p.ow = y[3];
-  const int a = kernel.size() == 1 ? 1 : 0;  // 1-D windows fill the W slot
-  int* fields[4][2] = {{&p.kh, &p.kw}, {&p.sh, &p.sw}, {&p.dh, &p.dw}, {&p.ph, &p.pw}};
+  // Spatial axes right-aligned into (d, h, w): a 1-D pool runs over w, a 2-D one over h and w.
+  std::int64_t* in[3] = {&p.d, &p.h, &p.w};
+  std::int64_t* out[3] = {&p.od, &p.oh, &p.ow};
+  int* fields[4][3] = {{&p.kd, &p.kh, &p.kw}, {&p.sd, &p.sh, &p.sw}, {&p.dd, &p.dh, &p.dw}, {&p.pd, &p.ph, &p.pw}};
+  const std::size_t a = 3 - kernel.size();
   for (std::size_t i = 0; i < kernel.size(); ++i) {
+    *in[i + a] = x[2 + i];
+    *out[i + a] = y[2 + i];
     *fields[0][i + a] = w.k[i];
     *fields[1][i + a] = w.stride[i];
     *fields[2][i + a] = w.dil[i];
@@ -55,7 +51,7 @@ void run_pool(ExecState& s, const Op& op, bool max) {
   const bool dilated = w.dil[0] != 1 || w.dil[1] != 1 || w.dil[2] != 1;
   const bool own = is_half(dt) || dilated || w.asymmetric;  // cuDNN pools neither dilate nor pad unevenly
   if (max && (op.output(1) != kNoTensor || own)) return run_max_pool_indices(s, op);
-  if (own)  // the CPU kernel's window (its count and ceil_mode), float32 sums; 1-D and 2-D
+  if (own)  // the CPU kernel's window (its count and ceil_mode), float32 sums
     return average_pool(s.ptr[op.inputs[0]], s.ptr[op.outputs[0]], float_storage(op, dt),
                         pool_window(s, op, op.inputs[0], op.outputs[0]), s.ctx.stream());
   TensorDesc x(xd, op), y(yd, op);
@@ -74,12 +70,10 @@ void run_pool(ExecState& s, const Op& op, bool max) {
   if (same) st = cudnnPoolingForward(s.ctx.cudnn(), p, &one, x.d, s.ptr[op.inputs[0]], &zero, y.d, s.ptr[op.outputs[0]]);
   cudnnDestroyPoolingDescriptor(p);
   if (!same && st == CUDNN_STATUS_SUCCESS) {
-    if (out.size() == 4) {  // ceil_mode: cuDNN floors; the own kernels take ONNX's window
-      if (max) return run_max_pool_indices(s, op);
-      return average_pool(s.ptr[op.inputs[0]], s.ptr[op.outputs[0]], float_storage(op, dt),
-                          pool_window(s, op, op.inputs[0], op.outputs[0]), s.ctx.stream());
-    }
-    unsupported(op, "ceil_mode pooling over 3 spatial axes");
+    // ceil_mode: cuDNN floors; the own kernels take ONNX's window
+    if (max) return run_max_pool_indices(s, op);
+    return average_pool(s.ptr[op.inputs[0]], s.ptr[op.outputs[0]], float_storage(op, dt),
+                        pool_window(s, op, op.inputs[0], op.outputs[0]), s.ctx.stream());
   }
   check(st, "pooling '" + op.name + "'");
 }

@@ -160,9 +160,14 @@ AvgPoolGeometry pool_window(const ExecState &s, const Op &op, TensorId x, Tensor
   y_ref.dtype = s.tensor(y).dtype;
   y_ref.shape = s.dims(y);
   const cpu::Window w = cpu::window(op, x_ref, y_ref, op.attr_ints("kernel_shape"));
-  if (w.in[0] != 1 || w.out[0] != 1 || w.k[0] != 1)
-    fail(ErrorKind::unsupported, "op '" + op.name + "' (" + op.type + "): 3-D pools of this kind are not implemented on CUDA");
   AvgPoolGeometry p;
+  p.d = w.in[0];
+  p.od = w.out[0];
+  p.kd = w.k[0];
+  p.sd = w.stride[0];
+  p.dd = w.dil[0];
+  p.pd = w.pad[0];
+  p.pd_end = w.pad_end[0];
   p.nc = w.N * w.C;
   p.h = w.in[1];
   p.w = w.in[2];

@@ -125,6 +125,8 @@ def random_case(rng, kind, rank):
             # ONNX allows output_padding below the stride or the dilation; ONNX Runtime and ONNX's reference only below
             # the stride.
             a["output_padding"] = [int(rng.integers(0, s[i])) for i in range(rank)]
+            if auto_pad.startswith("SAME"):  # a SAME output the kernel cannot reach: ill-defined, memplan refuses it
+                a["strides"] = [min(s[i], (k[i] - 1) * d[i] + 1 + a["output_padding"][i]) for i in range(rank)]
             w = rng.standard_normal([c, m // group] + k)
         else:
             w = rng.standard_normal([m, c // group] + k)
@@ -165,6 +167,10 @@ def model_of(kind, attrs, inputs, outputs):
     return m
 
 
+def empty_window(y):
+    return y.dtype.kind == "f" and bool((~np.isfinite(y) | (y <= -1e38)).any())
+
+
 def ort_outputs(path, inputs):
     opts = ort.SessionOptions()
     opts.log_severity_level = 4
@@ -199,8 +205,8 @@ def check_random(memplan, tmp, per_kind):
                 got, why = run_memplan(memplan, path, inputs, tmp, outputs)
                 if got is not None and wants is not None:
                     why = "; ".join(w for w in (close(g, x) for g, x in zip(got, wants)) if w)
-                if got is None and wants is not None and not all(np.isfinite(w).all() for w in wants if w.dtype.kind == "f"):
-                    why = ""  # a window over padding alone (-inf, 0/0): memplan refuses it
+                if got is None and wants is not None and any(empty_window(w) for w in wants):
+                    why = ""  # a window over padding alone (-inf, the lowest float or 0/0): memplan refuses it
                 elif why or wants is None:  # ONNX Runtime differs from the spec or refuses: ONNX's reference decides
                     refs = reference_outputs(m, inputs)
                     by_reference += refs is not None
@@ -221,7 +227,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--memplan", required=True)
     ap.add_argument("--samples")
-    ap.add_argument("--per-kind", type=int, default=3, help="random cases per op and spatial rank")
+    ap.add_argument("--per-kind", type=int, default=2, help="random cases per op and spatial rank")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         backend_failures, total = check_backend(a.memplan, tmp)

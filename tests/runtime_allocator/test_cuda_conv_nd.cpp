@@ -87,6 +87,41 @@ TEST_CASE("MaxPool and AveragePool over 1-D, 2-D and 3-D windows on the GPU equa
   b.op("MaxPool", "", {x1}, {m1, i1},
        {{"kernel_shape", ints_attr({3})}, {"strides", ints_attr({2})}, {"dilations", ints_attr({2})}, {"pads", ints_attr({2, 2})}});
   checked.insert(checked.end(), {a2, m1, i1});
+  // 3-D through the own kernels: a dilated MaxPool with Indices, a ceil_mode AveragePool with asymmetric pads.
+  const TensorId x3d = b.input("x3d", random_f32({2, 2, 7, 6, 5}, rng));
+  const TensorId m3d = b.result("m3d", DType::f32, {2, 2, 3, 3, 2});
+  const TensorId i3d = b.result("i3d", DType::i64, {2, 2, 3, 3, 2});
+  b.op("MaxPool", "", {x3d}, {m3d, i3d},
+       {{"kernel_shape", ints_attr({2, 2, 2})}, {"strides", ints_attr({2, 2, 2})}, {"dilations", ints_attr({2, 1, 2})},
+        {"pads", ints_attr({1, 0, 1, 0, 1, 0})}});
+  const TensorId a3d = b.result("a3d", DType::f32, {2, 2, 4, 3, 3});
+  b.op("AveragePool", "", {x3d}, {a3d},
+       {{"kernel_shape", ints_attr({2, 3, 2})}, {"strides", ints_attr({2, 2, 2})}, {"pads", ints_attr({1, 1, 0, 0, 0, 1})},
+        {"ceil_mode", int_attr(1)}, {"count_include_pad", int_attr(1)}});
+  checked.insert(checked.end(), {m3d, i3d, a3d});
   check_against_cpu(b, checked, 1e-5);
+}
+
+TEST_CASE("AveragePoolGrad and MaxPoolGrad over 3-D windows on the GPU equal the CPU kernels") {
+  if (!runtime::cuda::cuda_available()) std::exit(77);
+  std::mt19937 rng(18);
+  OpGraph b;
+  const std::map<std::string, analysis::Attribute> win{{"kernel_shape", ints_attr({3, 2, 3})},
+                                                       {"strides", ints_attr({2, 1, 2})},
+                                                       {"pads", ints_attr({1, 0, 1, 1, 1, 0})},
+                                                       {"count_include_pad", int_attr(1)}};
+  const TensorId dy = b.input("dy", random_f32({2, 3, 3, 5, 3}, rng));
+  const TensorId dx = b.result("dx", DType::f32, {2, 3, 5, 5, 6});
+  b.op("AveragePoolGrad", "memplan", {dy}, {dx}, win);
+  // MaxPoolGrad from the Indices of a 3-D MaxPool computed in the same graph.
+  const TensorId x = b.input("x", random_f32({2, 3, 5, 5, 6}, rng));
+  const TensorId y = b.result("y", DType::f32, {2, 3, 3, 5, 3});
+  const TensorId idx = b.result("idx", DType::i64, {2, 3, 3, 5, 3});
+  auto max_win = win;
+  max_win.erase("count_include_pad");
+  b.op("MaxPool", "", {x}, {y, idx}, max_win);
+  const TensorId dxm = b.result("dxm", DType::f32, {2, 3, 5, 5, 6});
+  b.op("MaxPoolGrad", "memplan", {dy, x, idx}, {dxm}, max_win);
+  check_against_cpu(b, {dx, y, idx, dxm}, 1e-5);
 }
 #endif
