@@ -1,7 +1,8 @@
-// Backward rules of layers: Conv, Gemm, MatMul, normalizations, Softmax, pooling, reductions.
+// Backward rules of layers: Conv, ConvTranspose, Gemm, MatMul, normalizations, Softmax, pooling, reductions.
 #include <algorithm>
 
 #include "analysis/autodiff.hpp"
+#include "analysis/conv_geometry.hpp"
 #include "analysis/ops.hpp"
 
 namespace memplan::analysis::autodiff {
@@ -48,6 +49,25 @@ void conv(GradContext& c) {
   attrs["group"] = attr_i(c.fwd().attr_int("group", 1));
   if (c.wants(0)) single(c, 0, "ConvGradInput", "memplan", {c.dy(), c.in(1)}, attrs);
   if (c.wants(1)) single(c, 1, "ConvGradWeight", "memplan", {c.dy(), c.in(0)}, attrs);
+  if (c.wants(2)) single(c, 2, "ConvGradBias", "memplan", {c.dy()});
+}
+
+// Y = ConvTranspose(X, W) is the input gradient of the convolution from Y to X with weight W (conv_geometry.hpp):
+// dX is that convolution of dY, dW its weight gradient with X in dY's role, dB the channel sums of dY.
+void conv_transpose(GradContext& c) {
+  const Shape w = c.shape(c.in(1)), kernel(w.begin() + 2, w.end());
+  const auto pads = conv_transpose_pads(c.fwd(), c.shape(c.in(0)), c.shape(c.out(0)), kernel);
+  for (std::int64_t p : pads)
+    if (p < 0) c.unsupported("an output_shape beyond the transposed convolution's last window has no gradient rule");
+  const Op& f = c.fwd();
+  std::map<std::string, Attribute> attrs;
+  attrs["kernel_shape"] = attr_ints(kernel);
+  attrs["strides"] = attr_ints(f.attr_ints("strides", Shape(kernel.size(), 1)));
+  attrs["dilations"] = attr_ints(f.attr_ints("dilations", Shape(kernel.size(), 1)));
+  attrs["pads"] = attr_ints(pads);
+  attrs["group"] = attr_i(f.attr_int("group", 1));
+  if (c.wants(0)) single(c, 0, "Conv", "", {c.dy(), c.in(1)}, attrs);
+  if (c.wants(1)) single(c, 1, "ConvGradWeight", "memplan", {c.in(0), c.dy()}, attrs);
   if (c.wants(2)) single(c, 2, "ConvGradBias", "memplan", {c.dy()});
 }
 
@@ -180,6 +200,7 @@ void reduce(GradContext& c) {
 
 void add_nn_grads(GradTable& t) {
   t["Conv"] = {conv, 7u, 1u};
+  t["ConvTranspose"] = {conv_transpose, 7u, 1u};
   t["Gemm"] = {gemm, 7u, 1u};
   t["MatMul"] = {matmul, 3u, 1u};
   t[std::string(memplan_ops::kMatMulT)] = {matmul_t, 3u, 1u};

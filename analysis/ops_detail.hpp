@@ -12,6 +12,7 @@ namespace memplan::analysis::ops_detail {
 // FLOP formulas shared by several ops (a multiply-add counts 2).
 double conv_flops(const Graph& g, const Op& op);             // Conv: 2 N Cout HW Cin/group k + bias
 double conv_grad_input_flops(const Graph& g, const Op& op);  // the forward conv's count, from dY and W
+double conv_transpose_flops(const Graph& g, const Op& op);   // its Conv-input-gradient count, from X and W, + bias
 double conv_grad_weight_flops(const Graph& g, const Op& op);
 double matmul_flops(const Graph& g, const Op& op);
 double matmul_grad_a_flops(const Graph& g, const Op& op);

@@ -38,6 +38,9 @@ double conv_flops(const Graph& g, const Op& op) {
   return conv_count(shape_of(g, y), shape_of(g, op.input(1))) + (op.input(2) != kNoTensor ? numel(g, y) : 0.0);
 }
 double conv_grad_input_flops(const Graph& g, const Op& op) { return conv_count(shape_of(g, op.input(0)), shape_of(g, op.input(1))); }
+double conv_transpose_flops(const Graph& g, const Op& op) {
+  return conv_grad_input_flops(g, op) + (op.input(2) != kNoTensor ? numel(g, op.output(0)) : 0.0);
+}
 double conv_grad_weight_flops(const Graph& g, const Op& op) { return conv_count(shape_of(g, op.input(0)), shape_of(g, op.output(0))); }
 
 double matmul_flops(const Graph& g, const Op& op) { return 2.0 * numel(g, op.output(0)) * last_dim(shape_of(g, op.input(0))); }

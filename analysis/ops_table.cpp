@@ -172,7 +172,7 @@ std::vector<OpSpec> build() {
       params(onnx("Gemm", K::matmul, gemm_flops, "alpha * A' B' + beta * C with optional transposes"), 6u),
       onnx("Einsum", K::matmul, e1, "a tensor contraction written in Einstein notation"),
       params(workspace(onnx("Conv", K::convolution, conv_flops, "N-d convolution with groups, strides, dilations and pads")), 6u),
-      params(onnx("ConvTranspose", K::convolution, e1, "N-d transposed convolution"), 6u),
+      params(workspace(onnx("ConvTranspose", K::convolution, conv_transpose_flops, "N-d transposed convolution (the input gradient of a Conv)")), 6u),
 
       // Pooling.
       onnx("MaxPool", K::pooling, pool_flops, "windowed maximum; also the argmax indices"),

@@ -108,8 +108,8 @@ void conv_transpose_op(OpContext& c) {
   if (x.size() < 3 || wt.size() != x.size())
     c.fail_shape("needs X of rank >= 3 and W of the same rank, got " + shape_str(x) + " and " + shape_str(wt));
   const std::int64_t group = c.op().attr_int("group", 1);
-  if (group < 1 || x[1] != wt[0])
-    c.fail_shape("channels disagree: X " + shape_str(x) + ", W " + shape_str(wt));
+  if (group < 1 || x[1] != wt[0] || x[1] % group != 0)
+    c.fail_shape("channels disagree: X " + shape_str(x) + ", W " + shape_str(wt) + ", group " + std::to_string(group));
   const std::size_t spatial = x.size() - 2;
   const Window w = read_window(c, spatial, Shape(wt.begin() + 2, wt.end()));
   const Shape out_pad = c.op().attr_ints("output_padding", Shape(spatial, 0));
@@ -117,10 +117,20 @@ void conv_transpose_op(OpContext& c) {
   if (out.size() == x.size()) out.erase(out.begin(), out.begin() + 2);
   if (out_pad.size() != spatial || (!out.empty() && out.size() != spatial))
     c.fail_shape("output_padding/output_shape do not match " + std::to_string(spatial) + " spatial dims");
+  for (std::size_t k = 0; k < spatial; ++k)
+    if (out_pad[k] < 0 || (out_pad[k] >= w.strides[k] && out_pad[k] >= w.dilations[k]))
+      c.fail_shape("output_padding " + shape_str(out_pad) + " must be >= 0 and below the stride or the dilation");
+  for (std::int64_t o : out)
+    if (o < 1) c.fail_shape("output_shape " + shape_str(out) + " must be positive");
   if (out.empty()) {
     for (std::size_t k = 0; k < spatial; ++k) {
       const std::int64_t in = x[k + 2], s = w.strides[k];
       if (w.auto_pad == "SAME_UPPER" || w.auto_pad == "SAME_LOWER") {
+        // ONNX Runtime refuses a SAME output longer than the transposed convolution reaches (negative padding).
+        const std::int64_t reach = c.add(c.add(c.mul(s, in - 1), out_pad[k]), c.add(c.mul(w.kernel[k] - 1, w.dilations[k]), 1));
+        if (reach < c.mul(in, s))
+          c.fail_shape("auto_pad " + w.auto_pad + " asks for " + std::to_string(in * s) + " outputs along spatial axis " +
+                       std::to_string(k) + " but the kernel reaches " + std::to_string(reach));
         out.push_back(c.mul(in, s));
         continue;
       }
@@ -135,18 +145,36 @@ void conv_transpose_op(OpContext& c) {
   c.set_output(0, c.in_dtype(0), out);
 }
 
+// Pads below the kernel still leave a dilated window over padding alone (its taps stride over the input): MaxPool
+// would give -inf and AveragePool without count_include_pad 0/0 there, so such windows are refused too.
+void refuse_padding_only_windows(const OpContext& c, const Shape& in, const Shape& out, const Window& w) {
+  for (std::size_t k = 0; k < in.size(); ++k)
+    for (std::int64_t o = 0; o < out[k]; ++o) {
+      const std::int64_t start = o * w.strides[k] - w.pads[k], d = w.dilations[k];
+      const std::int64_t first = start >= 0 ? 0 : (-start + d - 1) / d;  // the first tap at or past 0
+      if (first >= w.kernel[k] || start + first * d >= in[k])
+        c.fail_shape("window " + std::to_string(o) + " of spatial axis " + std::to_string(k) + " covers padding only (pads " +
+                     shape_str(w.pads) + ", dilations " + shape_str(w.dilations) + ", input " + shape_str(in) + ")");
+    }
+}
+
 void pool_op(OpContext& c) {
   const Shape x = c.in_shape(0);
   if (x.size() < 3) c.fail_shape("needs an input of rank >= 3, got " + shape_str(x));
   if (!c.op().attr("kernel_shape")) c.fail_shape("attribute 'kernel_shape' is required");
   const Window w = read_window(c, x.size() - 2, {});
-  // ONNX Runtime and PyTorch refuse MaxPool padding as wide as the window: a window over padding alone has
-  // no input element and would give -inf.
-  if (c.op().type == "MaxPool" && w.auto_pad == "NOTSET")
+  // ONNX Runtime and PyTorch refuse pool padding as wide as the window: a window over padding alone has no
+  // input element (MaxPool would give -inf, AveragePool 0/0), in every spatial rank.
+  if (w.auto_pad == "NOTSET")
     for (std::size_t k = 0; k < w.kernel.size(); ++k)
       if (w.pads[k] >= w.kernel[k] || w.pads[k + w.kernel.size()] >= w.kernel[k])
         c.fail_shape("pads " + shape_str(w.pads) + " must be smaller than kernel_shape " + shape_str(w.kernel));
+  const std::int64_t order = c.op().attr_int("storage_order", 0);
+  if (order != 0 && order != 1) c.fail_shape("storage_order must be 0 (row-major) or 1 (column-major), got " + std::to_string(order));
+  if (c.op().type == "LpPool" && c.op().attr_int("p", 2) < 1) c.fail_shape("p must be >= 1");
   Shape out = window_output(c, Shape(x.begin() + 2, x.end()), w);
+  const bool empty_window_defined = c.op().type == "LpPool" || c.op().attr_int("count_include_pad", 0) != 0;
+  if (w.auto_pad == "NOTSET" && !empty_window_defined) refuse_padding_only_windows(c, Shape(x.begin() + 2, x.end()), out, w);
   out.insert(out.begin(), {x[0], x[1]});
   c.set_output(0, c.in_dtype(0), out);
   c.set_output(1, DType::i64, out);  // MaxPool's Indices

@@ -45,6 +45,8 @@ KernelTable build_table() {
   add_elementwise_kernels(t);
   add_linalg_kernels(t);
   add_conv_kernels(t);
+  add_conv_nd_kernels(t);
+  add_pool_kernels(t);
   add_reduce_kernels(t);
   add_norm_kernels(t);
   add_shape_kernels(t);

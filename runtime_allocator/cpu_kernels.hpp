@@ -9,6 +9,7 @@
 
 #include "analysis/tensor_index.hpp"
 #include "runtime_allocator/backend.hpp"
+#include "runtime_allocator/conv_window.hpp"
 
 namespace memplan::runtime::cpu {
 
@@ -50,6 +51,8 @@ std::vector<analysis::OpTypeId> registered_cpu_kernels();
 void add_elementwise_kernels(KernelTable& t);
 void add_linalg_kernels(KernelTable& t);
 void add_conv_kernels(KernelTable& t);
+void add_conv_nd_kernels(KernelTable& t);  // Conv, ConvTranspose, ConvGradInput/Weight over 1-3 spatial axes
+void add_pool_kernels(KernelTable& t);     // MaxPool, AveragePool, LpPool, GlobalLpPool and pool gradients
 void add_reduce_kernels(KernelTable& t);
 void add_norm_kernels(KernelTable& t);  // memplan RMSNormalization and RMSNormGrad
 void add_shape_kernels(KernelTable& t);
@@ -81,12 +84,8 @@ float scalar_value(const Op& op, const Refs& in, std::size_t i, float fallback);
 // Copies `bytes` unless source and destination already coincide (a view bound over its input).
 void copy_if_moved(std::byte* dst, const std::byte* src, std::uint64_t bytes);
 
-// Spatial geometry of a windowed op (Conv, pools and their gradients), always as 2-D: a 1-D op has H = 1.
-// x is the op's input (or, for a gradient, its output dX) and y the output (or dY).
-struct Window {
-  std::int64_t N = 1, C = 1, H = 1, W = 1, OC = 1, OH = 1, OW = 1;
-  std::int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, ph = 0, pw = 0, ph_end = 0, pw_end = 0;
-};
+// The window of a Conv, pool or gradient from its pads or auto_pad attributes (conv_window.hpp): x is the op's
+// input (or, for a gradient, its output dX) and y the output (or dY).
 Window window(const Op& op, const TensorRef& x, const TensorRef& y, std::vector<std::int64_t> kernel);
 
 // C[M,N] (row-major) += A * B with A[i,k] = a[i*a_row + k*a_col] and B[k,j] = b[k*b_row + j*b_col];

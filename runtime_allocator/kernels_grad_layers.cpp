@@ -1,4 +1,4 @@
-// CPU kernels of memplan's layer gradients (conv, matmul, norms, softmax, pools) and BatchNormTraining.
+// CPU kernels of memplan's layer gradients (conv bias, matmul, norms, softmax) and BatchNormTraining.
 #include <algorithm>
 #include <cmath>
 
@@ -7,52 +7,7 @@
 namespace memplan::runtime::cpu {
 namespace {
 
-std::vector<std::int64_t> spatial(const TensorRef& w) { return {w.shape.begin() + 2, w.shape.end()}; }
-
 void zero(const TensorRef& t) { std::fill_n(t.as<float>(), t.elements(), 0.0f); }
-
-// Visits every (input element, output element, weight element) triple of a convolution of x into y.
-template <class F>
-void conv_pairs(const Op& op, const Window& w, F f) {
-  const std::int64_t group = op.attr_int("group", 1);
-  if (group < 1 || w.C % group || w.OC % group) unsupported(op, "channels do not divide into groups");
-  const std::int64_t icg = w.C / group, ocg = w.OC / group;
-  for (std::int64_t n = 0; n < w.N; ++n)
-    for (std::int64_t oc = 0; oc < w.OC; ++oc)
-      for (std::int64_t ic = 0; ic < icg; ++ic) {
-        const std::int64_t xc = n * w.C + oc / ocg * icg + ic;
-        for (std::int64_t r = 0; r < w.kh; ++r)
-          for (std::int64_t s = 0; s < w.kw; ++s) {
-            const std::int64_t wi = ((oc * icg + ic) * w.kh + r) * w.kw + s;
-            for (std::int64_t oh = 0; oh < w.OH; ++oh) {
-              const std::int64_t ih = oh * w.sh - w.ph + r * w.dh;
-              if (ih < 0 || ih >= w.H) continue;
-              for (std::int64_t ow = 0; ow < w.OW; ++ow) {
-                const std::int64_t iw = ow * w.sw - w.pw + s * w.dw;
-                if (iw >= 0 && iw < w.W) f((xc * w.H + ih) * w.W + iw, ((n * w.OC + oc) * w.OH + oh) * w.OW + ow, wi);
-              }
-            }
-          }
-      }
-}
-
-void k_conv_grad_input(const Op& op, const Refs& in, const Refs& out) {
-  const TensorRef& dy = required(op, in, 0);
-  const TensorRef& wt = required(op, in, 1);
-  zero(out[0]);
-  float* dx = out[0].as<float>();
-  conv_pairs(op, window(op, out[0], dy, spatial(wt)),
-             [&](std::int64_t x, std::int64_t y, std::int64_t k) { dx[x] += dy.as<float>()[y] * wt.as<float>()[k]; });
-}
-
-void k_conv_grad_weight(const Op& op, const Refs& in, const Refs& out) {
-  const TensorRef& dy = required(op, in, 0);
-  const TensorRef& x = required(op, in, 1);
-  zero(out[0]);
-  float* dw = out[0].as<float>();
-  conv_pairs(op, window(op, x, dy, spatial(out[0])),
-             [&](std::int64_t xi, std::int64_t y, std::int64_t k) { dw[k] += dy.as<float>()[y] * x.as<float>()[xi]; });
-}
 
 void k_conv_grad_bias(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& dy = required(op, in, 0);
@@ -210,41 +165,9 @@ void k_softmax_grad(const Op& op, const Refs& in, const Refs& out) {
     }
 }
 
-void k_max_pool_grad(const Op& op, const Refs& in, const Refs& out) {
-  const TensorRef& dy = required(op, in, 0);
-  const auto idx = int_values(op, required(op, in, 2));
-  zero(out[0]);
-  for (std::size_t o = 0; o < idx.size(); ++o) {
-    if (idx[o] < 0 || idx[o] >= out[0].elements()) fail(ErrorKind::runtime, "op '" + op.name + "' (MaxPoolGrad): index out of range");
-    out[0].as<float>()[idx[o]] += dy.as<float>()[o];
-  }
-}
-
-void k_average_pool_grad(const Op& op, const Refs& in, const Refs& out) {
-  const TensorRef& dy = required(op, in, 0);
-  const Window w = window(op, out[0], dy, op.attr_ints("kernel_shape"));
-  const bool include_pad = op.attr_int("count_include_pad", 0) != 0;
-  zero(out[0]);
-  for (std::int64_t nc = 0; nc < w.N * w.C; ++nc)
-    for (std::int64_t oh = 0; oh < w.OH; ++oh)
-      for (std::int64_t ow = 0; ow < w.OW; ++ow) {
-        std::int64_t count = 0;
-        for (int pass = 0; pass < 2; ++pass)
-          for (std::int64_t r = 0; r < w.kh; ++r)
-            for (std::int64_t s = 0; s < w.kw; ++s) {
-              const std::int64_t ih = oh * w.sh - w.ph + r * w.dh, iw = ow * w.sw - w.pw + s * w.dw;
-              const bool inside = ih >= 0 && ih < w.H && iw >= 0 && iw < w.W;
-              if (pass == 0) count += include_pad ? (ih < w.H + w.ph_end && iw < w.W + w.pw_end) : inside;
-              else if (inside) out[0].as<float>()[(nc * w.H + ih) * w.W + iw] += dy.as<float>()[(nc * w.OH + oh) * w.OW + ow] / static_cast<float>(count);
-            }
-      }
-}
-
 }  // namespace
 
 void add_gradient_layer_kernels(KernelTable& t) {
-  t["memplan::ConvGradInput"] = {k_conv_grad_input, false, {kF32, 4}};
-  t["memplan::ConvGradWeight"] = {k_conv_grad_weight, false, {kF32, 4}};
   t["memplan::ConvGradBias"] = {k_conv_grad_bias, false};
   t["memplan::MatMulGradA"] = {k_matmul_grad<true>, false};
   t["memplan::MatMulGradB"] = {k_matmul_grad<false>, false};
@@ -253,8 +176,6 @@ void add_gradient_layer_kernels(KernelTable& t) {
   t["memplan::LayerNormGrad"] = {k_layer_norm_grad, false};
   t["memplan::SoftmaxGrad"] = {k_softmax_grad<false>, true};
   t["memplan::LogSoftmaxGrad"] = {k_softmax_grad<true>, true};
-  t["memplan::MaxPoolGrad"] = {k_max_pool_grad, false};
-  t["memplan::AveragePoolGrad"] = {k_average_pool_grad, false, {kF32, 4}};
 }
 
 }  // namespace memplan::runtime::cpu

@@ -1,8 +1,9 @@
-// The CUDA executor's library-backed ops: MatMul/Gemm through cuBLAS; Conv and its gradients, pooling and BatchNorm
-// through cuDNN (float32 FMA math: no TF32, so results match the CPU reference). MatMul, Gemm and the convolutions also
+// The CUDA executor's library-backed ops: MatMul/Gemm through cuBLAS; Conv (1-3 spatial axes), ConvTranspose (cuDNN
+// backward data), the Conv gradients and BatchNorm through cuDNN (pools: cuda_dnn_pool.cpp) (float32 FMA math: no TF32, so results match the CPU reference). MatMul, Gemm and the convolutions also
 // take bf16/f16 tensors (float32 accumulation on tensor cores); bf16/f16 pools run hand-written kernels.
 #include <algorithm>
 
+#include "runtime_allocator/cuda/cuda_dnn_desc.hpp"
 #include "runtime_allocator/cuda/cuda_state.hpp"
 #include "runtime_allocator/cuda/kernels.hpp"
 #include "runtime_allocator/cuda/kernels_training.hpp"
@@ -93,57 +94,6 @@ void run_gemm(ExecState& s, const Op& op) {
 }
 
 #ifdef MEMPLAN_HAVE_CUDNN
-cudnnDataType_t dnn_data_type(analysis::DType d, const Op& op) {
-  switch (d) {
-    case analysis::DType::f32: return CUDNN_DATA_FLOAT;
-    case analysis::DType::bf16: return CUDNN_DATA_BFLOAT16;
-    case analysis::DType::f16: return CUDNN_DATA_HALF;
-    default: unsupported(op, std::string("cuDNN data of dtype ") + analysis::dtype_name(d));
-  }
-}
-
-struct TensorDesc {
-  cudnnTensorDescriptor_t d = nullptr;
-  explicit TensorDesc(std::vector<std::int64_t> dims, const Op& op, analysis::DType dt = analysis::DType::f32) {
-    check(cudnnCreateTensorDescriptor(&d), "cudnnCreateTensorDescriptor");
-    while (dims.size() < 4) dims.push_back(1);  // 1-D convolutions and pools run as 2-D ones
-    if (dims.size() > 4) fail(ErrorKind::unsupported, "op '" + op.name + "': cuDNN path handles 1-D and 2-D only");
-    check(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, dnn_data_type(dt, op), as_int(dims[0], op), as_int(dims[1], op),
-                                     as_int(dims[2], op), as_int(dims[3], op)),
-          "tensor descriptor of '" + op.name + "'");
-  }
-  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
-};
-
-// kernel, pads (symmetric), strides, dilations as two spatial values each.
-struct Window {
-  int k[2] = {1, 1}, pad[2] = {0, 0}, stride[2] = {1, 1}, dil[2] = {1, 1};
-};
-
-// The window of a convolution or pool from x (input) to y (output); backward ops pass the forward's x and y.
-Window window_of(const Op& op, const std::vector<std::int64_t>& kernel, const std::vector<std::int64_t>& in,
-                 const std::vector<std::int64_t>& out) {
-  Window w;
-  const auto pads = op.attr_ints("pads"), strides = op.attr_ints("strides"), dil = op.attr_ints("dilations");
-  const std::string auto_pad = op.attr_string("auto_pad", "NOTSET");
-  const std::size_t nsp = kernel.size();
-  for (std::size_t i = 0; i < nsp; ++i) {
-    w.k[i] = as_int(kernel[i], op);
-    w.stride[i] = strides.empty() ? 1 : as_int(strides[i], op);
-    w.dil[i] = dil.empty() ? 1 : as_int(dil[i], op);
-    std::int64_t lo = pads.empty() ? 0 : pads[i], hi = pads.empty() ? 0 : pads[i + nsp];
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      const std::int64_t total = std::max<std::int64_t>(
-          0, (out[2 + i] - 1) * w.stride[i] + (kernel[i] - 1) * w.dil[i] + 1 - in[2 + i]);
-      lo = total / 2;
-      hi = total - lo;
-    }
-    if (lo != hi) fail(ErrorKind::unsupported, "op '" + op.name + "': asymmetric padding");
-    w.pad[i] = as_int(lo, op);
-  }
-  return w;
-}
-
 // Filter and convolution descriptors of a forward Conv, or of the Conv a ConvGrad* op differentiates, with the
 // algorithm of the wanted direction and its workspace.
 struct ConvSetup {
@@ -194,15 +144,18 @@ void setup_conv(ExecState& s, const Op& op, const TensorDesc& x, const TensorDes
                 const std::vector<std::int64_t>& xd, const std::vector<std::int64_t>& yd, ConvSetup::Dir dir, ConvSetup& c,
                 std::uint64_t limit, analysis::DType dt) {
   const std::vector<std::int64_t> kernel(wd.begin() + 2, wd.end());
-  const Window w = window_of(op, kernel, xd, yd);
-  while (wd.size() < 4) wd.push_back(1);
+  const DnnWindow w = window_of(op, kernel, xd, yd);
+  if (w.asymmetric) unsupported(op, "asymmetric padding (cuDNN pads both ends alike)");
+  wd = dnn_dims(std::move(wd));
+  std::vector<int> filter_dims;
+  for (std::int64_t d : wd) filter_dims.push_back(as_int(d, op));
   check(cudnnCreateFilterDescriptor(&c.filter), "cudnnCreateFilterDescriptor");
-  check(cudnnSetFilter4dDescriptor(c.filter, dnn_data_type(dt, op), CUDNN_TENSOR_NCHW, as_int(wd[0], op), as_int(wd[1], op),
-                                   as_int(wd[2], op), as_int(wd[3], op)),
+  check(cudnnSetFilterNdDescriptor(c.filter, dnn_data_type(dt, op), CUDNN_TENSOR_NCHW, static_cast<int>(filter_dims.size()),
+                                   filter_dims.data()),
         "filter of '" + op.name + "'");
   check(cudnnCreateConvolutionDescriptor(&c.conv), "cudnnCreateConvolutionDescriptor");
-  check(cudnnSetConvolution2dDescriptor(c.conv, w.pad[0], w.pad[1], w.stride[0], w.stride[1], w.dil[0], w.dil[1],
-                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+  check(cudnnSetConvolutionNdDescriptor(c.conv, w.spatial, w.pad.data(), w.stride.data(), w.dil.data(), CUDNN_CROSS_CORRELATION,
+                                        CUDNN_DATA_FLOAT),
         "convolution of '" + op.name + "'");
   check(cudnnSetConvolutionGroupCount(c.conv, as_int(op.attr_int("group", 1), op)), "group count");
   c.half = is_half(dt);
@@ -248,14 +201,15 @@ struct ConvTensors {
   ConvSetup::Dir dir;
 };
 
+// ConvTranspose is the input gradient of the convolution from its Y to its X (analysis/conv_geometry.hpp).
 ConvTensors conv_tensors(const Op& op) {
-  if (op.type == "ConvGradInput") return {op.outputs[0], op.inputs[0], op.inputs[1], ConvSetup::Dir::data};
+  if (op.type == "ConvGradInput" || op.type == "ConvTranspose") return {op.outputs[0], op.inputs[0], op.inputs[1], ConvSetup::Dir::data};
   if (op.type == "ConvGradWeight") return {op.inputs[1], op.inputs[0], op.outputs[0], ConvSetup::Dir::filter};
   return {op.inputs[0], op.outputs[0], op.inputs[1], ConvSetup::Dir::forward};
 }
 
 bool is_conv(const Op& op) {
-  return (op.domain.empty() && op.type == "Conv") ||
+  return (op.domain.empty() && (op.type == "Conv" || op.type == "ConvTranspose")) ||
          (op.domain == "memplan" && (op.type == "ConvGradInput" || op.type == "ConvGradWeight"));
 }
 
@@ -276,6 +230,31 @@ struct PreparedConv {
   }
 };
 
+// Y += bias[c] (input 2, when present) over the output `out` of a Conv or ConvTranspose described by y.
+void add_bias(ExecState& s, const Op& op, TensorId out, const TensorDesc& y, bool half) {
+  if (op.input(2) == kNoTensor) return;
+  const auto yd = s.dims(out);
+  if (!half) {  // the bias as [1, C, 1, ...] of y's rank
+    std::vector<std::int64_t> bd(yd.size(), 1);
+    bd.at(1) = yd[1];
+    TensorDesc bias(bd, op);
+    const float one = 1.0f;
+    check(cudnnAddTensor(s.ctx.cudnn(), &one, bias.d, s.ptr[op.input(2)], &one, y.d, s.ptr[out]), "bias of '" + op.name + "'");
+  } else {  // 16-bit: y += bias[c] by a generated kernel (it reads element i first)
+    analysis::FusedExpr e;
+    e.num_inputs = 2;
+    e.add({analysis::ElemOp::input, 0, 0, 0, 0});
+    e.add({analysis::ElemOp::input, 1, 0, 0, 0});
+    e.add({analysis::ElemOp::add, 0, 1, 0, 0});
+    std::vector<std::int64_t> bd(yd.size(), 1);
+    bd.at(1) = yd[1];
+    FusedSignature sig = make_signature(e, {yd, bd}, yd);
+    sig.operand_dtypes = {s.tensor(out).dtype, s.tensor(op.input(2)).dtype};
+    sig.out_dtype = s.tensor(out).dtype;
+    s.fused.launch(sig, std::vector<const void*>{s.ptr[out], s.ptr[op.input(2)]}, s.ptr[out], s.ctx.stream());
+  }
+}
+
 void run_conv(ExecState& s, const Op& op) {
   const OpId id = s.id_of(op);
   auto& slot = s.prepared[id];
@@ -285,7 +264,6 @@ void run_conv(ExecState& s, const Op& op) {
   const TensorDesc &x = p.x, &y = p.y;
   const ConvSetup& c = p.c;
   std::byte* workspace = s.scratch[id];
-  const auto yd = s.dims(t.y);
   const float one = 1.0f, zero = 0.0f;
   const std::string what = op.type + " '" + op.name + "'";
   if (t.dir == ConvSetup::Dir::data) {
@@ -293,6 +271,7 @@ void run_conv(ExecState& s, const Op& op) {
                                        static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), workspace, c.workspace, &zero, x.d,
                                        s.ptr[t.x]),
           what);
+    if (op.type == "ConvTranspose") add_bias(s, op, t.x, x, c.half);
     return;
   }
   if (t.dir == ConvSetup::Dir::filter) {
@@ -305,89 +284,16 @@ void run_conv(ExecState& s, const Op& op) {
   check(cudnnConvolutionForward(s.ctx.cudnn(), &one, x.d, s.ptr[t.x], c.filter, s.ptr[t.filter], c.conv,
                                 static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), workspace, c.workspace, &zero, y.d, s.ptr[t.y]),
         what);
-  if (op.input(2) != kNoTensor && !c.half) {
-    TensorDesc bias({1, yd[1]}, op);
-    check(cudnnAddTensor(s.ctx.cudnn(), &one, bias.d, s.ptr[op.input(2)], &one, y.d, s.ptr[t.y]), "bias of '" + op.name + "'");
-  } else if (op.input(2) != kNoTensor) {  // 16-bit: y += bias[c] by a generated kernel (it reads element i first)
-    analysis::FusedExpr e;
-    e.num_inputs = 2;
-    e.add({analysis::ElemOp::input, 0, 0, 0, 0});
-    e.add({analysis::ElemOp::input, 1, 0, 0, 0});
-    e.add({analysis::ElemOp::add, 0, 1, 0, 0});
-    std::vector<std::int64_t> bd(yd.size(), 1);
-    bd.at(1) = yd[1];
-    FusedSignature sig = make_signature(e, {yd, bd}, yd);
-    sig.operand_dtypes = {s.tensor(t.y).dtype, s.tensor(op.input(2)).dtype};
-    sig.out_dtype = s.tensor(t.y).dtype;
-    s.fused.launch(sig, std::vector<const void*>{s.ptr[t.y], s.ptr[op.input(2)]}, s.ptr[t.y], s.ctx.stream());
-  }
-}
-
-// MaxPool with its Indices output, or of bf16/f16 data: own kernel (flat indices over all of X, the first maximum in
-// window order; compared in float32).
-void run_max_pool_indices(ExecState& s, const Op& op) {
-  if (op.attr_int("storage_order", 0) != 0) fail(ErrorKind::unsupported, "op '" + op.name + "': column-major MaxPool indices");
-  auto x = s.dims(op.inputs[0]), y = s.dims(op.outputs[0]);
-  const auto kernel = op.attr_ints("kernel_shape");
-  const Window w = window_of(op, kernel, x, y);
-  if (x.size() == 3) {  // 1-D: the pool runs over W with H = 1
-    x.insert(x.begin() + 2, 1);
-    y.insert(y.begin() + 2, 1);
-  }
-  if (x.size() != 4) fail(ErrorKind::unsupported, "op '" + op.name + "': 1-D and 2-D pools only");
-  PoolGeometry p;
-  p.nc = x[0] * x[1];
-  p.h = x[2];
-  p.w = x[3];
-  p.oh = y[2];
-  p.ow = y[3];
-  const int a = kernel.size() == 1 ? 1 : 0;  // 1-D windows fill the W slot
-  int* fields[4][2] = {{&p.kh, &p.kw}, {&p.sh, &p.sw}, {&p.dh, &p.dw}, {&p.ph, &p.pw}};
-  for (std::size_t i = 0; i < kernel.size(); ++i) {
-    *fields[0][i + a] = w.k[i];
-    *fields[1][i + a] = w.stride[i];
-    *fields[2][i + a] = w.dil[i];
-    *fields[3][i + a] = w.pad[i];
-  }
-  const TensorId indices = op.output(1);
-  if (indices != kNoTensor && s.tensor(indices).dtype != analysis::DType::i64) unsupported(op, "int64 indices only");
-  max_pool_with_indices(s.ptr[op.inputs[0]], s.ptr[op.outputs[0]],
-                        indices == kNoTensor ? nullptr : reinterpret_cast<std::int64_t*>(s.ptr[indices]),
-                        float_storage(op, s.tensor(op.inputs[0]).dtype), p, s.ctx.stream());
-}
-
-void run_pool(ExecState& s, const Op& op, bool max) {
-  const analysis::DType dt = s.tensor(op.inputs[0]).dtype;
-  if (max && (op.output(1) != kNoTensor || is_half(dt))) return run_max_pool_indices(s, op);
-  if (is_half(dt))  // the CPU kernel's window (its count and ceil_mode), float32 sums
-    return average_pool(s.ptr[op.inputs[0]], s.ptr[op.outputs[0]], float_storage(op, dt),
-                        pool_window(s, op, op.inputs[0], op.outputs[0]), s.ctx.stream());
-  const Window w = window_of(op, op.attr_ints("kernel_shape"), s.dims(op.inputs[0]), s.dims(op.outputs[0]));
-  TensorDesc x(s.dims(op.inputs[0]), op), y(s.dims(op.outputs[0]), op);
-  cudnnPoolingDescriptor_t p = nullptr;
-  check(cudnnCreatePoolingDescriptor(&p), "cudnnCreatePoolingDescriptor");
-  const auto mode = max ? CUDNN_POOLING_MAX_DETERMINISTIC
-                        : op.attr_int("count_include_pad", 0) ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
-                                                              : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
-  cudnnStatus_t st = cudnnSetPooling2dDescriptor(p, mode, CUDNN_PROPAGATE_NAN, w.k[0], w.k[1], w.pad[0], w.pad[1],
-                                                 w.stride[0], w.stride[1]);
-  int n = 0, c = 0, h = 0, wd = 0;
-  if (st == CUDNN_STATUS_SUCCESS) st = cudnnGetPooling2dForwardOutputDim(p, x.d, &n, &c, &h, &wd);
-  auto out = s.dims(op.outputs[0]);
-  while (out.size() < 4) out.push_back(1);
-  const bool same = st == CUDNN_STATUS_SUCCESS && h == out[2] && wd == out[3];
-  const float one = 1.0f, zero = 0.0f;
-  if (same) st = cudnnPoolingForward(s.ctx.cudnn(), p, &one, x.d, s.ptr[op.inputs[0]], &zero, y.d, s.ptr[op.outputs[0]]);
-  cudnnDestroyPoolingDescriptor(p);
-  if (!same && st == CUDNN_STATUS_SUCCESS) fail(ErrorKind::unsupported, "op '" + op.name + "': ceil_mode pooling");
-  check(st, "pooling '" + op.name + "'");
+  add_bias(s, op, t.y, y, c.half);
 }
 
 void run_batchnorm(ExecState& s, const Op& op) {
   for (std::size_t i = 1; i < op.outputs.size(); ++i)
     if (op.outputs[i] != kNoTensor) fail(ErrorKind::unsupported, "op '" + op.name + "': training-mode BatchNormalization");
   const auto d = s.dims(op.inputs[0]);
-  TensorDesc x(d, op), bn({1, d[1]}, op);
+  std::vector<std::int64_t> bd(d.size(), 1);  // [1, C, 1, ...] of x's rank
+  bd.at(1) = d.at(1);
+  TensorDesc x(d, op), bn(bd, op);
   const float one = 1.0f, zero = 0.0f;
   check(cudnnBatchNormalizationForwardInference(
             s.ctx.cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x.d, s.ptr[op.inputs[0]], x.d, s.ptr[op.outputs[0]], bn.d,
@@ -431,7 +337,7 @@ bool run_dnn_op(ExecState& s, const Op& op) {
   if (op.type == "MatMul") return run_matmul(s, op), true;
   if (op.type == "Gemm") return run_gemm(s, op), true;
 #ifdef MEMPLAN_HAVE_CUDNN
-  if (op.type == "Conv") return run_conv(s, op), true;
+  if (op.type == "Conv" || op.type == "ConvTranspose") return run_conv(s, op), true;
   if (op.type == "MaxPool") return run_pool(s, op, true), true;
   if (op.type == "AveragePool") return run_pool(s, op, false), true;
   if (op.type == "BatchNormalization") return run_batchnorm(s, op), true;

@@ -339,6 +339,7 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"Gemm", {dnn, false, false, kProduct, same_float_dtype_reason}},
       {"BatchNormalization", {dnn, true, true, kFloat}},
       {"Conv", {dnn, false, true, kProduct, same_float_dtype_reason}},
+      {"ConvTranspose", {dnn, false, true, kProduct, same_float_dtype_reason}},
       {"MaxPool", {dnn, false, true, kFloatOrHalf, pool_reason}},
       {"AveragePool", {dnn, false, true, kFloatOrHalf, pool_reason}},
       {"memplan::ReluGrad", {training, true, false, kGrad}},

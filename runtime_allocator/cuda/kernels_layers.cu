@@ -18,43 +18,49 @@ __device__ __forceinline__ std::int64_t global_index() {
 }
 __device__ __forceinline__ std::int64_t grid_stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
 
-// The number of window elements the CPU kernel divides output (oh, ow) by.
-__device__ std::int64_t pool_count(const AvgPoolGeometry &p, std::int64_t oh, std::int64_t ow) {
+// The number of window elements the CPU kernel divides output (od, oh, ow) by.
+__device__ std::int64_t pool_count(const AvgPoolGeometry &p, std::int64_t od, std::int64_t oh, std::int64_t ow) {
   std::int64_t count = 0;
-  for (std::int64_t r = 0; r < p.kh; ++r)
-    for (std::int64_t s = 0; s < p.kw; ++s) {
-      const std::int64_t ih = oh * p.sh - p.ph + r * p.dh, iw = ow * p.sw - p.pw + s * p.dw;
-      if (p.count_include_pad)
-        count += ih < p.h + p.ph_end && iw < p.w + p.pw_end;
-      else
-        count += ih >= 0 && ih < p.h && iw >= 0 && iw < p.w;
-    }
+  for (std::int64_t a = 0; a < p.kd; ++a)
+    for (std::int64_t r = 0; r < p.kh; ++r)
+      for (std::int64_t s = 0; s < p.kw; ++s) {
+        const std::int64_t id = od * p.sd - p.pd + a * p.dd, ih = oh * p.sh - p.ph + r * p.dh, iw = ow * p.sw - p.pw + s * p.dw;
+        if (p.count_include_pad)
+          count += id < p.d + p.pd_end && ih < p.h + p.ph_end && iw < p.w + p.pw_end;
+        else
+          count += id >= 0 && id < p.d && ih >= 0 && ih < p.h && iw >= 0 && iw < p.w;
+      }
   return count;
 }
 
-// Calls visit(oh, ow) for every output window (oh, ow) that reads input row ih, column iw, in window order.
+// Calls visit(o) for every output window o (flat over [od, oh, ow]) that reads input element (id, ih, iw), in window order.
 template <typename Visit>
-__device__ void windows_covering(const AvgPoolGeometry &p, std::int64_t ih, std::int64_t iw, Visit visit) {
-  for (std::int64_t r = 0; r < p.kh; ++r) {
-    const std::int64_t th = ih + p.ph - r * p.dh;  // = oh * sh for the window row that reads ih at offset r
-    if (th < 0 || th % p.sh != 0 || th / p.sh >= p.oh) continue;
-    for (std::int64_t s = 0; s < p.kw; ++s) {
-      const std::int64_t tw = iw + p.pw - s * p.dw;
-      if (tw < 0 || tw % p.sw != 0 || tw / p.sw >= p.ow) continue;
-      visit(th / p.sh, tw / p.sw);
+__device__ void windows_covering(const AvgPoolGeometry &p, std::int64_t id, std::int64_t ih, std::int64_t iw, Visit visit) {
+  for (std::int64_t a = 0; a < p.kd; ++a) {
+    const std::int64_t td = id + p.pd - a * p.dd;  // = od * sd for the window that reads id at offset a
+    if (td < 0 || td % p.sd != 0 || td / p.sd >= p.od) continue;
+    for (std::int64_t r = 0; r < p.kh; ++r) {
+      const std::int64_t th = ih + p.ph - r * p.dh;
+      if (th < 0 || th % p.sh != 0 || th / p.sh >= p.oh) continue;
+      for (std::int64_t s = 0; s < p.kw; ++s) {
+        const std::int64_t tw = iw + p.pw - s * p.dw;
+        if (tw < 0 || tw % p.sw != 0 || tw / p.sw >= p.ow) continue;
+        visit(td / p.sd, th / p.sh, tw / p.sw);
+      }
     }
   }
 }
 
 template <typename T>
 __global__ void average_pool_grad_kernel(const T *dy, T *dx, AvgPoolGeometry p) {
-  const std::int64_t total = p.nc * p.h * p.w;
+  const std::int64_t total = p.nc * p.d * p.h * p.w;
   for (std::int64_t i = global_index(); i < total; i += grid_stride()) {
-    const std::int64_t iw = i % p.w, ih = (i / p.w) % p.h, nc = i / (p.w * p.h);
+    const std::int64_t iw = i % p.w, ih = (i / p.w) % p.h, id = (i / (p.w * p.h)) % p.d, nc = i / (p.w * p.h * p.d);
     float acc = 0.0f;
-    windows_covering(p, ih, iw, [&](std::int64_t oh, std::int64_t ow) {
-      const std::int64_t count = pool_count(p, oh, ow);
-      if (count > 0) acc = __fadd_rn(acc, __fdiv_rn(widen(dy[(nc * p.oh + oh) * p.ow + ow]), static_cast<float>(count)));
+    windows_covering(p, id, ih, iw, [&](std::int64_t od, std::int64_t oh, std::int64_t ow) {
+      const std::int64_t count = pool_count(p, od, oh, ow);
+      if (count > 0)
+        acc = __fadd_rn(acc, __fdiv_rn(widen(dy[((nc * p.od + od) * p.oh + oh) * p.ow + ow]), static_cast<float>(count)));
     });
     dx[i] = narrow<T>(acc);
   }
@@ -62,28 +68,30 @@ __global__ void average_pool_grad_kernel(const T *dy, T *dx, AvgPoolGeometry p) 
 
 template <typename T>
 __global__ void average_pool_kernel(const T *x, T *y, AvgPoolGeometry p) {
-  const std::int64_t total = p.nc * p.oh * p.ow;
+  const std::int64_t total = p.nc * p.od * p.oh * p.ow;
   for (std::int64_t o = global_index(); o < total; o += grid_stride()) {
-    const std::int64_t ow = o % p.ow, oh = (o / p.ow) % p.oh, nc = o / (p.ow * p.oh);
+    const std::int64_t ow = o % p.ow, oh = (o / p.ow) % p.oh, od = (o / (p.ow * p.oh)) % p.od, nc = o / (p.ow * p.oh * p.od);
     float acc = 0.0f;
-    for (std::int64_t r = 0; r < p.kh; ++r)
-      for (std::int64_t s = 0; s < p.kw; ++s) {
-        const std::int64_t ih = oh * p.sh - p.ph + r * p.dh, iw = ow * p.sw - p.pw + s * p.dw;
-        if (ih >= 0 && ih < p.h && iw >= 0 && iw < p.w) acc = __fadd_rn(acc, widen(x[(nc * p.h + ih) * p.w + iw]));
-      }
-    const std::int64_t count = pool_count(p, oh, ow);
+    for (std::int64_t a = 0; a < p.kd; ++a)
+      for (std::int64_t r = 0; r < p.kh; ++r)
+        for (std::int64_t s = 0; s < p.kw; ++s) {
+          const std::int64_t id = od * p.sd - p.pd + a * p.dd, ih = oh * p.sh - p.ph + r * p.dh, iw = ow * p.sw - p.pw + s * p.dw;
+          if (id >= 0 && id < p.d && ih >= 0 && ih < p.h && iw >= 0 && iw < p.w)
+            acc = __fadd_rn(acc, widen(x[((nc * p.d + id) * p.h + ih) * p.w + iw]));
+        }
+    const std::int64_t count = pool_count(p, od, oh, ow);
     y[o] = narrow<T>(count > 0 ? __fdiv_rn(acc, static_cast<float>(count)) : 0.0f);
   }
 }
 
 template <typename T>
 __global__ void max_pool_grad_windows_kernel(const T *dy, const std::int64_t *indices, T *dx, AvgPoolGeometry p) {
-  const std::int64_t total = p.nc * p.h * p.w;
+  const std::int64_t total = p.nc * p.d * p.h * p.w;
   for (std::int64_t i = global_index(); i < total; i += grid_stride()) {
-    const std::int64_t iw = i % p.w, ih = (i / p.w) % p.h, nc = i / (p.w * p.h);
+    const std::int64_t iw = i % p.w, ih = (i / p.w) % p.h, id = (i / (p.w * p.h)) % p.d, nc = i / (p.w * p.h * p.d);
     float acc = 0.0f;
-    windows_covering(p, ih, iw, [&](std::int64_t oh, std::int64_t ow) {
-      const std::int64_t o = (nc * p.oh + oh) * p.ow + ow;
+    windows_covering(p, id, ih, iw, [&](std::int64_t od, std::int64_t oh, std::int64_t ow) {
+      const std::int64_t o = ((nc * p.od + od) * p.oh + oh) * p.ow + ow;
       if (indices[o] == i) acc = __fadd_rn(acc, widen(dy[o]));
     });
     dx[i] = narrow<T>(acc);
@@ -284,9 +292,9 @@ struct LaunchFill {
 }  // namespace
 
 void average_pool_grad(const void *dy, void *dx, FloatStorage storage, const AvgPoolGeometry &p, cudaStream_t stream) {
-  const std::int64_t n = p.nc * p.h * p.w;
+  const std::int64_t n = p.nc * p.d * p.h * p.w;
   if (n == 0) return;
-  if (p.sh <= 0 || p.sw <= 0) fail(ErrorKind::unsupported, "AveragePoolGrad with a stride below 1");
+  if (p.sd <= 0 || p.sh <= 0 || p.sw <= 0) fail(ErrorKind::unsupported, "AveragePoolGrad with a stride below 1");
   by_float_storage(storage, [&](auto tag) {
     using T = decltype(tag);
     average_pool_grad_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T *>(dy), static_cast<T *>(dx), p);
@@ -295,7 +303,7 @@ void average_pool_grad(const void *dy, void *dx, FloatStorage storage, const Avg
 }
 
 void average_pool(const void *x, void *y, FloatStorage storage, const AvgPoolGeometry &p, cudaStream_t stream) {
-  const std::int64_t n = p.nc * p.oh * p.ow;
+  const std::int64_t n = p.nc * p.od * p.oh * p.ow;
   if (n == 0) return;
   by_float_storage(storage, [&](auto tag) {
     using T = decltype(tag);
@@ -306,9 +314,9 @@ void average_pool(const void *x, void *y, FloatStorage storage, const AvgPoolGeo
 
 void max_pool_grad_windows(const void *dy, const std::int64_t *indices, void *dx, FloatStorage storage, const AvgPoolGeometry &p,
                            cudaStream_t stream) {
-  const std::int64_t n = p.nc * p.h * p.w;
+  const std::int64_t n = p.nc * p.d * p.h * p.w;
   if (n == 0) return;
-  if (p.sh <= 0 || p.sw <= 0) fail(ErrorKind::unsupported, "MaxPoolGrad with a stride below 1");
+  if (p.sd <= 0 || p.sh <= 0 || p.sw <= 0) fail(ErrorKind::unsupported, "MaxPoolGrad with a stride below 1");
   by_float_storage(storage, [&](auto tag) {
     using T = decltype(tag);
     max_pool_grad_windows_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T *>(dy), indices, static_cast<T *>(dx), p);

@@ -47,12 +47,13 @@ void batch_norm_grad(const void *dy, const void *x, const float *scale, const fl
                      float *dscale, float *dbias, std::int64_t n, std::int64_t c, std::int64_t plane, FloatStorage storage,
                      void *scratch, cudaStream_t stream);
 
-// A pooling window over x [nc, h, w] <-> y [nc, oh, ow]; pads at the start
-// (ph, pw) and end (ph_end, pw_end): AveragePool, its gradient and the
-// MaxPoolGrad of 16-bit tensors (the CPU kernels' cpu::window).
+// A pooling window over x [nc, d, h, w] <-> y [nc, od, oh, ow] (d = od = 1 below 3 spatial axes); pads at the
+// start (pd, ph, pw) and end (pd_end, ph_end, pw_end): AveragePool, its gradient and the MaxPoolGrad of 16-bit
+// tensors (the CPU kernels' cpu::window).
 struct AvgPoolGeometry {
   std::int64_t nc = 1, h = 1, w = 1, oh = 1, ow = 1;
   std::int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, ph = 0, pw = 0, ph_end = 0, pw_end = 0;
+  std::int64_t d = 1, od = 1, kd = 1, sd = 1, dd = 1, pd = 0, pd_end = 0;
   bool count_include_pad = false;
 };
 // dx[i] = sum over the windows covering i of dy[o] / count(o); each dx element

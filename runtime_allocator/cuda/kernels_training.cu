@@ -141,25 +141,26 @@ __global__ void momentum_kernel(const float* w, const float* g, const float* v, 
 // T: the storage of x and y (float, __nv_bfloat16, __half), compared as float32 (exact: widening keeps the order).
 template <typename T>
 __global__ void max_pool_kernel(const T* x, T* y, std::int64_t* indices, PoolGeometry p) {
-  const std::int64_t total = p.nc * p.oh * p.ow;
+  const std::int64_t total = p.nc * p.od * p.oh * p.ow;
   for (std::int64_t o = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; o < total;
        o += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t ow = o % p.ow, oh = (o / p.ow) % p.oh, nc = o / (p.ow * p.oh);
+    const std::int64_t ow = o % p.ow, oh = (o / p.ow) % p.oh, od = (o / (p.ow * p.oh)) % p.od, nc = o / (p.ow * p.oh * p.od);
     float acc = -FLT_MAX;
     std::int64_t arg = 0;
     bool any = false;
-    for (int r = 0; r < p.kh; ++r)
-      for (int s = 0; s < p.kw; ++s) {
-        const std::int64_t ih = oh * p.sh - p.ph + r * p.dh, iw = ow * p.sw - p.pw + s * p.dw;
-        if (ih < 0 || ih >= p.h || iw < 0 || iw >= p.w) continue;
-        const std::int64_t at = (nc * p.h + ih) * p.w + iw;
-        const float v = widen(x[at]);
-        if (v > acc || !any) {
-          acc = v;
-          arg = at;
-          any = true;
+    for (int a = 0; a < p.kd; ++a)
+      for (int r = 0; r < p.kh; ++r)
+        for (int s = 0; s < p.kw; ++s) {
+          const std::int64_t id = od * p.sd - p.pd + a * p.dd, ih = oh * p.sh - p.ph + r * p.dh, iw = ow * p.sw - p.pw + s * p.dw;
+          if (id < 0 || id >= p.d || ih < 0 || ih >= p.h || iw < 0 || iw >= p.w) continue;
+          const std::int64_t at = ((nc * p.d + id) * p.h + ih) * p.w + iw;
+          const float v = widen(x[at]);
+          if (v > acc || !any) {
+            acc = v;
+            arg = at;
+            any = true;
+          }
         }
-      }
     y[o] = narrow<T>(any ? acc : -INFINITY);
     if (indices) indices[o] = arg;
   }
@@ -262,7 +263,7 @@ void amp_update_scale(const float* scale, const std::int32_t* tracker, const flo
 
 void max_pool_with_indices(const void* x, void* y, std::int64_t* indices, FloatStorage storage, const PoolGeometry& p,
                            cudaStream_t stream) {
-  const std::int64_t n = p.nc * p.oh * p.ow;
+  const std::int64_t n = p.nc * p.od * p.oh * p.ow;
   if (n == 0) return;
   by_float_storage(storage, [&](auto tag) {
     using T = decltype(tag);

@@ -49,9 +49,9 @@ void amp_update_scale(const float* scale, const std::int32_t* tracker, const flo
                       std::int32_t* tracker_out, float growth, float backoff, std::int32_t growth_interval, cudaStream_t stream);
 
 // A 2-D pooling window over x [nc, h, w] -> y [nc, oh, ow] (1-D pools have h = oh = kh = 1).
-struct PoolGeometry {
-  std::int64_t nc = 1, h = 1, w = 1, oh = 1, ow = 1;
-  int kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, ph = 0, pw = 0;
+struct PoolGeometry {  // d = od = 1 below 3 spatial axes
+  std::int64_t nc = 1, h = 1, w = 1, oh = 1, ow = 1, d = 1, od = 1;
+  int kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, ph = 0, pw = 0, kd = 1, sd = 1, dd = 1, pd = 0;
 };
 // MaxPool writing y and the flat index into x of each maximum (the first one in window order); indices may be null. x
 // and y hold `storage` elements.

@@ -70,9 +70,9 @@ TEST_CASE("pooling: floor and ceil modes, the last-window rule, SAME padding, in
   CHECK(shape_of(pool("MaxPool", {1, 1, 6}, {{"kernel_shape", ais({3})}, {"strides", ais({2})}}), "y") == Shape{1, 1, 2});
   CHECK(shape_of(pool("MaxPool", {1, 1, 6}, {{"kernel_shape", ais({3})}, {"strides", ais({2})}, {"ceil_mode", ai(1)}}),
                  "y") == Shape{1, 1, 3});
-  // in 4, k 1, s 3, end pad 2, ceil: 3 windows by the formula, but the third would start in the end padding.
-  CHECK(shape_of(pool("AveragePool", {1, 1, 4},
-                      {{"kernel_shape", ais({1})}, {"strides", ais({3})}, {"pads", ais({0, 2})}, {"ceil_mode", ai(1)}}),
+  // in 5, k 2, s 3, end pad 1, ceil: 3 windows by the formula, but the third would start in the end padding.
+  CHECK(shape_of(pool("AveragePool", {1, 1, 5},
+                      {{"kernel_shape", ais({2})}, {"strides", ais({3})}, {"pads", ais({0, 1})}, {"ceil_mode", ai(1)}}),
                  "y") == Shape{1, 1, 2});
   CHECK(shape_of(pool("AveragePool", {1, 2, 7, 7},
                       {{"kernel_shape", ais({3, 3})}, {"strides", ais({2, 2})}, {"auto_pad", as("SAME_LOWER")}}),
@@ -163,6 +163,36 @@ TEST_CASE("MaxPool refuses pads as wide as the kernel, as ONNX Runtime and PyTor
   CHECK(msg.find("kernel_shape") != std::string::npos);
   CHECK(kind_of([] { pool("MaxPool", {1, 1, 6, 6}, {{"kernel_shape", ais({3, 3})}, {"pads", ais({0, 0, 0, 3})}}); }) == ErrorKind::shape);
   CHECK(shape_of(pool("MaxPool", {1, 1, 6}, {{"kernel_shape", ais({3})}, {"pads", ais({2, 2})}}), "y") == Shape{1, 1, 8});
+}
+
+TEST_CASE("every pool of every rank refuses pads as wide as the kernel and dilated windows over padding alone") {
+  std::string msg;
+  CHECK(kind_of([] { pool("MaxPool", {1, 1, 4, 4, 4}, {{"kernel_shape", ais({2, 2, 2})}, {"pads", ais({0, 2, 0, 0, 0, 0})}}); }, &msg) ==
+        ErrorKind::shape);
+  CHECK(msg.find("kernel_shape") != std::string::npos);
+  CHECK(kind_of([] { pool("AveragePool", {1, 1, 6}, {{"kernel_shape", ais({2})}, {"pads", ais({0, 2})}}); }) == ErrorKind::shape);
+  CHECK(kind_of([] { pool("LpPool", {1, 1, 6, 6}, {{"kernel_shape", ais({1, 1})}, {"pads", ais({1, 0, 0, 0})}}); }) == ErrorKind::shape);
+  // Pads 1 < kernel 2, but with dilation 2 the first window's taps are -1 and 1 over an input of 1: padding alone.
+  const auto dilated = [](const char* type, std::int64_t include_pad) {
+    pool(type, {1, 1, 1}, {{"kernel_shape", ais({2})}, {"dilations", ais({2})}, {"pads", ais({1, 1})}, {"count_include_pad", ai(include_pad)}});
+  };
+  CHECK(kind_of([&] { dilated("MaxPool", 0); }, &msg) == ErrorKind::shape);
+  CHECK(msg.find("padding only") != std::string::npos);
+  CHECK(kind_of([&] { dilated("AveragePool", 0); }) == ErrorKind::shape);
+  CHECK_NOTHROW(dilated("AveragePool", 1));  // counted padding: 0 / 2, defined
+  CHECK(kind_of([] { pool("MaxPool", {1, 1, 6}, {{"kernel_shape", ais({2})}, {"storage_order", ai(2)}}); }) == ErrorKind::shape);
+}
+
+TEST_CASE("ConvTranspose refuses output_padding at the stride and dilation, and a SAME output its kernel cannot reach") {
+  CHECK(kind_of([] { conv({1, 2, 3}, {2, 1, 3}, {{"strides", ais({2})}, {"output_padding", ais({2})}}, "ConvTranspose"); }) ==
+        ErrorKind::shape);
+  CHECK(conv({1, 2, 3}, {2, 1, 3}, {{"strides", ais({1})}, {"dilations", ais({2})}, {"output_padding", ais({1})}}, "ConvTranspose") ==
+        Shape{1, 1, 8});
+  // kernel 1, stride 2: the transposed convolution reaches 2 * (3 - 1) + 1 = 5 outputs, SAME asks for 6.
+  CHECK(kind_of([] { conv({1, 2, 3}, {2, 1, 1}, {{"strides", ais({2})}, {"auto_pad", as("SAME_UPPER")}}, "ConvTranspose"); }) ==
+        ErrorKind::shape);
+  CHECK(conv({1, 2, 3, 3, 3}, {2, 4, 3, 3, 3}, {{"strides", ais({2, 2, 2})}, {"auto_pad", as("SAME_LOWER")}}, "ConvTranspose") ==
+        Shape{1, 4, 6, 6, 6});
 }
 
 TEST_CASE("MatMul, Gemm and Conv refuse inputs of two dtypes at shape inference, not when the kernel runs") {

@@ -119,6 +119,22 @@ inline const std::vector<Example>& examples() {
     v.push_back({"", "MaxPool", {t({1, 2, 4, 4})}, {{}}, pool});
     v.push_back({"", "AveragePool", {t({1, 2, 4, 4})}, {{}}, pool});
     v.push_back({"", "GlobalAveragePool", {t({1, 2, 3, 3})}});
+    // 1-D and 3-D windows: groups, dilations, strides, asymmetric pads; ConvTranspose with output_padding, bias and
+    // groups (its gradients: a Conv, ConvGradWeight with X and dY swapped, ConvGradBias).
+    v.push_back({"", "Conv", {t({1, 4, 7}), t({2, 2, 3}), t({2})}, {{}}, A{{"group", i(2)}, {"dilations", is({2})}, {"pads", is({1, 0})}}});
+    v.push_back({"", "Conv", {t({1, 2, 4, 4, 3}), t({2, 2, 2, 3, 2})}, {{}}, A{{"strides", is({2, 1, 1})}, {"pads", is({1, 0, 1, 0, 1, 0})}}});
+    v.push_back({"", "ConvTranspose", {t({1, 2, 3, 3}), t({2, 3, 3, 2}), t({3})}, {{}},
+                 A{{"strides", is({2, 2})}, {"pads", is({1, 0, 1, 1})}, {"output_padding", is({1, 0})}}});
+    v.push_back({"", "ConvTranspose", {t({1, 4, 2, 2, 3}), t({4, 1, 2, 2, 2})}, {{}}, A{{"group", i(2)}, {"strides", is({1, 2, 1})}}});
+    v.push_back({"", "ConvTranspose", {t({2, 2, 3}), t({2, 2, 3})}, {{}}, A{{"auto_pad", s("SAME_LOWER")}, {"strides", is({2})}}});
+    v.push_back({"", "MaxPool", {t({1, 2, 4, 3, 4})}, {{}}, A{{"kernel_shape", is({2, 2, 3})}, {"strides", is({2, 1, 1})}, {"pads", is({1, 0, 1, 0, 1, 1})}}});
+    v.push_back({"", "MaxPool", {t({1, 2, 7})}, {{}}, A{{"kernel_shape", is({2})}, {"dilations", is({2})}, {"ceil_mode", i(1)}, {"strides", is({2})}}});
+    v.push_back({"", "MaxPool", {t({1, 2, 4, 5})}, {{}}, A{{"kernel_shape", is({2, 3})}, {"strides", is({2, 1})}, {"storage_order", i(1)}}});
+    v.push_back({"", "AveragePool", {t({1, 2, 3, 4, 4})}, {{}},
+                 A{{"kernel_shape", is({2, 2, 2})}, {"strides", is({1, 2, 2})}, {"pads", is({1, 1, 0, 0, 1, 1})}, {"count_include_pad", i(1)}}});
+    v.push_back({"", "AveragePool", {t({1, 2, 5})}, {{}}, A{{"kernel_shape", is({2})}, {"strides", is({2})}, {"ceil_mode", i(1)}}});
+    v.push_back({"", "LpPool", {x({1, 2, 3, 4})}, {{}}, A{{"kernel_shape", is({2, 2})}, {"p", i(3)}, {"pads", is({0, 1, 0, 1})}}});
+    v.push_back({"", "GlobalLpPool", {x({1, 2, 2, 3, 2})}});
     v.push_back({"", "GlobalMaxPool", {x({1, 2, 3, 3})}});
     v.push_back({"", "ReduceMean", {t({2, 3, 4})}, {{}}, A{{"axes", is({1})}, {"keepdims", i(0)}}});
     v.push_back({"", "ReduceSum", {t({2, 3, 4}), i64({1}, {1})}, {{}}, A{{"keepdims", i(0)}}});

@@ -60,16 +60,16 @@ TEST_CASE("the CPU kernels name the dtype or rank they do not accept") {
   const auto a = og.tensor("a", DType::i64, {2, 2}, TensorRole::input);
   const auto s = og.result("s", DType::i64, {2, 2});
   og.op("Add", "", {a, a}, {s});
-  const auto x5 = og.tensor("x5", DType::f32, {1, 1, 2, 2, 2}, TensorRole::input);
-  const auto w5 = og.tensor("w5", DType::f32, {1, 1, 1, 1, 1}, TensorRole::weight);
-  const auto y5 = og.result("y5", DType::f32, {1, 1, 2, 2, 2});
-  og.op("Conv", "", {x5, w5}, {y5});
+  const auto x6 = og.tensor("x6", DType::f32, {1, 1, 2, 2, 2, 2}, TensorRole::input);  // 4 spatial axes: past 3
+  const auto w6 = og.tensor("w6", DType::f32, {1, 1, 1, 1, 1, 1}, TensorRole::weight);
+  const auto y6 = og.result("y6", DType::f32, {1, 1, 2, 2, 2, 2});
+  og.op("Conv", "", {x6, w6}, {y6});
   const auto r = og.result("r", DType::f32, {4});
   og.op("Sum", "", {}, {r});  // an op without a CPU kernel (yet)
   const auto& g = og.g;
   CHECK(k.unsupported_reason(g, g.ops[0]) == std::string("dtype ") + analysis::dtype_name(DType::i64) + " of input 0");
   CHECK(k.unsupported_reason(g, g.ops[1]).empty());
   CHECK(k.unsupported_reason(g, g.ops[2]).empty());
-  CHECK(k.unsupported_reason(g, g.ops[3]) == "rank 5 above 4 (input 0)");
+  CHECK(k.unsupported_reason(g, g.ops[3]) == "rank 6 above 5 (input 0)");
   CHECK(k.unsupported_reason(g, g.ops[4]) == "no kernel");
 }
