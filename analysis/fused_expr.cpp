@@ -187,8 +187,9 @@ std::optional<ElemOp> simple_op(const std::string& type) {
 
 }  // namespace
 
-std::optional<FusedExpr> elementwise_expr(const Graph& g, OpId id) {
-  const Op& op = g.ops[id];
+std::optional<FusedExpr> elementwise_expr(const Graph& g, OpId id) { return elementwise_expr(g, g.ops[id]); }
+
+std::optional<FusedExpr> elementwise_expr(const Graph& g, const Op& op) {
   if (op.domain == kMemplanDomain && op.type == kFusedOpType) return FusedExpr::parse(op.attr_string("expr", ""));
   if (!op.domain.empty() && op.domain != "ai.onnx") return std::nullopt;
   if (!all_f32(g, op) || op.inputs.empty()) return std::nullopt;
@@ -212,6 +213,15 @@ std::optional<FusedExpr> elementwise_expr(const Graph& g, OpId id) {
     const auto er = e.add({ElemOp::erf, e.add({ElemOp::div, x, r2, 0, 0}), 0, 0, 0});
     const auto one = e.add({ElemOp::add, er, e.add({ElemOp::constant, 0, 0, 1.0, 0}), 0, 0});
     e.add({ElemOp::mul, e.add({ElemOp::mul, x, e.add({ElemOp::constant, 0, 0, 0.5, 0}), 0, 0}), one, 0, 0});
+    return e;
+  }
+  if (expressible_activation(op)) {  // fused_expr_activations.cpp
+    std::vector<std::uint32_t> xs;
+    for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+      if (op.inputs[i] == kNoTensor) return std::nullopt;
+      xs.push_back(operand(e, g, op, i));
+    }
+    build_activation(e, op, xs);
     return e;
   }
   auto kind = simple_op(op.type);

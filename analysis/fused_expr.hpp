@@ -67,5 +67,12 @@ FusedExpr gradient_expr(const FusedExpr& e, std::uint32_t input);
 // parameters are known), with the op's inputs as operands 0..n-1; nullopt otherwise. A
 // FusedElementwise op returns its own expression.
 std::optional<FusedExpr> elementwise_expr(const Graph& g, OpId op);
+std::optional<FusedExpr> elementwise_expr(const Graph& g, const Op& op);
+
+// Ops written with the nodes above (fused_expr_activations.cpp): ELU, SELU, CELU, ThresholdedRelu, HardSigmoid,
+// HardSwish, Softplus, Softsign, Shrink, Mish, PRelu, and Sum, Mean, Max, Min of any arity. build_activation appends
+// `op`'s nodes over its operand nodes `xs` (one per input), the last one the result.
+bool expressible_activation(const Op& op);
+void build_activation(FusedExpr& e, const Op& op, const std::vector<std::uint32_t>& xs);
 
 }  // namespace memplan::analysis
