@@ -1,5 +1,5 @@
 // Backward rules of activations and variadic ops through their fused expressions (one kernel per wanted input),
-// CumSum, Tile, and the ReduceX ops beyond ReduceSum/ReduceMean, all with plain ONNX ops or memplan BroadcastTo.
+// CumSum, Tile, Trilu, CastLike, and the ReduceX ops beyond ReduceSum/ReduceMean, all with plain ONNX ops or memplan BroadcastTo.
 #include <string>
 #include <vector>
 
@@ -22,6 +22,15 @@ void cum_sum(GradContext& c) {
   const TensorId g = c.grad_tensor(0);
   c.emit("CumSum", "", {c.dy(), c.in(1)}, {g},
          {{"exclusive", attr_i(c.fwd().attr_int("exclusive", 0))}, {"reverse", attr_i(c.fwd().attr_int("reverse", 0) != 0 ? 0 : 1)}});
+  c.give(0, g);
+}
+
+// Trilu keeps a triangle: dX is the same triangle of dY.
+void trilu(GradContext& c) {
+  const TensorId g = c.grad_tensor(0);
+  std::vector<TensorId> ins{c.dy()};
+  if (c.in(1) != kNoTensor) ins.push_back(c.in(1));
+  c.emit("Trilu", "", std::move(ins), {g}, {{"upper", attr_i(c.fwd().attr_int("upper", 1))}});
   c.give(0, g);
 }
 
@@ -111,6 +120,8 @@ void add_math_grads(GradTable& t) {
   for (const char* variadic : {"Max", "Min", "Mean"}) t[variadic] = {by_expression, kAll, 1u};
   t["CumSum"] = {cum_sum, 1u, 1u};
   t["Tile"] = {tile, 1u, 1u};
+  t["Trilu"] = {trilu, 1u, 1u};
+  t["CastLike"] = {t.at("Cast").fn, 1u, 1u};  // the gradient cast back to input 0's dtype, as Cast's
   for (const char* reduce : {"ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceMax", "ReduceMin"})
     t[reduce] = {reduce_other, 1u, 1u};
 }

@@ -86,7 +86,7 @@ TEST_CASE("activation expressions equal their ONNX definitions and stay finite a
   }
 }
 
-TEST_CASE("activation derivatives match central differences; kinks follow PyTorch") {
+TEST_CASE("activation derivatives match central differences and kinks follow PyTorch") {
   for (const Case& c : cases()) {
     INFO(c.type);
     const FusedExpr e = expr_of(op_of(c.type, c.attrs, 1), 1);
@@ -108,7 +108,7 @@ TEST_CASE("activation derivatives match central differences; kinks follow PyTorc
   CHECK(eval(prelu, {-2.0f, 0.25f}) == doctest::Approx(-0.5));
 }
 
-TEST_CASE("Sum, Mean, Max and Min fold any number of inputs; ties split Max's gradient evenly") {
+TEST_CASE("Sum, Mean, Max and Min fold any number of inputs, and ties split Max's gradient evenly") {
   const std::vector<float> x{1.0f, -2.0f, 3.0f, 3.0f};
   CHECK(eval(expr_of(op_of("Sum", {}, 4), 4), x) == doctest::Approx(5.0));
   CHECK(eval(expr_of(op_of("Mean", {}, 4), 4), x) == doctest::Approx(1.25));

@@ -215,6 +215,8 @@ inline const std::vector<Example>& examples() {
       v.push_back({"", r, {t({2, 3, 4})}, {{}}, A{{"axes", is({1})}, {"keepdims", i(0)}}});
       v.push_back({"", r, {t({2, 3, 4})}, {{}}, A{{"axes", is({0, 2})}, {"keepdims", i(1)}}});
     }
+    v.push_back({"", "Trilu", {t({3, 4}), i64({}, {1})}, {{}}, A{{"upper", i(0)}}});
+    v.push_back({"", "CastLike", {t({2, 3}), x({1})}});
     v.push_back({"", "RandomNormalLike", {x({3, 4})}, {{}}, A{{"seed", i(3)}, {"mean", f(1.0)}, {"scale", f(2.0)}}});
     v.push_back({"", "RandomNormal", {}, {{}}, A{{"shape", is({2, 5})}, {"seed", i(4)}}});
     v.push_back({"", "RandomUniform", {}, {{}}, A{{"shape", is({4})}, {"low", f(-1.0)}, {"high", f(1.0)}, {"dtype", i(11)}}});

@@ -83,7 +83,7 @@ TEST_CASE("stochastic depth: recomputed DropPath masks replay the forward's, so 
   const auto tg = train(analysis::infer_shapes(b.g, {}));
   const auto in = step_feeds(tg.graph, b.feeds[0], rng);
   const std::size_t random_recomputed = check_strategies(tg, in);
-  MESSAGE(random_recomputed << " mask tensors recomputed over all plans");
+  CHECK(random_recomputed > 0);  // some plan rebuilds the masks in backward: they must equal the forward's
 }
 
 TEST_CASE("stochastic depth: each step draws new masks, the same step replays them") {
@@ -91,20 +91,24 @@ TEST_CASE("stochastic depth: each step draws new masks, the same step replays th
   const OpGraph b = stochastic_depth_model(rng);
   const auto tg = train(analysis::infer_shapes(b.g, {}));
   const auto in = step_feeds(tg.graph, b.feeds[0], rng);
-  auto grads_at = [&](std::uint64_t step) {
-    HostBackend backend;
-    Executor ex(tg.graph, planner::Plan{}, backend, {.unshared = true});
-    RandomStepScope scope(step);
-    ex.run(in);
+  // The executor's run count is the step: a second run of one executor draws new masks, a fresh executor's first
+  // run replays the first.
+  HostBackend backend;
+  Executor ex(tg.graph, planner::Plan{}, backend, {.unshared = true});
+  auto grads = [&](Executor& e) {
+    e.run(in);
     std::vector<float> all;
     for (const auto& pg : tg.param_grads) {
-      const auto v = read(ex, tg.graph, pg.second);
+      const auto v = read(e, tg.graph, pg.second);
       all.insert(all.end(), v.begin(), v.end());
     }
     return all;
   };
-  CHECK(grads_at(3) == grads_at(3));
-  CHECK(grads_at(3) != grads_at(4));
+  const auto step0 = grads(ex), step1 = grads(ex);
+  HostBackend other_backend;
+  Executor again(tg.graph, planner::Plan{}, other_backend, {.unshared = true});
+  CHECK(grads(again) == step0);
+  CHECK(step0 != step1);
 }
 
 TEST_CASE("RMSNorm decoder: Reciprocal/Sqrt/Pow forms train unfused and fused, every plan equal to keep-all") {
