@@ -66,6 +66,12 @@ def build(rng):
     ids = rng.integers(-3, 3, size=[2, 2]).astype(np.int64)
     nodes.append(helper.make_node("Constant", [], ["ids"], value=helper.make_tensor("ids_v", TensorProto.INT64, ids.shape, ids.flatten())))
     add("Gather", ["x", "ids"], axis=0)
+    axes = sorted(set(int(a) for a in rng.integers(-3, 3, size=2)))
+    nodes.append(helper.make_node("Constant", [], ["axes"], value=helper.make_tensor("axes_v", TensorProto.INT64, [len(axes)], axes)))
+    for op in ("ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceSumSquare", "ReduceMax"):
+        add(op, ["x", "axes"], keepdims=int(rng.integers(0, 2)))
+    nodes.append(helper.make_node("Constant", [], ["k"], value=helper.make_tensor("k_v", TensorProto.INT64, [], [int(rng.integers(-2, 3))])))
+    add("Trilu", ["x", "k"], upper=int(rng.integers(0, 2)))
     nodes.append(helper.make_node("Shape", ["pos"], ["pos_shape"]))
     add("Expand", ["row", "pos_shape"])
     return nodes, inputs, outputs
@@ -78,12 +84,12 @@ def random_nodes():
             helper.make_node("RandomNormal", [], ["normal2"], shape=[50, 40], seed=6.0)]
 
 
-def save_model(path, nodes, inputs, outputs, output_types=None):
+def save_model(path, nodes, inputs, outputs):
     g = helper.make_graph(nodes, "ops",
                           [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in inputs],
-                          [helper.make_tensor_value_info(o, F, None) for o in outputs])
+                          [helper.make_tensor_value_info(o, F, None) for o in outputs])  # typed; shapes inferred below
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
-    onnx.checker.check_model(m)
+    m = onnx.shape_inference.infer_shapes(m, strict_mode=True)  # the outputs' shapes, and a check of the model
     onnx.save(m, path)
 
 
