@@ -12,10 +12,10 @@ namespace memplan::analysis {
 
 namespace {
 
-constexpr std::array<const char*, 24> kNames = {
+constexpr std::array<const char*, 26> kNames = {
     "in",  "const", "add", "sub",  "mul",     "div", "pow", "max",  "min",        "neg",      "abs",
     "relu", "sigmoid", "tanh", "erf", "exp", "log", "sqrt", "reciprocal", "identity", "clip", "leaky_relu",
-    "gt",   "ge",
+    "gt",   "ge",    "floor", "ceil",
 };
 
 // Reads a double written by fmt_double ("inf", "-inf" and "nan" included, which >> rejects).
@@ -141,6 +141,8 @@ float FusedExpr::evaluate(const float* operand_values, float* v) const {
       case ElemOp::leaky_relu: r = x >= 0.0f ? x : x * static_cast<float>(n.p0); break;
       case ElemOp::gt: r = x > y ? 1.0f : 0.0f; break;
       case ElemOp::ge: r = x >= y ? 1.0f : 0.0f; break;
+      case ElemOp::floor: r = std::floor(x); break;
+      case ElemOp::ceil: r = std::ceil(x); break;
     }
     v[i] = r;
   }
@@ -178,7 +180,7 @@ std::optional<ElemOp> simple_op(const std::string& type) {
       {"Abs", ElemOp::abs},       {"Relu", ElemOp::relu},       {"Sigmoid", ElemOp::sigmoid},
       {"Tanh", ElemOp::tanh},     {"Erf", ElemOp::erf},         {"Exp", ElemOp::exp},   {"Log", ElemOp::log},
       {"Sqrt", ElemOp::sqrt},     {"Reciprocal", ElemOp::reciprocal}, {"Cast", ElemOp::identity},
-      {"LeakyRelu", ElemOp::leaky_relu}, {"Clip", ElemOp::clip},
+      {"LeakyRelu", ElemOp::leaky_relu}, {"Clip", ElemOp::clip}, {"Floor", ElemOp::floor}, {"Ceil", ElemOp::ceil},
   };
   for (const auto& [name, op] : table)
     if (type == name) return op;

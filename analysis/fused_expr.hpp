@@ -20,6 +20,7 @@ enum class ElemOp : std::uint8_t {
   neg, abs, relu, sigmoid, tanh, erf, exp, log, sqrt, reciprocal, identity,  // unary
   clip, leaky_relu,                                         // unary with parameters
   gt, ge,  // binary comparisons as 1.0f / 0.0f (a > b, a >= b): the selections of derivatives (relu', max')
+  floor, ceil,  // unary rounding (timm's DropPath mask floor(keep_prob + u)); derivative 0
 };
 const char* elem_op_name(ElemOp op) noexcept;
 int elem_op_arity(ElemOp op) noexcept;  // 0 for leaves

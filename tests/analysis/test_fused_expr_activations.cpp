@@ -124,3 +124,12 @@ TEST_CASE("Sum, Mean, Max and Min fold any number of inputs, and ties split Max'
   CHECK(expressible_activation(op_of("Max", {}, 3)));
   CHECK_FALSE(expressible_activation(op_of("Relu", {}, 1)));
 }
+
+TEST_CASE("floor and ceil nodes round (DropPath's mask) and pass no gradient") {
+  const FusedExpr e = FusedExpr::parse("in 0;const 0.5;add 0 1;floor 2;in 1;ceil 4;mul 3 5");
+  CHECK(e.to_string() == FusedExpr::parse(e.to_string()).to_string());
+  CHECK(eval(e, {0.7f, 1.2f}) == doctest::Approx(2.0));   // floor(1.2) * ceil(1.2)
+  CHECK(eval(e, {0.2f, -1.5f}) == doctest::Approx(-0.0));  // floor(0.7) = 0
+  const FusedExpr d = gradient_expr(e, 0);
+  CHECK(eval(d, {0.7f, 1.2f, 1.0f}) == 0.0f);
+}
