@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "analysis/fused_expr.hpp"
 #include "analysis/graph.hpp"
 #include "analysis/training.hpp"
 
@@ -76,7 +77,12 @@ void add_tensor_grads(GradTable& t);
 void add_loss_grads(GradTable& t);  // MSELoss, CrossEntropyLoss, SumLoss
 void add_fused_grads(GradTable& t);  // memplan::FusedAttention
 void add_fused_elementwise_grads(GradTable& t);  // memplan::FusedElementwise
+void add_math_grads(GradTable& t);  // activations and variadic ops by their expressions, CumSum, Tile (autodiff_math.cpp)
 // The op registry (ops.cpp) owns the table built from these; look rules up with op_registry().
+
+// Per wanted input of the op being differentiated, one memplan::FusedElementwise computing dy * d e / d input
+// (gradient_expr) at the output's shape, summed down to the input's (autodiff_fused_elementwise.cpp).
+void expression_grads(GradContext& c, const FusedExpr& e);
 
 // Appends opts.loss on the first float graph output (TrainingOptions::loss says what each is: a new input
 // "target" for mse, "labels" for ce); makes the loss the only graph output and returns it.
@@ -102,6 +108,10 @@ void add_optimizer(Graph& g, const TrainingOptions& opts, TrainingGraph& tg);
 std::string unique_name(const Graph& g, const std::string& base);
 // Rewrites the forward ops so that they output what backward reads (training_forward.cpp).
 void prepare_forward(Graph& g);
+
+// The sorted, normalized axes a ReduceX op folds (attribute or constant input; all when empty); nullopt when it
+// reduces nothing (noop_with_empty_axes). ErrorKind::unsupported when the axes are computed at run time.
+std::optional<std::vector<std::int64_t>> reduced_axes(const GradContext& c);
 
 // Attribute helpers.
 Attribute attr_i(std::int64_t v);

@@ -7,9 +7,12 @@
 namespace memplan::analysis::autodiff {
 namespace {
 
-void fused_elementwise(GradContext& c) {
+void fused_elementwise(GradContext& c) { expression_grads(c, FusedExpr::parse(c.fwd().attr_string("expr", ""))); }
+
+}  // namespace
+
+void expression_grads(GradContext& c, const FusedExpr& e) {
   const Op fwd = c.fwd();
-  const FusedExpr e = FusedExpr::parse(fwd.attr_string("expr", ""));
   if (e.num_inputs > fwd.inputs.size())
     fail(ErrorKind::invalid_graph, c.where() + ": its expression reads " + std::to_string(e.num_inputs) + " operands of " +
                                        std::to_string(fwd.inputs.size()));
@@ -42,8 +45,6 @@ void fused_elementwise(GradContext& c) {
     c.give_reduced(i, full);
   }
 }
-
-}  // namespace
 
 void add_fused_elementwise_grads(GradTable& t) { t[std::string(kFusedOpType)] = {fused_elementwise, kAll, 1u}; }
 

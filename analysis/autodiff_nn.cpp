@@ -177,19 +177,9 @@ void global_average_pool(GradContext& c) {
 void reduce(GradContext& c) {
   const Op& f = c.fwd();
   const Shape x = c.shape(c.in(0));
-  std::vector<std::int64_t> raw = f.attr_ints("axes");
-  if (f.input(1) != kNoTensor) {
-    const Tensor& t = c.tensor(f.input(1));
-    if (!t.data) c.unsupported("axes are computed at run time");
-    raw = t.data->as_int64();
-  }
-  if (raw.empty() && f.attr_int("noop_with_empty_axes", 0) != 0) return c.give(0, c.dy());
-  std::vector<std::int64_t> axes;
-  if (raw.empty())
-    for (std::size_t k = 0; k < x.size(); ++k) axes.push_back(static_cast<std::int64_t>(k));
-  for (auto a : raw) axes.push_back(static_cast<std::int64_t>(positive_axis(c, a, x.size())));
-  std::sort(axes.begin(), axes.end());
-  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+  const auto reduced = reduced_axes(c);
+  if (!reduced) return c.give(0, c.dy());
+  const std::vector<std::int64_t>& axes = *reduced;
   std::int64_t n = 1;
   for (auto a : axes) n *= x[static_cast<std::size_t>(a)];
   const double scale = f.type == "ReduceMean" && n > 0 ? 1.0 / static_cast<double>(n) : 1.0;
@@ -197,6 +187,25 @@ void reduce(GradContext& c) {
 }
 
 }  // namespace
+
+std::optional<std::vector<std::int64_t>> reduced_axes(const GradContext& c) {
+  const Op& f = c.fwd();
+  const Shape x = c.shape(c.in(0));
+  std::vector<std::int64_t> raw = f.attr_ints("axes");
+  if (f.input(1) != kNoTensor) {
+    const Tensor& t = c.tensor(f.input(1));
+    if (!t.data) c.unsupported("axes are computed at run time");
+    raw = t.data->as_int64();
+  }
+  if (raw.empty() && f.attr_int("noop_with_empty_axes", 0) != 0) return std::nullopt;
+  std::vector<std::int64_t> axes;
+  if (raw.empty())
+    for (std::size_t k = 0; k < x.size(); ++k) axes.push_back(static_cast<std::int64_t>(k));
+  for (auto a : raw) axes.push_back(static_cast<std::int64_t>(positive_axis(c, a, x.size())));
+  std::sort(axes.begin(), axes.end());
+  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+  return axes;
+}
 
 void add_nn_grads(GradTable& t) {
   t["Conv"] = {conv, 7u, 1u};

@@ -12,10 +12,10 @@ namespace memplan::analysis {
 
 namespace {
 
-constexpr std::array<const char*, 24> kNames = {
+constexpr std::array<const char*, 26> kNames = {
     "in",  "const", "add", "sub",  "mul",     "div", "pow", "max",  "min",        "neg",      "abs",
     "relu", "sigmoid", "tanh", "erf", "exp", "log", "sqrt", "reciprocal", "identity", "clip", "leaky_relu",
-    "gt",   "ge",
+    "gt",   "ge",    "floor", "ceil",
 };
 
 // Reads a double written by fmt_double ("inf", "-inf" and "nan" included, which >> rejects).
@@ -141,6 +141,8 @@ float FusedExpr::evaluate(const float* operand_values, float* v) const {
       case ElemOp::leaky_relu: r = x >= 0.0f ? x : x * static_cast<float>(n.p0); break;
       case ElemOp::gt: r = x > y ? 1.0f : 0.0f; break;
       case ElemOp::ge: r = x >= y ? 1.0f : 0.0f; break;
+      case ElemOp::floor: r = std::floor(x); break;
+      case ElemOp::ceil: r = std::ceil(x); break;
     }
     v[i] = r;
   }
@@ -178,7 +180,7 @@ std::optional<ElemOp> simple_op(const std::string& type) {
       {"Abs", ElemOp::abs},       {"Relu", ElemOp::relu},       {"Sigmoid", ElemOp::sigmoid},
       {"Tanh", ElemOp::tanh},     {"Erf", ElemOp::erf},         {"Exp", ElemOp::exp},   {"Log", ElemOp::log},
       {"Sqrt", ElemOp::sqrt},     {"Reciprocal", ElemOp::reciprocal}, {"Cast", ElemOp::identity},
-      {"LeakyRelu", ElemOp::leaky_relu}, {"Clip", ElemOp::clip},
+      {"LeakyRelu", ElemOp::leaky_relu}, {"Clip", ElemOp::clip}, {"Floor", ElemOp::floor}, {"Ceil", ElemOp::ceil},
   };
   for (const auto& [name, op] : table)
     if (type == name) return op;
@@ -187,8 +189,9 @@ std::optional<ElemOp> simple_op(const std::string& type) {
 
 }  // namespace
 
-std::optional<FusedExpr> elementwise_expr(const Graph& g, OpId id) {
-  const Op& op = g.ops[id];
+std::optional<FusedExpr> elementwise_expr(const Graph& g, OpId id) { return elementwise_expr(g, g.ops[id]); }
+
+std::optional<FusedExpr> elementwise_expr(const Graph& g, const Op& op) {
   if (op.domain == kMemplanDomain && op.type == kFusedOpType) return FusedExpr::parse(op.attr_string("expr", ""));
   if (!op.domain.empty() && op.domain != "ai.onnx") return std::nullopt;
   if (!all_f32(g, op) || op.inputs.empty()) return std::nullopt;
@@ -212,6 +215,15 @@ std::optional<FusedExpr> elementwise_expr(const Graph& g, OpId id) {
     const auto er = e.add({ElemOp::erf, e.add({ElemOp::div, x, r2, 0, 0}), 0, 0, 0});
     const auto one = e.add({ElemOp::add, er, e.add({ElemOp::constant, 0, 0, 1.0, 0}), 0, 0});
     e.add({ElemOp::mul, e.add({ElemOp::mul, x, e.add({ElemOp::constant, 0, 0, 0.5, 0}), 0, 0}), one, 0, 0});
+    return e;
+  }
+  if (expressible_activation(op)) {  // fused_expr_activations.cpp
+    std::vector<std::uint32_t> xs;
+    for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+      if (op.inputs[i] == kNoTensor) return std::nullopt;
+      xs.push_back(operand(e, g, op, i));
+    }
+    build_activation(e, op, xs);
     return e;
   }
   auto kind = simple_op(op.type);

@@ -20,6 +20,7 @@ enum class ElemOp : std::uint8_t {
   neg, abs, relu, sigmoid, tanh, erf, exp, log, sqrt, reciprocal, identity,  // unary
   clip, leaky_relu,                                         // unary with parameters
   gt, ge,  // binary comparisons as 1.0f / 0.0f (a > b, a >= b): the selections of derivatives (relu', max')
+  floor, ceil,  // unary rounding (timm's DropPath mask floor(keep_prob + u)); derivative 0
 };
 const char* elem_op_name(ElemOp op) noexcept;
 int elem_op_arity(ElemOp op) noexcept;  // 0 for leaves
@@ -67,5 +68,12 @@ FusedExpr gradient_expr(const FusedExpr& e, std::uint32_t input);
 // parameters are known), with the op's inputs as operands 0..n-1; nullopt otherwise. A
 // FusedElementwise op returns its own expression.
 std::optional<FusedExpr> elementwise_expr(const Graph& g, OpId op);
+std::optional<FusedExpr> elementwise_expr(const Graph& g, const Op& op);
+
+// Ops written with the nodes above (fused_expr_activations.cpp): ELU, SELU, CELU, ThresholdedRelu, HardSigmoid,
+// HardSwish, Softplus, Softsign, Shrink, Mish, PRelu, and Sum, Mean, Max, Min of any arity. build_activation appends
+// `op`'s nodes over its operand nodes `xs` (one per input), the last one the result.
+bool expressible_activation(const Op& op);
+void build_activation(FusedExpr& e, const Op& op, const std::vector<std::uint32_t>& xs);
 
 }  // namespace memplan::analysis

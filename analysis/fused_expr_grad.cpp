@@ -231,7 +231,9 @@ class Reverse {
         return;
       }
       case ElemOp::gt:
-      case ElemOp::ge: return;  // piecewise constant
+      case ElemOp::ge:
+      case ElemOp::floor:
+      case ElemOp::ceil: return;  // piecewise constant
     }
   }
 

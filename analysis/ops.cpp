@@ -39,6 +39,7 @@ const autodiff::GradTable& grad_rules() {
     autodiff::add_loss_grads(t);
     autodiff::add_fused_grads(t);
     autodiff::add_fused_elementwise_grads(t);
+    autodiff::add_math_grads(t);
     return t;
   }();
   return table;

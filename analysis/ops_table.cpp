@@ -151,6 +151,10 @@ std::vector<OpSpec> build() {
 
       // Random draws.
       nondiff(onnx("RandomUniformLike", K::random, &per_element<2>, "uniform random numbers in [low, high) of the input's shape (stochastic depth)")),
+      nondiff(onnx("RandomNormalLike", K::random, &per_element<8>, "normal random numbers (mean, scale) of the input's shape")),
+      nondiff(onnx("RandomUniform", K::random, &per_element<2>, "uniform random numbers in [low, high) of the `shape` attribute")),
+      nondiff(onnx("RandomNormal", K::random, &per_element<8>, "normal random numbers (mean, scale) of the `shape` attribute")),
+      nondiff(onnx("Bernoulli", K::random, &per_element<2>, "1 with probability p (the input), else 0 (stochastic depth masks)")),
       params(identity_in_inference(inplace(onnx("Dropout", K::random, &per_element<2>, "zeroes random elements in training mode and scales the rest; also the mask"), 1u)), 0, kBut0),
 
       // Normalization.

@@ -67,6 +67,30 @@ void random_like_op(OpContext& c) {
   c.set_output(0, static_cast<DType>(code), c.in_shape(0));
 }
 
+// RandomNormal / RandomUniform: the `shape` attribute's dims (each >= 0), the `dtype` attribute's float type
+// (float32 when absent).
+void random_op(OpContext& c) {
+  const Attribute* shape = c.op().attr("shape");
+  if (!shape) c.fail_shape("the required attribute 'shape' is missing");
+  const Shape dims = c.op().attr_ints("shape");
+  for (auto d : dims)
+    if (d < 0) c.fail_shape("shape " + shape_str(dims) + " has a negative dim");
+  c.product(dims);  // overflow is an error here, not in the kernel
+  const std::int64_t code = c.op().attr_int("dtype", static_cast<std::int64_t>(DType::f32));
+  if (code < 1 || code > kMaxDType || !dtype_is_float(static_cast<DType>(code)))
+    c.fail_shape("dtype " + std::to_string(code) + " is not a floating-point element type");
+  c.set_output(0, static_cast<DType>(code), dims);
+}
+
+// Bernoulli: 0/1 draws of the input's shape in the `dtype` attribute's type (the input's when absent); the input
+// holds float probabilities.
+void bernoulli_op(OpContext& c) {
+  if (!dtype_is_float(c.in_dtype(0))) c.fail_shape("input 0 must hold floating-point probabilities");
+  const std::int64_t code = c.op().attr_int("dtype", static_cast<std::int64_t>(c.in_dtype(0)));
+  if (code < 1 || code > kMaxDType) c.fail_shape("dtype " + std::to_string(code) + " is not an element type");
+  c.set_output(0, static_cast<DType>(code), c.in_shape(0));
+}
+
 }  // namespace
 
 void add_elementwise_rules(RuleTable& t) {
@@ -91,6 +115,10 @@ void add_elementwise_rules(RuleTable& t) {
   t["PRelu"].shape = &prelu_op;
   t["Dropout"].shape = &dropout_op;
   t["RandomUniformLike"].shape = &random_like_op;
+  t["RandomNormalLike"].shape = &random_like_op;
+  t["RandomNormal"].shape = &random_op;
+  t["RandomUniform"].shape = &random_op;
+  t["Bernoulli"].shape = &bernoulli_op;
 }
 
 }  // namespace memplan::analysis::shape_detail

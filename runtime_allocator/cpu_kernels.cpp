@@ -54,6 +54,8 @@ KernelTable build_table() {
   add_training_kernels(t);
   add_attention_kernels(t);
   add_loss_kernels(t);
+  add_activation_kernels(t);
+  add_random_kernels(t);
   return t;
 }
 

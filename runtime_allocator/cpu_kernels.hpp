@@ -64,6 +64,10 @@ void add_gradient_shape_kernels(KernelTable& t);
 void add_loss_scaling_kernels(KernelTable& t);  // AmpUnscale, AmpUpdateScale (fp16 loss scaling)
 void add_attention_kernels(KernelTable& t);  // FusedAttention and its gradient
 void add_loss_kernels(KernelTable& t);  // CrossEntropyLoss, SumLoss and their gradients
+void add_activation_kernels(KernelTable& t);  // ops evaluated through their fused expressions (kernels_activations.cpp)
+void add_random_kernels(KernelTable& t);  // RandomNormal(Like), RandomUniform, Bernoulli (kernels_random.cpp)
+// Evaluates analysis::build_activation's expression of `op` over float32 inputs (numpy broadcasting).
+void run_activation_expression(const Op& op, const Refs& in, const Refs& out);
 
 // bf16 and f16 (kernels_low_precision.cpp): an op with a bf16/f16 input or output runs its f32 kernel on f32
 // copies of those inputs and outputs; each output is then rounded to nearest even into its own dtype. So a

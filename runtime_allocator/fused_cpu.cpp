@@ -6,7 +6,11 @@
 namespace memplan::runtime {
 
 void run_fused_cpu(const analysis::Op& op, const std::vector<TensorRef>& in, const std::vector<TensorRef>& out) {
-  const analysis::FusedExpr e = analysis::FusedExpr::parse(op.attr_string("expr", ""));
+  run_expression_cpu(op, analysis::FusedExpr::parse(op.attr_string("expr", "")), in, out);
+}
+
+void run_expression_cpu(const analysis::Op& op, const analysis::FusedExpr& e, const std::vector<TensorRef>& in,
+                        const std::vector<TensorRef>& out) {
   if (in.size() < e.num_inputs || out.empty() || !out[0].data)
     fail(ErrorKind::invalid_graph, "fused op '" + op.name + "' has " + std::to_string(in.size()) + " inputs for an expression of " +
                                        std::to_string(e.num_inputs));

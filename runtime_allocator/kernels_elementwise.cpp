@@ -35,7 +35,7 @@ MEMPLAN_UNARY(k_abs, std::fabs(x))
 MEMPLAN_UNARY(k_reciprocal, 1.0f / x)
 MEMPLAN_UNARY(k_floor, std::floor(x))
 MEMPLAN_UNARY(k_ceil, std::ceil(x))
-MEMPLAN_UNARY(k_softplus, std::log1p(std::exp(x)))
+MEMPLAN_UNARY(k_softplus, std::fmax(x, 0.0f) + std::log1p(std::exp(-std::fabs(x))))  // no overflow
 MEMPLAN_UNARY(k_leaky_relu, x >= 0.0f ? x : x * static_cast<float>(op.attr_float("alpha", 0.01)))
 MEMPLAN_UNARY(k_elu, x >= 0.0f ? x : static_cast<float>(op.attr_float("alpha", 1.0)) * (std::exp(x) - 1.0f))
 MEMPLAN_UNARY(k_hard_sigmoid, std::fmax(0.0f, std::fmin(1.0f, static_cast<float>(op.attr_float("alpha", 0.2)) * x +
@@ -141,7 +141,7 @@ MEMPLAN_BINARY(k_or, false, x || y)
 template <KernelFn F2>
 void variadic(const Op& op, const Refs& in, const Refs& out) {
   if (in.size() == 1) return copy_if_moved(out[0].data, required(op, in, 0).data, out[0].bytes);
-  if (in.size() != 2) unsupported(op, "only one or two inputs are supported");
+  if (in.size() != 2) return run_activation_expression(op, in, out);  // float32: one broadcast pass over all
   F2(op, in, out);
 }
 

@@ -8,7 +8,7 @@
 namespace memplan::runtime::cpu {
 namespace {
 
-enum class Reduce { mean, sum, max, min, prod, sum_square };
+enum class Reduce { mean, sum, max, min, prod, sum_square, l1, l2, log_sum_exp };
 
 // Axes from the attribute (older opsets) or the optional second input (ReduceSum 13+, all in 18+).
 std::vector<bool> reduced_axes(const Op& op, const Refs& in, std::size_t rank) {
@@ -37,10 +37,22 @@ void k_reduce(const Op& op, const Refs& in, const Refs& out) {
   if (kKind == Reduce::prod) init = 1.0f;
   std::vector<float> acc(static_cast<std::size_t>(n_out), init);
   const float* px = x.as<float>();
+  std::vector<float> shift(static_cast<std::size_t>(n_out), 0.0f);  // log_sum_exp: each row's maximum, exp(v - max) summed
+  if (kKind == Reduce::log_sum_exp) {
+    std::fill(shift.begin(), shift.end(), -std::numeric_limits<float>::infinity());
+    strided_loop(x.shape, {ostride}, [&](std::int64_t i, const Offsets& o) {
+      float& m = shift[static_cast<std::size_t>(o[0])];
+      m = px[i] > m ? px[i] : m;
+    });
+    for (float& m : shift) m = std::isfinite(m) ? m : 0.0f;
+  }
   strided_loop(x.shape, {ostride}, [&](std::int64_t i, const Offsets& o) {
     float& a = acc[static_cast<std::size_t>(o[0])];
     const float v = px[i];
     switch (kKind) {
+      case Reduce::l1: a += std::fabs(v); break;
+      case Reduce::l2: a += v * v; break;
+      case Reduce::log_sum_exp: a += std::exp(v - shift[static_cast<std::size_t>(o[0])]); break;
       case Reduce::mean: case Reduce::sum: a += v; break;
       case Reduce::sum_square: a += v * v; break;
       case Reduce::max: a = v > a ? v : a; break;
@@ -49,8 +61,13 @@ void k_reduce(const Op& op, const Refs& in, const Refs& out) {
     }
   });
   float* py = out[0].as<float>();
-  for (std::int64_t i = 0; i < n_out; ++i)
-    py[i] = kKind == Reduce::mean ? acc[static_cast<std::size_t>(i)] / static_cast<float>(n_red) : acc[static_cast<std::size_t>(i)];
+  for (std::int64_t i = 0; i < n_out; ++i) {
+    const float a = acc[static_cast<std::size_t>(i)];
+    if (kKind == Reduce::mean) py[i] = a / static_cast<float>(n_red);
+    else if (kKind == Reduce::l2) py[i] = std::sqrt(a);
+    else if (kKind == Reduce::log_sum_exp) py[i] = std::log(a) + shift[static_cast<std::size_t>(i)];
+    else py[i] = a;
+  }
 }
 
 // Softmax along one axis (opset 13 semantics) over x viewed as [outer, n, inner].
@@ -115,6 +132,9 @@ void add_reduce_kernels(KernelTable& t) {
   t["ReduceMin"] = {k_reduce<Reduce::min>, false};
   t["ReduceProd"] = {k_reduce<Reduce::prod>, false};
   t["ReduceSumSquare"] = {k_reduce<Reduce::sum_square>, false};
+  t["ReduceL1"] = {k_reduce<Reduce::l1>, false};
+  t["ReduceL2"] = {k_reduce<Reduce::l2>, false};
+  t["ReduceLogSumExp"] = {k_reduce<Reduce::log_sum_exp>, false};
   // Each row is read completely (statistics) before its outputs are written.
   t["Softmax"] = {k_softmax<false>, true};
   t["LogSoftmax"] = {k_softmax<true>, true};

@@ -133,6 +133,16 @@ void k_gather(const Op& op, const Refs& in, const Refs& out) {
 
 void k_expand(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& x = required(op, in, 0);
+  // The shape input as it is at run time (computed by Shape ops, or fed) must broadcast x to the planned output.
+  const auto target = int_values(op, required(op, in, 1));
+  const std::size_t rank = std::max(x.shape.size(), target.size());
+  bool agrees = out[0].shape.size() == rank;
+  for (std::size_t k = 0; agrees && k < rank; ++k) {
+    const std::int64_t a = k + x.shape.size() >= rank ? x.shape[k + x.shape.size() - rank] : 1;
+    const std::int64_t b = k + target.size() >= rank ? target[k + target.size() - rank] : 1;
+    agrees = (a == b || a == 1 || b == 1) && out[0].shape[k] == (a == 1 ? b : a);
+  }
+  if (!agrees) fail(ErrorKind::runtime, "op '" + op.name + "' (Expand): the shape input's values at run time do not give the planned output shape");
   gather_strided(x, 0, broadcast_strides(x.shape, out[0].shape), out[0]);
 }
 

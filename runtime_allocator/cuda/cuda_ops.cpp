@@ -8,6 +8,7 @@
 #include "runtime_allocator/cuda/cuda_state.hpp"
 #include "runtime_allocator/cuda/kernels.hpp"
 #include "runtime_allocator/cuda/kernels_pad_random.hpp"
+#include "runtime_allocator/cuda/kernels_random.hpp"
 
 namespace memplan::runtime::cuda {
 
@@ -298,6 +299,10 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"Gather", {run_gather, false, false, kAny}},
       {"Pad", {run_pad, false, false, kCopy}},  // cuda_pad_random.cpp
       {"RandomUniformLike", {run_random_uniform_like, false, false, kAny}},
+      {"RandomNormalLike", {run_random_normal, false, false, kAny}},
+      {"RandomNormal", {run_random_normal, false, false, kAny}},
+      {"RandomUniform", {run_random_uniform, false, false, kAny}},
+      {"Bernoulli", {run_bernoulli, false, false, kAny}},
       {"CumSum", {run_cum_sum, false, false, kCumSum}},
       {"GatherElements", {run_gather_elements, false, false, kCopy}},
       {"Softmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, false); }, true, false, kFloat}},

@@ -68,6 +68,8 @@ std::string node_code(const ExprNode& n) {
     case ElemOp::leaky_relu: return a + " >= 0.0f ? " + a + " : " + a + " * " + literal(n.p0);
     case ElemOp::gt: return a + " > " + b + " ? 1.0f : 0.0f";
     case ElemOp::ge: return a + " >= " + b + " ? 1.0f : 0.0f";
+    case ElemOp::floor: return "floorf(" + a + ")";
+    case ElemOp::ceil: return "ceilf(" + a + ")";
   }
   return a;
 }

@@ -212,6 +212,33 @@ inline const std::vector<Example>& examples() {
     v.push_back({"memplan", "AmpUnscale", {x({2, 3}), f32(4.0), f32(0.0)}, {{{2, 3}}, {{}}}, A{{"reset", i(0)}}});
     v.push_back({"memplan", "AmpUpdateScale", {f32(1024.0), tracker, f32(0.0)}, {{{}}, {{}, DType::i32}},
                  A{{"growth_factor", f(2.0)}, {"backoff_factor", f(0.5)}, {"growth_interval", i(2000)}}});
+    // Activations evaluated through their fused expressions (kinks kept off the value grid), variadic ops of three
+    // inputs, the remaining ReduceX gradients and Tile's, and the random draws (issue 16).
+    for (const char* u : {"Softsign"}) v.push_back(unary(u));
+    v.push_back(unary("ThresholdedRelu", {{"alpha", f(0.4)}}));
+    v.push_back(unary("Shrink", {{"lambd", f(0.4)}, {"bias", f(0.1)}}));
+    v.push_back(unary("Elu", {{"alpha", f(0.7)}}));
+    v.push_back(unary("Celu", {{"alpha", f(1.5)}}));
+    v.push_back(unary("HardSigmoid", {{"alpha", f(0.6)}, {"beta", f(0.4)}}));
+    v.push_back({"", "PRelu", {t({2, 3, 2}), t({3, 1})}});
+    v.push_back({"", "Max", {t({2, 3}), t({3}), t({2, 1})}});
+    v.push_back({"", "Min", {t({2, 3}), t({3}), t({2, 1})}});
+    v.push_back({"", "Mean", {t({2, 3}), t({3}), t({2, 1})}});
+    v.push_back({"", "Sum", {t({2, 3}), t({1, 3})}});
+    v.push_back({"", "Tile", {t({2, 3}), i64({2}, {2, 3})}});
+    v.push_back({"", "CumSum", {t({2, 3, 4}), i64({}, {-1})}, {{}}, A{{"exclusive", i(1)}, {"reverse", i(1)}}});
+    for (const char* r : {"ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp"}) {
+      v.push_back({"", r, {t({2, 3, 4})}, {{}}, A{{"axes", is({1})}, {"keepdims", i(0)}}});
+      v.push_back({"", r, {t({2, 3, 4})}, {{}}, A{{"axes", is({0, 2})}, {"keepdims", i(1)}}});
+    }
+    v.push_back({"", "Trilu", {t({3, 4}), i64({}, {1})}, {{}}, A{{"upper", i(0)}}});
+    v.push_back({"", "CastLike", {t({2, 3}), x({1})}});
+    v.push_back({"", "RandomNormalLike", {x({3, 4})}, {{}}, A{{"seed", i(3)}, {"mean", f(1.0)}, {"scale", f(2.0)}}});
+    v.push_back({"", "RandomNormal", {}, {{}}, A{{"shape", is({2, 5})}, {"seed", i(4)}}});
+    v.push_back({"", "RandomUniform", {}, {{}}, A{{"shape", is({4})}, {"low", f(-1.0)}, {"high", f(1.0)}, {"dtype", i(11)}}});
+    const ExampleInput probs{{2, 3}, DType::f32, Fill::distinct, false, std::vector<double>{0.1, 0.5, 0.9, 0.0, 1.0, 0.3}};
+    v.push_back({"", "Bernoulli", {probs}, {{}}, A{{"seed", i(2)}}});
+    v.push_back({"", "Bernoulli", {probs}, {{{}, DType::boolean}}, A{{"dtype", i(9)}}});
     return v;
   }();
   return all;

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <string>
 
 #include "analysis/error.hpp"
 #include "runtime_allocator/backend.hpp"
@@ -11,6 +12,18 @@ using namespace memplan;
 using namespace memplan::runtime;
 using analysis::DType;
 using analysis::TensorRole;
+
+namespace {
+
+// An ONNX op type the CPU backend has no kernel for (yet): the registry's first such, as kernels keep being added.
+std::string first_without_cpu_kernel() {
+  const auto cpu = registered_kernels("cpu");
+  for (const auto& info : analysis::op_registry().all())
+    if (info.domain.empty() && !std::binary_search(cpu.begin(), cpu.end(), info.id)) return std::string(info.type);
+  return {};
+}
+
+}  // namespace
 
 TEST_CASE("registered_kernels lists each backend's op ids, sorted, without a device") {
   const auto& reg = analysis::op_registry();
@@ -23,7 +36,8 @@ TEST_CASE("registered_kernels lists each backend's op ids, sorted, without a dev
   };
   CHECK(has(cpu, "", "Conv"));
   CHECK(has(cpu, "memplan", "SwapIn"));
-  CHECK_FALSE(has(cpu, "", "Sum"));
+  REQUIRE_FALSE(first_without_cpu_kernel().empty());
+  CHECK_FALSE(has(cpu, "", first_without_cpu_kernel()));
   const auto cuda = registered_kernels("cuda");
   CHECK(std::is_sorted(cuda.begin(), cuda.end()));
 #ifdef MEMPLAN_HAVE_CUDA
@@ -65,7 +79,7 @@ TEST_CASE("the CPU kernels name the dtype or rank they do not accept") {
   const auto y6 = og.result("y6", DType::f32, {1, 1, 2, 2, 2, 2});
   og.op("Conv", "", {x6, w6}, {y6});
   const auto r = og.result("r", DType::f32, {4});
-  og.op("Sum", "", {}, {r});  // an op without a CPU kernel (yet)
+  og.op(first_without_cpu_kernel(), "", {}, {r});  // an op without a CPU kernel (yet)
   const auto& g = og.g;
   CHECK(k.unsupported_reason(g, g.ops[0]) == std::string("dtype ") + analysis::dtype_name(DType::i64) + " of input 0");
   CHECK(k.unsupported_reason(g, g.ops[1]).empty());
