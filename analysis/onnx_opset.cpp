@@ -1,0 +1,103 @@
+// ONNX opset conversion through libonnx's version converter, with the checks its adapters assume done first.
+#include "analysis/onnx_opset.hpp"
+
+#include <onnx/defs/schema.h>
+#include <onnx/shape_inference/implementation.h>
+#include <onnx/version_converter/convert.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "analysis/error.hpp"
+#include "analysis/import.hpp"
+
+namespace memplan::analysis {
+
+namespace {
+
+bool default_domain(const std::string& domain) { return domain.empty() || domain == "ai.onnx"; }
+
+std::string node_label(const onnx::NodeProto& node, int index) {
+  return "node '" + (node.name().empty() ? node.op_type() + "_" + std::to_string(index) : node.name()) + "' (" +
+         node.op_type() + ")";
+}
+
+// The converter's assertion text without its source location ("file.h:66: adapt: Assertion `false` failed: ").
+std::string converter_reason(const std::string& what) {
+  const std::string marker = "failed: ";
+  const auto at = what.rfind(marker);
+  std::string reason = at == std::string::npos ? what : what.substr(at + marker.size());
+  while (!reason.empty() && (reason.back() == ' ' || reason.back() == '\n')) reason.pop_back();
+  return reason.empty() ? "no reason given" : reason;
+}
+
+// The first default-domain node whose op type the converter's message names, or -1.
+int node_named_in(const onnx::ModelProto& model, const std::string& reason) {
+  const auto& nodes = model.graph().node();
+  auto word = [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; };
+  for (int k = 0; k < nodes.size(); ++k) {
+    const std::string& type = nodes[k].op_type();
+    if (!default_domain(nodes[k].domain()) || type.empty()) continue;
+    for (auto at = reason.find(type); at != std::string::npos; at = reason.find(type, at + 1)) {
+      const bool starts = at == 0 || !word(reason[at - 1]);
+      const bool ends = at + type.size() == reason.size() || !word(reason[at + type.size()]);
+      if (starts && ends) return k;
+    }
+  }
+  return -1;
+}
+
+// Every default-domain node has a schema at `opset` and satisfies it.
+void check_nodes(const onnx::ModelProto& model, std::int64_t opset, const std::string& origin) {
+  const auto& nodes = model.graph().node();
+  for (int k = 0; k < nodes.size(); ++k) {
+    const onnx::NodeProto& node = nodes[k];
+    if (!default_domain(node.domain())) continue;
+    const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(opset), "");
+    if (!schema || schema->Deprecated())
+      fail(ErrorKind::unsupported, origin + ": " + node_label(node, k) + ": ONNX opset " + std::to_string(opset) +
+                                       " has no op " + node.op_type() + ", so the model cannot be converted to a supported opset");
+    try {
+      schema->Verify(node);
+    } catch (const std::exception& e) {
+      fail(ErrorKind::unsupported, origin + ": " + node_label(node, k) + " does not match its ONNX opset " +
+                                       std::to_string(opset) + " schema (" + converter_reason(e.what()) + ")");
+    }
+  }
+}
+
+}  // namespace
+
+std::int64_t nearest_supported_opset(std::int64_t opset) { return std::clamp(opset, kMinOpset, kMaxOpset); }
+
+onnx::ModelProto convert_opset(const onnx::ModelProto& model, std::int64_t from, std::int64_t to, const std::string& origin) {
+  const std::string range = std::to_string(kMinOpset) + ".." + std::to_string(kMaxOpset);
+  if (from < 1)
+    fail(ErrorKind::unsupported, origin + ": default-domain opset " + std::to_string(from) +
+                                     " is not an ONNX opset (they start at 1; memplan runs " + range + ")");
+  const auto known = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map().at("");
+  if (from > known.second || to > known.second)
+    fail(ErrorKind::unsupported, origin + ": default-domain opset " + std::to_string(from) + " is outside the supported range " +
+                                     range + ", and libonnx's version converter knows opsets " + std::to_string(known.first) +
+                                     ".." + std::to_string(known.second) + " only, so it cannot convert it to opset " +
+                                     std::to_string(to));
+  check_nodes(model, from, origin);
+  std::string reason;
+  try {
+    // The broadcasting adapters (Add, Mul, Gemm 6 -> 7) read their inputs' shapes: ONNX's own shape inference
+    // fills value_info first (best effort: in its default mode a node it cannot infer is left without shapes).
+    onnx::ModelProto shaped = model;
+    onnx::shape_inference::InferShapes(shaped);
+    return onnx::version_conversion::ConvertVersion(shaped, static_cast<int>(to));
+  } catch (const std::exception& e) {
+    reason = converter_reason(e.what());
+  } catch (...) {
+    reason = "an unknown exception";
+  }
+  const int k = node_named_in(model, reason);
+  const std::string who = k >= 0 ? node_label(model.graph().node(k), k) + ": " : "";
+  fail(ErrorKind::unsupported, origin + ": " + who + "libonnx's version converter cannot convert the model from opset " +
+                                   std::to_string(from) + " to opset " + std::to_string(to) + " (" + reason + ")");
+}
+
+}  // namespace memplan::analysis
