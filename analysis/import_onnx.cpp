@@ -277,6 +277,11 @@ Graph graph_from_model(const Ctx& c, const onnx::ModelProto& model, std::int64_t
       if (a.name().empty()) c.bad(ErrorKind::malformed, "node '" + op.name + "' has an attribute without a name");
       op.attrs[a.name()] = attribute_from_proto(c, node, a);
     }
+    // Before opset 13 Softmax, LogSoftmax and Hardmax default to axis 1 (from 13 on: -1). Spelled out, the
+    // kernels read it as opset 13 does; the two agree whenever the dims after the axis are 1 (CNN classifiers).
+    if (opset < 13 && op.domain.empty() && (op.type == "Softmax" || op.type == "LogSoftmax" || op.type == "Hardmax") &&
+        !op.attrs.count("axis"))
+      op.attrs["axis"] = Attribute{.kind = Attribute::Kind::i, .i = 1};
     const bool constant = op.domain.empty() && op.type == "Constant";
     if (constant && node.output_size() != 1) c.bad(ErrorKind::malformed, "Constant node '" + op.name + "' must have one output");
     for (const auto& out : node.output()) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <unordered_set>
 
 #include "analysis/error.hpp"
 #include "analysis/import.hpp"
@@ -66,6 +67,22 @@ void check_nodes(const onnx::ModelProto& model, std::int64_t opset, const std::s
   }
 }
 
+// The converter's IR import (libonnx 1.12) reads an initializer only when the graph lists it as an input too,
+// as IR 3 required: an IR >= 4 model's other initializers would be "undefined". Listing them changes nothing
+// for memplan's importer, which reads an input that is also an initializer as a weight.
+void list_initializers_as_inputs(onnx::GraphProto& g) {
+  std::unordered_set<std::string> inputs;
+  for (const auto& vi : g.input()) inputs.insert(vi.name());
+  for (const auto& init : g.initializer()) {
+    if (!inputs.insert(init.name()).second) continue;
+    onnx::ValueInfoProto* vi = g.add_input();
+    vi->set_name(init.name());
+    auto* tt = vi->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(init.data_type());
+    for (auto d : init.dims()) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  }
+}
+
 }  // namespace
 
 std::int64_t nearest_supported_opset(std::int64_t opset) { return std::clamp(opset, kMinOpset, kMaxOpset); }
@@ -87,6 +104,7 @@ onnx::ModelProto convert_opset(const onnx::ModelProto& model, std::int64_t from,
     // The broadcasting adapters (Add, Mul, Gemm 6 -> 7) read their inputs' shapes: ONNX's own shape inference
     // fills value_info first (best effort: in its default mode a node it cannot infer is left without shapes).
     onnx::ModelProto shaped = model;
+    list_initializers_as_inputs(*shaped.mutable_graph());
     onnx::shape_inference::InferShapes(shaped);
     return onnx::version_conversion::ConvertVersion(shaped, static_cast<int>(to));
   } catch (const std::exception& e) {

@@ -52,6 +52,7 @@ KernelTable build_table() {
   add_training_kernels(t);
   add_attention_kernels(t);
   add_loss_kernels(t);
+  add_onnx_legacy_kernels(t);
   return t;
 }
 

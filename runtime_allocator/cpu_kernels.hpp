@@ -61,6 +61,7 @@ void add_gradient_shape_kernels(KernelTable& t);
 void add_loss_scaling_kernels(KernelTable& t);  // AmpUnscale, AmpUpdateScale (fp16 loss scaling)
 void add_attention_kernels(KernelTable& t);  // FusedAttention and its gradient
 void add_loss_kernels(KernelTable& t);  // CrossEntropyLoss, SumLoss and their gradients
+void add_onnx_legacy_kernels(KernelTable& t);  // Sum, Mean, LRN, InstanceNormalization
 
 // bf16 and f16 (kernels_low_precision.cpp): an op with a bf16/f16 input or output runs its f32 kernel on f32
 // copies of those inputs and outputs; each output is then rounded to nearest even into its own dtype. So a

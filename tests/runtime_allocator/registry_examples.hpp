@@ -196,6 +196,10 @@ inline const std::vector<Example>& examples() {
     v.push_back({"memplan", "AmpUnscale", {x({2, 3}), f32(4.0), f32(0.0)}, {{{2, 3}}, {{}}}, A{{"reset", i(0)}}});
     v.push_back({"memplan", "AmpUpdateScale", {f32(1024.0), tracker, f32(0.0)}, {{{}}, {{}, DType::i32}},
                  A{{"growth_factor", f(2.0)}, {"backoff_factor", f(0.5)}, {"growth_interval", i(2000)}}});
+    // ONNX ops of the backend suites (runtime_allocator/kernels_onnx_legacy.cpp): forward kernels only.
+    v.push_back({"", "Mean", {x({2, 3}), x({2, 3}), x({3})}});
+    v.push_back({"", "LRN", {x({2, 5, 2, 2})}, {{}}, A{{"size", i(3)}, {"alpha", f(1e-3)}, {"beta", f(0.75)}, {"bias", f(1.0)}}});
+    v.push_back({"", "InstanceNormalization", {x({2, 3, 2, 2}), x({3}), x({3})}, {{}}, A{{"epsilon", f(1e-5)}}});
     return v;
   }();
   return all;
