@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "analysis/error.hpp"
@@ -83,6 +84,32 @@ void list_initializers_as_inputs(onnx::GraphProto& g) {
   }
 }
 
+// Before opset 7 a PRelu slope of shape [C] applied per channel (axis 1), as PyTorch's nn.PReLU(C) exports it;
+// from opset 7 it broadcasts from the right like numpy, and libonnx has no adapter for the change. A slope
+// initializer [C] read only by such a PRelu, whose input has a known rank r >= 3, becomes [C, 1, ..., 1]
+// (r - 1 dims): the same values, the same per-channel meaning under opset 7.
+void legacy_prelu_slopes(onnx::GraphProto& g) {
+  std::unordered_map<std::string, int> readers, rank;
+  for (const auto& node : g.node())
+    for (const auto& in : node.input()) ++readers[in];
+  for (const auto* list : {&g.input(), &g.value_info()})
+    for (const auto& vi : *list)
+      if (vi.type().has_tensor_type() && vi.type().tensor_type().has_shape())
+        rank[vi.name()] = vi.type().tensor_type().shape().dim_size();
+  for (const auto& node : g.node()) {
+    if (!default_domain(node.domain()) || node.op_type() != "PRelu" || node.input_size() != 2) continue;
+    const auto r = rank.find(node.input(0));
+    if (r == rank.end() || r->second < 3 || readers[node.input(1)] != 1) continue;
+    for (auto& init : *g.mutable_initializer()) {
+      if (init.name() != node.input(1) || init.dims_size() != 1 || init.dims(0) <= 1) continue;
+      for (int k = 1; k < r->second - 1; ++k) init.add_dims(1);
+      for (auto& vi : *g.mutable_input())
+        if (vi.name() == init.name() && vi.type().has_tensor_type() && vi.type().tensor_type().has_shape())
+          for (int k = 1; k < r->second - 1; ++k) vi.mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
+    }
+  }
+}
+
 }  // namespace
 
 std::int64_t nearest_supported_opset(std::int64_t opset) { return std::clamp(opset, kMinOpset, kMaxOpset); }
@@ -106,6 +133,7 @@ onnx::ModelProto convert_opset(const onnx::ModelProto& model, std::int64_t from,
     onnx::ModelProto shaped = model;
     list_initializers_as_inputs(*shaped.mutable_graph());
     onnx::shape_inference::InferShapes(shaped);
+    if (from < 7) legacy_prelu_slopes(*shaped.mutable_graph());
     return onnx::version_conversion::ConvertVersion(shaped, static_cast<int>(to));
   } catch (const std::exception& e) {
     reason = converter_reason(e.what());
