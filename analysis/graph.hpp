@@ -127,6 +127,7 @@ class Graph {
   std::string name;
   std::int64_t ir_version = 0;
   std::int64_t opset = 0;  // default-domain opset
+  std::int64_t converted_from_opset = 0;  // the file's default-domain opset when the importer converted it (else 0)
   std::vector<Tensor> tensors;
   std::vector<Op> ops;
   std::vector<TensorId> inputs;   // graph inputs fed by the user (not weights)

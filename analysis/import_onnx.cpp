@@ -11,6 +11,7 @@
 
 #include "analysis/import.hpp"
 #include "analysis/names.hpp"
+#include "analysis/onnx_opset.hpp"
 
 namespace memplan::analysis {
 
@@ -210,34 +211,40 @@ void add_value_info_input(const Ctx& c, Graph& g, const onnx::ValueInfoProto& vi
   g.inputs.push_back(g.add_tensor(std::move(t)));
 }
 
-}  // namespace
 
-Graph import_onnx_bytes(const std::string& bytes, const std::string& origin, const ImportOptions& opts) {
-  Ctx c{origin};
+onnx::ModelProto parse_model(const Ctx& c, const std::string& bytes) {
   onnx::ModelProto model;
-  {
-    google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
-    google::protobuf::io::CodedInputStream in(&raw);
-    in.SetTotalBytesLimit(static_cast<int>(std::min<std::uint64_t>(bytes.size() + 1, 0x7fffffff)));
-    in.SetRecursionLimit(64);
-    if (!model.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
-      c.bad(ErrorKind::malformed, "not a valid ONNX model (protobuf parse failed: truncated, garbage or nested too deeply)");
-  }
+  google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
+  google::protobuf::io::CodedInputStream in(&raw);
+  in.SetTotalBytesLimit(static_cast<int>(std::min<std::uint64_t>(bytes.size() + 1, 0x7fffffff)));
+  in.SetRecursionLimit(64);
+  if (!model.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
+    c.bad(ErrorKind::malformed, "not a valid ONNX model (protobuf parse failed: truncated, garbage or nested too deeply)");
   if (!model.has_graph() || model.ir_version() <= 0)
     c.bad(ErrorKind::malformed, "not an ONNX model (no graph or no IR version)");
   if (model.ir_version() > kMaxIrVersion)
     c.bad(ErrorKind::unsupported, "IR version " + std::to_string(model.ir_version()) + " is newer than supported (<= " + std::to_string(kMaxIrVersion) + ")");
-  Graph g;
-  g.ir_version = model.ir_version();
+  return model;
+}
+
+// The default-domain opset the model imports (0 when it imports none).
+std::int64_t default_opset(const Ctx& c, const onnx::ModelProto& model) {
+  std::int64_t opset = 0;
   int default_imports = 0;
   for (const auto& os : model.opset_import()) {
     if (!os.domain().empty() && os.domain() != "ai.onnx") continue;
     if (++default_imports > 1) c.bad(ErrorKind::malformed, "the model imports the default domain (\"\" or \"ai.onnx\") twice");
-    g.opset = os.version();
+    opset = os.version();
   }
-  if (g.opset < kMinOpset || g.opset > kMaxOpset)
-    c.bad(ErrorKind::unsupported, "default-domain opset " + std::to_string(g.opset) + " is outside the supported range " +
-                                      std::to_string(kMinOpset) + ".." + std::to_string(kMaxOpset));
+  return opset;
+}
+
+// The Graph of a parsed model whose default-domain opset is `opset` (range checked by the caller).
+Graph graph_from_model(const Ctx& c, const onnx::ModelProto& model, std::int64_t opset, const ImportOptions& opts) {
+  const std::string& origin = c.origin;
+  Graph g;
+  g.ir_version = model.ir_version();
+  g.opset = opset;
   const auto& gp = model.graph();
   g.name = !gp.name().empty() ? gp.name() : is_valid_utf8(origin) ? origin : "model";
   if (gp.sparse_initializer_size() > 0) c.bad(ErrorKind::unsupported, "sparse initializers are not supported");
@@ -270,6 +277,11 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& origin, con
       if (a.name().empty()) c.bad(ErrorKind::malformed, "node '" + op.name + "' has an attribute without a name");
       op.attrs[a.name()] = attribute_from_proto(c, node, a);
     }
+    // Before opset 13 Softmax, LogSoftmax and Hardmax default to axis 1 (from 13 on: -1). Spelled out, the
+    // kernels read it as opset 13 does; the two agree whenever the dims after the axis are 1 (CNN classifiers).
+    if (opset < 13 && op.domain.empty() && (op.type == "Softmax" || op.type == "LogSoftmax" || op.type == "Hardmax") &&
+        !op.attrs.count("axis"))
+      op.attrs["axis"] = Attribute{.kind = Attribute::Kind::i, .i = 1};
     const bool constant = op.domain.empty() && op.type == "Constant";
     if (constant && node.output_size() != 1) c.bad(ErrorKind::malformed, "Constant node '" + op.name + "' must have one output");
     for (const auto& out : node.output()) {
@@ -323,6 +335,22 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& origin, con
   if (g.outputs.empty()) c.bad(ErrorKind::invalid_graph, "the graph has no outputs");
   require_utf8_names(g, origin);
   g.validate();
+  return g;
+}
+
+}  // namespace
+
+Graph import_onnx_bytes(const std::string& bytes, const std::string& origin, const ImportOptions& opts) {
+  const Ctx c{origin};
+  const onnx::ModelProto model = parse_model(c, bytes);
+  const std::int64_t opset = default_opset(c, model);
+  if (opset >= kMinOpset && opset <= kMaxOpset) return graph_from_model(c, model, opset, opts);
+  // memplan's own checks first (names, dangling reads, a tensor produced twice, subgraphs): the converter
+  // trusts its input. Weights are not kept on this pass.
+  (void)graph_from_model(c, model, opset, ImportOptions{});
+  const std::int64_t target = nearest_supported_opset(opset);
+  Graph g = graph_from_model(c, convert_opset(model, opset, target, origin), target, opts);
+  g.converted_from_opset = opset;
   return g;
 }
 

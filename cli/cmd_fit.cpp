@@ -29,6 +29,7 @@ struct Probe {
 int run_fit(const FitArgs& a) {
   if (a.train.budget.empty()) fail(ErrorKind::usage, "fit needs --budget");
   const analysis::Graph forward = analysis::import_model(a.train.model.model);
+  warn_converted_opset(forward, a.train.model.model);
   analysis::DimBindings dims = parse_dims(a.train.model.dims);
   if (dims.count(a.vary)) fail(ErrorKind::usage, "--vary " + a.vary + " is also bound by --dim");
   for (const auto& [name, value] : dims) require_symbolic_dim(forward, name, "--dim " + name + "=" + std::to_string(value));

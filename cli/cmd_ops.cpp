@@ -193,6 +193,7 @@ struct ModelReport {
 ModelReport report_model(const std::string& path, const std::vector<OpFacts>& facts) {
   // Op types need no shapes: the model is imported only, so unbound dims are no error here.
   const analysis::Graph g = analysis::import_model(path);
+  warn_converted_opset(g, path);
   std::map<std::pair<std::string, std::string>, std::size_t> counts;
   for (const auto& op : g.ops) ++counts[{domain_name(op.domain), op.type}];
   std::map<analysis::OpTypeId, const OpFacts*> by_id;

@@ -103,10 +103,19 @@ void warn_external_data(const analysis::Graph& g, const std::string& model_path)
   if (more) std::fprintf(stderr, "memplan: warning: %d more tensors have external data outside the model's folder\n", more);
 }
 
+void warn_converted_opset(const analysis::Graph& g, const std::string& model_path) {
+  if (g.converted_from_opset == 0) return;
+  std::fprintf(stderr, "memplan: warning: %s: default-domain opset %lld is outside the supported range %lld..%lld; converted to opset %lld with libonnx's version converter\n",
+               analysis::terminal_safe(model_path).c_str(), static_cast<long long>(g.converted_from_opset),
+               static_cast<long long>(analysis::kMinOpset), static_cast<long long>(analysis::kMaxOpset),
+               static_cast<long long>(g.opset));
+}
+
 analysis::Graph load_shaped_model(const ModelArgs& args, bool keep_weight_data) {
   analysis::ImportOptions io;
   io.keep_weight_data = keep_weight_data;
   analysis::Graph g = analysis::import_model(args.model, io);
+  warn_converted_opset(g, args.model);
   warn_external_data(g, args.model);
   analysis::ShapeOptions so;
   so.dims = parse_dims(args.dims);

@@ -32,6 +32,8 @@ void require_symbolic_dim(const analysis::Graph& g, const std::string& name, con
 // Warns on stderr about each tensor whose external data location lies outside the model's folder (never
 // opened by planning; `run` refuses it).
 void warn_external_data(const analysis::Graph& g, const std::string& model_path);
+// Warns on stderr when the importer converted the model's default-domain opset (libonnx's version converter).
+void warn_converted_opset(const analysis::Graph& g, const std::string& model_path);
 // Imports (ONNX or JSON), warns about external data outside the model's folder, checks that every --dim
 // names a symbolic dim (require_symbolic_dim), infers shapes.
 analysis::Graph load_shaped_model(const ModelArgs& args, bool keep_weight_data = false);

@@ -56,6 +56,7 @@ KernelTable build_table() {
   add_loss_kernels(t);
   add_activation_kernels(t);
   add_random_kernels(t);
+  add_onnx_legacy_kernels(t);
   return t;
 }
 

@@ -48,7 +48,8 @@ void k_trilu(const Op& op, const Refs& in, const Refs& out) {
 void add_activation_kernels(KernelTable& t) {
   t["Trilu"] = {k_trilu, true, {kAnyDType}};
   t["CastLike"] = t["Cast"];  // the same conversion, the target dtype read from input 1 by shape inference
-  for (const char* name : {"Softsign", "ThresholdedRelu", "Shrink", "Sum", "Mean"})
+  // Sum and Mean of any dtype: kernels_onnx_legacy.cpp.
+  for (const char* name : {"Softsign", "ThresholdedRelu", "Shrink"})
     t[name] = {run_activation_expression, true, {kF32}};
 }
 
