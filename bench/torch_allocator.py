@@ -7,6 +7,10 @@ pytorch_max_allocated_bytes, pytorch_reserved_bytes (default run), memplan_reser
 losses_identical (bit for bit), step_time_ratio (memplan / PyTorch, median step), and a short-last-batch run
 (the last batch shorter: misses counted, losses still identical).
 
+Both runs are deterministic (deterministic algorithms, CUBLAS_WORKSPACE_CONFIG=:4096:8, cudnn.benchmark off, set
+before any CUDA work), and the memplan run marks the whole step, the batch's copy to the device included, so
+only the model and its weights are allocated outside a step (memplan's `setup` count; `unstepped` stays 0).
+
 usage: torch_allocator.py --out bench/results/torch_allocator.json [--lib build/libmemplan_torch.so]
         [--steps 100] [--only resnet50,gpt2,mobilenet_v2]
 """
@@ -64,8 +68,19 @@ def build(name):
     raise ValueError(name)
 
 
+def deterministic():
+    """Same kernels, same reduction orders in both runs: before anything touches CUDA. warn_only: ops without a
+    deterministic CUDA kernel (ResNet's adaptive_avg_pool2d backward: one contribution per element at 1x1, so
+    its atomics do not reorder anything) warn instead of failing the run."""
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    import torch
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+
+
 def child(name, mode, steps, short, lib):
     """One training run in this process; prints one JSON line."""
+    deterministic()
     sys.path.insert(0, PKG)
     import memplan_torch
     if mode == "memplan":
@@ -73,7 +88,6 @@ def child(name, mode, steps, short, lib):
     import torch
     import torch.nn.functional as F
     torch.manual_seed(0)
-    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     model, batch_fn, n = build(name)
     model = model.cuda().train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
@@ -81,21 +95,23 @@ def child(name, mode, steps, short, lib):
     losses, times = [], []
     for i in range(steps):
         x, y = batch_fn(g, n if not (short and i == steps - 1) else max(1, n // 3))
-        x, y = x.cuda(), y.cuda()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        if mode == "memplan":
+        if mode == "memplan":  # the whole step: the batch's copy, forward, zero_grad, backward, optimizer step
             memplan_torch.step_begin()
+        x, y = x.cuda(), y.cuda()
         out = model(x)
         loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        del out, x, y  # freed inside the step, as every transient block
         if mode == "memplan":
             memplan_torch.step_end()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         losses.append(float.hex(loss.item()))
+        del loss  # not carried into the next step
     out = {"losses": losses, "median_step_s": statistics.median(times[5:] if len(times) > 10 else times)}
     if mode == "memplan":
         out["stats"] = memplan_torch.stats()

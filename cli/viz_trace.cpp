@@ -26,7 +26,7 @@ PlannedModel load_trace_file(const std::string& path) {
   m.note = std::to_string(t.step.blocks.size()) + " allocations, " + std::to_string(t.step.event_count()) + " events \u00b7 planned arena " +
            viz::bytes_label(t.plan.arena_bytes) + " (" + t.plan.packer + ") \u00b7 caching allocator would reserve " +
            viz::bytes_label(t.caching_reserved_bytes) + " (max allocated " + viz::bytes_label(t.caching_max_allocated_bytes) + ")";
-  if (elsewhere) m.note += " \u00b7 " + std::to_string(elsewhere) + " blocks on other streams (pool, not drawn)";
+  if (elsewhere) m.note += " \u00b7 " + std::to_string(elsewhere) + " blocks outside the arena (other streams or live past the step; not drawn)";
   return m;
 }
 

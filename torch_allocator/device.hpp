@@ -12,7 +12,9 @@ namespace memplan::torch_allocator {
 // A stream as PyTorch hands it to a pluggable allocator (a cudaStream_t), compared by value only.
 using StreamId = std::uintptr_t;
 
-// Memory of one device. `allocate` fails with ErrorKind::runtime; events mark a point of a stream's work.
+// Memory of one device. `allocate` fails with ErrorKind::runtime; `deallocate` may be called while work
+// queued on any stream still uses the memory (cudaFree waits for the device); events mark a point of a
+// stream's work.
 class DeviceMemory {
  public:
   virtual ~DeviceMemory() = default;

@@ -1,4 +1,5 @@
-// The planned allocator: pool while recording, planned arena offsets while replaying, pool for every miss.
+// The planned allocator: exact device allocations while recording, planned arena offsets while replaying,
+// the pool for every miss.
 #include "torch_allocator/planned_allocator.hpp"
 
 #include <algorithm>
@@ -29,6 +30,8 @@ PlannedAllocator::~PlannedAllocator() {
     for (auto e : d.events) device_.destroy_event(e);
   for (auto& a : arenas_)
     if (a.base) device_.deallocate(a.base, a.bytes);
+  for (auto& [p, b] : live_)
+    if (b.where == Where::exact) device_.deallocate(p, b.bytes);
 }
 
 runtime::PoolAllocator& PlannedAllocator::pool_of(StreamId stream) {
@@ -42,7 +45,8 @@ void PlannedAllocator::note_device_bytes() {
   for (const auto& a : arenas_) arenas += a.bytes;
   stats_.pool_bytes = pool_backend_.held_bytes();
   stats_.peak_pool_bytes = std::max(stats_.peak_pool_bytes, stats_.pool_bytes);
-  stats_.device_bytes = arenas + stats_.pool_bytes;
+  stats_.persistent_bytes = exact_bytes_;
+  stats_.device_bytes = arenas + stats_.pool_bytes + exact_bytes_;
   stats_.peak_device_bytes = std::max(stats_.peak_device_bytes, stats_.device_bytes);
 }
 
@@ -53,6 +57,21 @@ void* PlannedAllocator::from_pool(std::uint64_t size, StreamId stream) {
   live_[p] = Live{Where::pool, round_block(size), stream, 0, 0};
   note_device_bytes();
   return p;
+}
+
+// A block of its own: taken from the device now, given back when freed (no cache holds freed bytes).
+void* PlannedAllocator::exact(std::uint64_t size, StreamId stream) {
+  const std::uint64_t bytes = round_block(size);
+  void* p = device_.allocate(bytes);
+  exact_bytes_ += bytes;
+  live_[p] = Live{Where::exact, bytes, stream, 0, 0};
+  note_device_bytes();
+  return p;
+}
+
+void PlannedAllocator::release_pools() {
+  for (auto& [s, pool] : pools_) pool->release_free_chunks();
+  note_device_bytes();
 }
 
 bool PlannedAllocator::range_free(std::uint64_t offset, std::uint64_t bytes) const {
@@ -68,6 +87,10 @@ void* PlannedAllocator::replay(std::uint64_t size, StreamId stream) {
   if (stream != rec.primary_stream) {
     ++stats_.other_stream;
     if (!matches) ++step_misses_, ++stats_.misses;
+    return from_pool(size, stream);
+  }
+  if (matches && rec.blocks[k].free_event == kNotFreed) {  // lives past the step: outside the arena
+    ++stats_.carried;
     return from_pool(size, stream);
   }
   if (matches) {
@@ -93,6 +116,10 @@ void* PlannedAllocator::allocate(std::uint64_t size, StreamId stream) {
   if (size == 0) return nullptr;
   if (!first_stream_) first_stream_ = stream;
   poll_deferred();
+  if (!in_step_ && !stepped_) {  // setup before the first step (weights): lives long, its own allocation
+    ++stats_.setup;
+    return exact(size, stream);
+  }
   if (!in_step_) {
     ++stats_.unstepped;
     return from_pool(size, stream);
@@ -102,7 +129,7 @@ void* PlannedAllocator::allocate(std::uint64_t size, StreamId stream) {
     p = replay(size, stream);
     ++event_;
   } else {
-    p = from_pool(size, stream);
+    p = exact(size, stream);
     recorder_.on_alloc(p, size, stream);
   }
   return p;
@@ -151,6 +178,12 @@ void PlannedAllocator::deallocate(void* p, StreamId /*stream*/) {
   live_.erase(it);
   if (in_step_ && recorder_.active()) recorder_.on_free(p, b.bytes);
   if (in_step_ && replaying_) ++event_;
+  if (b.where == Where::exact) {  // the device waits for queued work before it reuses the bytes
+    device_.deallocate(p, b.bytes);
+    exact_bytes_ -= b.bytes;
+    note_device_bytes();
+    return;
+  }
   if (b.where == Where::pool) {
     release_pool_block(p, b);
     return;
@@ -171,6 +204,7 @@ void PlannedAllocator::step_begin() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (in_step_) fail(ErrorKind::usage, "planned allocator: step_begin inside a step (step_end missing)");
   in_step_ = true;
+  stepped_ = true;
   next_alloc_ = 0;
   event_ = 0;
   step_misses_ = 0;
@@ -183,8 +217,9 @@ void PlannedAllocator::make_plan() {
   if (--recording_left_ > 0) return;
   StepPlan plan = plan_step(rec);
   stats_.caching_reserved_bytes = caching_allocator_estimate(rec).reserved_bytes;
-  // Blocks the recording steps took from the pools and freed: give their chunks back before the arena comes.
-  for (auto& [s, pool] : pools_) pool->release_free_chunks();
+  // The step's transient blocks were given back as they were freed; what the pools hold empty goes back
+  // too, and only then is the arena taken: the peak is persistent + max(recording's transient peak, arena).
+  release_pools();
   void* base = plan.arena_bytes ? device_.allocate(plan.arena_bytes) : nullptr;
   if (!arenas_.empty()) release_arena_if_unused(arenas_.size() - 1);  // the previous plan's, unless still in use
   arenas_.push_back(ArenaMemory{base, plan.arena_bytes, 0});
@@ -207,21 +242,20 @@ void PlannedAllocator::step_end() {
   if (!in_step_) fail(ErrorKind::usage, "planned allocator: step_end without step_begin");
   in_step_ = false;
   ++stats_.steps;
+  poll_deferred();
   if (!replaying_) {
     make_plan();
   } else if (step_misses_ == 0) {
     miss_steps_ = 0;
-    // A step served wholly from the arena: what the pools hold beyond live blocks goes back to the device.
-    for (auto& [s, pool] : pools_) pool->release_free_chunks();
-    note_device_bytes();
   } else if (++miss_steps_ >= options_.replan_after_miss_steps) {
     // Record afresh; the arena stays until its last live block is freed (release_arena_if_unused).
     replaying_ = false;
     recording_left_ = 1;
     release_arena_if_unused(arenas_.size() - 1);
   }
+  // Chunks the step's misses emptied go back at every step end: no freed bytes are held across steps.
+  release_pools();
   stats_.replaying = replaying_;
-  poll_deferred();
 }
 
 AllocatorStats PlannedAllocator::stats() const {
@@ -241,13 +275,13 @@ std::optional<std::pair<RecordedStep, StepPlan>> PlannedAllocator::planned_step(
 }
 
 nlohmann::json stats_json(const AllocatorStats& s) {
-  return {{"arena_bytes", s.arena_bytes},       {"pool_bytes", s.pool_bytes},
+  return {{"arena_bytes", s.arena_bytes},       {"pool_bytes", s.pool_bytes}, {"persistent_bytes", s.persistent_bytes},
           {"peak_pool_bytes", s.peak_pool_bytes}, {"device_bytes", s.device_bytes},
           {"peak_device_bytes", s.peak_device_bytes}, {"planned_peak_bytes", s.planned_peak_bytes},
           {"caching_reserved_bytes", s.caching_reserved_bytes}, {"hits", s.hits},
           {"misses", s.misses},                 {"conflicts", s.conflicts},
           {"late_frees", s.late_frees},         {"other_stream", s.other_stream},
-          {"unstepped", s.unstepped},           {"replans", s.replans},
+          {"unstepped", s.unstepped}, {"carried", s.carried}, {"setup", s.setup},           {"replans", s.replans},
           {"plans", s.plans},                   {"steps", s.steps},
           {"recorded_steps", s.recorded_steps}, {"deferred_frees", s.deferred_frees},
           {"packer", s.packer},                 {"replaying", s.replaying}};

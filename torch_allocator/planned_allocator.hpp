@@ -19,7 +19,7 @@
 namespace memplan::torch_allocator {
 
 struct AllocatorOptions {
-  int record_steps = 1;             // steps served from the pool while recording; the last one is planned
+  int record_steps = 1;             // steps recorded (each block its own device allocation); the last one is planned
   int replan_after_miss_steps = 2;  // this many consecutive steps with misses start a new recording
   std::uint64_t pool_chunk_bytes = 20ull << 20;
 };
@@ -28,8 +28,9 @@ struct AllocatorStats {
   std::uint64_t arena_bytes = 0;        // the current arena (0 before the first plan)
   std::uint64_t pool_bytes = 0;         // what the pools hold from the device now
   std::uint64_t peak_pool_bytes = 0;
-  std::uint64_t device_bytes = 0;       // arenas (current and retired ones still in use) + pools
-  std::uint64_t peak_device_bytes = 0;
+  std::uint64_t persistent_bytes = 0;   // exact device allocations outside the arena held now (setup, recording)
+  std::uint64_t device_bytes = 0;       // arenas (current and retired ones still in use) + pools + exact allocations
+  std::uint64_t peak_device_bytes = 0;  // the most taken from the device at once, recording steps included
   std::uint64_t planned_peak_bytes = 0;  // most arena-block bytes live at once in the planned step
   std::uint64_t caching_reserved_bytes = 0;  // caching_allocator_estimate of the planned step
   std::uint64_t hits = 0;               // allocations served at their planned offset
@@ -37,7 +38,9 @@ struct AllocatorStats {
   std::uint64_t conflicts = 0;          // misses whose planned range was still held by an unfreed block
   std::uint64_t late_frees = 0;         // arena blocks freed after the event the plan freed them at
   std::uint64_t other_stream = 0;       // allocations off the arena's stream (pool, by design)
-  std::uint64_t unstepped = 0;          // allocations outside begin/end of a step (pool)
+  std::uint64_t carried = 0;            // replayed allocations of blocks the plan leaves live past the step (pool)
+  std::uint64_t setup = 0;              // allocations before the first step (weights: exact allocations)
+  std::uint64_t unstepped = 0;          // allocations outside begin/end of a step after the first step (pool)
   std::uint64_t replans = 0;            // plans made after the first
   std::uint64_t plans = 0;
   std::uint64_t steps = 0;              // steps ended
@@ -50,6 +53,12 @@ struct AllocatorStats {
 // The statistics as a JSON object, one field per member (docs/torch-allocator.md).
 nlohmann::json stats_json(const AllocatorStats& s);
 
+// Device bytes follow the bytes live: allocations before the first step (weights) and every allocation of a
+// recorded step are exact device allocations (DeviceMemory::allocate of the rounded size, given back when
+// freed), so recording holds no freed bytes; blocks a recorded step leaves live stay such allocations, and
+// the arena (the step's transient blocks only) is taken once the step has ended. Replayed allocations the
+// plan does not place (misses, other streams, blocks live past the step) go to per-stream pools, whose
+// empty chunks go back to the device at every step end.
 // Every call is serialised by one mutex. Misuse (a free of a pointer never handed out, step_end without
 // step_begin) is ErrorKind::usage; device failures are ErrorKind::runtime.
 class PlannedAllocator {
@@ -71,7 +80,7 @@ class PlannedAllocator {
   std::optional<std::pair<RecordedStep, StepPlan>> planned_step() const;
 
  private:
-  enum class Where : std::uint8_t { arena, pool };
+  enum class Where : std::uint8_t { arena, pool, exact };
   struct Live {
     Where where = Where::pool;
     std::uint64_t bytes = 0;
@@ -91,6 +100,7 @@ class PlannedAllocator {
   };
 
   void* from_pool(std::uint64_t size, StreamId stream);
+  void* exact(std::uint64_t size, StreamId stream);
   void* replay(std::uint64_t size, StreamId stream);
   bool range_free(std::uint64_t offset, std::uint64_t bytes) const;
   void release_pool_block(void* p, const Live& b);
@@ -98,6 +108,7 @@ class PlannedAllocator {
   void make_plan();
   void release_arena_if_unused(std::size_t a);
   runtime::PoolAllocator& pool_of(StreamId stream);
+  void release_pools();
   void note_device_bytes();
 
   mutable std::mutex mutex_;
@@ -117,6 +128,8 @@ class PlannedAllocator {
   StepPlan plan_;
   bool replaying_ = false;
   bool in_step_ = false;
+  bool stepped_ = false;          // a step has begun: later allocations outside steps are `unstepped`
+  std::uint64_t exact_bytes_ = 0;  // held by Where::exact blocks
   std::size_t next_alloc_ = 0;  // index of the step's next allocation
   std::uint32_t event_ = 0;      // events of the replayed step so far
   std::uint64_t step_misses_ = 0;

@@ -33,8 +33,9 @@ struct RecordedStep {
   std::vector<RecordedEvent> events;
   StreamId primary_stream = 0;  // the stream with the most allocations (ties: the first seen); the arena's
   std::uint32_t event_count() const noexcept { return static_cast<std::uint32_t>(events.size()); }
-  // Blocks the arena may hold: allocated on the primary stream. Others stay in the pool.
-  bool in_arena(std::size_t k) const noexcept { return blocks[k].stream == primary_stream; }
+  // Blocks the arena holds: allocated on the primary stream and freed within the step. Blocks of other
+  // streams and blocks live past the step's end (carried: gradients, optimizer state) stay outside it.
+  bool in_arena(std::size_t k) const noexcept { return blocks[k].stream == primary_stream && blocks[k].free_event != kNotFreed; }
 };
 
 // Logs one step. Frees of pointers it did not see allocated are the step's frees of earlier blocks.

@@ -40,15 +40,12 @@ analysis::Graph step_graph(const RecordedStep& step) {
     t.dtype = analysis::DType::u8;
     t.dims = {analysis::Dim::of(static_cast<std::int64_t>(step.blocks[k].bytes))};
     t.rank_known = true;
-    t.is_graph_output = step.blocks[k].free_event == kNotFreed;
     g.add_tensor(std::move(t));
   }
   analysis::Op begin;
   begin.name = "step begin";
   begin.type = "StepBegin";
   begin.domain = analysis::kMemplanDomain;
-  for (std::size_t k = 0; k < step.blocks.size(); ++k)
-    if (tensor_of[k] != analysis::kNoTensor && step.blocks[k].free_event == kNotFreed) begin.outputs.push_back(tensor_of[k]);
   g.add_op(std::move(begin));
   for (std::uint32_t e = 0; e < step.event_count(); ++e) {
     const RecordedEvent& ev = step.events[e];
@@ -60,13 +57,11 @@ analysis::Graph step_graph(const RecordedStep& step) {
     if (ev.block >= 0) {
       const auto k = static_cast<std::size_t>(ev.block);
       const analysis::TensorId t = tensor_of[k];
-      if (t != analysis::kNoTensor && ev.alloc && step.blocks[k].free_event != kNotFreed) op.outputs.push_back(t);
+      if (t != analysis::kNoTensor && ev.alloc) op.outputs.push_back(t);
       if (t != analysis::kNoTensor && !ev.alloc) op.inputs.push_back(t);
     }
     g.add_op(std::move(op));
   }
-  for (analysis::TensorId t = 0; t < g.tensors.size(); ++t)
-    if (g.tensors[t].is_graph_output) g.outputs.push_back(t);
   return g;
 }
 

@@ -12,9 +12,8 @@
 namespace memplan::torch_allocator {
 
 // The step as a graph memplan's planner reads: op 0 opens the step, op e + 1 is event e; each arena
-// block is a u8 tensor of its rounded bytes made by its allocation and read by its free. A block still
-// live when the step ends is carried into the next step, where it is freed at some event before its own
-// allocation comes round again: its bytes are held for the whole step (made by op 0, a graph output).
+// block (RecordedStep::in_arena: freed within the step) is a u8 tensor of its rounded bytes made by its
+// allocation and read by its free. Blocks live past the step's end are not in the arena.
 analysis::Graph step_graph(const RecordedStep& step);
 
 struct StepPlan {

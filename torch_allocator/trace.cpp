@@ -85,7 +85,7 @@ Trace read_trace(const nlohmann::json& j) {
     t.step.blocks.push_back(r);
     const bool has_offset = b.contains("offset") && !b.at("offset").is_null();
     t.plan.offsets.push_back(has_offset ? field<std::uint64_t>(b, "offset", where) : planner::kNotInArena);
-    if (has_offset != (r.stream == t.step.primary_stream)) bad(where + ": only blocks of the primary stream have an offset");
+    if (has_offset != t.step.in_arena(k)) bad(where + ": only blocks of the primary stream freed within the step have an offset");
   }
   std::vector<bool> seen_alloc(blocks.size(), false), seen_free(blocks.size(), false);
   for (std::size_t e = 0; e < events.size(); ++e) {

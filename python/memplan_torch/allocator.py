@@ -104,7 +104,7 @@ def save_trace(path):
 
 
 def reserved_bytes(s=None):
-    """The most memplan's allocator took from the device at once (arena and pool chunks: peak_device_bytes of
-    stats(), recording steps included)."""
+    """The most memplan's allocator took from the device at once (arena, pool chunks and exact allocations:
+    peak_device_bytes of stats(), recording steps included)."""
     s = stats() if s is None else s
     return int(s["peak_device_bytes"])

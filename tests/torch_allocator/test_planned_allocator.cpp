@@ -75,26 +75,105 @@ TEST_CASE("an identical replay serves every allocation at its planned offset fro
   check_current_plan(a);
   const auto planned = a.planned_step();
   REQUIRE(planned);
+  std::size_t in_arena = 0;
+  for (std::size_t k = 0; k < planned->first.blocks.size(); ++k) in_arena += planned->first.in_arena(k);
+  const std::size_t carried = planned->first.blocks.size() - in_arena;
+  CHECK(carried == 6);  // the gradients live into the next step: outside the arena
   for (int s = 0; s < 4; ++s) {
     w.step(8);
     const auto* base = static_cast<const std::byte*>(a.arena_base());
     REQUIRE(base != nullptr);
     REQUIRE(w.served.size() == planned->first.blocks.size());
-    for (std::size_t k = 0; k < w.served.size(); ++k) CHECK(w.served[k] == base + planned->second.offsets[k]);
+    for (std::size_t k = 0; k < w.served.size(); ++k)
+      if (planned->first.in_arena(k)) CHECK(w.served[k] == base + planned->second.offsets[k]);
   }
   const AllocatorStats st = a.stats();
   CHECK(st.misses == 0);
-  CHECK(st.hits == 4 * planned->first.blocks.size());
+  CHECK(st.hits == 4 * in_arena);
+  CHECK(st.carried == 4 * carried);
   CHECK(st.plans == 1);
   CHECK(st.replans == 0);
   CHECK(st.steps == 5);
   CHECK(st.arena_bytes == planned->second.arena_bytes);
   CHECK(st.arena_bytes <= st.caching_reserved_bytes);
-  CHECK(dev.held == st.arena_bytes);  // the pool gave its recording chunks back
+  CHECK(st.persistent_bytes == 0);  // the recording's gradients were freed by the next step
+  CHECK(dev.held == st.arena_bytes + st.pool_bytes);  // the pool holds the gradients only
   CHECK(st.device_bytes == dev.held);
   CHECK(live.overlaps == 0);
   CHECK(live.corrupted == 0);
   w.finish();
+}
+
+TEST_CASE("device bytes follow live bytes: weights and recording exact, the arena taken after the step") {
+  FakeDevice dev;
+  PlannedAllocator a(dev);
+  LiveBlocks live;
+  Workload w{a, live};
+  w.keep_grads = false;  // weights persistent, everything of the step transient
+  w.setup();
+  const AllocatorStats before = a.stats();
+  CHECK(before.setup == 6);
+  CHECK(before.persistent_bytes == dev.held);
+  CHECK(before.pool_bytes == 0);
+  w.step(8);
+  const AllocatorStats st = a.stats();
+  CHECK(st.unstepped == 0);
+  // Recording held exactly the live blocks; the arena came after the step's blocks were given back.
+  CHECK(st.peak_device_bytes == dev.peak);
+  CHECK(st.peak_device_bytes <= live.peak_bound);
+  CHECK(st.peak_device_bytes == before.persistent_bytes + std::max(st.planned_peak_bytes, st.arena_bytes));
+  CHECK(st.persistent_bytes == before.persistent_bytes);
+  CHECK(st.pool_bytes == 0);
+  for (int s = 0; s < 3; ++s) {
+    w.step(8);
+    CHECK(dev.held == st.persistent_bytes + st.arena_bytes);  // an identical replay takes nothing more
+  }
+  const AllocatorStats end = a.stats();
+  CHECK(end.misses == 0);
+  CHECK(end.carried == 0);
+  CHECK(end.peak_device_bytes == st.peak_device_bytes);
+  CHECK(end.peak_device_bytes <= live.peak_bound);
+  CHECK(end.device_bytes == dev.held);
+  CHECK(live.overlaps == 0);
+  CHECK(live.corrupted == 0);
+  w.finish();
+  CHECK(dev.held == a.stats().arena_bytes);  // the weights went back to the device when freed
+}
+
+TEST_CASE("blocks a recorded step leaves live stay their own allocations; replayed ones use the pool") {
+  FakeDevice dev;
+  AllocatorOptions o;
+  o.pool_chunk_bytes = 1 << 16;
+  PlannedAllocator a(dev, o);
+  LiveBlocks live;
+  Workload w{a, live};
+  w.setup();
+  const std::uint64_t weights = dev.held;
+  w.step(8);
+  AllocatorStats st = a.stats();
+  std::uint64_t grads = 0;
+  for (std::size_t l = 0; l < 6; ++l) grads += round_block(4096 * (l + 1) + 3);
+  CHECK(st.persistent_bytes == weights + grads);
+  CHECK(dev.held == weights + grads + st.arena_bytes);
+  // Recording held nothing beyond the live blocks; then the arena beside the blocks live past the step.
+  CHECK(st.peak_device_bytes == dev.peak);
+  CHECK(st.peak_device_bytes <= std::max(live.peak_bound, dev.held));
+  CHECK(st.arena_bytes <= st.planned_peak_bytes + st.planned_peak_bytes / 4);
+  w.step(8);  // zero_grad gives the recording's gradients back; the new ones come from the pool
+  st = a.stats();
+  CHECK(st.persistent_bytes == weights);
+  CHECK(st.carried == 6);
+  CHECK(st.misses == 0);
+  CHECK(dev.held == weights + st.arena_bytes + st.pool_bytes);
+  const std::uint64_t pool = st.pool_bytes;
+  w.step(8);
+  CHECK(a.stats().pool_bytes == pool);  // the freed gradients' chunks were reused, not grown
+  CHECK(live.overlaps == 0);
+  CHECK(live.corrupted == 0);
+  w.finish();
+  a.step_begin();
+  a.step_end();  // a step end gives the empty chunks back
+  CHECK(dev.held == a.stats().arena_bytes);
 }
 
 TEST_CASE("a short last batch is served by the pool, counted, and overlaps nothing") {
@@ -103,11 +182,11 @@ TEST_CASE("a short last batch is served by the pool, counted, and overlaps nothi
   LiveBlocks live;
   Workload w{a, live};
   for (int s = 0; s < 3; ++s) w.step(8);
-  const std::uint64_t hits_before = a.stats().hits;
+  const std::uint64_t carried_before = a.stats().carried;
   w.step(5);  // the short batch: activations differ in size, gradients match
   AllocatorStats st = a.stats();
   CHECK(st.misses > 0);
-  CHECK(st.hits > hits_before);  // the gradients still hit
+  CHECK(st.carried > carried_before);  // the gradients still match (live past the step: the pool's)
   CHECK(st.pool_bytes > 0);
   CHECK(st.replans == 0);
   w.step(8);  // the next epoch's full batches hit again
@@ -241,7 +320,7 @@ TEST_CASE("allocations on a second stream stay out of the arena and return to th
   CHECK(st.other_stream == 1);
   CHECK(st.hits == 1);
   CHECK(st.misses == 0);
-  CHECK(st.deferred_frees == 2);  // one per step: neither stream has passed its event yet
+  CHECK(st.deferred_frees == 1);  // the replayed step's: the recorded one was its own allocation, given back
   dev.complete_events();
   step();
   CHECK(a.stats().deferred_frees == 1);

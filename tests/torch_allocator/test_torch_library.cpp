@@ -9,6 +9,9 @@
 #include <dlfcn.h>
 #include <sys/types.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -138,12 +141,15 @@ TEST_CASE("libmemplan_torch.so replays a planned step on the GPU with every bloc
   CHECK(d["plans"].get<int>() == 1);
   CHECK(d["arena_bytes"].get<std::uint64_t>() > 0);
   CHECK(lib.configure(1, 2) != 0);  // too late once allocations were made
-  const std::string path = MEMPLAN_BINARY_DIR "/test_torch_library.trace.json";
+  // A temporary directory: the build tree may be elsewhere, or read-only, where the test runs.
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("memplan_test_torch_library." + std::to_string(getpid()) + ".trace.json")).string();
   REQUIRE_MESSAGE(lib.save_trace(path.c_str()) == 0, lib.last_error());
   std::ifstream in(path);
   const nlohmann::json trace = nlohmann::json::parse(in);
   CHECK(trace["format"] == "memplan-allocation-trace");
   CHECK(trace["arena_bytes"] == d["arena_bytes"]);
+  std::filesystem::remove(path);
   cudaStreamDestroy(stream);
 }
 

@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -26,6 +27,9 @@ class LiveBlocks {
     const auto tag = static_cast<unsigned char>(++tag_);
     std::memset(p, tag, bytes);
     live_[a] = {bytes, tag};
+    bytes_ += bytes;
+    // What live blocks need from a device at most: their bytes, each rounded up to 512.
+    peak_bound = std::max(peak_bound, bytes_ + kBlockAlignment * live_.size());
   }
   void remove(void* p) {
     std::lock_guard<std::mutex> lock(m_);
@@ -37,26 +41,37 @@ class LiveBlocks {
         ++corrupted;
         break;
       }
+    bytes_ -= it->second.first;
     live_.erase(it);
   }
   std::size_t size() const { return live_.size(); }
   int overlaps = 0, corrupted = 0;
+  std::uint64_t peak_bound = 0;  // most of (bytes live + 512 per live block) so far
 
  private:
   std::mutex m_;
   std::map<std::uintptr_t, std::pair<std::uint64_t, unsigned char>> live_;
   unsigned tag_ = 0;
+  std::uint64_t bytes_ = 0;
 };
 
 // One step of a small network: zero_grad frees the previous step's gradients; the forward keeps one
 // activation per layer and frees a temporary; the backward frees activations in reverse and makes a
-// gradient per layer that lives into the next step. Activation sizes scale with `batch`.
+// gradient per layer that lives into the next step (with keep_grads; otherwise it is freed at the step's
+// end, as gradients reduced into the weights would be). Activation sizes scale with `batch`. setup()
+// allocates weights before the first step, never freed.
 struct Workload {
   PlannedAllocator& a;
   LiveBlocks& live;
   StreamId stream = 0;
   std::vector<void*> grads;
   std::vector<void*> served;  // every allocation of the last step, in order
+  bool keep_grads = true;
+  std::vector<void*> weights;
+
+  void setup(int layers = 6) {
+    for (int l = 0; l < layers; ++l) weights.push_back(alloc(3000 * static_cast<std::uint64_t>(l + 1) + 5));
+  }
 
   void* alloc(std::uint64_t bytes) {
     void* p = a.allocate(bytes, stream);
@@ -85,11 +100,17 @@ struct Workload {
       grads.push_back(alloc(4096 * static_cast<std::uint64_t>(l + 1) + 3));
       release(dx);
     }
+    if (!keep_grads) {
+      for (void* g : grads) release(g);
+      grads.clear();
+    }
     a.step_end();
   }
   void finish() {
     for (void* g : grads) release(g);
     grads.clear();
+    for (void* p : weights) release(p);
+    weights.clear();
   }
 };
 
