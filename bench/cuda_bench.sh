@@ -24,7 +24,7 @@ if [[ "${1:-run}" == pack ]]; then
       esac
     done
   done
-  strip --strip-debug .carry/bin/* 2>/dev/null || true
+  strip --strip-debug .carry/bin/* .carry/lib/libmemplan_torch.so 2>/dev/null || true
   du -sh .carry
   exit 0
 fi
