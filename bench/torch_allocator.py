@@ -83,8 +83,8 @@ def child(name, mode, steps, short, lib):
     deterministic()
     sys.path.insert(0, PKG)
     import memplan_torch
-        # Two recorded steps: the first allocates Adam's state, the second is the steady step the plan serves.
     if mode == "memplan":
+        # Two recorded steps: the first allocates Adam's state, the second is the steady step the plan serves.
         memplan_torch.use_planned_allocator(record_steps=2, lib=lib or None)
     import torch
     import torch.nn.functional as F
