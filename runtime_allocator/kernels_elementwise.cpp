@@ -137,12 +137,20 @@ MEMPLAN_BINARY(k_and, false, x && y)
 MEMPLAN_BINARY(k_or, false, x || y)
 #undef MEMPLAN_BINARY
 
-// Max/Min of several inputs folded left to right (two-input form is the common one).
+// Max/Min of one or more inputs folded left to right (two-input form is the common one).
 template <KernelFn F2>
 void variadic(const Op& op, const Refs& in, const Refs& out) {
   if (in.size() == 1) return copy_if_moved(out[0].data, required(op, in, 0).data, out[0].bytes);
-  if (in.size() != 2) unsupported(op, "only one or two inputs are supported");
-  F2(op, in, out);
+  if (in.size() == 2) return F2(op, in, out);
+  // Three or more: folded in a buffer of the output's shape, copied out last (the output may share the bytes of
+  // any input, which a fold straight into it would overwrite before reading).
+  std::vector<std::byte> acc(out[0].bytes);
+  TensorRef a = out[0];
+  a.data = acc.data();
+  const Refs folded{a};
+  F2(op, {required(op, in, 0), required(op, in, 1)}, folded);
+  for (std::size_t k = 2; k < in.size(); ++k) F2(op, {a, required(op, in, k)}, folded);
+  copy_if_moved(out[0].data, acc.data(), out[0].bytes);
 }
 
 void k_where(const Op& op, const Refs& in, const Refs& out) {

@@ -45,8 +45,9 @@ def registry_ops(ops_json):
 
 
 class Tensor:
-    def __init__(self, name, shape, dtype, exact):
+    def __init__(self, name, shape, dtype, exact, low=False):
         self.name, self.shape, self.dtype = name, tuple(shape), dtype
+        self.low = low or dtype == "float16"  # computed through float16 somewhere: compared at its precision
         self.exact = exact  # its values are exactly what any correct implementation computes (no rounding order)
 
 
@@ -112,6 +113,7 @@ class GraphBuilder:
         self.values = {}  # graph input name -> numpy value
         self.consumed = set()
         self.info = {}  # op output name -> (shape, dtype) as onnx infers it
+        self.low = set()  # op outputs computed through float16
         self.counter = 0
 
     def fresh_name(self, what):
@@ -175,14 +177,17 @@ class GraphBuilder:
             return False
         self.nodes.append(node)
         exact = op in recipes.EXACT and all(i.exact for i in ins if isinstance(i, Tensor))
+        low = any(i.low for i in ins if isinstance(i, Tensor))
         for i in ins:
             if isinstance(i, Tensor):
                 self.consumed.add(i.name)
         for name, (shape, dtype) in zip(outs, shapes):
             self.info[name] = (shape, dtype)
+            if low or dtype == "float16":
+                self.low.add(name)
             if dtype not in NP_DTYPE or any(d > 64 for d in shape) or int(np.prod(shape, dtype=np.int64)) > 4096:
                 return True  # still a valid node; its output is not chained
-            self.tensors.append(Tensor(name, shape, dtype, exact))
+            self.tensors.append(Tensor(name, shape, dtype, exact, low))
         return True
 
     def infer(self, node, ins):
@@ -247,6 +252,7 @@ class GraphBuilder:
                     self.nodes.append(helper.make_node("Cast", [o], [name], name=f"n{len(self.nodes)}_Cast",
                                                        to=TensorProto.FLOAT))
                     self.info[name] = (shape, "float32")
+                    self.low.add(name)
                     outputs[k] = name
             produced = [o for nd in self.nodes for o in nd.output if o]
         outs = [self.value_info(o) for o in (produced if all_outputs else outputs)]

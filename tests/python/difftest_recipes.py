@@ -181,7 +181,7 @@ def transpose(b, op, schema, x):
         return None
     perm = list(range(len(x.shape)))
     b.rng.shuffle(perm)
-    return [x], ({"perm": perm} if b.rng.random() < 0.85 else {}), 1
+    return [x], ({"perm": perm} if perm and b.rng.random() < 0.85 else {}), 1
 
 
 def reshape(b, op, schema, x):
@@ -467,9 +467,9 @@ def window(b, spatial, allow_dilation=True):
     for d in spatial:
         dil = b.rng.choice((1, 1, 2)) if allow_dilation else 1
         k = b.rng.randint(1, 3)
-        p0, p1 = b.rng.randint(0, k - 1), b.rng.randint(0, k - 1)
-        if (k - 1) * dil + 1 > d + p0 + p1:
+        if (k - 1) * dil + 1 > d:
             dil, k = 1, 1
+        p0, p1 = b.rng.randint(0, k - 1), b.rng.randint(0, k - 1)  # pads narrower than the kernel
         ks.append(k)
         ss.append(b.rng.choice((1, 1, 2)))
         ds.append(dil)
@@ -713,7 +713,13 @@ def prelu(b, op, schema, x):
     return [x, b.fresh(tuple(slope), x.dtype)], {}, 1
 
 
-RECIPES = {"Transpose": transpose, "Reshape": reshape, "Flatten": flatten, "Squeeze": squeeze,
+def global_pool(b, op, schema, x):
+    x = first(b, op, schema, x, 3, 5)
+    return None if x is None else ([x], {}, 1)
+
+
+RECIPES = {"GlobalAveragePool": global_pool, "GlobalMaxPool": global_pool, "GlobalLpPool": global_pool,
+           "Transpose": transpose, "Reshape": reshape, "Flatten": flatten, "Squeeze": squeeze,
            "Unsqueeze": unsqueeze, "Concat": concat, "Split": split, "Slice": slice_, "Gather": gather,
            "GatherElements": gather_elements, "GatherND": gather_nd, "ScatterElements": scatter_elements,
            "ScatterND": scatter_nd, "Expand": expand, "Tile": tile, "Pad": pad, "Trilu": trilu, "MatMul": matmul,
