@@ -98,6 +98,10 @@ def random_values(rng, shape, dtype, kind="any"):
             # Quarter steps: no value sits next to an integer or another value by one rounding.
             if nprng.random() < 0.3:
                 v = np.round(v * 4) / 4 + 0.125
+            if kind == "any" and nprng.random() < 0.05:
+                # A few NaNs, infinities and zeros of either sign: every op must propagate them as ORT does.
+                k = nprng.integers(0, n, max(1, n // 8))
+                v[k] = nprng.choice([np.nan, np.inf, -np.inf, 0.0, -0.0], k.size)
     return np.asarray(v).astype(NP_DTYPE[dtype]).reshape(shape)
 
 
@@ -165,7 +169,10 @@ class GraphBuilder:
             return False
         recipe = recipes.RECIPES.get(op, recipes.generic)
         x = self.pick_chained(want_exact=op in recipes.DISCONTINUOUS)
-        node_spec = recipe(self, op, schema, x)
+        try:
+            node_spec = recipe(self, op, schema, x)
+        except (ValueError, IndexError):
+            return False  # x does not fit the recipe (an empty dim, say): draw another op
         if node_spec is None:
             return False
         ins, attrs, n_out = node_spec

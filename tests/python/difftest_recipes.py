@@ -24,7 +24,7 @@ EXACT = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", 
 DISCONTINUOUS = {"Floor", "Ceil", "Round", "Sign", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual",
                  "ArgMax", "ArgMin", "TopK", "Hardmax", "Cast", "CastLike", "Mod", "ThresholdedRelu", "Shrink",
                  "MaxPool", "GlobalMaxPool", "ReduceMax", "ReduceMin", "Max", "Min", "Relu", "Clip", "IsInf",
-                 "HardSigmoid", "HardSwish", "Abs", "Sign", "Where"}
+                 "HardSigmoid", "HardSwish", "Abs", "Sign", "Where", "Pow"}
 # Inputs of these ops are kept inside the domain where the op is finite (NaN positions would agree, but say little).
 POSITIVE = {"Log", "Sqrt", "Reciprocal", "Acosh"}
 UNIT = {"Asin", "Acos", "Atanh"}
@@ -138,8 +138,8 @@ def rand_axes(rng, rank, allow_empty=True):
 
 def reduce(b, op, schema, x):
     x = first(b, op, schema, x, 0, 5)
-    if x is None:
-        return None
+    if x is None or (op == "ReduceMean" and 0 in x.shape):
+        return None  # ONNX leaves the mean of an empty set undefined
     ins, attrs = [x], {"keepdims": b.rng.choice((0, 1))}
     r = len(x.shape)
     if r and b.rng.random() < 0.8:
@@ -643,8 +643,9 @@ def div(b, op, schema, x):
     x = first(b, op, schema, x, 0, 4)
     if x is None:
         return None
-    y = b.fresh(broadcast_of(b.rng, x.shape), x.dtype, "nonzero")
-    return ([x, y] if b.rng.random() < 0.8 else [y, x] if x.dtype.startswith("float") else [x, y]), {}, 1
+    # The divisor is always fresh and away from zero: a computed one near zero turns a last-bit difference (or
+    # the sign of a zero) into an infinity of either sign.
+    return [x, b.fresh(broadcast_of(b.rng, x.shape), x.dtype, "nonzero")], {}, 1
 
 
 def pow_(b, op, schema, x):

@@ -2,6 +2,11 @@
 // CPU result differed from ORT's or that memplan refused though ONNX defines it, reduced to a few ops.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
+#include <map>
+#include <string>
+
 #include "planner/inference.hpp"
 #include "planner/verify.hpp"
 #include "runtime_allocator/executor.hpp"
@@ -49,5 +54,60 @@ TEST_CASE("Max and Min of three or more broadcast inputs fold every input (difft
       INFO(type << (planned ? " planned" : " unshared"));
       CHECK(run_values(b, out, planned) == want);
     }
+  }
+}
+
+namespace {
+
+// op_type(x) for x of special values, run unshared on the CPU.
+std::vector<double> unary(const char* type, const std::vector<double>& x, std::map<std::string, analysis::Attribute> attrs = {}) {
+  OpGraph b;
+  const auto n = static_cast<std::int64_t>(x.size());
+  const TensorId in = b.input("x", TensorData::from_double(DType::f32, {n}, x));
+  const TensorId out = b.result("y", DType::f32, {n});
+  b.op(type, "", {in}, {out}, std::move(attrs));
+  return run_values(b, out, false);
+}
+
+bool same(const std::vector<double>& got, const std::vector<double>& want) {
+  if (got.size() != want.size()) return false;
+  for (std::size_t k = 0; k < got.size(); ++k)
+    if (std::isnan(want[k]) ? !std::isnan(got[k]) : got[k] != want[k]) return false;
+  return true;
+}
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+const double kFloatMax = std::numeric_limits<float>::max();
+
+}  // namespace
+
+TEST_CASE("Relu, Sign, HardSigmoid and Celu propagate NaN as ONNX Runtime does (difftest: they returned 0 or 1)") {
+  const std::vector<double> x{kNaN, kInf, -kInf, 2, -1};
+  CHECK(same(unary("Relu", x), {kNaN, kInf, 0, 2, 0}));
+  CHECK(same(unary("Sign", x), {kNaN, 1, -1, 1, -1}));
+  CHECK(same(unary("HardSigmoid", x), {kNaN, 1, 0, 0.9, 0.3}));
+  const auto celu = unary("Celu", x);
+  CHECK(std::isnan(celu[0]));
+  CHECK(celu[1] == kInf);
+  CHECK(celu[2] == -1.0);
+  CHECK(celu[3] == 2.0);
+}
+
+TEST_CASE("Clip without bounds clips infinities to the float range's ends (ONNX's lowest()/max() defaults)") {
+  CHECK(same(unary("Clip", {kNaN, kInf, -kInf, 1}), {kNaN, kFloatMax, -kFloatMax, 1}));
+}
+
+TEST_CASE("ReduceMax and ReduceMin propagate NaN (difftest: NaN was skipped by the comparison)") {
+  for (const char* type : {"ReduceMax", "ReduceMin"}) {
+    OpGraph b;
+    const TensorId x = b.input("x", TensorData::from_double(DType::f32, {2, 3}, {1, kNaN, 3, -kInf, 5, kInf}));
+    const TensorId y = b.result("y", DType::f32, {2});
+    b.op(type, "", {x}, {y}, {{"axes", ints_attr({1})}, {"keepdims", int_attr(0)}});
+    const auto got = run_values(b, y, false);
+    INFO(type);
+    REQUIRE(got.size() == 2);
+    CHECK(std::isnan(got[0]));
+    CHECK(got[1] == (std::string(type) == "ReduceMax" ? kInf : -kInf));
   }
 }
