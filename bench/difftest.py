@@ -88,7 +88,7 @@ def write_summary(a, ops, results, secs):
              "Each seed is one random graph of 1-6 ops drawn from `memplan ops --json` (ONNX-domain ops with a shape "
              "rule and a CPU kernel) with onnx's schemas (tests/python/difftest_lib.py, difftest_recipes.py). "
              "memplan's outputs must match ONNX Runtime's (float32/64: rtol 1e-4, atol 1e-5; through float16: "
-             "rtol 1e-2, atol 1e-3; integers and bools exactly; NaN and infinity positions equal), and every "
+             "rtol 1e-2, atol 1e-2; integers and bools exactly; NaN and infinity positions equal), and every "
              "tensor's shape from `memplan analyze --json --shapes` must equal the shape ORT computes. "
              "Skipped: ORT refuses the graph (the generator built an invalid one). Refused: memplan exits with a "
              "documented error code and a message.", "",

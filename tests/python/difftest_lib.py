@@ -45,8 +45,9 @@ def registry_ops(ops_json):
 
 
 class Tensor:
-    def __init__(self, name, shape, dtype, exact, low=False):
+    def __init__(self, name, shape, dtype, exact, low=False, special=False):
         self.name, self.shape, self.dtype = name, tuple(shape), dtype
+        self.special = special  # may hold NaN or an infinity
         self.low = low or dtype == "float16"  # computed through float16 somewhere: compared at its precision
         self.exact = exact  # its values are exactly what any correct implementation computes (no rounding order)
 
@@ -98,7 +99,7 @@ def random_values(rng, shape, dtype, kind="any"):
             # Quarter steps: no value sits next to an integer or another value by one rounding.
             if nprng.random() < 0.3:
                 v = np.round(v * 4) / 4 + 0.125
-            if kind == "any" and nprng.random() < 0.05:
+            if kind == "special" and nprng.random() < 0.1:
                 # A few NaNs, infinities and zeros of either sign: every op must propagate them as ORT does.
                 k = nprng.integers(0, n, max(1, n // 8))
                 v[k] = nprng.choice([np.nan, np.inf, -np.inf, 0.0, -0.0], k.size)
@@ -127,17 +128,20 @@ class GraphBuilder:
     def fresh(self, shape, dtype, kind="any", as_input=None):
         """A new tensor of random values: a graph input, or an initializer (memplan may fold what it feeds)."""
         name = self.fresh_name("in" if as_input is not False else "w")
-        value = random_values(self.rng, shape, dtype, kind)
         if as_input is None:
             as_input = not self.inputs or self.rng.random() < 0.7
         if dtype not in NPY_INPUT_DTYPES:
             as_input = False  # `memplan run` reads no .npy of this dtype: an initializer carries it
+        # Graph inputs may hold NaN, infinities and zeros of either sign (weights stay finite: ORT folds them
+        # into other forms, BatchNormalization's scale and shift, where inf - inf appears that the op never computes).
+        value = random_values(self.rng, shape, dtype, "special" if kind == "any" and as_input else kind)
+        special = bool(value.dtype.kind == "f" and not np.all(np.isfinite(value)))
         if as_input:
             self.inputs.append(helper.make_tensor_value_info(name, ONNX_ELEM[dtype], list(shape)))
             self.values[name] = value
         else:
             self.inits.append(numpy_helper.from_array(value, name))
-        return Tensor(name, shape, dtype, True)
+        return Tensor(name, shape, dtype, True, special=special)
 
     def fresh_indices(self, array):
         """Given index values as a graph input or an initializer."""
@@ -176,6 +180,9 @@ class GraphBuilder:
         if node_spec is None:
             return False
         ins, attrs, n_out = node_spec
+        special = any(i.special for i in ins if isinstance(i, Tensor))
+        if special and op in recipes.NAN_UNSPECIFIED:
+            return False
         outs = [self.fresh_name("t") for _ in range(n_out)]
         node = helper.make_node(op, [i if isinstance(i, str) else i.name for i in ins], outs,
                                 name=f"n{len(self.nodes)}_{op}", **attrs)
@@ -194,7 +201,7 @@ class GraphBuilder:
                 self.low.add(name)
             if dtype not in NP_DTYPE or any(d > 64 for d in shape) or int(np.prod(shape, dtype=np.int64)) > 4096:
                 return True  # still a valid node; its output is not chained
-            self.tensors.append(Tensor(name, shape, dtype, exact, low))
+            self.tensors.append(Tensor(name, shape, dtype, exact, low, special))
         return True
 
     def infer(self, node, ins):

@@ -24,7 +24,15 @@ EXACT = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", 
 DISCONTINUOUS = {"Floor", "Ceil", "Round", "Sign", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual",
                  "ArgMax", "ArgMin", "TopK", "Hardmax", "Cast", "CastLike", "Mod", "ThresholdedRelu", "Shrink",
                  "MaxPool", "GlobalMaxPool", "ReduceMax", "ReduceMin", "Max", "Min", "Relu", "Clip", "IsInf",
-                 "HardSigmoid", "HardSwish", "Abs", "Sign", "Where", "Pow"}
+                 "HardSigmoid", "HardSwish", "Abs", "Sign", "Where", "Pow",
+                 # Periodic: of a large computed argument (a product), a last-bit difference is any value.
+                 "Sin", "Cos", "Tan"}
+# ORT's result on NaN or infinite inputs depends on where they sit or on how it rearranges the op (Eigen's
+# min/max reductions drop a NaN unless it comes first; im2col multiplies padding zeros by an infinite weight):
+# these ops never read a tensor that may hold one.
+NAN_UNSPECIFIED = {"ReduceMax", "ReduceMin", "MaxPool", "GlobalMaxPool", "ArgMax", "ArgMin", "TopK", "Conv", "ConvTranspose",
+                   "BatchNormalization", "Gemm", "MatMul", "Einsum", "Hardmax", "AveragePool", "LpPool",
+                   "InstanceNormalization", "LayerNormalization", "LRN", "MeanVarianceNormalization"}
 # Inputs of these ops are kept inside the domain where the op is finite (NaN positions would agree, but say little).
 POSITIVE = {"Log", "Sqrt", "Reciprocal", "Acosh"}
 UNIT = {"Asin", "Acos", "Atanh"}

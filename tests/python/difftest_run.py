@@ -19,7 +19,8 @@ from onnx import helper
 import difftest_lib as lib
 
 REFUSAL_CODES = {2, 3, 4, 5, 6, 7, 8, 9, 10, 12}
-TOL = {"float32": (1e-4, 1e-5), "float64": (1e-4, 1e-5), "float16": (1e-2, 1e-3)}
+# Through float16, ORT accumulates sums (MatMul, reductions) in float16, memplan in float32: an absolute 1e-2.
+TOL = {"float32": (1e-4, 1e-5), "float64": (1e-4, 1e-5), "float16": (1e-2, 1e-2)}
 TIMEOUT_S = 120
 SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "UndefinedBehaviorSanitizer")
 

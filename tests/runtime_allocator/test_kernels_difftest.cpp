@@ -111,3 +111,24 @@ TEST_CASE("ReduceMax and ReduceMin propagate NaN (difftest: NaN was skipped by t
     CHECK(got[1] == (std::string(type) == "ReduceMax" ? kInf : -kInf));
   }
 }
+
+TEST_CASE("Max, Min and GlobalMaxPool propagate a NaN wherever it sits (difftest: a NaN in a later operand was dropped)") {
+  for (const char* type : {"Max", "Min"}) {
+    OpGraph b;
+    const TensorId x = b.input("x", TensorData::from_double(DType::f32, {3}, {1, kNaN, 2}));
+    const TensorId y = b.input("y", TensorData::from_double(DType::f32, {3}, {kNaN, 0, 3}));
+    const TensorId z = b.input("z", TensorData::from_double(DType::f32, {3}, {0, 0, kNaN}));
+    const TensorId out = b.result("out", DType::f32, {3});
+    b.op(type, "", {x, y, z}, {out});
+    const auto got = run_values(b, out, false);
+    INFO(type);
+    CHECK((std::isnan(got[0]) && std::isnan(got[1]) && std::isnan(got[2])));
+  }
+  OpGraph b;
+  const TensorId x = b.input("x", TensorData::from_double(DType::f32, {1, 2, 3}, {1, kNaN, 2, -kInf, 4, 3}));
+  const TensorId y = b.result("y", DType::f32, {1, 2, 1});
+  b.op("GlobalMaxPool", "", {x}, {y});
+  const auto got = run_values(b, y, false);
+  CHECK(std::isnan(got[0]));
+  CHECK(got[1] == 4.0);
+}
