@@ -194,8 +194,9 @@ def judge_alone(memplan, g, tmp):
 
 
 def judge_batch(memplan, graphs, tmp):
-    """Sets each graph's verdict: one memplan run for the batch; a batch that fails is halved until each
-    failing graph runs alone."""
+    """Sets each graph's verdict: one memplan run for the batch. A refusal that names one graph's op or tensor
+    refuses that graph and the batch reruns without it; any other failure halves the batch until each failing
+    graph runs alone."""
     live = [g for g in graphs if g.verdict is None]
     if not live:
         return
@@ -203,7 +204,15 @@ def judge_batch(memplan, graphs, tmp):
         judge_alone(memplan, live[0], tmp)
         return
     model, values = combine(live)
-    rc, _, got, shapes = run_memplan(memplan, model, values, tmp, "batch")
+    rc, err, got, shapes = run_memplan(memplan, model, values, tmp, "batch")
+    if rc != 0 and not is_crash(rc):
+        # A refusal names the op or tensor, so its graph by the name prefix: that graph is refused, the rest rerun.
+        named = {m for m in re.findall(r"'g(\d+)_", err)}
+        culprit = [g for g in live if str(g.seed) in named]
+        if len(culprit) == 1:
+            culprit[0].verdict, culprit[0].detail = "refused", reason_of(err)
+            judge_batch(memplan, [g for g in live if g is not culprit[0]], tmp)
+            return
     if rc != 0:
         half = len(live) // 2
         judge_batch(memplan, live[:half], tmp)
