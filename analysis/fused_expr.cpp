@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -128,7 +129,7 @@ float FusedExpr::evaluate(const float* operand_values, float* v) const {
       case ElemOp::min: r = std::fmin(x, y); break;
       case ElemOp::neg: r = -x; break;
       case ElemOp::abs: r = std::fabs(x); break;
-      case ElemOp::relu: r = x > 0.0f ? x : 0.0f; break;
+      case ElemOp::relu: r = x > 0.0f || x != x ? x : 0.0f; break;  // NaN propagates, as the Relu kernel
       case ElemOp::sigmoid: r = 1.0f / (1.0f + std::exp(-x)); break;
       case ElemOp::tanh: r = std::tanh(x); break;
       case ElemOp::erf: r = std::erf(x); break;
@@ -137,7 +138,7 @@ float FusedExpr::evaluate(const float* operand_values, float* v) const {
       case ElemOp::sqrt: r = std::sqrt(x); break;
       case ElemOp::reciprocal: r = 1.0f / x; break;
       case ElemOp::identity: r = x; break;
-      case ElemOp::clip: r = std::fmin(std::fmax(x, static_cast<float>(n.p0)), static_cast<float>(n.p1)); break;
+      case ElemOp::clip: r = x != x ? x : std::fmin(std::fmax(x, static_cast<float>(n.p0)), static_cast<float>(n.p1)); break;
       case ElemOp::leaky_relu: r = x >= 0.0f ? x : x * static_cast<float>(n.p0); break;
       case ElemOp::gt: r = x > y ? 1.0f : 0.0f; break;
       case ElemOp::ge: r = x >= y ? 1.0f : 0.0f; break;
@@ -236,8 +237,8 @@ std::optional<FusedExpr> elementwise_expr(const Graph& g, const Op& op) {
   if (arity == 2) n.b = operand(e, g, op, 1);
   if (*kind == ElemOp::leaky_relu) n.p0 = op.attr_float("alpha", 0.01);
   if (*kind == ElemOp::clip) {
-    n.p0 = op.attr_float("min", -HUGE_VAL);
-    n.p1 = op.attr_float("max", HUGE_VAL);
+    n.p0 = op.attr_float("min", std::numeric_limits<float>::lowest());  // ONNX's defaults: the float range's ends
+    n.p1 = op.attr_float("max", std::numeric_limits<float>::max());
     for (std::size_t i = 1; i < op.inputs.size() && i < 3; ++i) {
       if (op.inputs[i] == kNoTensor) continue;
       auto c = scalar_constant(g, op.inputs[i]);

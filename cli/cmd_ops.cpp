@@ -52,6 +52,16 @@ const char* backward_text(GradKind k) {
 }
 
 const char* yes_no(bool b) { return b ? "yes" : "no"; }
+
+// The dtypes of input 0 the CPU kernel of `id` accepts, by name (null: no kernel).
+nlohmann::json cpu_dtypes(analysis::OpTypeId id) {
+  const auto c = runtime::kernel_constraints("cpu", id);
+  if (!c) return nullptr;
+  nlohmann::json out = nlohmann::json::array();
+  for (int d = 1; d <= analysis::kMaxDType; ++d)
+    if (c->dtypes & runtime::dtype_bit(static_cast<analysis::DType>(d))) out.push_back(analysis::dtype_name(static_cast<analysis::DType>(d)));
+  return out;
+}
 std::string cuda_text(const std::optional<bool>& c) { return c ? yes_no(*c) : "not built"; }
 
 // Every registered op with its kernels, sorted by domain then type (the registry's ids are not an order
@@ -153,7 +163,8 @@ int list_registry(const OpsArgs& a) {
       out.push_back({{"op", i.type}, {"domain", domain_name(i.domain)}, {"kind", analysis::op_kind_name(i.kind)},
                      {"shape", shape_text(i)}, {"cost", i.flops != nullptr},
                      {"backward", analysis::grad_kind_name(i.grad_kind)}, {"deterministic", i.deterministic},
-                     {"cpu", f.cpu}, {"cuda", f.cuda ? nlohmann::json(*f.cuda) : nlohmann::json(nullptr)},
+                     {"cpu", f.cpu}, {"cpu_dtypes", cpu_dtypes(i.id)},
+                     {"cuda", f.cuda ? nlohmann::json(*f.cuda) : nlohmann::json(nullptr)},
                      {"summary", i.summary}});
     }
     std::cout << json_text(out, 2) << "\n";

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -86,6 +87,8 @@ analysis::OpTypeId kernel_op_id(std::string_view key);
 // The op types a backend's kernels cover, known without a device: "cpu", and "cuda" when memplan was
 // built with the CUDA backend (empty otherwise). Sorted by id.
 std::vector<analysis::OpTypeId> registered_kernels(std::string_view backend);
+// What backend's kernel for op type `id` accepts; empty when it has none. Known for "cpu" only (empty otherwise).
+std::optional<KernelConstraints> kernel_constraints(std::string_view backend, analysis::OpTypeId id);
 
 // Memory of one device. Pointers it returns are device pointers: only its copies and kernels read them.
 class Backend {

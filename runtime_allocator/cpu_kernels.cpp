@@ -65,6 +65,13 @@ const KernelTable& table() {
   return t;
 }
 
+// What the CPU runs: the kernel's own constraints, float32 widened to the 16-bit floats (run_widened).
+KernelConstraints effective_constraints(const Kernel& k) {
+  KernelConstraints c = k.accepts;
+  if (c.dtypes & kF32) c.dtypes |= kLowFloat;
+  return c;
+}
+
 const Kernel* find(const Op& op) {
   const analysis::OpInfo* info = analysis::op_registry().find(op);
   return info ? table().find(info->id) : nullptr;
@@ -75,9 +82,7 @@ class CpuKernels final : public KernelSet {
   std::string unsupported_reason(const analysis::Graph& g, const Op& op) const override {
     const Kernel* k = find(op);
     if (!k) return "no kernel";
-    KernelConstraints c = k->accepts;
-    if (c.dtypes & kF32) c.dtypes |= kLowFloat;  // run widened to f32 (run_widened)
-    return constraint_reason(g, op, c);
+    return constraint_reason(g, op, effective_constraints(*k));
   }
   bool alias_safe(const Op& op) const override {
     const Kernel* k = find(op);
@@ -97,6 +102,11 @@ class CpuKernels final : public KernelSet {
 }  // namespace
 
 std::vector<analysis::OpTypeId> registered_cpu_kernels() { return table().ids(); }
+
+std::optional<KernelConstraints> cpu_kernel_constraints(analysis::OpTypeId id) {
+  const Kernel* k = table().find(id);
+  return k ? std::optional(effective_constraints(*k)) : std::nullopt;
+}
 }  // namespace cpu
 
 std::unique_ptr<KernelSet> make_cpu_kernels() { return std::make_unique<cpu::CpuKernels>(); }

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,8 @@ class KernelTable {
 
 // The ids of the CPU table, sorted (registered_kernels("cpu")).
 std::vector<analysis::OpTypeId> registered_cpu_kernels();
+// What the CPU kernel of op type `id` accepts (16-bit floats included where it runs them widened); empty: no kernel.
+std::optional<KernelConstraints> cpu_kernel_constraints(analysis::OpTypeId id);
 
 void add_elementwise_kernels(KernelTable& t);
 void add_linalg_kernels(KernelTable& t);

@@ -21,6 +21,11 @@ std::vector<analysis::OpTypeId> registered_kernels(std::string_view backend) {
   return {};
 }
 
+std::optional<KernelConstraints> kernel_constraints(std::string_view backend, analysis::OpTypeId id) {
+  if (backend == "cpu") return cpu::cpu_kernel_constraints(id);
+  return std::nullopt;
+}
+
 analysis::OpTypeId kernel_op_id(std::string_view key) {
   constexpr std::string_view kPrefix = "memplan::";
   const bool own = key.substr(0, kPrefix.size()) == kPrefix;

@@ -17,7 +17,8 @@ void global_pool(const Op& op, const Refs& in, const Refs& out) {
   for (std::int64_t i = 0; i < nc; ++i) {
     const float* p = x.as<float>() + i * plane;
     float acc = kMax ? -std::numeric_limits<float>::infinity() : 0.0f;
-    for (std::int64_t j = 0; j < plane; ++j) acc = kMax ? std::max(acc, p[j]) : acc + p[j];
+    // A NaN in the plane is its max (as ONNX Runtime and numpy): once acc is NaN no comparison replaces it.
+    for (std::int64_t j = 0; j < plane; ++j) acc = kMax ? (p[j] > acc || p[j] != p[j] ? p[j] : acc) : acc + p[j];
     out[0].as<float>()[i] = kMax ? acc : acc / static_cast<float>(plane);
   }
 }

@@ -24,7 +24,7 @@ void unary_f32(const Op& op, const Refs& in, const Refs& out, F f) {
   void NAME(const Op& op, const Refs& in, const Refs& out) {                        \
     unary_f32(op, in, out, [&](float x) -> float { return EXPR; });                 \
   }
-MEMPLAN_UNARY(k_relu, x > 0.0f ? x : 0.0f)
+MEMPLAN_UNARY(k_relu, x > 0.0f || x != x ? x : 0.0f)  // NaN propagates, as in ONNX Runtime and PyTorch
 MEMPLAN_UNARY(k_sigmoid, 1.0f / (1.0f + std::exp(-x)))
 MEMPLAN_UNARY(k_tanh, std::tanh(x))
 MEMPLAN_UNARY(k_erf, std::erf(x))
@@ -38,21 +38,24 @@ MEMPLAN_UNARY(k_ceil, std::ceil(x))
 MEMPLAN_UNARY(k_softplus, std::fmax(x, 0.0f) + std::log1p(std::exp(-std::fabs(x))))  // no overflow
 MEMPLAN_UNARY(k_leaky_relu, x >= 0.0f ? x : x * static_cast<float>(op.attr_float("alpha", 0.01)))
 MEMPLAN_UNARY(k_elu, x >= 0.0f ? x : static_cast<float>(op.attr_float("alpha", 1.0)) * (std::exp(x) - 1.0f))
-MEMPLAN_UNARY(k_hard_sigmoid, std::fmax(0.0f, std::fmin(1.0f, static_cast<float>(op.attr_float("alpha", 0.2)) * x +
-                                                                    static_cast<float>(op.attr_float("beta", 0.5)))))
+MEMPLAN_UNARY(k_hard_sigmoid, x != x ? x
+                                      : std::fmax(0.0f, std::fmin(1.0f, static_cast<float>(op.attr_float("alpha", 0.2)) * x +
+                                                                            static_cast<float>(op.attr_float("beta", 0.5)))))
 MEMPLAN_UNARY(k_hard_swish, x * std::fmax(0.0f, std::fmin(1.0f, x / 6.0f + 0.5f)))
 MEMPLAN_UNARY(k_gelu, op.attr_string("approximate", "none") == "tanh"
                           ? 0.5f * x * (1.0f + std::tanh(0.7978845608f * (x + 0.044715f * x * x * x)))
                           : 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)))
 MEMPLAN_UNARY(k_round, std::nearbyint(x))
-MEMPLAN_UNARY(k_sign, static_cast<float>((x > 0.0f) - (x < 0.0f)))
+MEMPLAN_UNARY(k_sign, x != x ? x : static_cast<float>((x > 0.0f) - (x < 0.0f)))
 MEMPLAN_UNARY(k_sin, std::sin(x))
 MEMPLAN_UNARY(k_cos, std::cos(x))
 MEMPLAN_UNARY(k_mish, x * std::tanh(std::log1p(std::exp(x))))
 MEMPLAN_UNARY(k_selu, static_cast<float>(op.attr_float("gamma", 1.0507009873554805)) *
                           (x > 0.0f ? x : static_cast<float>(op.attr_float("alpha", 1.6732632423543772)) * (std::exp(x) - 1.0f)))
-MEMPLAN_UNARY(k_celu, std::fmax(0.0f, x) + std::fmin(0.0f, static_cast<float>(op.attr_float("alpha", 1.0)) *
-                                                            (std::exp(x / static_cast<float>(op.attr_float("alpha", 1.0))) - 1.0f)))
+// max(0, x) + min(0, alpha (exp(x / alpha) - 1)) with NaN propagated (std::fmax/fmin would drop it, ONNX Runtime keeps it).
+MEMPLAN_UNARY(k_celu, x > 0.0f ? x : x <= 0.0f ? static_cast<float>(op.attr_float("alpha", 1.0)) *
+                                                     (std::exp(x / static_cast<float>(op.attr_float("alpha", 1.0))) - 1.0f)
+                                               : x)
 #undef MEMPLAN_UNARY
 
 void k_neg(const Op& op, const Refs& in, const Refs& out) {
@@ -78,8 +81,9 @@ void k_is_nan(const Op& op, const Refs& in, const Refs& out) {
 }
 
 void k_clip(const Op& op, const Refs& in, const Refs& out) {
-  const float lo = scalar_value(op, in, 1, static_cast<float>(op.attr_float("min", -std::numeric_limits<float>::infinity())));
-  const float hi = scalar_value(op, in, 2, static_cast<float>(op.attr_float("max", std::numeric_limits<float>::infinity())));
+  // Bounds not given are the float range's ends (ONNX: numeric_limits lowest() and max()), so +-inf clip to them.
+  const float lo = scalar_value(op, in, 1, static_cast<float>(op.attr_float("min", std::numeric_limits<float>::lowest())));
+  const float hi = scalar_value(op, in, 2, static_cast<float>(op.attr_float("max", std::numeric_limits<float>::max())));
   unary_f32(op, in, out, [&](float x) { return x < lo ? lo : (x > hi ? hi : x); });
 }
 
@@ -125,8 +129,9 @@ MEMPLAN_BINARY(k_sub, false, x - y)
 MEMPLAN_BINARY(k_mul, false, x * y)
 MEMPLAN_BINARY(k_div, false, divide(o, x, y))
 MEMPLAN_BINARY(k_pow, false, std::pow(x, y))
-MEMPLAN_BINARY(k_max2, false, x < y ? y : x)
-MEMPLAN_BINARY(k_min2, false, y < x ? y : x)
+// NaN from either operand propagates (numpy's maximum/minimum, ONNX Runtime); x != x is false for integers.
+MEMPLAN_BINARY(k_max2, false, x != x ? x : y != y ? y : x < y ? y : x)
+MEMPLAN_BINARY(k_min2, false, x != x ? x : y != y ? y : y < x ? y : x)
 MEMPLAN_BINARY(k_equal, true, x == y)
 MEMPLAN_BINARY(k_less, true, x < y)
 MEMPLAN_BINARY(k_less_equal, true, x <= y)
@@ -137,12 +142,20 @@ MEMPLAN_BINARY(k_and, false, x && y)
 MEMPLAN_BINARY(k_or, false, x || y)
 #undef MEMPLAN_BINARY
 
-// Max/Min of several inputs folded left to right (two-input form is the common one).
+// Max/Min of one or more inputs folded left to right (two-input form is the common one).
 template <KernelFn F2>
 void variadic(const Op& op, const Refs& in, const Refs& out) {
   if (in.size() == 1) return copy_if_moved(out[0].data, required(op, in, 0).data, out[0].bytes);
-  if (in.size() != 2) return run_activation_expression(op, in, out);  // float32: one broadcast pass over all
-  F2(op, in, out);
+  if (in.size() == 2) return F2(op, in, out);
+  // Three or more: folded in a buffer of the output's shape, copied out last (the output may share the bytes of
+  // any input, which a fold straight into it would overwrite before reading).
+  std::vector<std::byte> acc(out[0].bytes);
+  TensorRef a = out[0];
+  a.data = acc.data();
+  const Refs folded{a};
+  F2(op, {required(op, in, 0), required(op, in, 1)}, folded);
+  for (std::size_t k = 2; k < in.size(); ++k) F2(op, {a, required(op, in, k)}, folded);
+  copy_if_moved(out[0].data, acc.data(), out[0].bytes);
 }
 
 void k_where(const Op& op, const Refs& in, const Refs& out) {

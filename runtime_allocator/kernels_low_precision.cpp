@@ -1,4 +1,5 @@
 // bf16/fp16 on the CPU: an f32 kernel run on widened copies, its outputs rounded back (the reference for autocast graphs).
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -15,8 +16,10 @@ std::uint16_t store_low(DType d, float f) { return d == DType::bf16 ? analysis::
 
 // An f32 stand-in for a bf16/f16 tensor: its own host buffer, same shape.
 TensorRef widened(const TensorRef& t, std::vector<float>& storage) {
-  storage.assign(static_cast<std::size_t>(t.elements()), 0.0f);
-  TensorRef w{reinterpret_cast<std::byte*>(storage.data()), DType::f32, t.shape, storage.size() * sizeof(float)};
+  // One element at least: an empty tensor is still present, and kernels tell a missing input by null data.
+  storage.assign(std::max<std::size_t>(static_cast<std::size_t>(t.elements()), 1), 0.0f);
+  TensorRef w{reinterpret_cast<std::byte*>(storage.data()), DType::f32, t.shape,
+              static_cast<std::uint64_t>(t.elements()) * sizeof(float)};
   return w;
 }
 

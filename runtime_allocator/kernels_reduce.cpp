@@ -55,8 +55,9 @@ void k_reduce(const Op& op, const Refs& in, const Refs& out) {
       case Reduce::log_sum_exp: a += std::exp(v - shift[static_cast<std::size_t>(o[0])]); break;
       case Reduce::mean: case Reduce::sum: a += v; break;
       case Reduce::sum_square: a += v * v; break;
-      case Reduce::max: a = v > a ? v : a; break;
-      case Reduce::min: a = v < a ? v : a; break;
+      // NaN propagates (as in numpy and ONNX Runtime): once a is NaN no comparison replaces it.
+      case Reduce::max: a = v > a || v != v ? v : a; break;
+      case Reduce::min: a = v < a || v != v ? v : a; break;
       case Reduce::prod: a *= v; break;
     }
   });

@@ -87,6 +87,16 @@ def check_json(memplan):
         check(isinstance(o.get("cost"), bool) and isinstance(o.get("cpu"), bool), f"{name}: cost/cpu not booleans")
         check(o.get("cuda") is None or isinstance(o.get("cuda"), bool), f"{name}: cuda is {o.get('cuda')!r}")
         check(isinstance(o.get("kind"), str) and o.get("kind"), f"{name}: no kind")
+        # cpu_dtypes: the dtypes of input 0 the CPU kernel accepts, null exactly when there is no CPU kernel.
+        dts = o.get("cpu_dtypes")
+        check((dts is None) == (not o["cpu"]), f"{name}: cpu_dtypes {dts!r} with cpu {o['cpu']}")
+        check(dts is None or (isinstance(dts, list) and dts and all(isinstance(d, str) for d in dts)),
+              f"{name}: cpu_dtypes is {dts!r}")
+    by_name = {(o["domain"], o["op"]): o for o in ops}
+    add = by_name.get(("ai.onnx", "Add"))
+    check(add is not None and {"float32", "int64"} <= set(add["cpu_dtypes"] or []), "Add's CPU kernel lacks float32/int64")
+    relu = by_name.get(("ai.onnx", "Relu"))
+    check(relu is not None and "float32" in (relu["cpu_dtypes"] or []), "Relu's CPU kernel lacks float32")
     t = memplan_run(memplan)
     check(t.returncode == 0, f"`memplan ops` exited {t.returncode}")
     check(t.stdout.strip().endswith(f"{len(ops)} ops"), "text listing does not end with the op count of --json")
