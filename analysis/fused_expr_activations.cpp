@@ -10,7 +10,8 @@ namespace {
 
 constexpr std::string_view kActivations[] = {"Elu",      "Selu",     "Celu",    "ThresholdedRelu", "HardSigmoid",
                                              "HardSwish", "Softplus", "Softsign", "Shrink",          "Mish",
-                                             "PRelu",     "Sum",      "Mean",     "Max",             "Min"};
+                                             "PRelu",     "Sum",      "Mean",     "Max",             "Min",
+                                             "Swish"};
 
 struct Builder {
   FusedExpr& e;
@@ -76,6 +77,8 @@ void build_activation(FusedExpr& e, const Op& op, const std::vector<std::uint32_
     const std::uint32_t hi = b.mul(b.bin(ElemOp::gt, x, b.c(lambd)), b.sub(x, b.c(bias)));
     const std::uint32_t lo = b.mul(b.bin(ElemOp::gt, b.c(-lambd), x), b.add(x, b.c(bias)));
     b.add(hi, lo);
+  } else if (t == "Swish") {  // x * sigmoid(alpha x): PyTorch's SiLU with alpha 1
+    b.mul(x, b.un(ElemOp::sigmoid, b.mul(x, b.c(op.attr_float("alpha", 1.0)))));
   } else if (t == "Mish") {
     b.mul(x, b.un(ElemOp::tanh, b.softplus(x)));
   } else if (t == "PRelu") {  // relu(x) + slope * min(x, 0)

@@ -50,6 +50,7 @@ MEMPLAN_UNARY(k_sign, x != x ? x : static_cast<float>((x > 0.0f) - (x < 0.0f)))
 MEMPLAN_UNARY(k_sin, std::sin(x))
 MEMPLAN_UNARY(k_cos, std::cos(x))
 MEMPLAN_UNARY(k_mish, x * std::tanh(std::log1p(std::exp(x))))
+MEMPLAN_UNARY(k_swish, x / (1.0f + std::exp(-static_cast<float>(op.attr_float("alpha", 1.0)) * x)))
 MEMPLAN_UNARY(k_selu, static_cast<float>(op.attr_float("gamma", 1.0507009873554805)) *
                           (x > 0.0f ? x : static_cast<float>(op.attr_float("alpha", 1.6732632423543772)) * (std::exp(x) - 1.0f)))
 // max(0, x) + min(0, alpha (exp(x / alpha) - 1)) with NaN propagated (std::fmax/fmin would drop it, ONNX Runtime keeps it).
@@ -214,7 +215,7 @@ void add_elementwise_kernels(KernelTable& t) {
            {"Ceil", k_ceil}, {"Softplus", k_softplus}, {"LeakyRelu", k_leaky_relu}, {"Elu", k_elu},
            {"HardSigmoid", k_hard_sigmoid}, {"HardSwish", k_hard_swish}, {"Gelu", k_gelu}, {"Clip", k_clip},
            {"Round", k_round}, {"Sign", k_sign}, {"Sin", k_sin}, {"Cos", k_cos}, {"Mish", k_mish}, {"Selu", k_selu},
-           {"Celu", k_celu}, {"memplan::FusedElementwise", run_fused_cpu}})
+           {"Celu", k_celu}, {"memplan::FusedElementwise", run_fused_cpu}, {"Swish", k_swish}})
     t[name] = {fn, true, {kF32}};  // float32 only
   // numpy broadcasting over the dtypes visit_dtype knows.
   for (auto [name, fn] : std::initializer_list<std::pair<const char*, KernelFn>>{

@@ -25,10 +25,21 @@ def _addmm(c):  # beta * bias + alpha * (a @ b)
 
 @aten("linear")
 def _linear(c):
-    # MatMul(x, W^T) (+ b): memplan's layout fusion reads W^T through strides (MatMulT), as PyTorch does.
-    wt = c.op1("Transpose", [c.x(1)], {"perm": [1, 0]})
-    y = c.op1("MatMul", [c.x(0), wt])
-    b = c.arg(2)
+    """x @ W^T + b as Gemm(transB=1) over x viewed as 2-D, as PyTorch runs it (addmm/mm on a view, W^T a view
+    too): the eager model then sees no transposed copy of W saved for the backward. With more than one symbolic
+    leading dim (no single Reshape back), MatMul(x, Transpose(W)) (+ b)."""
+    x, w, b = c.arg(0), c.arg(1), c.arg(2)
+    lead = c.shape(x)[:-1]
+    n_in, n_out = c.shape(w)[1], c.shape(w)[0]
+    ins = [c.t(w)] + ([c.t(b)] if b is not None else [])
+    if len(lead) == 1:
+        return c.op1("Gemm", [c.t(x)] + ins, {"transB": 1})
+    if sum(1 for d in lead if not isinstance(d, int)) <= 1 and lead:
+        flat = c.op1("Reshape", [c.t(x), c.g.i64([-1, n_in], "shape")])
+        y = c.op1("Gemm", [flat] + ins, {"transB": 1})
+        return c.op1("Reshape", [y, c.g.i64([d if isinstance(d, int) else -1 for d in lead] + [n_out], "shape")])
+    wt = c.op1("Transpose", [c.t(w)], {"perm": [1, 0]})
+    y = c.op1("MatMul", [c.t(x), wt])
     return y if b is None else c.op1("Add", [y, c.t(b)])
 
 

@@ -91,9 +91,8 @@ def _rsqrt(c):  # written as 1 / sqrt(x): the form memplan's RMSNorm fusion reco
 
 
 @aten("silu", "silu_")
-def _silu(c):  # x * sigmoid(x): both have backward rules
-    x = c.x()
-    return c.op1("Mul", [x, c.op1("Sigmoid", [x])])
+def _silu(c):  # Swish (alpha 1): one op whose backward reads only x, as PyTorch's SiLU saves only its input
+    return c.op1("Swish", [c.x()], {"alpha": 1.0})
 
 
 @aten("gelu")
@@ -380,12 +379,69 @@ def _split(c):
 
 
 @aten("index")
-def _index(c):  # x[idx] on one axis (the others None): a Gather
-    idx = c.arg(1)
+def _index(c):
+    """x[i0, i1, ...] (advanced indexing, None for a sliced axis): the index tensors broadcast and combine into
+    one linear index into the indexed axes, which a Gather reads from x reshaped (or transposed, when the indexed
+    axes are not adjacent: torch then puts the broadcast dims first) so that those axes are one."""
+    idx = list(c.arg(1))
+    rank = c.rank(c.arg(0))
     axes = [i for i, v in enumerate(idx) if v is not None]
-    if len(axes) != 1:
-        raise ValueError(f"{c.where()}: advanced indexing over {len(axes)} axes is not mapped")
-    return c.op1("Gather", [c.x(), c.operand(idx[axes[0]], "int64")], {"axis": axes[0]})
+    if not axes:
+        return c.op1("Identity", [c.x()])
+    for a in axes:
+        if c.dtype(idx[a]) == "bool":
+            raise ValueError(f"{c.where()}: indexing with a boolean mask (data-dependent shape) is not mapped")
+    if len(axes) == 1:
+        return c.op1("Gather", [c.x(), c.operand(idx[axes[0]], "int64")], {"axis": axes[0]})
+    shape = c.shape(c.arg(0))
+    sizes = [shape[a] for a in axes]
+    if not all(isinstance(d, int) for d in sizes):
+        raise ValueError(f"{c.where()}: advanced indexing over axes with symbolic sizes {sizes} is not mapped")
+    linear = _linear_index(c, [idx[a] for a in axes], sizes)
+    x = c.x()
+    adjacent = axes == list(range(axes[0], axes[-1] + 1))
+    if not adjacent:  # the indexed axes first, in order, then the others
+        perm = axes + [i for i in range(rank) if i not in axes]
+        x = c.op1("Transpose", [x], {"perm": perm})
+        shape = [shape[i] for i in perm]
+        first = 0
+    else:
+        first = axes[0]
+    rest = shape[first + len(axes):]
+    n = 1
+    for d in sizes:
+        n *= d
+    target = [d if isinstance(d, int) else 0 for d in shape[:first]] + [n] + \
+        [d if isinstance(d, int) else -1 for d in rest]
+    if sum(1 for d in rest if not isinstance(d, int)) > 1 or (0 in target and any(d == 0 for d in shape if isinstance(d, int))):
+        raise ValueError(f"{c.where()}: the indexed view of {shape} cannot be written with one inferred dim")
+    flat = c.op1("Reshape", [x, c.g.i64(target, "shape")])
+    return c.op1("Gather", [flat, linear], {"axis": first})
+
+
+def _linear_index(c, index_nodes, sizes):
+    """sum_k i_k * prod(sizes[k+1:]) over the broadcast index tensors (negative indices wrapped), as an int64
+    tensor: a constant when every index folds to one (transformers' mask code indexes with aranges)."""
+    strides = [1] * len(sizes)
+    for k in range(len(sizes) - 2, -1, -1):
+        strides[k] = strides[k + 1] * sizes[k + 1]
+    known = c.conv.known
+    if all(n in known for n in index_nodes):
+        total = None
+        for n, size, stride in zip(index_nodes, sizes, strides):
+            v = known[n].to(torch.int64)
+            v = torch.where(v < 0, v + size, v) * stride
+            total = v if total is None else total + v
+        return c.g.const(total.reshape(-1).tolist(), "int64", list(total.shape), "index")
+    total = None
+    for n, size, stride in zip(index_nodes, sizes, strides):
+        i = c.operand(n, "int64")
+        zero = c.g.scalar(0, "int64", "c")
+        i = c.op1("Where", [c.op1("Less", [i, zero]), c.op1("Add", [i, c.g.scalar(size, "int64", "c")]), i])
+        if stride != 1:
+            i = c.op1("Mul", [i, c.g.scalar(stride, "int64", "c")])
+        total = i if total is None else c.op1("Add", [total, i])
+    return total
 
 
 @aten("repeat")
@@ -440,3 +496,103 @@ def _bernoulli(c):  # (uniform < p) as the tensor's dtype: DropPath's per-sample
     dt = c.dtype()
     u = c.op1("RandomUniformLike", [c.x()], {"dtype": onnx_dtype(dt), "low": 0.0, "high": 1.0})
     return c.op1("Cast", [c.op1("Less", [u, c.scalar(float(p), dt)])], {"to": onnx_dtype(dt)})
+
+
+@aten("as_strided")
+def _as_strided(c):
+    """as_strided where it is a view of a dense tensor: the storage (the input in its stride order) reshaped so
+    that each output axis is one axis of it, sliced, transposed to the output's order, with stride-0 axes
+    expanded. Anything else (overlapping or non-divisible strides) raises naming the node."""
+    src = c.meta(c.arg(0))
+    size, stride = list(c.arg(1)), list(c.arg(2))
+    offset = c.arg(3, c.kw("storage_offset", None))
+    offset = 0 if offset is None else offset
+    if not all(isinstance(v, int) for v in size + stride + [offset]) or \
+            not all(isinstance(d, int) for d in src.shape) or not all(isinstance(s, int) for s in src.stride()):
+        raise ValueError(f"{c.where()}: as_strided with symbolic sizes, strides or offset is not mapped")
+    x = c.x()
+    # the input's storage order: its dims by decreasing stride (size-1 dims anywhere); dense storage only
+    in_shape, in_stride = list(src.shape), list(src.stride())
+    order = sorted(range(len(in_shape)), key=lambda i: (-in_stride[i] if in_shape[i] > 1 else 0, i))
+    expect = 1
+    for i in reversed(order):
+        if in_shape[i] > 1 and in_stride[i] != expect:
+            raise ValueError(f"{c.where()}: as_strided of a non-dense input (strides {in_stride}) is not mapped")
+        expect *= in_shape[i]
+    numel = expect
+    offset -= src.storage_offset()
+    if order != sorted(order):
+        x = c.op1("Transpose", [x], {"perm": order})
+    view = strided_view(size, stride, offset, numel)
+    if view is None:
+        raise ValueError(f"{c.where()}: as_strided(size={size}, stride={stride}, offset={offset}) of a "
+                         f"{numel}-element tensor is not a reshape/permute/slice/expand of it; not mapped")
+    base, starts, keep, perm = view
+    if _prod(base) != numel:  # the strides reach only the buffer's first prod(base) elements
+        x = c.op1("Reshape", [x, c.g.i64([-1], "shape")])
+        x = c.op1("Slice", [x, c.g.i64([0], "starts"), c.g.i64([_prod(base)], "ends"), c.g.i64([0], "axes")])
+    if base != [in_shape[i] for i in order]:
+        x = c.op1("Reshape", [x, c.g.i64(base, "shape")])
+    if starts is not None:
+        axes = [a for a, (s, n) in enumerate(zip(starts, keep)) if s != 0 or n != base[a]]
+        if axes:
+            x = c.op1("Slice", [x, c.g.i64([starts[a] for a in axes], "starts"),
+                                c.g.i64([starts[a] + keep[a] for a in axes], "ends"), c.g.i64(axes, "axes")])
+    if perm != sorted(perm):
+        x = c.op1("Transpose", [x], {"perm": perm})
+    squeezed = [s if st != 0 else 1 for s, st in zip(size, stride)]
+    x = c.op1("Reshape", [x, c.g.i64(squeezed, "shape")])
+    if squeezed != size:
+        x = c.op1("Expand", [x, c.g.i64(size, "shape")])
+    return x
+
+
+def _prod(v):
+    n = 1
+    for d in v:
+        n *= d
+    return n
+
+
+def strided_view(size, stride, offset, numel):
+    """A dense buffer of `numel` elements read as as_strided(size, stride, offset), written as a view:
+    (base, starts, keep, perm): the buffer's first prod(base) elements reshaped to `base`, sliced to
+    [starts, starts + keep) per axis (starts None: no slice), transposed by `perm` to the output's axes of size
+    > 1 and stride != 0 in order; None when no such view exists (overlap, strides that do not nest)."""
+    if any(s < 0 for s in stride) or offset < 0 or any(n == 0 for n in size):
+        return None
+    dims = [i for i, (n, s) in enumerate(zip(size, stride)) if n > 1 and s != 0]
+    by_stride = sorted(dims, key=lambda i: -stride[i])
+    if not by_stride:  # one element (or one broadcast): the element at `offset`
+        if offset >= numel:
+            return None
+        return [numel], [offset], [1], []
+    strides = [stride[i] for i in by_stride]
+    if len(set(strides)) != len(strides):
+        return None  # two axes on one stride: overlapping
+    base = []
+    for k in range(1, len(strides)):
+        if strides[k - 1] % strides[k]:
+            return None
+        base.append(strides[k - 1] // strides[k])
+    inner = strides[-1]
+    outer = numel // strides[0]
+    base = [outer] + base + ([inner] if inner > 1 else [])
+    # the offset split over the base axes (most significant first)
+    starts, rem = [], offset
+    for s in strides:
+        starts.append(rem // s)
+        rem %= s
+    keep = [size[i] for i in by_stride]
+    if inner > 1:
+        starts.append(rem)
+        keep.append(1)
+    elif rem:
+        return None
+    if any(st + n > b for st, n, b in zip(starts, keep, base)):
+        return None
+    # output order of the kept axes; the trailing inner axis (one element) is dropped by the final reshape
+    pos = {d: k for k, d in enumerate(by_stride)}
+    perm = [pos[d] for d in dims] + ([len(by_stride)] if inner > 1 else [])
+    sliced = any(st != 0 or n != b for st, n, b in zip(starts, keep, base))
+    return base, (starts if sliced else None), keep, perm

@@ -43,6 +43,7 @@ std::vector<Case> cases() {
       {"Softsign", {}, [](double x) { return x / (1 + std::fabs(x)); }},
       {"Shrink", {{"lambd", fa(0.4)}, {"bias", fa(0.1)}}, [](double x) { return x < -0.4 ? x + 0.1 : x > 0.4 ? x - 0.1 : 0.0; }},
       {"Mish", {}, [](double x) { return x * std::tanh(softplus(x)); }},
+      {"Swish", {}, [](double x) { return x / (1.0 + std::exp(-x)); }},
   };
 }
 

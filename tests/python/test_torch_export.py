@@ -106,12 +106,39 @@ class BNDropout(nn.Module):
         return self.bn1(self.fc(x.flatten(1)))
 
 
+class Indexing(nn.Module):
+    """Advanced indexing over several axes: transformers' mask code (aranges broadcast against each other), the
+    indices adjacent (result in their place) and apart (broadcast dims first), one computed from the input; and
+    as_strided as a view: a transpose of a slice, an identity with size-1 strides (timm ConvNeXt's head), a
+    broadcast (stride 0)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+
+    def forward(self, x):  # x [2, 5, 6]
+        h = self.fc(x)
+        b = torch.arange(2).view(2, 1, 1)
+        s = torch.arange(3).view(1, 3, 1) + 1
+        adjacent = h[b, s, torch.tensor([[[0, 5, -1]]])]          # [2, 3, 3]
+        i = (x[:, :3, 0].abs() * 3).clamp(max=4).long()            # [2, 3], data-dependent
+        apart = h.unsqueeze(1).expand(2, 3, 5, 6)[:, torch.tensor([0, 2]).view(2, 1), :, torch.tensor([1, 3, 5])]  # [2, 3, 2, 5]
+        picked = h[torch.arange(2).view(2, 1), i]                   # [2, 3, 6]
+        y = adjacent.sum(-1, keepdim=True) + picked[:, :, :3] + apart.sum((0, 3)).T.unsqueeze(-1)
+        g = h.reshape(2, 30)
+        a = torch.as_strided(g, (2, 3, 2), (30, 1, 6), 1)          # g[:, 1:13] as [2, 2, 6] sliced, transposed
+        m = torch.as_strided(g.mean(-1, keepdim=True).unsqueeze(-1), (2, 1, 1), (1, 2, 2))
+        e = torch.as_strided(g, (2, 3, 3), (30, 0, 1), 4)          # g[:, 4:7] expanded over 3
+        return y + a.sum(-1, keepdim=True) * m + e
+
+
 MODELS = {
     "cnn": (SmallCNN, lambda: (torch.randn(2, 3, 16, 16),), ["--loss", "ce"]),
     "mlp": (MLP, lambda: (torch.randn(4, 16),), []),
     "encoder": (Encoder, lambda: (torch.randn(2, 8, 32),), []),
     "decoder": (Decoder, lambda: (torch.randint(0, 50, (2, 12)),), ["--loss", "ce"]),
     "bn_dropout": (BNDropout, lambda: (torch.randn(4, 2, 8, 8),), []),
+    "indexing": (Indexing, lambda: (torch.randn(2, 5, 6),), []),
 }
 
 
@@ -137,6 +164,15 @@ def check_train(tmp, name):
         att = [o for o in doc["ops"] if o["type"] == "FusedAttention"]
         assert len(att) == 2 and all(o["attrs"]["causal"] == 1 for o in att), "causal SDPA not FusedAttention"
         assert len([o for o in doc["ops"] if o["type"] == "RMSNormalization"]) == 5, "RMSNorm not mapped"
+    if name in ("decoder", "mlp"):
+        # what PyTorch holds: SiLU saves only its input (one Swish op, no Sigmoid output kept), linear reads W^T
+        # as a view (Gemm transB, no transposed copy of a weight saved for the backward)
+        assert ops_of(doc, "Swish") and not ops_of(doc, "Sigmoid"), "silu not one Swish op"
+        weights = {t["name"] for t in doc["tensors"] if t.get("role") == "weight"}
+        assert not [o for o in ops_of(doc, "Transpose") if o["inputs"][0] in weights], "a weight transposed by a copy"
+        assert all(o["attrs"].get("transB") == 1 for o in ops_of(doc, "Gemm")) and ops_of(doc, "Gemm"), "linear not Gemm"
+    if name == "indexing":
+        assert len(ops_of(doc, "Gather")) == 4, "not one Gather per index op (three) and select (one)"
 
 
 def check_numerics(tmp, name):
@@ -184,6 +220,20 @@ def check_dynamic_decoder(tmp):
     memplan(A.memplan, "plan", path, "--train", "--loss", "ce", "--dim", "batch=4")
 
 
+class Overlapping(nn.Module):
+    def forward(self, x):
+        return torch.as_strided(x * 2, (3, 3), (1, 1))
+
+
+def check_as_strided_error(tmp):
+    try:
+        memplan_torch.export_graph(Overlapping(), (torch.randn(4, 4),), os.path.join(tmp, "o.json"))
+    except ValueError as e:
+        assert "as_strided" in str(e) and "not a reshape/permute/slice/expand" in str(e), str(e)
+        return
+    raise AssertionError("overlapping as_strided exported without an error")
+
+
 class Unmapped(nn.Module):
     def forward(self, x):
         return torch.cumprod(x, 1) + torch.cumprod(x, 0) + torch.sort(x, 1).values
@@ -207,6 +257,7 @@ def main():
             r.run(f"{name}: memplan run (eval, weights) equals PyTorch's forward", check_numerics, tmp, name)
         r.run("symbolic batch: input dim written as a symbol, bound with --dim", check_dynamic_batch, tmp)
         r.run("symbolic batch: decoder planned through the decomposed attention/RMSNorm", check_dynamic_decoder, tmp)
+        r.run("as_strided that is no view: a ValueError naming the node", check_as_strided_error, tmp)
         r.run("unmapped ops: one error listing every op with its count", check_unmapped, tmp)
     return r.finish()
 

@@ -78,7 +78,7 @@ inline const std::vector<Example>& examples() {
     v.push_back({"", "Identity", {t({2, 3})}, {{}}, {}, {"memplan::MSELoss"}, true, true});
     for (const char* u : {"Relu", "Sigmoid", "Tanh", "Erf", "Gelu", "Neg", "Exp", "Abs", "Reciprocal",
                           "Floor", "Ceil", "Softplus", "Elu", "HardSigmoid", "HardSwish", "Round", "Sign", "Sin", "Cos",
-                          "Mish", "Selu", "Celu"})
+                          "Mish", "Selu", "Celu", "Swish"})
       v.push_back(unary(u));
     v.push_back({"", "Sqrt", {tp({2, 3})}});
     v.push_back({"", "Log", {tp({2, 3})}});
