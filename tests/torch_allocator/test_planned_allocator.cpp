@@ -140,7 +140,7 @@ TEST_CASE("device bytes follow live bytes: weights and recording exact, the aren
   CHECK(dev.held == a.stats().arena_bytes);  // the weights went back to the device when freed
 }
 
-TEST_CASE("blocks a recorded step leaves live stay their own allocations; replayed ones use the pool") {
+TEST_CASE("blocks a recorded step leaves live stay their own allocations, replayed ones use the pool") {
   FakeDevice dev;
   AllocatorOptions o;
   o.pool_chunk_bytes = 1 << 16;
