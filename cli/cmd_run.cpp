@@ -79,7 +79,7 @@ int run_model(const RunArgs& a) {
   if (!a.plan_file.empty()) {
     plan = planner::plan_from_json(g, analysis::read_json_file(a.plan_file, "plan"));
   } else if (!a.unshared) {
-    plan = planner::plan_inference(g, assign_options(a.arena)).plan;
+    plan = planner::plan_inference(g, assign_options(a.arena), schedule_options(a.arena)).plan;
   }
   if (!a.unshared) planner::require_valid(g, plan);
 

@@ -62,7 +62,9 @@ Evaluated evaluate(const Context& c, RematChoice choice) {
   Evaluated e;
   e.tr = apply_remat(c.g, c.schedule, choice);
   e.live = analysis::analyze_liveness(e.tr.graph, e.tr.schedule, c.opts.assign.alignment);
-  e.plan = assign(e.tr.graph, e.live, c.opts.assign);
+  AssignOptions greedy = c.opts.assign;  // the exact packer runs once, on the plan chosen (plan_training)
+  greedy.exact_pack_seconds = 0.0;
+  e.plan = assign(e.tr.graph, e.live, greedy);
   e.recompute = recompute_flops(e.tr, c.flops);
   // Clones cost what their originals cost; swap copies take the host link's time, and the step counts
   // whatever compute waits for them (estimate_step), not the placement's hope that they hide.
@@ -258,8 +260,9 @@ TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const Traini
   if (std::find(names.begin(), names.end(), options.strategy) == names.end())
     fail(ErrorKind::usage, "unknown strategy '" + options.strategy + "' (none, sqrt, budget, optimal, swap, auto)");
   const Graph& g = tg.graph;
-  Context c{g, analysis::training_schedule(tg), {}, {}, options, {}, {}, {}, {}, {}, {}, 0, 0.0};
   TrainingPlanResult r;
+  r.schedule = choose_schedule(g, options.assign, options.schedule);
+  Context c{g, r.schedule.order, {}, {}, options, {}, {}, {}, {}, {}, {}, 0, 0.0};
   r.strategy = options.strategy;
   c.flops.resize(g.ops.size());
   c.seconds.resize(g.ops.size());
@@ -343,6 +346,8 @@ TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const Traini
     }
     target -= chosen->arena() - arena_budget;
   }
+  if (options.assign.exact_pack_seconds > 0.0 && !chosen->plan.arena_optimal)
+    chosen->plan = assign(chosen->tr.graph, chosen->live, options.assign);  // never larger: the greedy packing is its start
   Plan& plan = chosen->plan;
   r.report = verify_plan(chosen->tr.graph, plan);
   if (!r.report.valid) fail(ErrorKind::verification, "the training plan (" + options.strategy + ") failed the verifier");
