@@ -252,16 +252,14 @@ Evaluated least_memory(const Context& c, const std::string& s) {
   return both;
 }
 
-}  // namespace
-
-TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const TrainingPlanOptions& options) {
+TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlanOptions& options, const ScheduleResult& schedule) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto& names = training_strategies();
   if (std::find(names.begin(), names.end(), options.strategy) == names.end())
     fail(ErrorKind::usage, "unknown strategy '" + options.strategy + "' (none, sqrt, budget, optimal, swap, auto)");
   const Graph& g = tg.graph;
   TrainingPlanResult r;
-  r.schedule = choose_schedule(g, options.assign, options.schedule);
+  r.schedule = schedule;
   Context c{g, r.schedule.order, {}, {}, options, {}, {}, {}, {}, {}, {}, 0, 0.0};
   r.strategy = options.strategy;
   c.flops.resize(g.ops.size());
@@ -380,6 +378,39 @@ TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const Traini
   r.keep_all_step_seconds = c.none_seconds;
   r.graph = std::move(chosen->tr.graph);
   r.plan = std::move(chosen->plan);
+  r.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace
+
+// The remat and swap searches were tuned on the file order, and a memory order can leave the forward fewer
+// single-tensor cuts: a strategy other than none plans on both orders and keeps the lower peak (a budget
+// met by either is met).
+TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const TrainingPlanOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const ScheduleResult memory = choose_schedule(tg.graph, options.assign, options.schedule);
+  ScheduleResult file = memory;
+  file.order = analysis::topological_order(tg.graph);
+  file.peak_bytes = file.file_peak_bytes;
+  file.method = "file";
+  file.proven_optimal = memory.proven_optimal && memory.peak_bytes == memory.file_peak_bytes;
+  if (options.schedule.kind == ScheduleKind::file || options.strategy == "none" || memory.order == file.order)
+    return plan_on(tg, options, memory);
+  std::optional<TrainingPlanResult> on_memory;
+  try {
+    on_memory = plan_on(tg, options, memory);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::infeasible) throw;
+  }
+  TrainingPlanResult r;
+  try {
+    r = plan_on(tg, options, file);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::infeasible || !on_memory) throw;
+    r = std::move(*on_memory);
+  }
+  if (on_memory && on_memory->peak_bytes <= r.peak_bytes) r = std::move(*on_memory);
   r.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

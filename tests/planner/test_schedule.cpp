@@ -8,6 +8,7 @@
 #include <random>
 
 #include "analysis/import.hpp"
+#include "analysis/ops.hpp"
 #include "analysis/shapes.hpp"
 #include "analysis/training.hpp"
 #include "planner/inference.hpp"
@@ -33,11 +34,11 @@ Graph random_dag(std::uint32_t seed, int n) {
     const TensorId c = made[static_cast<std::size_t>(uni(0, static_cast<int>(made.size()) - 1))];
     const int kind = uni(0, 3);
     const std::string name = "t" + std::to_string(i);
-    const std::int64_t elems = b.g.tensors[a].element_count();
+    const auto elems = static_cast<std::int64_t>(b.g.tensors[a].element_count());
     if (kind == 0) {
       made.push_back(b.act(name, elems));
       b.op("Relu", {a}, {made.back()});
-    } else if (kind == 1 && b.g.tensors[c].element_count() == elems) {
+    } else if (kind == 1 && static_cast<std::int64_t>(b.g.tensors[c].element_count()) == elems) {
       made.push_back(b.act(name, elems));
       b.op("Add", {a, c}, {made.back()});
     } else if (kind == 2) {
