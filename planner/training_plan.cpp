@@ -385,32 +385,30 @@ TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlan
 }  // namespace
 
 // The remat and swap searches were tuned on the file order, and a memory order can leave the forward fewer
-// single-tensor cuts: a strategy other than none plans on both orders and keeps the lower peak (a budget
-// met by either is met).
+// single-tensor cuts (their least peaks and budgets met differ from the file order's, either way): a strategy
+// other than none plans on the file order, and on the memory order only when the file order cannot meet the
+// budget. Strategy none (keep everything) plans on the memory order.
 TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const TrainingPlanOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   const ScheduleResult memory = choose_schedule(tg.graph, options.assign, options.schedule);
+  if (options.schedule.kind == ScheduleKind::file || options.strategy == "none") return plan_on(tg, options, memory);
   ScheduleResult file = memory;
   file.order = analysis::topological_order(tg.graph);
   file.peak_bytes = file.file_peak_bytes;
   file.method = "file";
   file.proven_optimal = memory.proven_optimal && memory.peak_bytes == memory.file_peak_bytes;
-  if (options.schedule.kind == ScheduleKind::file || options.strategy == "none" || memory.order == file.order)
-    return plan_on(tg, options, memory);
-  std::optional<TrainingPlanResult> on_memory;
-  try {
-    on_memory = plan_on(tg, options, memory);
-  } catch (const Error& e) {
-    if (e.kind() != ErrorKind::infeasible) throw;
-  }
   TrainingPlanResult r;
   try {
     r = plan_on(tg, options, file);
   } catch (const Error& e) {
-    if (e.kind() != ErrorKind::infeasible || !on_memory) throw;
-    r = std::move(*on_memory);
+    if (e.kind() != ErrorKind::infeasible || memory.order == file.order) throw;
+    try {
+      r = plan_on(tg, options, memory);
+    } catch (const Error& again) {
+      if (again.kind() != ErrorKind::infeasible) throw;
+      throw e;  // the file order's account of what each strategy reaches
+    }
   }
-  if (on_memory && on_memory->peak_bytes <= r.peak_bytes) r = std::move(*on_memory);
   r.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
