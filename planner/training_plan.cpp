@@ -340,6 +340,11 @@ TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlan
       // The searches steer by models and lower bounds; the strategy's least-memory plan may still fit.
       chosen = least_memory(c, options.strategy);
       if (chosen->arena() <= arena_budget) break;
+      // The searches see greedy arenas; the exact packer may bring the least-memory plan under the budget.
+      if (options.assign.exact_pack_seconds > 0.0 && !chosen->plan.arena_optimal) {
+        chosen->plan = assign(chosen->tr.graph, chosen->live, options.assign);
+        if (chosen->arena() <= arena_budget) break;
+      }
       infeasible("budget " + gib(*options.budget_bytes) + " cannot be met by strategy " + options.strategy);
     }
     target -= chosen->arena() - arena_budget;
