@@ -10,6 +10,7 @@
 #include "cli/common.hpp"
 #include "cli/device_memory.hpp"
 #include "cli/fusion_report.hpp"
+#include "cli/plan_report.hpp"
 #include "cli/registry.hpp"
 #include "planner/assign.hpp"
 #include "planner/inference.hpp"
@@ -42,7 +43,7 @@ int run_analyze(const AnalyzeArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   analysis::Graph g = load_shaped_model(a.model);
   const FusionSummary fusion = fuse_in_place(g, fuse_options(a.model));
-  planner::InferencePlan ip = planner::plan_inference(g, assign_options(a.arena));
+  planner::InferencePlan ip = planner::plan_inference(g, assign_options(a.arena), schedule_options(a.arena));
   const double total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   std::uint64_t weights = 0, inputs = 0, naive = 0, params = 0;
@@ -99,6 +100,9 @@ int run_analyze(const AnalyzeArgs& a) {
     j["live_peak_step"] = peak;
     j["live_peak_op"] = peak_op ? peak_op->name : "";
     j["live_peak_op_type"] = peak_op ? peak_op->type : "";
+    j["arena_optimal"] = p.arena_optimal;
+    j["arena_gap"] = p.arena_gap;
+    j["schedule"] = schedule_json(ip.schedule);
     j["plan_valid"] = ip.report.valid;
     j["plan_seconds"] = ip.plan_seconds;
     j["total_seconds"] = total_seconds;
@@ -125,11 +129,14 @@ int run_analyze(const AnalyzeArgs& a) {
   std::printf("%s", device_memory_text(mem).c_str());
   std::printf("live peak          %s at step %u%s%s%s: the most arena bytes in use at one step\n", human_bytes(usage.peak_bytes).c_str(), peak,
               peak_op ? " (" : "", peak_op ? (peak_op->name + ", " + peak_op->type).c_str() : "", peak_op ? ")" : "");
+  std::printf("schedule           %s\n", schedule_text(ip.schedule).c_str());
   std::printf("lower bound        %s (no sharing of live tensors); %s with in-place and views\n",
               human_bytes(l.lower_bound_bytes).c_str(), human_bytes(p.aliased_lower_bound_bytes).c_str());
   std::printf("planned arena      %s (%zu buffers, packer %s, %llu-byte aligned); arena / lower bound %.3f\n",
               human_bytes(p.arena_bytes).c_str(), p.buffers.size(), p.packer.c_str(),
               static_cast<unsigned long long>(p.alignment), ratio(p.arena_bytes, l.lower_bound_bytes));
+  if (p.arena_optimal) std::printf("arena optimality   proven optimal (no packing of these buffers is smaller)\n");
+  else std::printf("arena optimality   at most %.2f%% above the best proven lower bound (--exact-pack-seconds searches longer)\n", 100.0 * p.arena_gap);
   std::printf("naive total        %s (every tensor its own buffer)\n", human_bytes(naive).c_str());
   std::printf("saving             %s (naive / arena %.2fx)\n",
               human_bytes(naive > p.arena_bytes ? naive - p.arena_bytes : 0).c_str(), ratio(naive, p.arena_bytes));

@@ -80,6 +80,7 @@ TrainingSetup training_setup(const analysis::Graph& shaped_forward, const Traini
   if (!args.budget.empty()) s.options.budget_bytes = planner::parse_size(args.budget);
   s.options.library_bytes = parse_library_bytes(args.library_bytes);
   s.options.assign = assign_options(args.arena);
+  s.options.schedule = schedule_options(args.arena);
   return s;
 }
 
@@ -116,6 +117,7 @@ std::uint64_t pytorch_peak_bytes(const analysis::Graph& shaped_forward, const Tr
   TrainingArgs ta = args;
   ta.strategy = "none";
   ta.budget.clear();
+  ta.arena.schedule = "file";  // PyTorch eager runs the program's order
   const TrainingSetup s = training_setup(shaped_forward, ta, planner::FuseOptions::pytorch_eager(sdpa));
   const planner::TrainingPlanResult r = planner::plan_training(s.training, s.options);
   planner::EagerOptions eo;
@@ -166,6 +168,10 @@ int run_plan(const PlanArgs& a) {
     j["live_peak_op"] = live_op;
     j["arena_bytes"] = r.plan.arena_bytes;
     j["naive_bytes"] = naive;
+    j["aliased_lower_bound_bytes"] = r.plan.aliased_lower_bound_bytes;
+    j["arena_optimal"] = r.plan.arena_optimal;
+    j["arena_gap"] = r.plan.arena_gap;
+    j["schedule"] = schedule_json(r.schedule);
     j["plan_valid"] = r.report.valid;
     j["plan_seconds"] = r.plan_seconds;
     j["strategy"] = r.strategy;
@@ -209,6 +215,7 @@ int run_plan(const PlanArgs& a) {
   std::printf("%s", device_memory_text(mem).c_str());
   std::printf("live peak            %s at step %u (%s): the most arena bytes in use at one step\n", human_bytes(usage.peak_bytes).c_str(),
               usage.peak_step, live_op.c_str());
+  std::printf("schedule             %s\n", schedule_text(r.schedule).c_str());
   std::printf("lower bound          %s (live tensors at one step, none sharing); naive %s (every tensor its own buffer)\n",
               human_bytes(r.lower_bound_bytes).c_str(), human_bytes(naive).c_str());
   std::printf("step estimate        %s (recompute and swap stalls included)\n",

@@ -85,7 +85,7 @@ int run_model(const RunArgs& a) {
     if (auto* cuda = dynamic_cast<runtime::cuda::CudaBackend*>(backend.get()))
       ao.workspace_query = [cuda](const analysis::Graph& graph, analysis::OpId id) { return cuda->preferred_workspace(graph, id); };
 #endif
-    plan = planner::plan_inference(g, ao).plan;
+    plan = planner::plan_inference(g, ao, schedule_options(a.arena)).plan;
   }
   if (!a.unshared) planner::require_valid(g, plan);
 

@@ -28,12 +28,26 @@ void add_arena_args(CLI::App* cmd, ArenaArgs& args) {
   cmd->add_option("--packer", args.packer, "greedy_by_size | best_fit | greedy_by_breadth | sweep | best");
   cmd->add_option("--workspace-limit", args.workspace_limit,
                   "most scratch bytes in the arena for one convolution's workspace (default 256MiB; 0: none)");
+  cmd->add_option("--exact-pack-seconds", args.exact_pack_seconds,
+                  "time for the exact packer to prove the arena optimal or shrink it (default 2; 0: greedy packers only)")
+      ->check(CLI::Range(0.0, 3600.0));
+  cmd->add_option("--schedule", args.schedule,
+                  "op order: memory (default; the topological order of least live peak found) | file (the model's order)");
+}
+
+planner::ScheduleOptions schedule_options(const ArenaArgs& args) {
+  planner::ScheduleOptions o;
+  const auto kind = planner::schedule_kind_from_name(args.schedule);
+  if (!kind) fail(ErrorKind::usage, "--schedule '" + args.schedule + "' is not one of file, memory");
+  o.kind = *kind;
+  return o;
 }
 
 planner::AssignOptions assign_options(const ArenaArgs& args) {
   planner::AssignOptions o;
   o.alignment = args.alignment;
   o.packer = args.packer;
+  o.exact_pack_seconds = args.exact_pack_seconds;
   o.workspace_limit_bytes = args.workspace_limit == "0" ? 0 : planner::parse_size(args.workspace_limit);
   return o;
 }

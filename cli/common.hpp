@@ -11,6 +11,7 @@
 #include "analysis/shapes.hpp"
 #include "planner/assign.hpp"
 #include "planner/fusion.hpp"
+#include "planner/schedule.hpp"
 
 namespace memplan::cli {
 
@@ -40,15 +41,19 @@ analysis::Graph load_shaped_model(const ModelArgs& args, bool keep_weight_data =
 // The passes fuse_graph runs on the shaped forward graph: all of them, or none with --no-fuse.
 planner::FuseOptions fuse_options(const ModelArgs& args);
 
-// How the arena is assigned: --alignment, --packer, --workspace-limit.
+// How the arena is assigned: --alignment, --packer, --workspace-limit, and the op order: --schedule.
 struct ArenaArgs {
   std::uint64_t alignment = 256;
   std::string packer = "best";
   std::string workspace_limit = "256MiB";
+  std::string schedule = "memory";  // --schedule file | memory
+  double exact_pack_seconds = planner::AssignOptions{}.exact_pack_seconds;  // --exact-pack-seconds
 };
 void add_arena_args(CLI::App* cmd, ArenaArgs& args);
 // A bad --workspace-limit size is ErrorKind::usage.
 planner::AssignOptions assign_options(const ArenaArgs& args);
+// --schedule: an unknown name is ErrorKind::usage.
+planner::ScheduleOptions schedule_options(const ArenaArgs& args);
 
 // What the CUDA context, cuBLAS/cuDNN handles and workspaces and the NVRTC modules hold on the device beside
 // the plan: measured 67.2 to 68.5 MiB on an H100 (docs/cuda.md), stated as 69 MiB. --library-bytes sets it.

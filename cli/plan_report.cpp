@@ -68,4 +68,18 @@ void warn_if_eval_export(const analysis::Graph& forward, const std::string& mode
                "\"Exporting from PyTorch for memplan\".\n";
 }
 
+nlohmann::json schedule_json(const planner::ScheduleResult& s) {
+  return {{"kind", planner::schedule_kind_name(s.kind)}, {"method", s.method}, {"file_order_peak_bytes", s.file_peak_bytes},
+          {"peak_bytes", s.peak_bytes}, {"proven_optimal", s.proven_optimal}, {"seconds", s.seconds}};
+}
+
+std::string schedule_text(const planner::ScheduleResult& s) {
+  if (s.kind == planner::ScheduleKind::file) return "file order: live peak " + human_bytes(s.file_peak_bytes) + " (--schedule memory searches for a lower one)";
+  char pct[32];
+  const double d = s.file_peak_bytes ? 100.0 * (static_cast<double>(s.peak_bytes) - static_cast<double>(s.file_peak_bytes)) / static_cast<double>(s.file_peak_bytes) : 0.0;
+  std::snprintf(pct, sizeof pct, "%+.1f%%", d);
+  return "memory order (" + s.method + (s.proven_optimal ? ", proven least" : "") + "): live peak " + human_bytes(s.peak_bytes) +
+         ", file order " + human_bytes(s.file_peak_bytes) + " (" + pct + ")";
+}
+
 }  // namespace memplan::cli

@@ -26,6 +26,12 @@ nlohmann::json planned_tensors_json(const std::vector<planner::PlannedTensor>& l
 // One line per listed tensor: "  1.50 MiB  tensor  (made by op, OpType)", and "  ... N more" past them.
 std::string planned_tensors_text(const std::vector<planner::PlannedTensor>& list);
 
+// The op order planned on: {"kind", "method", "file_order_peak_bytes", "peak_bytes", "proven_optimal", "seconds"}
+// (peaks: live arena bytes with in-place and views, before recompute and swap).
+nlohmann::json schedule_json(const planner::ScheduleResult& s);
+// "memory order (least_peak_first+local): live peak 1.2 GiB, file order 1.4 GiB (-14.3%)".
+std::string schedule_text(const planner::ScheduleResult& s);
+
 // The parts of a training plan's device memory (weights, optimizer state, inputs, arena, scratch, libraries).
 DeviceMemory training_device_memory(const planner::TrainingPlanResult& r, std::optional<std::uint64_t> budget);
 

@@ -35,7 +35,7 @@ PlannedModel plan_inference_model(const TrainingArgs& a) {
   PlannedModel m;
   m.graph = load_shaped_model(a.model);
   m.fusion = fuse_in_place(m.graph, fuse_options(a.model));
-  auto ip = planner::plan_inference(m.graph, assign_options(a.arena));
+  auto ip = planner::plan_inference(m.graph, assign_options(a.arena), schedule_options(a.arena));
   m.plan = std::move(ip.plan);
   m.lower_bound_bytes = m.plan.aliased_lower_bound_bytes;
   m.title = model_title(a) + " \u00b7 inference";

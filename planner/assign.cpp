@@ -126,20 +126,6 @@ Packing best_packing(const std::vector<PackItem>& items, std::uint32_t steps, co
   return best;
 }
 
-std::uint64_t max_live_bytes(const std::vector<PackItem>& items, std::uint32_t steps) {
-  std::vector<std::uint64_t> add(static_cast<std::size_t>(steps) + 1, 0), drop(static_cast<std::size_t>(steps) + 1, 0);
-  for (const auto& it : items) {
-    add[it.interval.first] = checked_add(add[it.interval.first], it.size, "live bytes");
-    drop[it.interval.last + 1] = checked_add(drop[it.interval.last + 1], it.size, "live bytes");
-  }
-  std::uint64_t live = 0, peak = 0;
-  for (std::uint32_t s = 0; s < steps; ++s) {
-    live = checked_add(live - drop[s], add[s], "live bytes");
-    peak = std::max(peak, live);
-  }
-  return peak;
-}
-
 // Moves each scratch region (items from `first_scratch` on, one step each, in step order) into the largest
 // gap the other items leave at its step, grown to that gap up to `limit`: bytes the arena has free there
 // cost nothing and let the backend choose a faster algorithm. A sweep over steps with the live items
@@ -237,7 +223,11 @@ Plan assign(const Graph& g, const analysis::Liveness& l, const AssignOptions& o)
     items.push_back(PackItem{b, Interval{s, s}});
   }
   Plan p;
-  const Packing packing = best_packing(items, steps, o.packer, p.packer);
+  const Packing greedy = best_packing(items, steps, o.packer, p.packer);
+  const ExactPacking exact = exact_packing(items, steps, greedy, ExactPackOptions{o.exact_pack_seconds, o.exact_pack_max_items});
+  const Packing& packing = exact.packing;
+  p.arena_optimal = exact.optimal;
+  p.arena_gap = exact.lower_bound == 0 ? 0.0 : static_cast<double>(packing.arena_bytes - exact.lower_bound) / static_cast<double>(exact.lower_bound);
   p.model_name = g.name;
   p.model_fingerprint = g.fingerprint();
   p.alignment = o.alignment;

@@ -26,6 +26,10 @@ struct AssignOptions {
   std::uint64_t workspace_limit_bytes = kDefaultWorkspaceLimit;
   // When set (a run on a device), each workspace op's sure scratch is what the device asks for, up to the limit.
   WorkspaceQuery workspace_query;
+  // The exact packer (pack.hpp, exact_packing) after the greedy ones: its time limit (0: greedy only, the
+  // optimality verdict from the lower bound alone) and the most buffers it searches.
+  double exact_pack_seconds = 2.0;
+  std::size_t exact_pack_max_items = 4000;
   static constexpr std::uint64_t kDefaultWorkspaceLimit = 256ull << 20;
 };
 
@@ -52,7 +56,8 @@ std::vector<std::size_t> inplace_candidates(const analysis::Op& op);
 //    has its last use at this op, the byte size matches (and the dtype, except for Cast), and the
 //    buffer holds no graph output (graph inputs and weights have no buffer);
 // 3. every op with a scratch_request gets a scratch region live at its step alone;
-// 4. buffers and scratch are packed together by o.packer;
+// 4. buffers and scratch are packed together by o.packer, then by the exact packer within its limits
+//    (Plan::arena_optimal, arena_gap);
 // 5. each scratch region moves into the largest gap the buffers leave at its step when that gap is
 //    larger, grown to it up to o.workspace_limit_bytes: free bytes cost no arena.
 // The Plan is complete (see plan.hpp) but not verified.

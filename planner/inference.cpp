@@ -5,10 +5,11 @@
 
 namespace memplan::planner {
 
-InferencePlan plan_inference(const Graph& g, const AssignOptions& o) {
+InferencePlan plan_inference(const Graph& g, const AssignOptions& o, const ScheduleOptions& s) {
   InferencePlan out;
   const auto t0 = std::chrono::steady_clock::now();
-  out.liveness = analysis::analyze_liveness(g, analysis::topological_order(g), o.alignment);
+  out.schedule = choose_schedule(g, o, s);
+  out.liveness = analysis::analyze_liveness(g, out.schedule.order, o.alignment);
   out.plan = assign(g, out.liveness, o);
   out.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out.report = verify_plan(g, out.plan);

@@ -46,4 +46,25 @@ std::uint64_t overlapping_pairs(const std::vector<PackItem>& items);
 // work on one core), so that planning stays O(n log n) on the path every command takes.
 inline constexpr std::uint64_t kMaxPlacingPairs = 20'000'000;
 
+// Most bytes live at one step: no packing of `items` is smaller.
+std::uint64_t max_live_bytes(const std::vector<PackItem>& items, std::uint32_t num_steps);
+
+struct ExactPackOptions {
+  double seconds = 2.0;          // search time for one packing; 0: none (only the bound check)
+  std::size_t max_items = 4000;  // beyond this many items the start packing is kept as it is
+};
+
+struct ExactPacking {
+  Packing packing;                // never larger than the start packing
+  std::uint64_t lower_bound = 0;  // proven: no packing of the items is smaller (max_live_bytes or above)
+  bool optimal = false;           // packing.arena_bytes == lower_bound
+  double seconds = 0.0;
+};
+
+// Improves `start` (a packing of `items`, e.g. the best greedy one) towards the least arena by branch and
+// bound over canonical packings, after minimalloc (pack_exact.cpp): each group of buffers whose lifetimes
+// chain together that the start packs above max_live_bytes is searched alone, bisecting its height, until
+// `o.seconds` is spent. Offsets stay sums of item sizes (aligned when the sizes are).
+ExactPacking exact_packing(const std::vector<PackItem>& items, std::uint32_t num_steps, const Packing& start, const ExactPackOptions& o = {});
+
 }  // namespace memplan::planner

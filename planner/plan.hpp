@@ -60,6 +60,10 @@ struct Plan {
   // packing of these buffers can be smaller (the plain bound, without sharing, is Liveness's).
   std::uint64_t aliased_lower_bound_bytes = 0;
   std::string packer;                       // which packer produced the offsets
+  // The exact packer's verdict (pack.hpp, exact_packing): no packing of these buffers is smaller, or how far
+  // above the best proven lower bound the arena may be: (arena - bound) / bound, 0 when optimal.
+  bool arena_optimal = false;
+  double arena_gap = 0.0;
   std::vector<OpId> schedule;               // topological order of all ops of the graph
   std::vector<Buffer> buffers;              // sorted by (offset, first step)
   std::vector<Alias> aliases;

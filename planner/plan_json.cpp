@@ -130,6 +130,8 @@ json plan_to_json(const Graph& g, const Plan& p, bool embed_graph) {
   j["arena_bytes"] = p.arena_bytes;
   j["aliased_lower_bound_bytes"] = p.aliased_lower_bound_bytes;
   j["packer"] = p.packer;
+  j["arena_optimal"] = p.arena_optimal;
+  j["arena_gap"] = p.arena_gap;
   json schedule = json::array();
   for (OpId op : p.schedule) schedule.push_back(g.ops.at(op).name);
   j["schedule"] = std::move(schedule);
@@ -179,6 +181,8 @@ Plan plan_from_json(const Graph& g, const json& doc) {
   p.arena_bytes = get_uint(doc, "arena_bytes", "the plan");
   p.aliased_lower_bound_bytes = get_uint(doc, "aliased_lower_bound_bytes", "the plan");
   p.packer = get<std::string>(doc, "packer", "the plan");
+  if (doc.contains("arena_optimal") && doc["arena_optimal"].is_boolean()) p.arena_optimal = doc["arena_optimal"].get<bool>();
+  if (doc.contains("arena_gap") && doc["arena_gap"].is_number()) p.arena_gap = doc["arena_gap"].get<double>();
   const Names names(g);
   for (const auto& op : array_field(doc, "schedule", "the plan")) {
     if (!op.is_string()) fail(ErrorKind::malformed, "plan: a schedule entry is not an op name");

@@ -62,7 +62,9 @@ Evaluated evaluate(const Context& c, RematChoice choice) {
   Evaluated e;
   e.tr = apply_remat(c.g, c.schedule, choice);
   e.live = analysis::analyze_liveness(e.tr.graph, e.tr.schedule, c.opts.assign.alignment);
-  e.plan = assign(e.tr.graph, e.live, c.opts.assign);
+  AssignOptions greedy = c.opts.assign;  // the exact packer runs once, on the plan chosen (plan_training)
+  greedy.exact_pack_seconds = 0.0;
+  e.plan = assign(e.tr.graph, e.live, greedy);
   e.recompute = recompute_flops(e.tr, c.flops);
   // Clones cost what their originals cost; swap copies take the host link's time, and the step counts
   // whatever compute waits for them (estimate_step), not the placement's hope that they hide.
@@ -250,16 +252,15 @@ Evaluated least_memory(const Context& c, const std::string& s) {
   return both;
 }
 
-}  // namespace
-
-TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const TrainingPlanOptions& options) {
+TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlanOptions& options, const ScheduleResult& schedule) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto& names = training_strategies();
   if (std::find(names.begin(), names.end(), options.strategy) == names.end())
     fail(ErrorKind::usage, "unknown strategy '" + options.strategy + "' (none, sqrt, budget, optimal, swap, auto)");
   const Graph& g = tg.graph;
-  Context c{g, analysis::training_schedule(tg), {}, {}, options, {}, {}, {}, {}, {}, {}, 0, 0.0};
   TrainingPlanResult r;
+  r.schedule = schedule;
+  Context c{g, r.schedule.order, {}, {}, options, {}, {}, {}, {}, {}, {}, 0, 0.0};
   r.strategy = options.strategy;
   c.flops.resize(g.ops.size());
   c.seconds.resize(g.ops.size());
@@ -340,10 +341,17 @@ TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const Traini
       // The searches steer by models and lower bounds; the strategy's least-memory plan may still fit.
       chosen = least_memory(c, options.strategy);
       if (chosen->arena() <= arena_budget) break;
+      // The searches see greedy arenas; the exact packer may bring the least-memory plan under the budget.
+      if (options.assign.exact_pack_seconds > 0.0 && !chosen->plan.arena_optimal) {
+        chosen->plan = assign(chosen->tr.graph, chosen->live, options.assign);
+        if (chosen->arena() <= arena_budget) break;
+      }
       infeasible("budget " + gib(*options.budget_bytes) + " cannot be met by strategy " + options.strategy);
     }
     target -= chosen->arena() - arena_budget;
   }
+  if (options.assign.exact_pack_seconds > 0.0 && !chosen->plan.arena_optimal)
+    chosen->plan = assign(chosen->tr.graph, chosen->live, options.assign);  // never larger: the greedy packing is its start
   Plan& plan = chosen->plan;
   r.report = verify_plan(chosen->tr.graph, plan);
   if (!r.report.valid) fail(ErrorKind::verification, "the training plan (" + options.strategy + ") failed the verifier");
@@ -376,6 +384,37 @@ TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const Traini
   r.keep_all_step_seconds = c.none_seconds;
   r.graph = std::move(chosen->tr.graph);
   r.plan = std::move(chosen->plan);
+  r.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace
+
+// The remat and swap searches were tuned on the file order, and a memory order can leave the forward fewer
+// single-tensor cuts (their least peaks and budgets met differ from the file order's, either way): a strategy
+// other than none plans on the file order, and on the memory order only when the file order cannot meet the
+// budget. Strategy none (keep everything) plans on the memory order.
+TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const TrainingPlanOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const ScheduleResult memory = choose_schedule(tg.graph, options.assign, options.schedule);
+  if (options.schedule.kind == ScheduleKind::file || options.strategy == "none") return plan_on(tg, options, memory);
+  ScheduleResult file = memory;
+  file.order = analysis::topological_order(tg.graph);
+  file.peak_bytes = file.file_peak_bytes;
+  file.method = "file";
+  file.proven_optimal = memory.proven_optimal && memory.peak_bytes == memory.file_peak_bytes;
+  TrainingPlanResult r;
+  try {
+    r = plan_on(tg, options, file);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::infeasible || memory.order == file.order) throw;
+    try {
+      r = plan_on(tg, options, memory);
+    } catch (const Error& again) {
+      if (again.kind() != ErrorKind::infeasible) throw;
+      throw e;  // the file order's account of what each strategy reaches
+    }
+  }
   r.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

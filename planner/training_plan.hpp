@@ -12,6 +12,7 @@
 #include "planner/assign.hpp"
 #include "planner/plan.hpp"
 #include "planner/remat.hpp"
+#include "planner/schedule.hpp"
 #include "planner/verify.hpp"
 
 namespace memplan::planner {
@@ -26,6 +27,7 @@ struct TrainingPlanOptions {
   std::uint64_t library_bytes = 0;
   analysis::DeviceProfile profile = analysis::default_device_profile();
   AssignOptions assign;
+  ScheduleOptions schedule;  // the order of the training graph every strategy plans on
 };
 
 // A tensor the plan recomputes or swaps, and the layer (op) that makes it.
@@ -65,6 +67,7 @@ struct TrainingPlanResult {
   double swap_stall_seconds = 0.0;       // of estimated_step_seconds: compute waiting for swap copies
   double keep_all_step_seconds = 0.0;    // the same estimate with everything kept (strategy none)
   double plan_seconds = 0.0;
+  ScheduleResult schedule;  // the training graph's order (before recompute and swap ops), both peaks
 };
 
 // Plans `tg` with options.strategy. Errors: ErrorKind::usage for an unknown strategy,

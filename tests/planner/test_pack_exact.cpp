@@ -1,0 +1,97 @@
+// Exact packing: equal to brute force on small random instances, never above the greedy packers.
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <random>
+
+#include "planner/pack.hpp"
+
+using namespace memplan;
+using namespace memplan::planner;
+
+namespace {
+
+constexpr std::uint64_t kUnit = 64;
+
+std::vector<PackItem> random_items(std::uint32_t seed, std::size_t n, std::uint32_t steps) {
+  std::mt19937 rng(seed);
+  std::vector<PackItem> items(n);
+  for (auto& it : items) {
+    it.size = kUnit * (1 + rng() % 5);
+    it.interval.first = static_cast<std::uint32_t>(rng() % steps);
+    it.interval.last = std::min(steps - 1, it.interval.first + static_cast<std::uint32_t>(rng() % 4));
+  }
+  return items;
+}
+
+bool disjoint(const std::vector<PackItem>& items, const std::vector<std::uint64_t>& off) {
+  for (std::size_t i = 0; i < items.size(); ++i)
+    for (std::size_t j = i + 1; j < items.size(); ++j)
+      if (items[i].interval.overlaps(items[j].interval) && off[i] < off[j] + items[j].size && off[j] < off[i] + items[i].size) return false;
+  return true;
+}
+
+// The least arena by trying every offset (in units) of every item below each height, lowest height first.
+std::uint64_t brute_force(const std::vector<PackItem>& items) {
+  std::vector<std::uint64_t> off(items.size());
+  for (std::uint64_t h = 1;; ++h) {
+    std::function<bool(std::size_t)> place = [&](std::size_t k) {
+      if (k == items.size()) return true;
+      for (std::uint64_t o = 0; o * kUnit + items[k].size <= h * kUnit; ++o) {
+        off[k] = o * kUnit;
+        bool ok = true;
+        for (std::size_t j = 0; j < k && ok; ++j)
+          ok = !(items[k].interval.overlaps(items[j].interval) && off[k] < off[j] + items[j].size && off[j] < off[k] + items[k].size);
+        if (ok && place(k + 1)) return true;
+      }
+      return false;
+    };
+    if (place(0)) return h * kUnit;
+  }
+}
+
+Packing best_greedy(const std::vector<PackItem>& items, std::uint32_t steps) {
+  Packing best;
+  for (const auto& name : packer_names()) {
+    Packing p = pack(name, items, steps);
+    if (best.offsets.empty() || p.arena_bytes < best.arena_bytes) best = std::move(p);
+  }
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("the exact packer equals brute force on small random instances and never exceeds the greedy packers") {
+  int improved = 0;
+  for (std::uint32_t seed = 1; seed <= 150; ++seed) {
+    INFO("seed " << seed);
+    const std::uint32_t steps = 6;
+    const auto items = random_items(seed, 7, steps);
+    const Packing greedy = best_greedy(items, steps);
+    const ExactPacking e = exact_packing(items, steps, greedy, ExactPackOptions{30.0, 100});
+    CHECK(e.optimal);
+    CHECK(e.packing.arena_bytes <= greedy.arena_bytes);
+    CHECK(e.packing.arena_bytes == brute_force(items));
+    CHECK(e.lower_bound == e.packing.arena_bytes);
+    CHECK(disjoint(items, e.packing.offsets));
+    improved += e.packing.arena_bytes < greedy.arena_bytes ? 1 : 0;
+  }
+  MESSAGE("instances the exact packer improved on the greedy: " << improved);
+}
+
+TEST_CASE("without time the exact packer keeps the greedy packing and states its gap to the bound") {
+  for (std::uint32_t seed = 1; seed <= 12; ++seed) {
+    const std::uint32_t steps = 30;
+    const auto items = random_items(seed, 60, steps);
+    const Packing greedy = best_greedy(items, steps);
+    const ExactPacking e = exact_packing(items, steps, greedy, ExactPackOptions{0.0, 4000});
+    CHECK(e.packing.offsets == greedy.offsets);
+    CHECK(e.lower_bound == max_live_bytes(items, steps));
+    CHECK(e.optimal == (greedy.arena_bytes == e.lower_bound));
+    const ExactPacking f = exact_packing(items, steps, greedy, ExactPackOptions{0.2, 4000});
+    CHECK(f.packing.arena_bytes <= greedy.arena_bytes);
+    CHECK(f.lower_bound >= e.lower_bound);
+    CHECK(f.lower_bound <= f.packing.arena_bytes);
+    CHECK(disjoint(items, f.packing.offsets));
+  }
+}
