@@ -125,8 +125,8 @@ float FusedExpr::evaluate(const float* operand_values, float* v) const {
       case ElemOp::mul: r = x * y; break;
       case ElemOp::div: r = x / y; break;
       case ElemOp::pow: r = std::pow(x, y); break;
-      case ElemOp::max: r = std::fmax(x, y); break;
-      case ElemOp::min: r = std::fmin(x, y); break;
+      case ElemOp::max: r = x != x || y != y ? std::numeric_limits<float>::quiet_NaN() : std::fmax(x, y); break;  // NaN
+      case ElemOp::min: r = x != x || y != y ? std::numeric_limits<float>::quiet_NaN() : std::fmin(x, y); break;  // kept
       case ElemOp::neg: r = -x; break;
       case ElemOp::abs: r = std::fabs(x); break;
       case ElemOp::relu: r = x > 0.0f || x != x ? x : 0.0f; break;  // NaN propagates, as the Relu kernel

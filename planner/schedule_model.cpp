@@ -189,7 +189,9 @@ ScheduleResult choose_schedule(const Graph& g, const AssignOptions& a, const Sch
   r.kind = ScheduleKind::memory;
   r.peak_bytes = r.file_peak_bytes = m.peak(file);
   auto consider = [&](std::vector<OpId> order, const std::string& method) {
-    if (!m.respects_dependencies(order)) fail(ErrorKind::invalid_graph, "schedule: the " + method + " order breaks a dependency");
+    // The heuristics keep forward ops before backward ones (tiers); a graph whose file order interleaves them
+    // (ops built by hand) gets candidates that break that rule: they are not taken, the file order stays.
+    if (!m.respects_dependencies(order)) return;
     const std::uint64_t p = m.peak(order);
     if (p < r.peak_bytes) r.order = std::move(order), r.peak_bytes = p, r.method = method;
   };

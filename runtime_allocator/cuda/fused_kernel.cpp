@@ -51,11 +51,11 @@ std::string node_code(const ExprNode& n) {
     case ElemOp::mul: return a + " * " + b;
     case ElemOp::div: return a + " / " + b;
     case ElemOp::pow: return "powf(" + a + ", " + b + ")";
-    case ElemOp::max: return "fmaxf(" + a + ", " + b + ")";
-    case ElemOp::min: return "fminf(" + a + ", " + b + ")";
+    case ElemOp::max: return "(" + a + " != " + a + " || " + b + " != " + b + ") ? __int_as_float(0x7fc00000) : fmaxf(" + a + ", " + b + ")";
+    case ElemOp::min: return "(" + a + " != " + a + " || " + b + " != " + b + ") ? __int_as_float(0x7fc00000) : fminf(" + a + ", " + b + ")";
     case ElemOp::neg: return "-" + a;
     case ElemOp::abs: return "fabsf(" + a + ")";
-    case ElemOp::relu: return a + " > 0.0f ? " + a + " : 0.0f";
+    case ElemOp::relu: return "(" + a + " > 0.0f || " + a + " != " + a + ") ? " + a + " : 0.0f";  // NaN propagates
     case ElemOp::sigmoid: return "1.0f / (1.0f + expf(-" + a + "))";
     case ElemOp::tanh: return "tanhf(" + a + ")";
     case ElemOp::erf: return "erff(" + a + ")";
