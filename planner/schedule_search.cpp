@@ -77,7 +77,9 @@ std::vector<OpId> ScheduleModel::local_search(std::vector<OpId> order, double se
       }
     }
     for (std::uint32_t i = p > kMoveWindow ? p - kMoveWindow : 0; i <= p; ++i) {
-      std::uint32_t l = ops_[order[i]].tier == 0 && first_tier1 < n ? first_tier1 - 1 : n - 1;
+      // A forward op stays before the first backward one (none may move when the order starts with one).
+      std::uint32_t l = n - 1;
+      if (ops_[order[i]].tier == 0 && first_tier1 < n) l = first_tier1 == 0 ? 0 : first_tier1 - 1;
       for (OpId s : succs_[order[i]]) l = std::min(l, pos[s] - 1);
       if (l > i && l >= p) {
         moves.emplace_back(i, std::max(p, i));
