@@ -32,7 +32,7 @@ void add_arena_args(CLI::App* cmd, ArenaArgs& args) {
                   "time for the exact packer to prove the arena optimal or shrink it (default 2; 0: greedy packers only)")
       ->check(CLI::Range(0.0, 3600.0));
   cmd->add_option("--schedule", args.schedule,
-                  "op order: memory (default; the topological order of least live peak found) | file (the model's order)");
+                  "op order: file (default; the model's order) | memory (the topological order of least live peak found)");
 }
 
 planner::ScheduleOptions schedule_options(const ArenaArgs& args) {

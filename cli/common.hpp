@@ -46,7 +46,7 @@ struct ArenaArgs {
   std::uint64_t alignment = 256;
   std::string packer = "best";
   std::string workspace_limit = "256MiB";
-  std::string schedule = "memory";  // --schedule file | memory
+  std::string schedule = "file";  // --schedule file | memory (opt-in)
   double exact_pack_seconds = planner::AssignOptions{}.exact_pack_seconds;  // --exact-pack-seconds
 };
 void add_arena_args(CLI::App* cmd, ArenaArgs& args);

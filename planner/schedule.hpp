@@ -17,7 +17,7 @@ const char* schedule_kind_name(ScheduleKind k) noexcept;
 std::optional<ScheduleKind> schedule_kind_from_name(std::string_view name) noexcept;
 
 struct ScheduleOptions {
-  ScheduleKind kind = ScheduleKind::memory;
+  ScheduleKind kind = ScheduleKind::file;  // memory: opt-in (--schedule memory) until the remat searches plan on it
   // Local search (moves of one op across the peak step) stops after this long or this many evaluations.
   double local_search_seconds = 0.2;
   std::uint32_t local_search_evaluations = 2000;
