@@ -15,6 +15,7 @@
 #include "runtime_allocator/executor.hpp"
 #include "tests/runtime_allocator/cuda_compare.hpp"
 #include "tests/runtime_allocator/op_graph.hpp"
+#include "tests/runtime_allocator/training_fixture.hpp"
 #include "tests/runtime_allocator/stochastic_models.hpp"
 
 using namespace memplan;
@@ -114,16 +115,9 @@ TEST_CASE("stochastic-depth and RMSNorm-decoder training steps on the GPU give t
     for (std::size_t k = 0; k < in.size(); ++k) feed[tg.graph.tensors[tg.graph.inputs[k]].name] = in[k];
     for (const auto& strategy : planner::training_strategies()) {
       INFO("model " << model << " strategy " << strategy);
-      planner::TrainingPlanOptions po;
-      po.strategy = strategy;
-      planner::TrainingPlanResult r;
-      try {
-        r = planner::plan_training(tg, po);
-      } catch (const Error& e) {
-        MESSAGE("strategy " << strategy << " not planned: " << e.what());
-        continue;
-      }
-      REQUIRE(r.report.valid);
+      const auto planned = plan_strategy(tg, strategy);
+      if (!planned) continue;
+      const planner::TrainingPlanResult& r = *planned;
       runtime::cuda::CudaBackend gpu_backend;
       runtime::Executor gpu(r.graph, r.plan, gpu_backend);
       gpu.run(feed);

@@ -13,6 +13,7 @@
 #include "runtime_allocator/dropout_mask.hpp"
 #include "runtime_allocator/executor.hpp"
 #include "tests/runtime_allocator/op_graph.hpp"
+#include "tests/runtime_allocator/training_fixture.hpp"
 #include "tests/runtime_allocator/stochastic_models.hpp"
 
 using namespace memplan;
@@ -45,16 +46,9 @@ std::size_t check_strategies(const analysis::TrainingGraph& tg, const std::vecto
   std::size_t recomputing_plans = 0, random_recomputed = 0;
   for (const auto& strategy : planner::training_strategies()) {
     INFO("strategy " << strategy);
-    planner::TrainingPlanOptions po;
-    po.strategy = strategy;
-    planner::TrainingPlanResult r;
-    try {
-      r = planner::plan_training(tg, po);
-    } catch (const Error& e) {
-      MESSAGE("strategy " << strategy << " not planned: " << e.what());
-      continue;
-    }
-    REQUIRE(r.report.valid);
+    const auto planned = plan_strategy(tg, strategy);
+    if (!planned) continue;
+    const planner::TrainingPlanResult& r = *planned;
     recomputing_plans += r.recompute_ops > 0 ? 1 : 0;
     for (const auto& t : r.recomputed)
       if (t.op_type == "RandomUniformLike" || t.op_type == "Bernoulli" || t.op_type == "Floor") ++random_recomputed;

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -64,5 +65,20 @@ struct PlannedStep {
     ex = std::make_unique<runtime::Executor>(r.graph, r.plan, backend);
   }
 };
+
+// The plan of `tg` under `strategy`, verified; nullopt (with a message) when the strategy cannot plan it.
+inline std::optional<planner::TrainingPlanResult> plan_strategy(const analysis::TrainingGraph& tg, const std::string& strategy) {
+  planner::TrainingPlanOptions po;
+  po.strategy = strategy;
+  std::optional<planner::TrainingPlanResult> r;
+  try {
+    r = planner::plan_training(tg, po);
+  } catch (const Error& e) {
+    MESSAGE("strategy " << strategy << " not planned: " << e.what());
+    return std::nullopt;
+  }
+  REQUIRE(r->report.valid);
+  return r;
+}
 
 }  // namespace memplan::runtime::testing
