@@ -29,8 +29,11 @@ void add_arena_args(CLI::App* cmd, ArenaArgs& args) {
   cmd->add_option("--workspace-limit", args.workspace_limit,
                   "most scratch bytes in the arena for one convolution's workspace (default 256MiB; 0: none)");
   cmd->add_option("--exact-pack-seconds", args.exact_pack_seconds,
-                  "time for the exact packer to prove the arena optimal or shrink it (default 2; 0: greedy packers only)")
+                  "most time for the exact packer to prove the arena optimal or shrink it (default 2; 0: greedy packers only)")
       ->check(CLI::Range(0.0, 3600.0));
+  cmd->add_option("--exact-pack-nodes", args.exact_pack_nodes,
+                  "search work for the exact packer in buffers examined (default 2000000, about a second; the same plan on every machine unless the "
+                  "time runs out first; 0: greedy packers only)");
   cmd->add_option("--schedule", args.schedule,
                   "op order: file (default; the model's order) | memory (the topological order of least live peak found)");
 }
@@ -48,6 +51,7 @@ planner::AssignOptions assign_options(const ArenaArgs& args) {
   o.alignment = args.alignment;
   o.packer = args.packer;
   o.exact_pack_seconds = args.exact_pack_seconds;
+  o.exact_pack_nodes = args.exact_pack_nodes;
   o.workspace_limit_bytes = args.workspace_limit == "0" ? 0 : planner::parse_size(args.workspace_limit);
   return o;
 }

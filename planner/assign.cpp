@@ -224,7 +224,7 @@ Plan assign(const Graph& g, const analysis::Liveness& l, const AssignOptions& o)
   }
   Plan p;
   const Packing greedy = best_packing(items, steps, o.packer, p.packer);
-  const ExactPacking exact = exact_packing(items, steps, greedy, ExactPackOptions{o.exact_pack_seconds, o.exact_pack_max_items});
+  const ExactPacking exact = exact_packing(items, steps, greedy, ExactPackOptions{o.exact_pack_seconds, o.exact_pack_max_items, o.exact_pack_nodes});
   const Packing& packing = exact.packing;
   p.arena_optimal = exact.optimal;
   p.arena_gap = exact.lower_bound == 0 ? 0.0 : static_cast<double>(packing.arena_bytes - exact.lower_bound) / static_cast<double>(exact.lower_bound);

@@ -26,10 +26,11 @@ struct AssignOptions {
   std::uint64_t workspace_limit_bytes = kDefaultWorkspaceLimit;
   // When set (a run on a device), each workspace op's sure scratch is what the device asks for, up to the limit.
   WorkspaceQuery workspace_query;
-  // The exact packer (pack.hpp, exact_packing) after the greedy ones: its time limit (0: greedy only, the
-  // optimality verdict from the lower bound alone) and the most buffers it searches.
+  // The exact packer (pack.hpp, exact_packing) after the greedy ones: its search nodes and time limit (0:
+  // greedy only, the optimality verdict from the lower bound alone) and the most buffers it searches.
   double exact_pack_seconds = 2.0;
   std::size_t exact_pack_max_items = 4000;
+  std::uint64_t exact_pack_nodes = 2'000'000;
   static constexpr std::uint64_t kDefaultWorkspaceLimit = 256ull << 20;
 };
 

@@ -49,9 +49,12 @@ inline constexpr std::uint64_t kMaxPlacingPairs = 20'000'000;
 // Most bytes live at one step: no packing of `items` is smaller.
 std::uint64_t max_live_bytes(const std::vector<PackItem>& items, std::uint32_t num_steps);
 
+// The search stops at whichever limit comes first. The node limit makes the result the same on every
+// machine; the time limit only caps a slow one (the default nodes take well under it on one core).
 struct ExactPackOptions {
-  double seconds = 2.0;          // search time for one packing; 0: none (only the bound check)
-  std::size_t max_items = 4000;  // beyond this many items the start packing is kept as it is
+  double seconds = 2.0;                 // search time for one packing; 0: none (only the bound check)
+  std::size_t max_items = 4000;         // beyond this many items the start packing is kept as it is
+  std::uint64_t max_nodes = 2'000'000;  // search work for one packing (buffers examined, about 1-2 s); 0: none
 };
 
 struct ExactPacking {
@@ -64,7 +67,7 @@ struct ExactPacking {
 // Improves `start` (a packing of `items`, e.g. the best greedy one) towards the least arena by branch and
 // bound over canonical packings, after minimalloc (pack_exact.cpp): each group of buffers whose lifetimes
 // chain together that the start packs above max_live_bytes is searched alone, bisecting its height, until
-// `o.seconds` is spent. Offsets stay sums of item sizes (aligned when the sizes are).
+// `o.max_nodes` or `o.seconds` is spent. Offsets stay sums of item sizes (aligned when the sizes are).
 ExactPacking exact_packing(const std::vector<PackItem>& items, std::uint32_t num_steps, const Packing& start, const ExactPackOptions& o = {});
 
 }  // namespace memplan::planner

@@ -20,7 +20,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum class Found : std::uint8_t { yes, no, timeout };
+enum class Found : std::uint8_t { yes, no, gave_up };  // gave_up: out of search nodes or time
 
 // One component of buffers whose lifetimes chain together, steps compressed to the starts among them.
 class Component {
@@ -50,11 +50,12 @@ class Component {
     for (std::uint32_t r = 0; r < by.size(); ++r) rank_[by[r]] = r;
   }
 
-  // A packing of height at most `cap` (offsets per local item), searched until `deadline`.
-  Found solve(std::uint64_t cap, Clock::time_point deadline, std::vector<std::uint64_t>& offsets) {
+  // A packing of height at most `cap` (offsets per local item), searched until `deadline` or until the
+  // work `nodes_left` (buffers examined, shared by every search of one exact_packing call) runs out.
+  Found solve(std::uint64_t cap, Clock::time_point deadline, std::uint64_t& nodes_left, std::vector<std::uint64_t>& offsets) {
     cap_ = cap;
     deadline_ = deadline;
-    nodes_ = 0;
+    nodes_left_ = &nodes_left;
     const std::size_t n = ids_.size();
     floor_.assign(steps_, 0);
     unplaced_.assign(steps_, 0);
@@ -80,7 +81,11 @@ class Component {
 
   Found search(std::uint64_t last_offset, std::uint32_t last_rank, std::uint32_t last_item, std::size_t left) {
     if (left == 0) return Found::yes;
-    if ((++nodes_ & 1023u) == 0 && Clock::now() > deadline_) return Found::timeout;
+    // A node's work: one skyline per unplaced buffer (the loop below).
+    const std::uint64_t work = left + 1;
+    if (*nodes_left_ < work) return Found::gave_up;
+    *nodes_left_ -= work;
+    if ((++visits_ & 255u) == 0 && Clock::now() > deadline_) return Found::gave_up;
     std::vector<std::pair<std::uint64_t, std::uint32_t>> children;  // (skyline, item)
     for (std::uint32_t i = 0; i < ids_.size(); ++i) {
       if (placed_[i]) continue;
@@ -119,7 +124,8 @@ class Component {
   std::uint32_t steps_ = 0;
   std::uint64_t cap_ = 0;
   Clock::time_point deadline_;
-  std::uint64_t nodes_ = 0;
+  std::uint64_t* nodes_left_ = nullptr;
+  std::uint64_t visits_ = 0;
   std::vector<std::uint64_t> floor_, unplaced_, offset_;
   std::vector<bool> placed_;
 };
@@ -165,12 +171,13 @@ ExactPacking exact_packing(const std::vector<PackItem>& items, std::uint32_t num
     r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     return r;
   };
-  if (start.arena_bytes <= r.lower_bound || items.size() > o.max_items || o.seconds <= 0.0) return finish();
+  if (start.arena_bytes <= r.lower_bound || items.size() > o.max_items || o.seconds <= 0.0 || o.max_nodes == 0) return finish();
   const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
   std::uint64_t unit = 0;
   for (const auto& it : items) unit = std::gcd(unit, it.size);
   unit = std::max<std::uint64_t>(unit, 1);
   std::uint64_t proven = r.lower_bound;  // no packing is smaller
+  std::uint64_t nodes_left = o.max_nodes;
   for (const auto& ids : components(items)) {
     std::uint64_t height = 0;
     for (auto i : ids) height = std::max(height, start.offsets[i] + items[i].size);
@@ -179,13 +186,13 @@ ExactPacking exact_packing(const std::vector<PackItem>& items, std::uint32_t num
     Component c(items, ids);
     std::uint64_t lo = r.lower_bound, hi = height;
     std::vector<std::uint64_t> best, trial;
-    bool timed_out = false;
-    while (lo < hi && !timed_out) {
+    bool gave_up = false;
+    while (lo < hi && !gave_up) {
       const std::uint64_t mid = lo + (hi - lo) / unit / 2 * unit;
-      switch (c.solve(mid, deadline, trial)) {
+      switch (c.solve(mid, deadline, nodes_left, trial)) {
         case Found::yes: hi = mid, best = trial; break;
         case Found::no: lo = mid + unit; break;
-        case Found::timeout: timed_out = true; break;
+        case Found::gave_up: gave_up = true; break;
       }
     }
     proven = std::max(proven, lo);  // every height below lo is refuted (lo == hi when the search finished)

@@ -252,6 +252,32 @@ Evaluated least_memory(const Context& c, const std::string& s) {
   return both;
 }
 
+// An unmet budget, with the least total device memory each strategy reaches (training_strategies() order).
+struct Infeasible {
+  std::string why;
+  std::uint64_t persistent = 0, inputs = 0, libraries = 0, budget = 0;
+  std::vector<std::uint64_t> totals;
+};
+
+// Names the strategy whose least total comes closest to the budget, and by how much it is over.
+Error infeasible_error(const Infeasible& inf) {
+  std::string msg = inf.why + ": weights and optimizer state take " + gib(inf.persistent) + ", graph inputs " + gib(inf.inputs) +
+                    " and libraries " + gib(inf.libraries) +
+                    "; the least total device memory each strategy reaches (with its planned arena):";
+  const auto& names = training_strategies();
+  std::size_t closest = 0;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    msg += " " + names[i] + " " + gib(inf.totals[i]) + ",";
+    if (inf.totals[i] < inf.totals[closest]) closest = i;
+  }
+  msg.back() = ';';
+  const std::uint64_t total = inf.totals[closest], over = total > inf.budget ? total - inf.budget : 0;
+  char pct[32];
+  std::snprintf(pct, sizeof pct, "%.1f%%", inf.budget ? 100.0 * static_cast<double>(over) / static_cast<double>(inf.budget) : 100.0);
+  return Error(ErrorKind::infeasible, msg + " closest: " + names[closest] + " at " + gib(total) + ", " + gib(over) + " (" + pct +
+                                          ") over the budget");
+}
+
 TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlanOptions& options, const ScheduleResult& schedule) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto& names = training_strategies();
@@ -303,24 +329,11 @@ TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlan
     c.none_seconds = none.seconds;
   }
 
-  // Names the strategy whose least total comes closest to the budget, and by how much it is over.
+  // What each strategy reaches at least, for the caller to name the closest (infeasible_error).
   auto infeasible = [&](const std::string& why) {
-    std::string msg = why + ": weights and optimizer state take " + gib(r.persistent_bytes) + ", graph inputs " +
-                      gib(r.input_bytes) + " and libraries " + gib(r.library_bytes) +
-                      "; the least total device memory each strategy reaches (with its planned arena):";
-    std::string closest;
-    std::uint64_t closest_total = 0;
-    for (const auto& s : names) {
-      const std::uint64_t total = checked_add(fixed, least_memory(c, s).arena(), "total device bytes");
-      msg += " " + s + " " + gib(total) + ",";
-      if (closest.empty() || total < closest_total) closest = s, closest_total = total;
-    }
-    msg.back() = ';';
-    const std::uint64_t budget = *options.budget_bytes, over = closest_total > budget ? closest_total - budget : 0;
-    char pct[32];
-    std::snprintf(pct, sizeof pct, "%.1f%%", budget ? 100.0 * static_cast<double>(over) / static_cast<double>(budget) : 100.0);
-    fail(ErrorKind::infeasible, msg + " closest: " + closest + " at " + gib(closest_total) + ", " + gib(over) + " (" + pct +
-                                    ") over the budget");
+    Infeasible inf{why, r.persistent_bytes, r.input_bytes, r.library_bytes, *options.budget_bytes, {}};
+    for (const auto& s : names) inf.totals.push_back(checked_add(fixed, least_memory(c, s).arena(), "total device bytes"));
+    throw inf;
   };
 
   Maybe chosen;
@@ -391,13 +404,19 @@ TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlan
 }  // namespace
 
 // The remat and swap searches were tuned on the file order, and a memory order can leave the forward fewer
-// single-tensor cuts (their least peaks and budgets met differ from the file order's, either way): a strategy
-// other than none plans on the file order, and on the memory order only when the file order cannot meet the
-// budget. Strategy none (keep everything) plans on the memory order.
+// single-tensor cuts (their least peaks and budgets met differ from the file order's, either way). With the
+// memory schedule, strategy none (keep everything) plans on the memory order; another strategy plans on
+// both orders without a budget and keeps the lower peak (the file order on ties), and under a budget on the
+// file order, then on the memory order when the file order cannot meet it. An unmet budget names what each
+// strategy reaches at least on either order.
 TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const TrainingPlanOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   const ScheduleResult memory = choose_schedule(tg.graph, options.assign, options.schedule);
-  if (options.schedule.kind == ScheduleKind::file || options.strategy == "none") return plan_on(tg, options, memory);
+  try {
+    if (options.schedule.kind == ScheduleKind::file || options.strategy == "none") return plan_on(tg, options, memory);
+  } catch (const Infeasible& inf) {
+    throw infeasible_error(inf);
+  }
   ScheduleResult file = memory;
   file.order = analysis::topological_order(tg.graph);
   file.peak_bytes = file.file_peak_bytes;
@@ -406,13 +425,16 @@ TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const Traini
   TrainingPlanResult r;
   try {
     r = plan_on(tg, options, file);
-  } catch (const Error& e) {
-    if (e.kind() != ErrorKind::infeasible || memory.order == file.order) throw;
+    if (!options.budget_bytes && memory.order != file.order)
+      if (TrainingPlanResult m = plan_on(tg, options, memory); m.peak_bytes < r.peak_bytes) r = std::move(m);
+  } catch (const Infeasible& on_file) {
+    if (memory.order == file.order) throw infeasible_error(on_file);
     try {
       r = plan_on(tg, options, memory);
-    } catch (const Error& again) {
-      if (again.kind() != ErrorKind::infeasible) throw;
-      throw e;  // the file order's account of what each strategy reaches
+    } catch (const Infeasible& on_memory) {
+      Infeasible both = on_file;
+      for (std::size_t i = 0; i < both.totals.size(); ++i) both.totals[i] = std::min(both.totals[i], on_memory.totals[i]);
+      throw infeasible_error(both);
     }
   }
   r.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

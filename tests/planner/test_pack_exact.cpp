@@ -95,3 +95,24 @@ TEST_CASE("without time the exact packer keeps the greedy packing and states its
     CHECK(disjoint(items, f.packing.offsets));
   }
 }
+
+TEST_CASE("the exact packer stops at its work limit, not the clock: the same packing whatever the time allowed") {
+  int cut_short = 0;
+  for (std::uint32_t seed = 1; seed <= 8; ++seed) {
+    INFO("seed " << seed);
+    const std::uint32_t steps = 40;
+    const auto items = random_items(seed, 120, steps);
+    const Packing greedy = best_greedy(items, steps);
+    const ExactPacking a = exact_packing(items, steps, greedy, ExactPackOptions{1000.0, 4000, 5000});
+    const ExactPacking b = exact_packing(items, steps, greedy, ExactPackOptions{1000.0, 4000, 5000});
+    CHECK(a.packing.offsets == b.packing.offsets);
+    CHECK(a.lower_bound == b.lower_bound);
+    CHECK(disjoint(items, a.packing.offsets));
+    // More work never packs larger than less (the search is the same up to the smaller limit) nor proves less.
+    const ExactPacking more = exact_packing(items, steps, greedy, ExactPackOptions{1000.0, 4000, 50000});
+    CHECK(more.packing.arena_bytes <= a.packing.arena_bytes);
+    CHECK(more.lower_bound >= a.lower_bound);
+    cut_short += a.optimal ? 0 : 1;
+  }
+  CHECK(cut_short > 0);  // the limit did stop some searches
+}

@@ -55,6 +55,13 @@ Graph random_dag(std::uint32_t seed, int n) {
   return b.g;
 }
 
+// The memory-aware schedule (opt-in: the default keeps the file order).
+ScheduleOptions memory_order() {
+  ScheduleOptions s;
+  s.kind = ScheduleKind::memory;
+  return s;
+}
+
 AssignOptions small_alignment() {
   AssignOptions o;
   o.alignment = 64;
@@ -120,7 +127,7 @@ TEST_CASE("the exact DP over frontiers equals brute force over all topological o
     REQUIRE(exact.has_value());
     CHECK(is_topological(g, *exact));
     CHECK(m.peak(*exact) == best);
-    const ScheduleResult r = choose_schedule(g, o, ScheduleOptions{});
+    const ScheduleResult r = choose_schedule(g, o, memory_order());
     CHECK(r.proven_optimal);
     CHECK(r.peak_bytes == best);
   }
@@ -137,7 +144,7 @@ TEST_CASE("every heuristic order is topological and the chosen one never peaks a
       CHECK(is_topological(g, order));
       CHECK(m.respects_dependencies(order));
     }
-    ScheduleOptions s;
+    ScheduleOptions s = memory_order();
     s.exact_max_ops = 0;  // heuristics alone
     const InferencePlan ip = plan_inference(g, o, s);
     CHECK(ip.report.valid);
@@ -154,7 +161,7 @@ TEST_CASE("training schedules keep the forward first, verify, and peak no higher
     auto rt = memplan::testing::random_training(seed, 30, 0.3, 1 << 12);
     const AssignOptions o = small_alignment();
     const ScheduleModel m(rt.graph, o);
-    const ScheduleResult r = choose_schedule(rt.graph, o, ScheduleOptions{});
+    const ScheduleResult r = choose_schedule(rt.graph, o, memory_order());
     CHECK(m.respects_dependencies(r.order));
     CHECK(r.peak_bytes <= r.file_peak_bytes);
     bool backward_seen = false, forward_after = false;
@@ -174,6 +181,7 @@ TEST_CASE("an Adam training step in memory order updates each weight after every
   const auto tg = analysis::build_training_graph(
       analysis::infer_shapes(analysis::import_model(std::string(MEMPLAN_SOURCE_DIR) + "/samples/models/resnet18.train.onnx"), so), to);
   TrainingPlanOptions po;
+  po.schedule = memory_order();
   const TrainingPlanResult r = plan_training(tg, po);
   CHECK(r.report.valid);
   CHECK(r.schedule.peak_bytes <= r.schedule.file_peak_bytes);
@@ -201,7 +209,7 @@ TEST_CASE("a graph whose file order starts or interleaves with backward-phase op
     INFO("seed " << seed);
     Graph g = random_dag(seed, 40);
     for (std::size_t k = 0; k < g.ops.size(); k += 3) g.ops[k].phase = analysis::Phase::backward;
-    const InferencePlan ip = plan_inference(g, o);
+    const InferencePlan ip = plan_inference(g, o, memory_order());
     CHECK(ip.report.valid);
     CHECK(is_topological(g, ip.plan.schedule));
     CHECK(ip.schedule.peak_bytes <= ip.schedule.file_peak_bytes);

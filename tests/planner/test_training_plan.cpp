@@ -22,29 +22,42 @@ analysis::TrainingGraph wrap(analysis::Graph g) {
   return tg;
 }
 
+// `quick`: the memory order from the heuristics and local search alone (the exact DP, tested in
+// test_schedule, takes up to half a second a plan) and a short exact packing.
 TrainingPlanResult plan(const analysis::TrainingGraph& tg, const std::string& strategy, std::optional<std::uint64_t> budget,
-                        ScheduleKind schedule = ScheduleKind::memory) {
+                        ScheduleKind schedule = ScheduleKind::memory, bool quick = false) {
   TrainingPlanOptions o;
   o.strategy = strategy;
   o.budget_bytes = budget;
   o.schedule.kind = schedule;
+  if (quick) {
+    o.schedule.exact_max_ops = 0;
+    o.assign.exact_pack_nodes = 20'000;  // the exact packer is tested in test_pack; here it only lowers arenas
+  }
   return plan_training(tg, o);
 }
 
 // Every strategy without a budget, then at budgets between the least reachable peak and none's: each
 // plan verified, its peak within the budget, and an infeasible budget reported as such.
-void check_all_strategies(const analysis::TrainingGraph& tg, const std::string& what, bool sqrt_saves) {
+// `order`: the schedule every strategy plans with (with memory, the strategies other than none plan on both
+// orders without a budget, and on the file order first under one).
+void check_all_strategies(const analysis::TrainingGraph& tg, const std::string& what, bool sqrt_saves, ScheduleKind order) {
   CAPTURE(what);
-  // The strategies other than none plan on the file order (plan_training): budgets lie between what they
-  // reach and keep-all in that order. Keep-all in memory order is never above it.
+  // Budgets lie between what a strategy reaches and keep-all in the file order. Keep-all in memory order is
+  // never above it.
   const TrainingPlanResult none = plan(tg, "none", std::nullopt, ScheduleKind::file);
   REQUIRE(none.report.valid);
-  const TrainingPlanResult none_memory = plan(tg, "none", std::nullopt);
+  const TrainingPlanResult none_memory = plan(tg, "none", std::nullopt, ScheduleKind::memory, true);
   CHECK(none_memory.report.valid);
   CHECK(none_memory.schedule.peak_bytes <= none.schedule.peak_bytes);
+  auto plan = [&](const analysis::TrainingGraph& t, const std::string& s, std::optional<std::uint64_t> budget) {
+    return ::plan(t, s, budget, order, true);
+  };
   for (const auto& s : training_strategies()) {
     CAPTURE(s);
     const TrainingPlanResult least = plan(tg, s, std::nullopt);
+    if (order == ScheduleKind::memory && s != "none")
+      CHECK(least.peak_bytes <= ::plan(tg, s, std::nullopt, ScheduleKind::file, true).peak_bytes);
     CHECK(least.report.valid);
     CHECK(least.peak_bytes == least.persistent_bytes + least.input_bytes + least.activation_arena_bytes);
     CHECK(least.recompute_overhead >= 0.0);
@@ -92,7 +105,7 @@ TEST_CASE("parse_size reads binary and decimal units and rejects bad text") {
 TEST_CASE("every strategy's plan of random training graphs is verified and within its budget") {
   for (std::uint32_t seed = 1; seed <= 6; ++seed) {
     auto r = memplan::testing::random_training(seed, 24, 0.15, 1 << 14);
-    check_all_strategies(wrap(std::move(r.graph)), "random seed " + std::to_string(seed), false);
+    check_all_strategies(wrap(std::move(r.graph)), "random seed " + std::to_string(seed), false, ScheduleKind::memory);
   }
 }
 
@@ -120,7 +133,7 @@ TEST_CASE("every strategy plans every corpus training model within budget") {
     analysis::ShapeOptions so;
     so.dims = m.dims;
     const auto shaped = analysis::infer_shapes(analysis::import_model(path), so);
-    check_all_strategies(analysis::build_training_graph(shaped, {}), m.file, true);
+    check_all_strategies(analysis::build_training_graph(shaped, {}), m.file, true, ScheduleKind::file);
   }
 }
 
@@ -247,6 +260,7 @@ TEST_CASE("library bytes count against the budget: the arena gets what the persi
   REQUIRE(least.peak_bytes < none.peak_bytes);
   TrainingPlanOptions o;
   o.strategy = "optimal";
+  o.schedule.kind = ScheduleKind::memory;  // the order plan() planned none and least on
   o.library_bytes = (none.peak_bytes - least.peak_bytes) / 2;
   o.budget_bytes = none.peak_bytes;  // keep-all fits without libraries, not with them
   const TrainingPlanResult r = plan_training(tg, o);
