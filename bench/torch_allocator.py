@@ -159,6 +159,14 @@ def main():
             sgot = spawn(name, "memplan", a.short_steps, True, a.lib)
             row["short_last_batch"] = {"steps": a.short_steps, "losses_identical": sref["losses"] == sgot["losses"],
                                        "memplan_stats": sgot["stats"]}
+            # Control: PyTorch's default allocator against itself (the short run's full batches are the same steps):
+            # where this is false, PyTorch's own kernels are not bit-repeatable and losses_identical cannot hold.
+            k = min(a.short_steps - 1, a.steps)
+            row["pytorch_repeatable"] = sref["losses"][:k] == ref["losses"][:k]
+            lr, lg = [float.fromhex(v) for v in ref["losses"]], [float.fromhex(v) for v in got["losses"]]
+            diffs = [i for i, (p, q) in enumerate(zip(lr, lg)) if p != q]
+            row["first_differing_step"] = diffs[0] if diffs else None
+            row["max_loss_rel_diff"] = max((abs(p - q) / max(abs(p), 1e-30) for p, q in zip(lr, lg)), default=0.0)
         except Exception as e:  # reported; the other models go on
             row["error"] = f"{type(e).__name__}: {str(e)[:3000]}"
         report["models"].append(row)
