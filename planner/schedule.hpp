@@ -17,15 +17,19 @@ const char* schedule_kind_name(ScheduleKind k) noexcept;
 std::optional<ScheduleKind> schedule_kind_from_name(std::string_view name) noexcept;
 
 struct ScheduleOptions {
-  ScheduleKind kind = ScheduleKind::file;  // memory: opt-in (--schedule memory) until the remat searches plan on it
-  // Local search (moves of one op across the peak step) stops after this long or this many evaluations.
-  double local_search_seconds = 0.2;
+  ScheduleKind kind = ScheduleKind::file;  // memory: opt-in (--schedule memory); remat strategies plan on the file order (plan_training)
+  // The searches stop at work limits, so that an order is the same on every machine; the time limits only
+  // cap a slow machine. Local search (moves of one op across the peak step) evaluates at most this many
+  // orders, and at most local_search_work / ops of them (each evaluation walks the order).
+  double local_search_seconds = 2.0;
   std::uint32_t local_search_evaluations = 2000;
+  std::uint64_t local_search_work = 20'000'000;
   // The exact dynamic program over frontiers runs on graphs of at most this many ops, and gives up
-  // (keeping the heuristics' order) beyond this many frontiers or this long.
+  // (keeping the heuristics' order) beyond this many frontiers, frontiers x ops work, or this long.
   std::uint32_t exact_max_ops = 400;
   std::uint32_t exact_max_states = 200'000;
-  double exact_seconds = 0.5;
+  std::uint64_t exact_work = 20'000'000;
+  double exact_seconds = 5.0;
 };
 
 // The peak model of one graph under assign's aliasing: values are views' roots (a view adds no bytes);
@@ -55,7 +59,8 @@ class ScheduleModel {
   std::vector<OpId> local_search(std::vector<OpId> order, double seconds, std::uint32_t evaluations) const;
   // The least peak over every topological order by a DP over frontiers (sets of scheduled ops), or none
   // when the frontiers exceed `max_states` or the time `seconds`.
-  std::optional<std::vector<OpId>> exact(const std::vector<OpId>& file, std::uint32_t max_states, double seconds) const;
+  std::optional<std::vector<OpId>> exact(const std::vector<OpId>& file, std::uint32_t max_states, double seconds,
+                                        std::uint64_t max_work = UINT64_MAX) const;
 
   // Static facts (schedule_model.cpp), for the heuristics.
   struct OpFacts {

@@ -198,9 +198,10 @@ ScheduleResult choose_schedule(const Graph& g, const AssignOptions& a, const Sch
   consider(m.least_peak_first(file), "least_peak_first");
   consider(m.breadth_first(file), "breadth_first");
   consider(m.depth_first(file), "depth_first");
-  consider(m.local_search(r.order, s.local_search_seconds, s.local_search_evaluations), r.method + "+local");
+  const std::uint64_t evaluations = std::min<std::uint64_t>(s.local_search_evaluations, s.local_search_work / std::max<std::size_t>(m.size(), 1));
+  consider(m.local_search(r.order, s.local_search_seconds, static_cast<std::uint32_t>(evaluations)), r.method + "+local");
   if (m.size() <= s.exact_max_ops)
-    if (auto best = m.exact(file, s.exact_max_states, s.exact_seconds)) {
+    if (auto best = m.exact(file, s.exact_max_states, s.exact_seconds, s.exact_work)) {
       consider(std::move(*best), "exact");
       r.proven_optimal = true;  // the DP's peak is the least: whatever order was kept has it
     }

@@ -107,7 +107,8 @@ std::vector<OpId> ScheduleModel::local_search(std::vector<OpId> order, double se
 // Frontiers are the sets of ops already run (down-sets of the DAG); the bytes live after a frontier depend on
 // the set alone (an in-place pair shares bytes only across the step where the source dies), so the least
 // peak of reaching each frontier is a DP, layer by layer (frontiers of k ops make those of k + 1).
-std::optional<std::vector<OpId>> ScheduleModel::exact(const std::vector<OpId>& file, std::uint32_t max_states, double seconds) const {
+std::optional<std::vector<OpId>> ScheduleModel::exact(const std::vector<OpId>& file, std::uint32_t max_states, double seconds,
+                                                      std::uint64_t max_work) const {
   const auto t0 = Clock::now();
   const std::size_t n = size(), words = (n + 63) / 64;
   std::vector<std::uint32_t> pos(n);
@@ -123,6 +124,7 @@ std::optional<std::vector<OpId>> ScheduleModel::exact(const std::vector<OpId>& f
   std::vector<std::vector<State>> layers(1);
   layers[0].push_back(State{std::vector<std::uint64_t>(words, 0), 0, kNone, analysis::kNoOp});
   std::size_t states = 1;
+  std::uint64_t work = 0;  // ops walked: each frontier expanded walks every op
   std::vector<std::uint32_t> remaining(values_.size());
   auto has = [](const std::vector<std::uint64_t>& s, OpId o) { return (s[o / 64] >> (o % 64)) & 1u; };
   for (std::size_t k = 0; k < n; ++k) {
@@ -131,6 +133,7 @@ std::optional<std::vector<OpId>> ScheduleModel::exact(const std::vector<OpId>& f
     for (std::uint32_t si = 0; si < layers[k].size(); ++si) {
       const State& st = layers[k][si];
       if ((si & 63u) == 0 && since(t0) > seconds) return std::nullopt;
+      if ((work += n) > max_work) return std::nullopt;
       std::size_t run0 = 0;
       for (std::uint32_t v = 0; v < values_.size(); ++v) remaining[v] = values_[v].readers;
       for (OpId o = 0; o < n; ++o)

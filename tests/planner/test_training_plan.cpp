@@ -39,8 +39,8 @@ TrainingPlanResult plan(const analysis::TrainingGraph& tg, const std::string& st
 
 // Every strategy without a budget, then at budgets between the least reachable peak and none's: each
 // plan verified, its peak within the budget, and an infeasible budget reported as such.
-// `order`: the schedule every strategy plans with (with memory, the strategies other than none plan on both
-// orders without a budget, and on the file order first under one).
+// `order`: the schedule every strategy plans with (with memory, the strategies other than none plan on the file
+// order: plan_training).
 void check_all_strategies(const analysis::TrainingGraph& tg, const std::string& what, bool sqrt_saves, ScheduleKind order) {
   CAPTURE(what);
   // Budgets lie between what a strategy reaches and keep-all in the file order. Keep-all in memory order is
@@ -256,11 +256,12 @@ TEST_CASE("library bytes count against the budget: the arena gets what the persi
   so.dims = {{"batch", 2}};
   const auto tg = analysis::build_training_graph(
       analysis::infer_shapes(analysis::import_model(std::string(MEMPLAN_SOURCE_DIR) + "/samples/models/resnet18.train.onnx"), so), {});
-  const TrainingPlanResult none = plan(tg, "none", std::nullopt), least = plan(tg, "optimal", std::nullopt);
+  const TrainingPlanResult none = plan(tg, "none", std::nullopt, ScheduleKind::file),
+                           least = plan(tg, "optimal", std::nullopt, ScheduleKind::file);
   REQUIRE(least.peak_bytes < none.peak_bytes);
   TrainingPlanOptions o;
   o.strategy = "optimal";
-  o.schedule.kind = ScheduleKind::memory;  // the order plan() planned none and least on
+  o.schedule.kind = ScheduleKind::file;  // the order none and least were planned on
   o.library_bytes = (none.peak_bytes - least.peak_bytes) / 2;
   o.budget_bytes = none.peak_bytes;  // keep-all fits without libraries, not with them
   const TrainingPlanResult r = plan_training(tg, o);

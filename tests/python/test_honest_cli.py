@@ -250,7 +250,11 @@ def test_step_time_consistent(memplan, samples, models, tmp):
     check(not re.search(r"\+\d+% (of )?FLOPs", text + vout), "a '+N% FLOPs' time cost is still shown")
     # Keep-all: strategy none's step is the keep-all step itself.
     n = json.loads(run(memplan, "plan", mb, "--train", "--dim", "batch=4", "--json"))
-    check(n["estimated_step_seconds"] == n["keep_all_step_seconds"] == j["keep_all_step_seconds"], "keep-all differs between plans of one model")
+    # The same step summed along another op order (the budgeted plan's file order, none's memory order) may differ
+    # in the last bits.
+    close = lambda a, b: abs(a - b) <= 1e-12 * max(abs(a), abs(b))
+    check(n["estimated_step_seconds"] == n["keep_all_step_seconds"] and close(n["keep_all_step_seconds"], j["keep_all_step_seconds"]),
+          "keep-all differs between plans of one model")
 
 
 def check_list(lst, count, graph_ops, producers, where):
