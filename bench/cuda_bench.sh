@@ -7,6 +7,7 @@
 # bench/results). `test [FILTER]` runs the GPU tests alone; `yardstick [OUTDIR]` runs bench/pytorch_yardstick.py
 # with memplan's plans measured on the same GPU. `attention [OUTDIR]` runs the attention kernels' GPU tests, the
 # sanitizers on one of them, and bench_attention beside bench/torch_sdpa_bench.py (cuda_attention*.json).
+# `nccl [multi [OUT.json]]` runs the NCCL data-parallel GPU tests (and bench/multi_gpu.py under torchrun on every GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,7 +34,7 @@ fi
 extra=$(python3 - <<'EOF' 2>/dev/null
 import importlib, os
 dirs = []
-for m in ("nvidia.cudnn", "nvidia.cublas", "nvidia.cuda_nvrtc", "nvidia.cuda_runtime", "nvidia.cu13"):
+for m in ("nvidia.cudnn", "nvidia.cublas", "nvidia.cuda_nvrtc", "nvidia.cuda_runtime", "nvidia.cu13", "nvidia.nccl"):
     try:
         p = importlib.import_module(m).__path__[0]
         for sub in ("lib", "lib64"):
@@ -68,6 +69,16 @@ workspace() {  # cuDNN workspaces planned in the arena at several caps against o
   .carry/bin/bench_cuda workspace samples/models/resnet50.train.onnx 5 batch=32 train=1 optimizer=none \
     > "$OUT_DIR/cuda_workspace_train.json"
 }
+if [[ "${1:-run}" == nccl ]]; then  # data parallel through NCCL (docs/multi-gpu-run.md): its GPU tests, then
+  # `bench/cuda_bench.sh nccl multi` also bench/multi_gpu.py on every visible GPU (torchrun)
+  export NCCL_NVLS_ENABLE=0 MEMPLAN_CLI="$PWD/scripts/memplan_carried.sh"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  "$T" -tc='one-rank NCCL*,a one-rank NCCL*,two processes with one GPU each*' -s 2>&1 | tail -40
+  if [[ "${2:-}" == multi ]]; then
+    torchrun --nproc-per-node "$(nvidia-smi -L | wc -l)" bench/multi_gpu.py --memplan "$MEMPLAN_CLI" ${3:+--out "$3"}
+  fi
+  exit
+fi
 if [[ "${1:-run}" == workspace ]]; then workspace; exit; fi
 if [[ "${1:-run}" == attention ]]; then  # FusedAttention(Grad): tests, sanitizers on one case, beside torch SDPA
   "$T" -tc="$ATTN_CASES" 2>&1 | tail -4
