@@ -119,11 +119,12 @@ std::size_t position(const Log& log, Entry::Kind kind, std::uint64_t id) {
   return log.size();
 }
 
-// An MLP of batch b with a symbolic-free shape: x[b,16] -> MatMul W1 + b1 -> Relu -> MatMul W2 -> y[b,8], MSE.
+// An MLP of batch b: x[b,16] -> MatMul W1 + b1 -> Relu -> MatMul W2 -> y[b,8], MSE.
 analysis::TrainingGraph mlp(std::int64_t batch, double lr) {
   OpGraph m;
-  std::mt19937 rng(5);
-  const TensorId x = m.input("x", random_f32({batch, 16}, rng));
+  std::mt19937 rng(5);  // the weights: the same at every batch
+  std::mt19937 feed_rng(6);
+  const TensorId x = m.input("x", random_f32({batch, 16}, feed_rng));
   const TensorId w1 = m.constant("w1", random_f32({16, 32}, rng, -0.5, 0.5));
   const TensorId b1 = m.constant("b1", random_f32({32}, rng, -0.1, 0.1));
   const TensorId w2 = m.constant("w2", random_f32({32, 8}, rng, -0.5, 0.5));
