@@ -101,7 +101,7 @@ def torch_config(model_name, precision, wrap, args, rank, device):
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
-            logits = model(ids).logits
+            logits = model(input_ids=ids, use_cache=False).logits
         loss = F.cross_entropy(logits.float().reshape(-1, vocab), labels.reshape(-1))
         loss.backward()
         opt.step()
@@ -131,8 +131,10 @@ def run_torch(args, results):
     import torch
     import torch.distributed as dist
 
-    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    local = int(os.environ.get("LOCAL_RANK", rank))
+    for k, v in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29517")):
+        os.environ.setdefault(k, v)  # started without torchrun: a world of one
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
     if not dist.is_initialized():
         dist.init_process_group("nccl", device_id=torch.device("cuda", local))
@@ -174,7 +176,11 @@ def export_onnx(name, quick, path):
     import onnx
     import torch
 
+    sys.path.insert(0, HERE)
+    from transformer_zoo import TextLogits  # logits only: no KV cache, an all-ones mask (as the sample exports)
+
     model, vocab = build(name, quick, "cpu")
+    model = TextLogits(model)
     x = torch.randint(0, vocab, (2, 32))
     buf = io.BytesIO()
     with warnings.catch_warnings():

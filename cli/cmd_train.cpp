@@ -67,10 +67,12 @@ Rank resolve_rank(const TrainArgs& a) {
   if (r.id_file.empty())
     if (const char* v = std::getenv("MEMPLAN_NCCL_ID_FILE"); v) r.id_file = v;
   if (r.world > 1 && r.id_file.empty())
-    fail(ErrorKind::usage, "--dp-world " + std::to_string(r.world) + " needs --dp-id FILE (or MEMPLAN_NCCL_ID_FILE): rank 0 writes the NCCL id there");
+    fail(ErrorKind::usage, "--dp-world " + std::to_string(r.world) +
+                               " needs --dp-id FILE (or MEMPLAN_NCCL_ID_FILE): rank 0 writes the NCCL id there");
   r.device = from_env(a.device, {"LOCAL_RANK"}, r.rank);
   if (r.data_parallel && a.train.microbatches > 1)
-    fail(ErrorKind::usage, "--microbatches with data parallelism: the gradients would be reduced every micro-step (not supported)");
+    fail(ErrorKind::usage,
+         "--microbatches with data parallelism: the gradients would be reduced every micro-step (not supported)");
   if (r.data_parallel && a.backend == "cpu" && r.world > 1)
     fail(ErrorKind::usage, "--backend cpu runs data parallel with --dp-world 1 only (the host stand-in of the collectives)");
   return r;
@@ -126,13 +128,17 @@ int train_model(TrainArgs a) {
   const bool weights_present = std::all_of(shaped.tensors.begin(), shaped.tensors.end(), [&](const analysis::Tensor& t) {
     return !t.external_data || std::filesystem::exists(folder / t.external_location);
   });
-  if (weights_present) runtime::load_external_weights(shaped, a.train.model.model);
-  else std::fprintf(stderr, "memplan: warning: the model's external weight data is missing: weights synthesized from their names\n");
+  if (weights_present)
+    runtime::load_external_weights(shaped, a.train.model.model);
+  else
+    std::fprintf(stderr, "memplan: warning: the model's external weight data is missing: weights synthesized from their names\n");
   const std::size_t dropouts_off = a.no_dropout ? disable_dropout(shaped) : 0;
   TrainingSetup s = training_setup(shaped, a.train);
 #ifdef MEMPLAN_HAVE_CUDA
   if (auto* cuda = dynamic_cast<runtime::cuda::CudaBackend*>(backend.get()))
-    s.options.assign.workspace_query = [cuda](const analysis::Graph& graph, analysis::OpId id) { return cuda->preferred_workspace(graph, id); };
+    s.options.assign.workspace_query = [cuda](const analysis::Graph& graph, analysis::OpId id) {
+      return cuda->preferred_workspace(graph, id);
+    };
 #endif
   const planner::TrainingPlanResult r = planner::plan_training(s.training, s.options);
   runtime::LocalGroup local(1);
@@ -171,13 +177,25 @@ int train_model(TrainArgs a) {
     losses.push_back(loss_now());
   }
   const auto& st = ex.stats();
-  nlohmann::json j{{"model", a.train.model.model}, {"backend", backend->name()}, {"rank", rank.rank}, {"world_size", rank.world},
-                   {"data_parallel", rank.data_parallel}, {"collectives", coll ? coll->name() : "none"},
-                   {"strategy", r.strategy}, {"arena_bytes", r.plan.arena_bytes}, {"planned_peak_bytes", r.peak_bytes},
-                   {"persistent_bytes", r.persistent_bytes}, {"separate_bytes", st.separate_bytes},
-                   {"reduce_calls", st.reduce_calls}, {"reduced_bytes", st.reduced_bytes}, {"losses", losses},
-                   {"step_seconds", median(seconds)}, {"steps_timed", seconds.size()},
-                   {"gradient_norm", std::sqrt(total)}, {"gradient_norms", norms}, {"dropouts_disabled", dropouts_off}};
+  nlohmann::json j{{"model", a.train.model.model},
+                   {"backend", backend->name()},
+                   {"rank", rank.rank},
+                   {"world_size", rank.world},
+                   {"data_parallel", rank.data_parallel},
+                   {"collectives", coll ? coll->name() : "none"},
+                   {"strategy", r.strategy},
+                   {"arena_bytes", r.plan.arena_bytes},
+                   {"planned_peak_bytes", r.peak_bytes},
+                   {"persistent_bytes", r.persistent_bytes},
+                   {"separate_bytes", st.separate_bytes},
+                   {"reduce_calls", st.reduce_calls},
+                   {"reduced_bytes", st.reduced_bytes},
+                   {"losses", losses},
+                   {"step_seconds", median(seconds)},
+                   {"steps_timed", seconds.size()},
+                   {"gradient_norm", std::sqrt(total)},
+                   {"gradient_norms", norms},
+                   {"dropouts_disabled", dropouts_off}};
 #ifdef MEMPLAN_HAVE_CUDA
   if (auto* cuda = dynamic_cast<runtime::cuda::CudaBackend*>(backend.get())) {
     j["device"] = rank.device;
@@ -191,9 +209,9 @@ int train_model(TrainArgs a) {
     std::printf("%s\n", json_text(j, 2).c_str());
     return 0;
   }
-  std::printf("model      %s (training step: %zu ops) on %s, rank %d of %d%s\n", analysis::terminal_safe(a.train.model.model).c_str(),
-              r.graph.ops.size(), backend->name().c_str(), rank.rank, rank.world,
-              coll ? (", gradients through " + coll->name()).c_str() : "");
+  std::printf("model      %s (training step: %zu ops) on %s, rank %d of %d%s\n",
+              analysis::terminal_safe(a.train.model.model).c_str(), r.graph.ops.size(), backend->name().c_str(), rank.rank,
+              rank.world, coll ? (", gradients through " + coll->name()).c_str() : "");
   std::printf("plan       %s: arena %s, peak %s planned\n", r.strategy.c_str(), human_bytes(r.plan.arena_bytes).c_str(),
               human_bytes(r.peak_bytes).c_str());
   if (coll)
@@ -211,11 +229,13 @@ void add_train(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--backend", args->backend, "cpu (default) or cuda");
   cmd->add_option("--steps", args->steps, "training steps to run (default 3; the first untimed)");
   cmd->add_option("--device", args->device, "CUDA device (default: LOCAL_RANK, else the rank modulo the devices)");
-  cmd->add_option("--dp-world", args->dp_world, "data-parallel world size (env MEMPLAN_WORLD_SIZE or WORLD_SIZE); "
-                                                 "given: gradients are averaged across ranks (NCCL on cuda)");
+  cmd->add_option("--dp-world", args->dp_world,
+                  "data-parallel world size (env MEMPLAN_WORLD_SIZE or WORLD_SIZE); "
+                  "given: gradients are averaged across ranks (NCCL on cuda)");
   cmd->add_option("--dp-rank", args->dp_rank, "this process's rank (env MEMPLAN_RANK or RANK; default 0)");
   cmd->add_option("--dp-id", args->dp_id, "file through which rank 0 hands its NCCL id to the others (env MEMPLAN_NCCL_ID_FILE)");
-  cmd->add_option("--bucket", args->bucket, "gradients adjacent in the arena reduced together up to this size (default 25MiB; 0: one each)");
+  cmd->add_option("--bucket", args->bucket,
+                  "gradients adjacent in the arena reduced together up to this size (default 25MiB; 0: one each)");
   cmd->add_option("--save-grads", args->save_grads, "rank 0 writes the first step's weight gradients to DIR/grad_K.npy");
   cmd->add_flag("--no-dropout", args->no_dropout, "every Dropout's ratio set to 0 (runs of any world size then compare exactly)");
   cmd->add_flag("--json", args->json, "print one JSON object");

@@ -61,7 +61,8 @@ std::size_t disable_dropout(analysis::Graph& g) {
   for (const auto& op : g.ops) {
     if (op.type != "Dropout" || !op.domain.empty()) continue;
     const analysis::TensorId ratio = op.input(1);
-    if (ratio == analysis::kNoTensor) fail(ErrorKind::unsupported, "--no-dropout: Dropout '" + op.name + "' has no ratio input (0.5)");
+    if (ratio == analysis::kNoTensor)
+      fail(ErrorKind::unsupported, "--no-dropout: Dropout '" + op.name + "' has no ratio input (0.5)");
     auto& t = g.tensors[ratio];
     std::shared_ptr<const analysis::TensorData> value = t.data;
     analysis::Attribute* attr = nullptr;
@@ -75,8 +76,10 @@ std::size_t disable_dropout(analysis::Graph& g) {
     if (!value) fail(ErrorKind::unsupported, "--no-dropout: the ratio of Dropout '" + op.name + "' is computed, not a constant");
     auto zero = std::make_shared<analysis::TensorData>(
         analysis::TensorData::from_double(value->dtype, value->dims, std::vector<double>(value->as_double().size(), 0.0)));
-    if (attr) attr->t = zero;
-    else t.data = zero;
+    if (attr)
+      attr->t = zero;
+    else
+      t.data = zero;
     ++changed;
   }
   return changed;

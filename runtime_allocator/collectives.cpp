@@ -40,7 +40,9 @@ void store(std::byte* p, std::uint64_t i, analysis::DType d, double v) {
       std::memcpy(p + i * 4, &f, 4);
       return;
     }
-    case analysis::DType::f64: std::memcpy(p + i * 8, &v, 8); return;
+    case analysis::DType::f64:
+      std::memcpy(p + i * 8, &v, 8);
+      return;
     default: {
       const float f = static_cast<float>(v);
       const std::uint16_t h = d == analysis::DType::bf16 ? analysis::float_to_bf16(f) : analysis::float_to_half(f);
@@ -130,7 +132,8 @@ class LocalCollectives final : public Collectives {
  private:
   // Publishes this rank's buffer, reads every rank's between two barriers: no rank writes a buffer (an in-place
   // all-reduce) before all have read it.
-  template <class Read> void exchange(const std::byte* mine, Read&& read) {
+  template <class Read>
+  void exchange(const std::byte* mine, Read&& read) {
     {
       std::lock_guard lock(s_->m);
       s_->send[static_cast<std::size_t>(rank_)] = mine;

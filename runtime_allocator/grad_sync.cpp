@@ -31,10 +31,12 @@ std::vector<GradBucket> gradient_buckets(const analysis::Graph& g, const std::ve
   unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
   std::vector<Range> ranges;
   for (TensorId t : unique) {
-    if (t >= g.tensors.size()) fail(ErrorKind::plan_mismatch, "gradient " + std::to_string(t) + " is no tensor of '" + g.name + "'");
+    if (t >= g.tensors.size())
+      fail(ErrorKind::plan_mismatch, "gradient " + std::to_string(t) + " is no tensor of '" + g.name + "'");
     const auto& x = g.tensors[t];
     if (x.producer == kNoOp || step_of[x.producer] == schedule.size() || !addr[t])
-      fail(ErrorKind::plan_mismatch, "gradient '" + x.name + "' has no producer on the schedule or no memory: it cannot be reduced");
+      fail(ErrorKind::plan_mismatch,
+           "gradient '" + x.name + "' has no producer on the schedule or no memory: it cannot be reduced");
     Range r{t, addr[t], x.bytes(), step_of[x.producer], schedule.size()};
     for (std::size_t s = r.produced + 1; s < schedule.size(); ++s)
       if (touches(s, r.lo, r.lo + r.bytes)) {
@@ -46,11 +48,12 @@ std::vector<GradBucket> gradient_buckets(const analysis::Graph& g, const std::ve
   // Two gradients sharing bytes would be reduced twice (the mean of a mean is not the mean of the ranks' sums).
   std::vector<const Range*> by_addr;
   for (const auto& r : ranges) by_addr.push_back(&r);
-  std::sort(by_addr.begin(), by_addr.end(), [](const Range* a, const Range* b) { return a->lo < b->lo || (a->lo == b->lo && a->t < b->t); });
+  std::sort(by_addr.begin(), by_addr.end(),
+            [](const Range* a, const Range* b) { return a->lo < b->lo || (a->lo == b->lo && a->t < b->t); });
   for (std::size_t k = 1; k < by_addr.size(); ++k)
     if (by_addr[k - 1]->lo + by_addr[k - 1]->bytes > by_addr[k]->lo)
-      fail(ErrorKind::plan_mismatch, "gradients '" + g.tensors[by_addr[k - 1]->t].name + "' and '" + g.tensors[by_addr[k]->t].name +
-                                         "' share bytes: each would be reduced twice");
+      fail(ErrorKind::plan_mismatch, "gradients '" + g.tensors[by_addr[k - 1]->t].name + "' and '" +
+                                         g.tensors[by_addr[k]->t].name + "' share bytes: each would be reduced twice");
   std::stable_sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
     return a.produced < b.produced || (a.produced == b.produced && a.lo < b.lo);
   });
@@ -81,7 +84,8 @@ GradientSync::GradientSync(std::vector<GradBucket> buckets, std::size_t steps, B
     GradBucket& b = buckets_[k];
     const std::uint64_t elem = analysis::dtype_bits(b.dtype) / 8;
     if (elem == 0 || b.bytes % elem != 0 || b.after_step >= steps || b.wait_step <= b.after_step)
-      fail(ErrorKind::plan_mismatch, "a gradient bucket of " + std::to_string(b.bytes) + " bytes of " + analysis::dtype_name(b.dtype) +
+      fail(ErrorKind::plan_mismatch, "a gradient bucket of " + std::to_string(b.bytes) + " bytes of " +
+                                         analysis::dtype_name(b.dtype) +
                                          " cannot be reduced (no whole number of elements, or not after its producer)");
     b.ready = backend.create_event();
     b.done = backend.create_event();

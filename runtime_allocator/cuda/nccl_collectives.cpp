@@ -22,12 +22,18 @@ namespace {
 
 ncclDataType_t nccl_type(analysis::DType d, const char* what) {
   switch (d) {
-    case analysis::DType::f32: return ncclFloat32;
-    case analysis::DType::f64: return ncclFloat64;
-    case analysis::DType::f16: return ncclFloat16;
-    case analysis::DType::bf16: return ncclBfloat16;
-    case analysis::DType::i32: return ncclInt32;
-    case analysis::DType::i64: return ncclInt64;
+    case analysis::DType::f32:
+      return ncclFloat32;
+    case analysis::DType::f64:
+      return ncclFloat64;
+    case analysis::DType::f16:
+      return ncclFloat16;
+    case analysis::DType::bf16:
+      return ncclBfloat16;
+    case analysis::DType::i32:
+      return ncclInt32;
+    case analysis::DType::i64:
+      return ncclInt64;
     default:
       fail(ErrorKind::unsupported, std::string("NCCL ") + what + " of dtype " + analysis::dtype_name(d) +
                                        " (float32, float64, f16, bf16, int32 and int64 only)");
@@ -54,7 +60,8 @@ NcclId make_nccl_id() {
 }
 
 NcclId exchange_nccl_id(const std::string& path, int rank, int world, double timeout_seconds) {
-  if (rank < 0 || rank >= world) fail(ErrorKind::usage, "rank " + std::to_string(rank) + " outside a world of " + std::to_string(world));
+  if (rank < 0 || rank >= world)
+    fail(ErrorKind::usage, "rank " + std::to_string(rank) + " outside a world of " + std::to_string(world));
   NcclId id;
   if (rank == 0) {
     id = make_nccl_id();
@@ -76,8 +83,8 @@ NcclId exchange_nccl_id(const std::string& path, int rank, int world, double tim
         f.gcount() == static_cast<std::streamsize>(id.bytes.size()))
       return id;
     if (std::chrono::steady_clock::now() > until)
-      fail(ErrorKind::io, "rank " + std::to_string(rank) + ": no NCCL id in '" + path + "' after " + std::to_string(timeout_seconds) +
-                              " s (is rank 0 running, with the same --dp-id file?)");
+      fail(ErrorKind::io, "rank " + std::to_string(rank) + ": no NCCL id in '" + path + "' after " +
+                              std::to_string(timeout_seconds) + " s (is rank 0 running, with the same --dp-id file?)");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
@@ -130,7 +137,8 @@ void NcclCollectives::queue_waits(Backend::Event e) {
 }
 
 void NcclCollectives::record(Backend::Event e) {
-  check(cudaEventRecord(static_cast<cudaEvent_t>(impl_->backend.native_event(e)), impl_->stream), "cudaEventRecord on the NCCL stream");
+  check(cudaEventRecord(static_cast<cudaEvent_t>(impl_->backend.native_event(e)), impl_->stream),
+        "cudaEventRecord on the NCCL stream");
 }
 
 void NcclCollectives::all_reduce_mean(std::byte* data, std::uint64_t count, analysis::DType dtype) {

@@ -12,7 +12,8 @@ namespace memplan::runtime::cuda {
 
 namespace {
 
-template <class F> bool bind(void* lib, F& f, const char* name, std::string& error) {
+template <class F>
+bool bind(void* lib, F& f, const char* name, std::string& error) {
   f = reinterpret_cast<F>(dlsym(lib, name));
   if (!f && error.empty()) error = std::string("no symbol ") + name;
   return f != nullptr;

@@ -9,9 +9,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -114,9 +114,12 @@ TEST_CASE("a one-rank NCCL communicator gives the single-GPU run's training step
       for (int step = 1; step <= (exact ? 2 : 1); ++step) {
         CAPTURE(step);
         const auto want = plain.run(in), got = dp.run(in);
-        if (exact) CHECK(got[0].bytes == want[0].bytes);
-        else CHECK(diff(got[0], want[0]) <= 1e-6);
-        for (const auto& [w, gt] : tg.param_grads) {
+        if (exact)
+          CHECK(got[0].bytes == want[0].bytes);
+        else
+          CHECK(diff(got[0], want[0]) <= 1e-6);
+        for (const auto& pg : tg.param_grads) {
+          const TensorId w = pg.first, gt = pg.second;  // not bindings: INFO and CHECK capture them (clang 14)
           INFO("weight " << r.graph.tensors[w].name);
           if (exact) {
             CHECK(dp.read(gt).bytes == plain.read(gt).bytes);
@@ -140,12 +143,15 @@ TEST_CASE("two processes with one GPU each average to the single-GPU gradients o
   const auto dir = std::filesystem::temp_directory_path() / ("memplan_nccl_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  const std::string common = " train " + model + " --backend cuda --no-dropout --loss ce --optimizer adam --steps 2 --json --dim seq=64";
-  const std::string one = cli + common + " --dim batch=4 --save-grads " + (dir / "one").string() + " > " + (dir / "one.json").string();
-  const std::string two = "(" + cli + common + " --dim batch=2 --dp-world 2 --dp-rank 0 --device 0 --dp-id " + (dir / "id").string() +
-                          " --save-grads " + (dir / "two").string() + " > " + (dir / "r0.json").string() + " & " + cli + common +
-                          " --dim batch=2 --dp-world 2 --dp-rank 1 --device 1 --dp-id " + (dir / "id").string() + " > " +
-                          (dir / "r1.json").string() + "; r1=$?; wait $!; r0=$?; test $r0 -eq 0 -a $r1 -eq 0)";
+  const std::string common =
+      " train " + model + " --backend cuda --no-dropout --loss ce --optimizer adam --steps 2 --json --dim seq=64";
+  const std::string one =
+      cli + common + " --dim batch=4 --save-grads " + (dir / "one").string() + " > " + (dir / "one.json").string();
+  const std::string two = "(" + cli + common + " --dim batch=2 --dp-world 2 --dp-rank 0 --device 0 --dp-id " +
+                          (dir / "id").string() + " --save-grads " + (dir / "two").string() + " > " + (dir / "r0.json").string() +
+                          " & " + cli + common + " --dim batch=2 --dp-world 2 --dp-rank 1 --device 1 --dp-id " +
+                          (dir / "id").string() + " > " + (dir / "r1.json").string() +
+                          "; r1=$?; wait $!; r0=$?; test $r0 -eq 0 -a $r1 -eq 0)";
   REQUIRE(std::system(one.c_str()) == 0);
   REQUIRE(std::system(("bash -c '" + two + "'").c_str()) == 0);
   std::size_t compared = 0;

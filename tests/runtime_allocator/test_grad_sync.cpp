@@ -37,7 +37,9 @@ using Log = std::vector<Entry>;
 class LoggingKernels final : public KernelSet {
  public:
   LoggingKernels(KernelSet& k, Log& log) : k_(k), log_(log) {}
-  std::string unsupported_reason(const analysis::Graph& g, const analysis::Op& op) const override { return k_.unsupported_reason(g, op); }
+  std::string unsupported_reason(const analysis::Graph& g, const analysis::Op& op) const override {
+    return k_.unsupported_reason(g, op);
+  }
   bool alias_safe(const analysis::Op& op) const override { return k_.alias_safe(op); }
   void run(const OpCall& call) override {
     k_.run(call);
@@ -64,7 +66,9 @@ class LoggingBackend final : public Backend {
   void deallocate_host(std::byte* p, std::uint64_t b) noexcept override { host_.deallocate_host(p, b); }
   Event create_event() override { return next_++; }
   void record_on_compute(Event e) override { log_.push_back({Entry::compute_record, e}); }
-  void copy_async(std::byte* d, const std::byte* s, std::uint64_t b, Event a, Event x) override { host_.copy_async(d, s, b, a, x); }
+  void copy_async(std::byte* d, const std::byte* s, std::uint64_t b, Event a, Event x) override {
+    host_.copy_async(d, s, b, a, x);
+  }
   void compute_waits(Event e) override { log_.push_back({Entry::compute_wait, e}); }
   void begin_run() override { host_.begin_run(); }
   double end_run() override { return host_.end_run(); }
@@ -184,7 +188,8 @@ TEST_CASE("every weight gradient is reduced exactly once, after its producer and
           CHECK(ex.stats().reduce_calls == buckets.size());
           if (bucket == 0) CHECK(buckets.size() == tg.param_grads.size());
           std::size_t reduced = 0;
-          for (const auto& [w, gt] : tg.param_grads) {
+          for (const auto& pg : tg.param_grads) {
+            const TensorId w = pg.first, gt = pg.second;  // not bindings: INFO and CHECK capture them (clang 14)
             const std::byte* lo = ex.address(gt);
             const std::byte* hi = lo + r->graph.tensors[gt].bytes();
             INFO("gradient of " << r->graph.tensors[w].name);
