@@ -7,7 +7,7 @@
 # bench/results). `test [FILTER]` runs the GPU tests alone; `yardstick [OUTDIR]` runs bench/pytorch_yardstick.py
 # with memplan's plans measured on the same GPU. `attention [OUTDIR]` runs the attention kernels' GPU tests, the
 # sanitizers on one of them, and bench_attention beside bench/torch_sdpa_bench.py (cuda_attention*.json).
-# `nccl [multi [OUT.json]]` runs the NCCL data-parallel GPU tests (and bench/multi_gpu.py under torchrun on every GPU).
+# `nccl [multi [OUT.json [ARGS...]]]` runs the NCCL data-parallel GPU tests (and bench/multi_gpu.py ARGS under torchrun on every GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -75,7 +75,7 @@ if [[ "${1:-run}" == nccl ]]; then  # data parallel through NCCL (docs/multi-gpu
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   "$T" -tc='one-rank NCCL*,a one-rank NCCL*,two processes with one GPU each*' -s 2>&1 | tail -40
   if [[ "${2:-}" == multi ]]; then
-    torchrun --nproc-per-node "$(nvidia-smi -L | wc -l)" bench/multi_gpu.py --memplan "$MEMPLAN_CLI" ${3:+--out "$3"}
+    torchrun --nproc-per-node "$(nvidia-smi -L | wc -l)" bench/multi_gpu.py --memplan "$MEMPLAN_CLI" ${3:+--out "$3"} "${@:4}"
   fi
   exit
 fi

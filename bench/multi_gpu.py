@@ -224,7 +224,7 @@ def nccl_env():
 def memplan_train(cmd, model, world, args, tmp, precision, tag, combined=False, save=None):
     """`memplan train` on `world` GPUs (one process each) or, `combined`, one process on the combined batch."""
     base = cmd + ["train", model, "--no-dropout", "--loss", "ce", "--optimizer", "adam", "--precision", precision,
-                  "--dim", f"seq={args.seq}", "--steps", str(args.memplan_steps), "--json", "--backend", "cuda"]
+                  "--dim", f"seq={args.seq}", "--steps", str(args.memplan_steps), "--json", "--backend", args.memplan_backend]
     env = nccl_env()
     t0 = time.time()
     if combined:
@@ -302,9 +302,15 @@ def run_memplan(args, results, world):
             ok = [r for r in dp["ranks"] if "error" not in r]
             if ok:
                 row["step_seconds_max_rank"] = max(r["step_seconds"] for r in ok)
-                row["device_bytes_over_plan"] = [r.get("peak_device_bytes", 0) - r["planned_peak_bytes"] for r in ok]
+                # What each rank's device held beyond its plan: CUDA context, cuBLAS/cuDNN, NVRTC modules, NCCL buffers.
+                row["device_bytes_over_plan"] = [r["peak_device_bytes"] - r["planned_peak_bytes"] for r in ok if "peak_device_bytes" in r]
+                ddp = [t for t in results.get("torch", []) if t["model"] == "gpt2" and t["precision"] == precision and t["wrap"] == "ddp"]
+                times = [r["step_seconds"] for t in ddp for r in t["per_rank"] if "step_seconds" in r]
+                if times:
+                    row["torch_ddp_step_seconds"] = max(times)
+                    row["step_time_vs_torch_ddp"] = row["step_seconds_max_rank"] / max(times)
             print(f"memplan gpt2 {precision}: " + json.dumps({k: v for k, v in row.items() if k in (
-                "step_seconds_max_rank", "device_bytes_over_plan", "gradients_vs_single_gpu")}), flush=True)
+                "step_seconds_max_rank", "step_time_vs_torch_ddp", "device_bytes_over_plan", "gradients_vs_single_gpu")}), flush=True)
             runs.append(row)
             for d in (grads_dp, grads_one):
                 shutil.rmtree(d, ignore_errors=True)
@@ -325,6 +331,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--memplan-steps", type=int, default=6)
     ap.add_argument("--memplan-timeout", type=int, default=300)
+    ap.add_argument("--memplan-backend", default="cuda", help="cpu: a dry run of the memplan part without a GPU (world 1)")
     ap.add_argument("--quick", action="store_true", help="4-layer models, fp32 only for memplan: a smoke test")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-memplan", action="store_true")
@@ -340,7 +347,7 @@ def main():
         rank, world = run_torch(args, results)
     if rank != 0:
         return
-    results.setdefault("device", torch.cuda.get_device_name(0))
+    results.setdefault("device", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (no GPU)")
     results.setdefault("gpus", world)
     results["torch_seconds"] = time.time() - t0
     if not args.skip_memplan:
