@@ -110,6 +110,37 @@ std::unique_ptr<runtime::Collectives> make_collectives(runtime::Backend& backend
 #endif
 }
 
+// Every rank must run the same plan (NCCL matches collectives by their order): the ranks gather a hash of the plan
+// and of the reduction buckets, and a rank whose hash differs from rank 0's fails instead of hanging or mixing
+// gradients (another model, --dim, option or GPU model on one rank).
+void require_same_plan(runtime::Backend& backend, runtime::Collectives& coll, const planner::Plan& plan,
+                       const runtime::Executor& ex) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
+  auto mix = [&h](std::uint64_t v) {
+    for (int b = 0; b < 8; ++b) h = (h ^ ((v >> (8 * b)) & 0xff)) * 1099511628211ull;
+  };
+  mix(plan.arena_bytes);
+  mix(plan.schedule.size());
+  for (char c : plan.model_fingerprint) mix(static_cast<unsigned char>(c));
+  for (const auto& b : ex.gradient_buckets()) {
+    mix(b.bytes);
+    mix(b.gradients.size());
+    mix(b.after_step);
+    mix(b.wait_step);
+  }
+  const auto world = static_cast<std::uint64_t>(coll.world_size());
+  runtime::DeviceBuffer mine(backend, 8, 256), all(backend, 8 * world, 256);
+  backend.copy_to_device(mine.data(), reinterpret_cast<const std::byte*>(&h), 8);
+  coll.all_gather(mine.data(), all.data(), 1, analysis::DType::u64);
+  coll.synchronize();
+  std::vector<std::uint64_t> hashes(world);
+  backend.copy_to_host(reinterpret_cast<std::byte*>(hashes.data()), all.data(), 8 * world);
+  for (std::uint64_t r = 0; r < world; ++r)
+    if (hashes[r] != hashes[0])
+      fail(ErrorKind::usage, "rank " + std::to_string(r) + " planned another step than rank 0 (model, --dim, options or GPU "
+                             "differ): every rank must run the same plan");
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -151,6 +182,7 @@ int train_model(TrainArgs a) {
     eo.data_parallel.bucket_bytes = planner::parse_size(a.bucket);
   }
   runtime::Executor ex(r.graph, r.plan, *backend, eo);
+  if (coll) require_same_plan(*backend, *coll, r.plan, ex);
   const auto feed = sharded_feed(r.graph, rank.rank);
 
   std::vector<double> losses, seconds;
