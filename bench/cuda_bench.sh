@@ -75,7 +75,7 @@ if [[ "${1:-run}" == nccl ]]; then  # data parallel through NCCL (docs/multi-gpu
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   "$T" -tc='one-rank NCCL*,a one-rank NCCL*,two processes with one GPU each*' -s 2>&1 | tail -40
   if [[ "${2:-}" == multi ]]; then
-    torchrun --nproc-per-node "$(nvidia-smi -L | wc -l)" bench/multi_gpu.py --memplan "$MEMPLAN_CLI" ${3:+--out "$3"} "${@:4}"
+    python3 -m torch.distributed.run --nproc-per-node "$(nvidia-smi -L | wc -l)" bench/multi_gpu.py --memplan "$MEMPLAN_CLI" ${3:+--out "$3"} "${@:4}"
   fi
   exit
 fi
