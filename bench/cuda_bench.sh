@@ -7,6 +7,7 @@
 # bench/results). `test [FILTER]` runs the GPU tests alone; `yardstick [OUTDIR]` runs bench/pytorch_yardstick.py
 # with memplan's plans measured on the same GPU. `attention [OUTDIR]` runs the attention kernels' GPU tests, the
 # sanitizers on one of them, and bench_attention beside bench/torch_sdpa_bench.py (cuda_attention*.json).
+# `nccl [multi [OUT.json [ARGS...]]]` runs the NCCL data-parallel GPU tests (and bench/multi_gpu.py ARGS under torchrun on every GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,7 +34,7 @@ fi
 extra=$(python3 - <<'EOF' 2>/dev/null
 import importlib, os
 dirs = []
-for m in ("nvidia.cudnn", "nvidia.cublas", "nvidia.cuda_nvrtc", "nvidia.cuda_runtime", "nvidia.cu13"):
+for m in ("nvidia.cudnn", "nvidia.cublas", "nvidia.cuda_nvrtc", "nvidia.cuda_runtime", "nvidia.cu13", "nvidia.nccl"):
     try:
         p = importlib.import_module(m).__path__[0]
         for sub in ("lib", "lib64"):
@@ -68,6 +69,17 @@ workspace() {  # cuDNN workspaces planned in the arena at several caps against o
   .carry/bin/bench_cuda workspace samples/models/resnet50.train.onnx 5 batch=32 train=1 optimizer=none \
     > "$OUT_DIR/cuda_workspace_train.json"
 }
+if [[ "${1:-run}" == nccl ]]; then  # data parallel through NCCL (docs/multi-gpu-run.md): its GPU tests, then
+  # `bench/cuda_bench.sh nccl multi` also bench/multi_gpu.py on every visible GPU (torchrun)
+  export NCCL_NVLS_ENABLE=0 MEMPLAN_CLI="$PWD/scripts/memplan_carried.sh"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  "$T" -tc='one-rank NCCL*,a one-rank NCCL*' 2>&1 | tail -30; echo "one-rank NCCL tests: exit ${PIPESTATUS[0]}"
+  "$T" -tc='two processes with one GPU each*' -s 2>&1 | tail -30; echo "two-process test: exit ${PIPESTATUS[0]} (77: skipped)"
+  if [[ "${2:-}" == multi ]]; then
+    python3 -m torch.distributed.run --nproc-per-node "$(nvidia-smi -L | wc -l)" bench/multi_gpu.py --memplan "$MEMPLAN_CLI" ${3:+--out "$3"} "${@:4}"
+  fi
+  exit
+fi
 if [[ "${1:-run}" == workspace ]]; then workspace; exit; fi
 if [[ "${1:-run}" == attention ]]; then  # FusedAttention(Grad): tests, sanitizers on one case, beside torch SDPA
   "$T" -tc="$ATTN_CASES" 2>&1 | tail -4

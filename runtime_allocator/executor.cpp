@@ -57,6 +57,7 @@ Executor::Executor(const analysis::Graph& g, const planner::Plan& plan, Backend&
   backend.kernels().prepare(g);
   prepare_ops();
   order_swaps();
+  prepare_gradient_sync();
 }
 
 // Every op of the schedule has a kernel on this backend (swaps are the executor's own copies).
@@ -270,8 +271,36 @@ void Executor::order_swaps() {
   }
 }
 
+// Whether the op at `step` reads or writes bytes in [lo, hi): an input, an output, or its scratch region.
+bool Executor::touches(std::size_t step, const std::byte* lo, const std::byte* hi) const {
+  const OpId o = schedule_[step];
+  auto meets = [&](const std::byte* p, std::uint64_t bytes) { return p && bytes && p < hi && lo < p + bytes; };
+  if (backend_.kernels().uses_plan_scratch() && meets(scratch_[o], scratch_bytes_[o])) return true;
+  for (const auto* list : {&g_.ops[o].inputs, &g_.ops[o].outputs})
+    for (TensorId t : *list)
+      if (t != kNoTensor && meets(addr_[t], g_.tensors[t].bytes())) return true;
+  return false;
+}
+
+// Data parallel: each gradient bucket is reduced after its producers and before any op touches it again.
+void Executor::prepare_gradient_sync() {
+  const DataParallel& dp = options_.data_parallel;
+  if (!dp.collectives) return;
+  auto buckets = runtime::gradient_buckets(g_, schedule_, addr_, dp.gradients, dp.bucket_bytes,
+                                           [this](std::size_t step, const std::byte* lo, const std::byte* hi) { return touches(step, lo, hi); });
+  stats_.reduce_calls = buckets.size();
+  for (const auto& b : buckets) stats_.reduced_bytes += b.bytes;
+  grad_sync_ = std::make_unique<GradientSync>(std::move(buckets), schedule_.size(), backend_, *dp.collectives);
+}
+
+const std::vector<GradBucket>& Executor::gradient_buckets() const noexcept {
+  static const std::vector<GradBucket> none;
+  return grad_sync_ ? grad_sync_->buckets() : none;
+}
+
 void Executor::run_one(std::size_t step, std::vector<TensorRef>& in, std::vector<TensorRef>& out) {
   for (OpId w : waits_before_[step]) backend_.compute_waits(swap_done_[w]);
+  if (grad_sync_) grad_sync_->before(step);
   const OpId o = schedule_[step];
   const auto& op = g_.ops[o];
   if (mode_[o] == Mode::swap) {
@@ -282,6 +311,7 @@ void Executor::run_one(std::size_t step, std::vector<TensorRef>& in, std::vector
     backend_.copy_async(addr_[dst], addr_[src], g_.tensors[src].bytes(), swap_ready_[o], swap_done_[o]);
     if (arena_) arena_->mark_written(dst);
     ++stats_.ops_run;
+    if (grad_sync_) grad_sync_->after(step);
     return;
   }
   in.clear();
@@ -300,6 +330,7 @@ void Executor::run_one(std::size_t step, std::vector<TensorRef>& in, std::vector
     if (arena_) arena_->mark_written(y);
   }
   ++stats_.ops_run;
+  if (grad_sync_) grad_sync_->after(step);
   stats_.views_elided += mode_[o] == Mode::view;
   stats_.inplace_ops += mode_[o] == Mode::inplace;
   stats_.staged_ops += mode_[o] == Mode::staged;
@@ -323,6 +354,7 @@ void Executor::run_schedule() {
     backend_.synchronize();
     stats_.op_seconds[schedule_[step]] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
+  if (grad_sync_) grad_sync_->finish();
   stats_.device_seconds = backend_.end_run();  // waits for the queues
   stats_.touched_bytes = arena_ ? arena_->touched_bytes() : 0;
   stats_.pool_peak_bytes = pool_ ? pool_->stats().peak_in_use_bytes : 0;

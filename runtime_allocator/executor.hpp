@@ -11,6 +11,7 @@
 #include "planner/plan.hpp"
 #include "runtime_allocator/arena.hpp"
 #include "runtime_allocator/backend.hpp"
+#include "runtime_allocator/grad_sync.hpp"
 #include "runtime_allocator/pool.hpp"
 
 namespace memplan::runtime {
@@ -27,6 +28,9 @@ struct ExecOptions {
   // Time every op on its own (the backend synchronized before and after it; ExecStats::op_seconds): a
   // profile of where a step's time goes, at the price of one synchronization per op.
   bool profile_ops = false;
+  // Data parallel: the weight gradients reduced across ranks through the collectives, overlapped with the
+  // backward (runtime_allocator/grad_sync.hpp); none by default.
+  DataParallel data_parallel;
 };
 
 struct ExecStats {
@@ -45,6 +49,8 @@ struct ExecStats {
   double seconds = 0.0;              // the last run, inputs and outputs copied included
   double device_seconds = 0.0;       // the last run's schedule as the backend timed it (a GPU: events)
   std::vector<double> op_seconds;    // ExecOptions::profile_ops: per op id, the last run's wall seconds
+  std::size_t reduce_calls = 0;      // data parallel: all-reduces per run (gradient buckets)
+  std::uint64_t reduced_bytes = 0;   // data parallel: gradient bytes reduced per run
 };
 
 // Built once (the arena, weights and buffers are allocated here), then `run` may be called for many
@@ -76,6 +82,8 @@ class Executor {
   const ExecStats& stats() const noexcept { return stats_; }
   // Where tensor t lives on the backend (null for a tensor nothing reads or writes).
   std::byte* address(analysis::TensorId t) const noexcept { return addr_[t]; }
+  // Data parallel: the gradient buckets each run reduces (empty without ExecOptions::data_parallel).
+  const std::vector<GradBucket>& gradient_buckets() const noexcept;
 
  private:
   enum class Mode : std::uint8_t { direct, view, inplace, staged, swap };
@@ -92,6 +100,8 @@ class Executor {
   void upload_constants();
   void prepare_ops();
   void order_swaps();
+  void prepare_gradient_sync();
+  bool touches(std::size_t step, const std::byte* lo, const std::byte* hi) const;
   void run_schedule();
   void run_one(std::size_t step, std::vector<TensorRef>& in, std::vector<TensorRef>& out);
   TensorRef ref(analysis::TensorId t, std::byte* at) const;
@@ -112,6 +122,7 @@ class Executor {
   std::vector<Mode> mode_;           // per op
   std::vector<Backend::Event> swap_ready_, swap_done_;       // per op (swaps only): before and after the copy
   std::vector<std::vector<analysis::OpId>> waits_before_;   // per schedule step: swaps whose copies must be done
+  std::unique_ptr<GradientSync> grad_sync_;  // data parallel only
   ExecStats stats_;
   std::uint64_t runs_ = 0;  // runs so far: the random step of the next (dropout_mask.hpp, step_key)
 };

@@ -14,6 +14,7 @@
 namespace memplan::runtime::cuda {
 
 bool cuda_available() noexcept { return device_count() > 0; }
+int cuda_device_count() noexcept { return device_count(); }
 
 struct CudaBackend::Impl {
   CudaOptions opts;
@@ -136,6 +137,13 @@ void CudaBackend::copy_async(std::byte* dst, const std::byte* src, std::uint64_t
   check(cudaStreamWaitEvent(cs, impl_->events.at(after), 0), "copy stream wait");
   if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cs), "swap copy of " + std::to_string(bytes) + " bytes");
   check(cudaEventRecord(impl_->events.at(done), cs), "cudaEventRecord after a swap copy");
+}
+
+int CudaBackend::device() const noexcept { return impl_->ctx.device(); }
+void* CudaBackend::native_compute_stream() const noexcept { return impl_->ctx.stream(); }
+void* CudaBackend::native_event(Event e) const {
+  if (e >= impl_->events.size()) fail(ErrorKind::usage, "event " + std::to_string(e) + " was not made by this CUDA backend");
+  return impl_->events[e];
 }
 
 void CudaBackend::compute_waits(Event e) {

@@ -61,6 +61,12 @@ class CudaBackend final : public Backend {
   // heuristics for a convolution, up to 256 MiB); nullopt for an op without a workspace. A planner asks it before
   // planning (planner::AssignOptions::workspace_query) so each convolution's scratch is what this device wants.
   std::optional<std::uint64_t> preferred_workspace(const analysis::Graph& g, analysis::OpId id);
+  // The CUDA runtime's handles behind this backend, for code beside it that queues its own work ordered by this
+  // backend's events (the NCCL collectives): its device, its compute stream (a cudaStream_t) and event e (a
+  // cudaEvent_t made by create_event; ErrorKind::usage for another).
+  int device() const noexcept;
+  void* native_compute_stream() const noexcept;
+  void* native_event(Event e) const;
 
  private:
   struct Impl;
@@ -70,5 +76,7 @@ class CudaBackend final : public Backend {
 // True when a CUDA device is present and usable (false without a driver or without the CUDA build;
 // never throws).
 bool cuda_available() noexcept;
+// The CUDA devices this process sees (0 without a driver; never throws).
+int cuda_device_count() noexcept;
 
 }  // namespace memplan::runtime::cuda

@@ -1,0 +1,280 @@
+// `memplan train`: runs planned training steps on the CPU or a GPU, data parallel across processes through NCCL
+// (--dp-world N, one process per GPU; docs/multi-gpu-run.md), on synthetic batches sharded by rank.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+
+#include "analysis/names.hpp"
+#include "cli/cmd_plan.hpp"
+#include "cli/common.hpp"
+#include "cli/plan_report.hpp"
+#include "cli/registry.hpp"
+#include "cli/train_feed.hpp"
+#include "planner/training_plan.hpp"
+#include "runtime_allocator/collectives.hpp"
+#include "runtime_allocator/executor.hpp"
+#include "runtime_allocator/npy.hpp"
+#include "runtime_allocator/weights.hpp"
+#ifdef MEMPLAN_HAVE_CUDA
+#include "runtime_allocator/cuda/cuda_backend.hpp"
+#endif
+#ifdef MEMPLAN_HAVE_NCCL
+#include "runtime_allocator/cuda/nccl_collectives.hpp"
+#endif
+
+namespace memplan::cli {
+namespace {
+
+struct TrainArgs {
+  TrainingArgs train;
+  std::string backend = "cpu";
+  int steps = 3;
+  int device = -1;  // -1: LOCAL_RANK, else the rank modulo the device count
+  int dp_rank = -1, dp_world = -1;
+  std::string dp_id;
+  std::string bucket = "25MiB";
+  std::string save_grads;
+  bool json = false;
+  bool no_dropout = false;
+};
+
+// An option's value, else the first of the environment variables set, else `fallback`.
+int from_env(int given, std::initializer_list<const char*> names, int fallback) {
+  if (given >= 0) return given;
+  for (const char* n : names)
+    if (const char* v = std::getenv(n); v && *v) return std::atoi(v);
+  return fallback;
+}
+
+struct Rank {
+  bool data_parallel = false;  // a world size was given: gradients go through collectives (even a world of 1)
+  int rank = 0, world = 1, device = 0;
+  std::string id_file;
+};
+
+Rank resolve_rank(const TrainArgs& a) {
+  Rank r;
+  r.world = from_env(a.dp_world, {"MEMPLAN_WORLD_SIZE", "WORLD_SIZE"}, -1);
+  r.data_parallel = r.world >= 0;
+  r.world = std::max(r.world, 1);
+  r.rank = from_env(a.dp_rank, {"MEMPLAN_RANK", "RANK"}, 0);
+  if (r.rank < 0 || r.rank >= r.world)
+    fail(ErrorKind::usage, "--dp-rank " + std::to_string(r.rank) + " outside a world of " + std::to_string(r.world));
+  r.id_file = a.dp_id;
+  if (r.id_file.empty())
+    if (const char* v = std::getenv("MEMPLAN_NCCL_ID_FILE"); v) r.id_file = v;
+  if (r.world > 1 && r.id_file.empty())
+    fail(ErrorKind::usage, "--dp-world " + std::to_string(r.world) +
+                               " needs --dp-id FILE (or MEMPLAN_NCCL_ID_FILE): rank 0 writes the NCCL id there");
+  r.device = from_env(a.device, {"LOCAL_RANK"}, r.rank);
+  if (r.data_parallel && a.train.microbatches > 1)
+    fail(ErrorKind::usage,
+         "--microbatches with data parallelism: the gradients would be reduced every micro-step (not supported)");
+  if (r.data_parallel && a.backend == "cpu" && r.world > 1)
+    fail(ErrorKind::usage, "--backend cpu runs data parallel with --dp-world 1 only (the host stand-in of the collectives)");
+  return r;
+}
+
+std::unique_ptr<runtime::Backend> make_backend(const TrainArgs& a, Rank& r) {
+  if (a.backend == "cpu") return std::make_unique<runtime::HostBackend>();
+  if (a.backend != "cuda") fail(ErrorKind::usage, "--backend '" + a.backend + "': expected cpu or cuda");
+#ifdef MEMPLAN_HAVE_CUDA
+  const int n = runtime::cuda::cuda_device_count();
+  if (n == 0) fail(ErrorKind::unsupported, "--backend cuda: no CUDA device is present");
+  if (a.device < 0 && !std::getenv("LOCAL_RANK")) r.device = r.rank % n;
+  runtime::cuda::CudaOptions o;
+  o.device = r.device;
+  return std::make_unique<runtime::cuda::CudaBackend>(o);
+#else
+  (void)r;
+  fail(ErrorKind::unsupported, "--backend cuda: this memplan was built without the CUDA backend");
+#endif
+}
+
+// The communicator of this rank: the host stand-in on the CPU, NCCL on a GPU (rank 0's id through the --dp-id file).
+std::unique_ptr<runtime::Collectives> make_collectives(runtime::Backend& backend, const Rank& r, runtime::LocalGroup& local) {
+  if (!r.data_parallel) return nullptr;
+  if (backend.name() == "host") return local.member(0);
+#ifdef MEMPLAN_HAVE_NCCL
+  auto& cuda = dynamic_cast<runtime::cuda::CudaBackend&>(backend);
+  const runtime::cuda::NcclId id =
+      r.world == 1 ? runtime::cuda::make_nccl_id() : runtime::cuda::exchange_nccl_id(r.id_file, r.rank, r.world);
+  auto c = std::make_unique<runtime::cuda::NcclCollectives>(cuda, r.rank, r.world, id);
+  if (r.rank == 0 && r.world > 1) runtime::cuda::remove_nccl_id_file(r.id_file);  // every rank has joined: not needed again
+  return c;
+#else
+  fail(ErrorKind::unsupported, "--dp-world on the GPU: this memplan was built without NCCL (nccl.h not found at configure time)");
+#endif
+}
+
+// Every rank must run the same plan (NCCL matches collectives by their order): the ranks gather a hash of the plan
+// and of the reduction buckets, and a rank whose hash differs from rank 0's fails instead of hanging or mixing
+// gradients (another model, --dim, option or GPU model on one rank).
+void require_same_plan(runtime::Backend& backend, runtime::Collectives& coll, const planner::Plan& plan,
+                       const runtime::Executor& ex) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
+  auto mix = [&h](std::uint64_t v) {
+    for (int b = 0; b < 8; ++b) h = (h ^ ((v >> (8 * b)) & 0xff)) * 1099511628211ull;
+  };
+  mix(plan.arena_bytes);
+  mix(plan.schedule.size());
+  for (char c : plan.model_fingerprint) mix(static_cast<unsigned char>(c));
+  for (const auto& b : ex.gradient_buckets()) {
+    mix(b.bytes);
+    mix(b.gradients.size());
+    mix(b.after_step);
+    mix(b.wait_step);
+  }
+  const auto world = static_cast<std::uint64_t>(coll.world_size());
+  runtime::DeviceBuffer mine(backend, 8, 256), all(backend, 8 * world, 256);
+  backend.copy_to_device(mine.data(), reinterpret_cast<const std::byte*>(&h), 8);
+  coll.all_gather(mine.data(), all.data(), 1, analysis::DType::u64);
+  coll.synchronize();
+  std::vector<std::uint64_t> hashes(world);
+  backend.copy_to_host(reinterpret_cast<std::byte*>(hashes.data()), all.data(), 8 * world);
+  for (std::uint64_t r = 0; r < world; ++r)
+    if (hashes[r] != hashes[0])
+      fail(ErrorKind::usage, "rank " + std::to_string(r) + " planned another step than rank 0 (model, --dim, options or GPU "
+                             "differ): every rank must run the same plan");
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int train_model(TrainArgs a) {
+  a.train.train = true;
+  if (a.steps < 1) fail(ErrorKind::usage, "--steps must be 1 or more");
+  Rank rank = resolve_rank(a);
+  const std::unique_ptr<runtime::Backend> backend = make_backend(a, rank);
+  analysis::Graph shaped = load_shaped_model(a.train.model, true);
+  // Graphs exported without their weights (samples/transformers, bench/multi_gpu.py) train on stand-in values
+  // synthesized from the names: the same on every rank.
+  const auto folder = std::filesystem::path(a.train.model.model).parent_path();
+  const bool weights_present = std::all_of(shaped.tensors.begin(), shaped.tensors.end(), [&](const analysis::Tensor& t) {
+    return !t.external_data || std::filesystem::exists(folder / t.external_location);
+  });
+  if (weights_present)
+    runtime::load_external_weights(shaped, a.train.model.model);
+  else
+    std::fprintf(stderr, "memplan: warning: the model's external weight data is missing: weights synthesized from their names\n");
+  const std::size_t dropouts_off = a.no_dropout ? disable_dropout(shaped) : 0;
+  TrainingSetup s = training_setup(shaped, a.train);
+#ifdef MEMPLAN_HAVE_CUDA
+  if (auto* cuda = dynamic_cast<runtime::cuda::CudaBackend*>(backend.get()))
+    s.options.assign.workspace_query = [cuda](const analysis::Graph& graph, analysis::OpId id) {
+      return cuda->preferred_workspace(graph, id);
+    };
+#endif
+  const planner::TrainingPlanResult r = planner::plan_training(s.training, s.options);
+  runtime::LocalGroup local(1);
+  const std::unique_ptr<runtime::Collectives> coll = make_collectives(*backend, rank, local);
+  runtime::ExecOptions eo;
+  eo.synthesize_missing_weights = !weights_present;
+  if (coll) {
+    eo.data_parallel.collectives = coll.get();
+    for (const auto& [w, grad] : s.training.param_grads) eo.data_parallel.gradients.push_back(grad);
+    eo.data_parallel.bucket_bytes = planner::parse_size(a.bucket);
+  }
+  runtime::Executor ex(r.graph, r.plan, *backend, eo);
+  if (coll) require_same_plan(*backend, *coll, r.plan, ex);
+  const auto feed = sharded_feed(r.graph, rank.rank);
+
+  std::vector<double> losses, seconds;
+  auto loss_now = [&] { return ex.read(s.training.loss).as_double().at(0); };
+  ex.run(feed);
+  losses.push_back(loss_now());
+  // The first step's gradients (from the initial weights): what runs of other world sizes compare.
+  nlohmann::json norms = nlohmann::json::array();
+  double total = 0.0;
+  for (std::size_t k = 0; k < s.training.param_grads.size(); ++k) {
+    const auto [w, grad] = s.training.param_grads[k];
+    const analysis::TensorData d = ex.read(grad);
+    double sq = 0.0;
+    for (double v : d.as_double()) sq += v * v;
+    total += sq;
+    norms.push_back({{"weight", r.graph.tensors[w].name}, {"norm", std::sqrt(sq)}});
+    if (!a.save_grads.empty() && rank.rank == 0) {
+      std::filesystem::create_directories(a.save_grads);
+      runtime::write_npy(a.save_grads + "/grad_" + std::to_string(k) + ".npy", d);
+    }
+  }
+  for (int step = 1; step < a.steps; ++step) {
+    seconds.push_back(ex.run_device());
+    losses.push_back(loss_now());
+  }
+  const auto& st = ex.stats();
+  nlohmann::json j{{"model", a.train.model.model},
+                   {"backend", backend->name()},
+                   {"rank", rank.rank},
+                   {"world_size", rank.world},
+                   {"data_parallel", rank.data_parallel},
+                   {"collectives", coll ? coll->name() : "none"},
+                   {"strategy", r.strategy},
+                   {"arena_bytes", r.plan.arena_bytes},
+                   {"planned_peak_bytes", r.peak_bytes},
+                   {"persistent_bytes", r.persistent_bytes},
+                   {"separate_bytes", st.separate_bytes},
+                   {"reduce_calls", st.reduce_calls},
+                   {"reduced_bytes", st.reduced_bytes},
+                   {"losses", losses},
+                   {"step_seconds", median(seconds)},
+                   {"steps_timed", seconds.size()},
+                   {"gradient_norm", std::sqrt(total)},
+                   {"gradient_norms", norms},
+                   {"dropouts_disabled", dropouts_off}};
+#ifdef MEMPLAN_HAVE_CUDA
+  if (auto* cuda = dynamic_cast<runtime::cuda::CudaBackend*>(backend.get())) {
+    j["device"] = rank.device;
+    j["peak_device_bytes"] = cuda->stats().peak_device_bytes;
+  }
+#endif
+#ifdef MEMPLAN_HAVE_NCCL
+  if (coll && coll->name() == "nccl") j["nccl_version"] = runtime::cuda::nccl_version();
+#endif
+  if (a.json) {
+    std::printf("%s\n", json_text(j, 2).c_str());
+    return 0;
+  }
+  std::printf("model      %s (training step: %zu ops) on %s, rank %d of %d%s\n",
+              analysis::terminal_safe(a.train.model.model).c_str(), r.graph.ops.size(), backend->name().c_str(), rank.rank,
+              rank.world, coll ? (", gradients through " + coll->name()).c_str() : "");
+  std::printf("plan       %s: arena %s, peak %s planned\n", r.strategy.c_str(), human_bytes(r.plan.arena_bytes).c_str(),
+              human_bytes(r.peak_bytes).c_str());
+  if (coll)
+    std::printf("reduce     %zu all-reduces per step, %s of gradients\n", st.reduce_calls, human_bytes(st.reduced_bytes).c_str());
+  for (std::size_t k = 0; k < losses.size(); ++k) std::printf("step %zu     loss %.7g\n", k + 1, losses[k]);
+  std::printf("gradients  first step's norm %.9g\n", std::sqrt(total));
+  if (!seconds.empty()) std::printf("time       %.3f ms per step (median of %zu)\n", median(seconds) * 1e3, seconds.size());
+  return 0;
+}
+
+void add_train(CLI::App& app, std::function<int()>& action) {
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* cmd = app.add_subcommand("train", "run planned training steps (CPU or GPU), data parallel across GPUs through NCCL");
+  add_training_args(cmd, args->train);
+  cmd->add_option("--backend", args->backend, "cpu (default) or cuda");
+  cmd->add_option("--steps", args->steps, "training steps to run (default 3; the first untimed)");
+  cmd->add_option("--device", args->device, "CUDA device (default: LOCAL_RANK, else the rank modulo the devices)");
+  cmd->add_option("--dp-world", args->dp_world,
+                  "data-parallel world size (env MEMPLAN_WORLD_SIZE or WORLD_SIZE); "
+                  "given: gradients are averaged across ranks (NCCL on cuda)");
+  cmd->add_option("--dp-rank", args->dp_rank, "this process's rank (env MEMPLAN_RANK or RANK; default 0)");
+  cmd->add_option("--dp-id", args->dp_id, "file through which rank 0 hands its NCCL id to the others (env MEMPLAN_NCCL_ID_FILE)");
+  cmd->add_option("--bucket", args->bucket,
+                  "gradients adjacent in the arena reduced together up to this size (default 25MiB; 0: one each)");
+  cmd->add_option("--save-grads", args->save_grads, "rank 0 writes the first step's weight gradients to DIR/grad_K.npy");
+  cmd->add_flag("--no-dropout", args->no_dropout, "every Dropout's ratio set to 0 (runs of any world size then compare exactly)");
+  cmd->add_flag("--json", args->json, "print one JSON object");
+  cmd->callback([args, &action] { action = [args] { return train_model(*args); }; });
+}
+
+[[maybe_unused]] const int registered = register_command(55, &add_train);
+
+}  // namespace
+}  // namespace memplan::cli
