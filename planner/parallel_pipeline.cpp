@@ -33,9 +33,10 @@ std::vector<Span> spans(const analysis::Graph& g) {
   std::vector<Span> s(g.tensors.size());
   for (TensorId t = 0; t < g.tensors.size(); ++t) {
     const Tensor& x = g.tensors[t];
-    if (x.producer == analysis::kNoOp) continue;
-    s[t].produced = x.producer + 1;
-    s[t].last = x.producer + 1;
+    // A graph input (the batch) enters at the first stage: a later stage that reads it receives it.
+    if (x.producer == analysis::kNoOp && x.role != TensorRole::input) continue;
+    s[t].produced = x.producer == analysis::kNoOp ? 0 : x.producer + 1;
+    s[t].last = s[t].produced;
     for (OpId c : x.consumers) s[t].last = std::max<std::size_t>(s[t].last, c + 1);
     if (x.is_graph_output) s[t].last = g.ops.size() + 1;
   }
@@ -56,7 +57,7 @@ std::vector<PipelineStage> pipeline_cuts(const analysis::Graph& g, int stages, c
   std::vector<std::uint64_t> bytes_in(n + 2, 0), bytes_out(n + 2, 0);
   const std::vector<Span> sp = spans(g);
   for (TensorId t = 0; t < g.tensors.size(); ++t) {
-    if (g.tensors[t].producer == analysis::kNoOp || g.tensors[t].data || sp[t].last <= sp[t].produced) continue;
+    if (g.tensors[t].data || sp[t].last <= sp[t].produced) continue;
     const std::size_t a = sp[t].produced, b = std::min(sp[t].last, n + 1);
     ++count_diff[a];
     --count_diff[b];
