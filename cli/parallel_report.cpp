@@ -99,7 +99,9 @@ nlohmann::json parallel_json(const planner::ParallelPlanResult& r) {
   if (o.tp > 1) {
     const auto& t = r.tensor_parallel;
     j["tensor_parallel"] = {{"column_ops", t.column_ops}, {"row_ops", t.row_ops}, {"sharded_tensors", t.sharded_tensors},
-                            {"replicated_matmuls", t.replicated_matmuls}, {"replicated", t.replicated}};
+                            {"replicated_matmuls", t.replicated_matmuls}, {"replicated", t.replicated},
+                            {"replicated_weight_bytes", t.replicated_weight_bytes}, {"sharded_weight_bytes", t.sharded_weight_bytes},
+                            {"sequence_parallel_ops", t.sequence_parallel_ops.size()}};
   }
   std::uint64_t peak = 0;
   for (const auto& rp : r.roles) peak = std::max(peak, rp.peak_bytes);
@@ -125,6 +127,9 @@ std::string parallel_text(const planner::ParallelPlanResult& r) {
     const auto& t = r.tensor_parallel;
     std::snprintf(line, sizeof line, "tensor parallel      %zu column + %zu row matmuls split; %zu weight matmul(s) replicated%s\n", t.column_ops,
                   t.row_ops, t.replicated_matmuls, t.replicated.empty() ? "" : (" (" + t.replicated.front() + (t.replicated.size() > 1 ? ", ..." : "") + ")").c_str());
+    s += line;
+    std::snprintf(line, sizeof line, "                     weights: %s per rank split, %s replicated on every rank (embeddings, norms, head, row biases)\n",
+                  human_bytes(t.sharded_weight_bytes).c_str(), human_bytes(t.replicated_weight_bytes).c_str());
     s += line;
   }
   for (const auto& rp : r.roles) {

@@ -100,12 +100,24 @@ struct TensorParallelReport {
   std::vector<std::string> replicated;          // their op names (first 16)
   std::uint64_t all_reduce_bytes_per_layer = 0; // unsharded bytes of the row outputs all-reduced, forward
   std::uint64_t all_reduce_bytes = 0;           // all of them, one microbatch's forward
+  std::uint64_t replicated_weight_bytes = 0;    // weights outside the pairs (embeddings, norms, head): on every rank
+  std::uint64_t sharded_weight_bytes = 0;       // a rank's share of the pairs' weights (unsharded: x tp)
+  std::vector<std::string> tensor_parallel_ops;   // forward ops inside a pair (its matmuls and what lies between)
+  std::vector<std::string> sequence_parallel_ops; // with sequence parallelism: forward ops holding s/tp of the sequence
+  std::vector<std::int64_t> stream_dims;          // the residual stream's full shape (what the column matmuls read)
 };
 // Divides the weights and activations of each recognised column/row pair by `tp` (heads split) and
 // inserts an all-reduce after each row-parallel matmul (with sequence parallelism: a reduce-scatter, and
 // an all-gather before the column matmuls; the activations between pairs divided by tp along the
 // sequence). ErrorKind::usage when a pair's output features or head count is not divisible by tp.
 analysis::Graph shard_tensor_parallel(const analysis::Graph& forward, int tp, bool sequence_parallel, TensorParallelReport& report);
+// Inserts the collectives of the pairs into a rank's training graph built from shard_tensor_parallel's graph
+// (ops told apart by name: a backward op is its forward op's): Megatron's g, an in-place memplan::AllReduce of
+// each row output, and f, one of each column input's gradient; with sequence parallelism it divides the
+// sequence axis of what the sequence-parallel ops make (and of graph inputs they read) and gathers where others
+// read those (memplan::AllGather, again in backward for the column weight gradients), reduce-scatters the
+// row outputs and column input gradients into them. Returns the bytes a rank sends, one microbatch.
+CommunicationBytes insert_tensor_parallel_collectives(analysis::TrainingGraph& tg, const TensorParallelReport& report, int tp, bool sequence_parallel);
 
 // One rank role's plan (ranks with the same role plan the same step).
 struct RankPlan {

@@ -79,6 +79,7 @@ ParallelPlanResult plan_parallel(const analysis::Graph& shaped_forward, const an
     to.microbatches = 1;
     if (!last) to.loss = analysis::Loss::none;
     analysis::TrainingGraph tg = analysis::build_training_graph(stage_graph, to);
+    const CommunicationBytes tp_bytes = insert_tensor_parallel_collectives(tg, R.tensor_parallel, par.tp, par.sequence_parallel);
     RankPlan rp;
     rp.stage = static_cast<int>(i);
     rp.role = par.pp > 1 ? "stage " + std::to_string(i) + " of " + std::to_string(par.pp) : (par.gpus > 1 ? "data parallel" : "single GPU");
@@ -111,18 +112,10 @@ ParallelPlanResult plan_parallel(const analysis::Graph& shaped_forward, const an
       c.reduce_scatter *= static_cast<std::uint64_t>(M);
       c.all_gather = par.zero == 3 ? c.all_gather * static_cast<std::uint64_t>(M) : c.all_gather;
     }
-    if (par.tp > 1) {
-      // Forward and backward each all-reduce the row outputs' bytes (sequence parallel: a reduce-scatter and an
-      // all-gather of the same volume); the stage holds its share of the pairs.
-      const std::uint64_t per = ring_all_reduce_bytes(R.tensor_parallel.all_reduce_bytes, par.tp) / static_cast<std::uint64_t>(par.pp);
-      const std::uint64_t v = 2 * per * static_cast<std::uint64_t>(M);
-      if (par.sequence_parallel) {
-        c.reduce_scatter += v / 2;
-        c.all_gather += v - v / 2;
-      } else {
-        c.all_reduce += v;
-      }
-    }
+    // Tensor parallel: the stage's own collectives (forward and backward), once per microbatch.
+    c.all_reduce += tp_bytes.all_reduce * static_cast<std::uint64_t>(M);
+    c.reduce_scatter += tp_bytes.reduce_scatter * static_cast<std::uint64_t>(M);
+    c.all_gather += tp_bytes.all_gather * static_cast<std::uint64_t>(M);
     if (par.pp > 1) {
       const std::uint64_t out = R.stages[i].boundary_bytes, in = i > 0 ? R.stages[i - 1].boundary_bytes : 0;
       c.send_recv = (out + in) * static_cast<std::uint64_t>(M);  // activations forward, their gradients back

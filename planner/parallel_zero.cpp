@@ -5,6 +5,7 @@
 #include "analysis/autodiff.hpp"
 #include "analysis/ops.hpp"
 #include "planner/parallel.hpp"
+#include "planner/parallel_edit.hpp"
 
 namespace memplan::planner {
 
@@ -14,6 +15,10 @@ using analysis::Phase;
 using analysis::Tensor;
 using analysis::TensorRole;
 using analysis::TrainingGraph;
+using parallel_edit::add_like;
+using parallel_edit::collective;
+using parallel_edit::Insertions;
+using parallel_edit::redirect;
 
 namespace {
 
@@ -42,18 +47,6 @@ std::string block_key(const std::string& name) {
   return done ? key : std::string();
 }
 
-Op collective(std::string name, std::string_view type, Phase phase, std::vector<TensorId> in, std::vector<TensorId> out, int ranks) {
-  Op op;
-  op.name = std::move(name);
-  op.type = type;
-  op.domain = analysis::kMemplanDomain;
-  op.inputs = std::move(in);
-  op.outputs = std::move(out);
-  op.phase = phase;
-  op.attrs["ranks"] = analysis::autodiff::attr_i(ranks);
-  return op;
-}
-
 std::int64_t shard_elements(const Tensor& t, int n) {
   const auto e = static_cast<std::int64_t>(t.element_count());
   return (e + n - 1) / n;
@@ -71,39 +64,7 @@ TensorId add_shard(analysis::Graph& g, TensorId of, const std::string& suffix, T
   return g.add_tensor(std::move(t));
 }
 
-TensorId add_like(analysis::Graph& g, TensorId of, const std::string& suffix, TensorRole role) {
-  Tensor t;
-  t.name = g.tensors[of].name + suffix;
-  for (int k = 1; g.find(t.name) != analysis::kNoTensor; ++k) t.name = g.tensors[of].name + suffix + "#" + std::to_string(k);
-  t.dtype = g.tensors[of].dtype;
-  t.dims = g.tensors[of].dims;
-  t.rank_known = true;
-  t.role = role;
-  return g.add_tensor(std::move(t));
-}
-
 void make_shard(Tensor& t, int n) { t.dims = {Dim::of(shard_elements(t, n))}; }
-
-// Ops to insert before each position of the op order (index ops.size(): at the end), then the new order.
-struct Insertions {
-  std::vector<std::vector<Op>> before;
-  explicit Insertions(std::size_t n) : before(n + 1) {}
-  void apply(analysis::Graph& g) {
-    std::vector<Op> ops;
-    for (std::size_t i = 0; i <= g.ops.size(); ++i) {
-      for (Op& o : before[i]) ops.push_back(std::move(o));
-      if (i < g.ops.size()) ops.push_back(std::move(g.ops[i]));
-    }
-    g.ops = std::move(ops);
-    g.relink();
-  }
-};
-
-void redirect(analysis::Graph& g, TensorId from, TensorId to, const std::vector<OpId>& readers) {
-  for (OpId o : readers)
-    for (TensorId& t : g.ops[o].inputs)
-      if (t == from) t = to;
-}
 
 }  // namespace
 

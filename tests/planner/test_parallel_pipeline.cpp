@@ -2,19 +2,13 @@
 #include <doctest/doctest.h>
 
 #include "planner/parallel.hpp"
-#include "tests/planner/transformer_fixture.hpp"
+#include "tests/planner/parallel_fixture.hpp"
 
 namespace memplan::planner {
 namespace {
 
 using testing::make_transformer;
 using testing::TransformerConfig;
-
-ParallelPlanResult plan(const analysis::Graph& g, const ParallelOptions& par) {
-  TrainingPlanOptions po;
-  po.assign.exact_pack_nodes = 20000;
-  return plan_parallel(g, analysis::TrainingOptions{}, po, par);
-}
 
 TEST_CASE("pipeline stages hold the saved activations of the schedule's microbatches in flight (1F1B: min(P - i, M), GPipe: M)") {
   const analysis::Graph g = make_transformer(TransformerConfig{.layers = 4});
@@ -24,7 +18,7 @@ TEST_CASE("pipeline stages hold the saved activations of the schedule's microbat
     par.pp = 2;
     par.microbatches = 4;
     par.pp_schedule = sched;
-    const ParallelPlanResult r = plan(g, par);
+    const ParallelPlanResult r = plan_small(g, par);
     REQUIRE(r.roles.size() == 2);
     std::size_t ops = 0;
     for (const auto& s : r.stages) ops += s.end_op - s.first_op;
@@ -51,7 +45,7 @@ TEST_CASE("more pipeline stages than layer boundaries is a usage error") {
   par.gpus = 8;
   par.pp = 8;
   try {
-    plan(g, par);
+    plan_small(g, par);
     FAIL("no error");
   } catch (const Error& e) {
     CHECK(e.kind() == ErrorKind::usage);
