@@ -49,6 +49,7 @@ DeviceProfile device_profile_from_json(const nlohmann::json& j, const std::strin
       !(j.at("kernel_launch_seconds").get<double>() >= 0.0))
     fail(ErrorKind::malformed, origin + ": device profile field \"kernel_launch_seconds\" must be a number >= 0");
   p.kernel_launch_seconds = j.at("kernel_launch_seconds").get<double>();
+  if (j.contains("interconnect_bytes_per_s")) p.interconnect_bytes_per_s = positive(j, "interconnect_bytes_per_s", origin);
   if (j.contains("measured")) {
     if (!j.at("measured").is_boolean()) fail(ErrorKind::malformed, origin + ": \"measured\" must be true or false");
     p.measured = j.at("measured").get<bool>();
@@ -75,6 +76,7 @@ nlohmann::json device_profile_to_json(const DeviceProfile& p) {
                         {"host_to_device_bytes_per_s", p.host_to_device_bytes_per_s},
                         {"device_to_host_bytes_per_s", p.device_to_host_bytes_per_s},
                         {"kernel_launch_seconds", p.kernel_launch_seconds},
+                        {"interconnect_bytes_per_s", p.interconnect_bytes_per_s},
                         {"measured", p.measured},
                         {"notes", p.notes}};
 }

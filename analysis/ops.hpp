@@ -128,6 +128,10 @@ inline constexpr std::string_view kMemplanDomain = "memplan";
 namespace memplan_ops {
 inline constexpr std::string_view kSwapOut = "SwapOut";
 inline constexpr std::string_view kSwapIn = "SwapIn";
+// Collectives of a rank's plan (planner/parallel.hpp): declared shapes, no kernels on one device.
+inline constexpr std::string_view kAllReduce = "AllReduce";
+inline constexpr std::string_view kReduceScatter = "ReduceScatter";
+inline constexpr std::string_view kAllGather = "AllGather";
 inline constexpr std::string_view kFusedElementwise = "FusedElementwise";
 inline constexpr std::string_view kMSELoss = "MSELoss";
 // Cross-entropy over a class axis with integer labels, and the model's own loss summed (docs/training-recipes.md).

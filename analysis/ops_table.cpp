@@ -304,6 +304,11 @@ std::vector<OpSpec> build() {
       // Memory and fusion.
       mine(memplan_ops::kSwapOut, K::memory, e1, "copies a tensor from the device to host memory"),
       mine(memplan_ops::kSwapIn, K::memory, e1, "copies a swapped-out tensor back to the device"),
+      inplace(mine(memplan_ops::kAllReduce, K::layout, e1, "sums a tensor over the ranks of a group, in place (NCCL all-reduce)"), 1u),
+      mine(memplan_ops::kReduceScatter, K::layout, e1,
+           "sums each input over the ranks of a group and keeps this rank's 1/N shard of it (NCCL reduce-scatter of a bucket)"),
+      mine(memplan_ops::kAllGather, K::layout, no_flops,
+           "each output: the N ranks' shards of its input concatenated (NCCL all-gather of a unit's parameters)"),
       mine(memplan_ops::kFusedAttention, K::fused, attention_flops,
            "softmax(scale Q K^T + bias) V with causal mask, GQA and replayed dropout; saves Q, K, V, O and one logsumexp per row"),
       mine(memplan_ops::kFusedAttentionGrad, K::fused, attention_grad_flops,

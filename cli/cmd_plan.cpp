@@ -9,6 +9,7 @@
 #include "cli/common.hpp"
 #include "cli/registry.hpp"
 #include "cli/cmd_plan.hpp"
+#include "cli/parallel_report.hpp"
 #include "cli/plan_report.hpp"
 #include "planner/eager_model.hpp"
 #include "planner/plan_json.hpp"
@@ -73,6 +74,8 @@ TrainingSetup training_setup(const analysis::Graph& shaped_forward, const Traini
   training_fuse.training = true;
   s.fusion = fuse_in_place(forward, training_fuse);
   s.training = analysis::build_training_graph(forward, to);
+  s.fused_forward = forward;
+  s.training_options = to;
   s.options.strategy = resolved_strategy(args);
   const auto& names = planner::training_strategies();
   if (std::find(names.begin(), names.end(), s.options.strategy) == names.end())
@@ -107,6 +110,7 @@ struct PlanArgs {
   // cuBLASLt workspaces (65.0 MiB measured on an H100 with PyTorch 2.11 / CUDA 13 before any step, the same
   // for every model of bench/torch_recipes.py); part of max_memory_allocated, so of pytorch_peak_bytes.
   std::string pytorch_workspace = "65MiB";
+  ParallelArgs parallel;  // --gpus, --zero, --tp, --pp: per-rank plans (cli/cmd_plan_parallel.cpp)
 };
 
 // What PyTorch eager would hold at its peak running this training step: the forward graph fused only where
@@ -129,6 +133,7 @@ int run_plan(const PlanArgs& a) {
   if (a.pytorch_attention != "sdpa" && a.pytorch_attention != "eager")
     fail(ErrorKind::usage, "--pytorch-attention '" + a.pytorch_attention + "' is not one of sdpa, eager");
   if (!a.train.train) fail(ErrorKind::usage, "plan and fit need --train (use `memplan analyze` for inference)");
+  if (parallel_requested(a.parallel)) return run_parallel_plan(a.train, a.parallel, a.json, a.plan_file);
   const analysis::Graph shaped = load_shaped_model(a.train.model);
   warn_if_eval_export(shaped, a.train.model.model);
   const TrainingSetup s = training_setup(shaped, a.train);
@@ -244,6 +249,7 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
   auto args = std::make_shared<PlanArgs>();
   CLI::App* cmd = app.add_subcommand("plan", "training step under a memory budget: recompute and swap, verified plan");
   add_training_args(cmd, args->train);
+  add_parallel_args(cmd, args->parallel);
   cmd->add_flag("--json", args->json, "print one JSON object");
   cmd->add_option("--plan", args->plan_file, "write the plan (JSON, graph embedded) to this file");
   cmd->add_option("--pytorch-attention", args->pytorch_attention,

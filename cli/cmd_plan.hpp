@@ -35,6 +35,8 @@ struct TrainingSetup {
   analysis::TrainingGraph training;
   planner::TrainingPlanOptions options;
   FusionSummary fusion;  // what was fused in the forward graph before the training graph was built
+  analysis::Graph fused_forward;              // the forward graph the training graph was built from
+  analysis::TrainingOptions training_options; // what it was built with
 };
 
 void add_training_args(CLI::App* cmd, TrainingArgs& args);

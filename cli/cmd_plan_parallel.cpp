@@ -1,0 +1,54 @@
+// `memplan plan MODEL --train --gpus N [--zero S] [--tp T] [--pp P]`: one verified plan per rank role.
+#include <cstdio>
+#include <iostream>
+
+#include "analysis/names.hpp"
+#include "cli/cmd_plan.hpp"
+#include "cli/parallel_report.hpp"
+#include "cli/plan_report.hpp"
+#include "planner/plan_json.hpp"
+
+namespace memplan::cli {
+
+int run_parallel_plan(const TrainingArgs& train, const ParallelArgs& par, bool json, const std::string& plan_file) {
+  const planner::ParallelOptions o = parallel_options(par, train.microbatches);
+  const analysis::Graph shaped = load_shaped_model(train.model);
+  warn_if_eval_export(shaped, train.model.model);
+  TrainingArgs ta = train;
+  ta.microbatches = 1;  // --microbatches are the layout's (pipeline microbatches or accumulation steps)
+  const TrainingSetup s = training_setup(shaped, ta);
+  const planner::ParallelPlanResult r = planner::plan_parallel(s.fused_forward, s.training_options, s.options, o);
+  if (!plan_file.empty()) {
+    // One plan per rank role, each with its graph: `memplan run`/`viz` read them one by one.
+    nlohmann::json doc;
+    doc["schema"] = "memplan-rank-plans";
+    doc["version"] = 1;
+    doc["layout"] = parallel_json(r)["layout"];
+    nlohmann::json plans = nlohmann::json::array();
+    for (const auto& rp : r.roles) {
+      nlohmann::json pj = planner::plan_to_json(rp.result.graph, rp.result.plan, true);
+      pj["rank"] = rp.ranks.empty() ? 0 : rp.ranks.front();
+      pj["ranks"] = rp.ranks;
+      pj["role"] = rp.role;
+      plans.push_back(std::move(pj));
+    }
+    doc["plans"] = plans;
+    write_text_file(plan_file, json_text(doc, 1) + "\n");
+  }
+  if (json) {
+    nlohmann::json j = parallel_json(r);
+    j["model"] = train.model.model;
+    j["fusion"] = fusion_json(s.fusion);
+    j["precision"] = train.precision;
+    j["budget_bytes"] = s.options.budget_bytes ? nlohmann::json(*s.options.budget_bytes) : nlohmann::json();
+    std::cout << json_text(j, 2) << "\n";
+    return 0;
+  }
+  std::printf("model                %s (per-rank training plans)\n", analysis::terminal_safe(train.model.model).c_str());
+  std::printf("fused                %s\n", fusion_text(s.fusion).c_str());
+  std::printf("%s", parallel_text(r).c_str());
+  if (!plan_file.empty()) std::printf("plans written to     %s (one per rank role)\n", analysis::terminal_safe(plan_file).c_str());
+  return 0;
+}
+
+}  // namespace memplan::cli

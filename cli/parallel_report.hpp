@@ -1,0 +1,38 @@
+// `--gpus N --zero --tp --pp ...`: the parallel layout options of plan and fit, and how per-rank plans are stated.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "planner/parallel.hpp"
+
+namespace memplan::cli {
+
+struct ParallelArgs {
+  int gpus = 0;  // 0: not given (a one-GPU plan as before)
+  int zero = 0;
+  int tp = 1;
+  int pp = 1;
+  std::string pp_schedule = "1f1b";
+  bool sequence_parallel = false;
+};
+
+void add_parallel_args(CLI::App* cmd, ParallelArgs& args);
+// True when any option of a parallel layout was given.
+bool parallel_requested(const ParallelArgs& args);
+// The layout, checked (ErrorKind::usage naming the option); microbatches from --microbatches.
+planner::ParallelOptions parallel_options(const ParallelArgs& args, std::int64_t microbatches);
+
+// {"layout": {...}, "ranks": [...], "communication_bytes_per_step": {...}, ...} (docs/multi-gpu.md).
+nlohmann::json parallel_json(const planner::ParallelPlanResult& r);
+// One table per rank role.
+std::string parallel_text(const planner::ParallelPlanResult& r);
+// `memplan plan --train --gpus N ...`: plans every rank role, prints the JSON or the tables; --plan FILE
+// writes one plan per rank role (docs/plan-schema.md, "Rank plans").
+struct TrainingArgs;
+int run_parallel_plan(const TrainingArgs& train, const ParallelArgs& par, bool json, const std::string& plan_file);
+// "dp2 zero3 tp1 pp1"
+std::string layout_name(const planner::ParallelOptions& o);
+
+}  // namespace memplan::cli
