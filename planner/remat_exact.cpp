@@ -122,9 +122,8 @@ double brute_force_remat(const StageChain& c, std::uint64_t budget) {
   return best;
 }
 
-double chain_flops_of_segments(const StageChain& c, const SegmentPlan& plan, std::uint64_t budget) {
+ChainPoint chain_point_of_segments(const StageChain& c, const SegmentPlan& plan) {
   const std::size_t m = c.size();
-  if (m == 0) return 0.0;
   std::vector<std::vector<bool>> r(m, std::vector<bool>(m, false));
   for (const Segment& seg : plan)
     if (seg.recompute)
@@ -143,8 +142,13 @@ double chain_flops_of_segments(const StageChain& c, const SegmentPlan& plan, std
     for (std::size_t j = 1; j <= t; ++j)
       if (r[t][j] && !r[t][j - 1]) need_b[t][j - 1] = true;
   }
-  std::vector<std::vector<bool>> hb(m), hn(m);
-  for (std::size_t t = 0; t < m; ++t) hb[t].assign(t + 1, false), hn[t].assign(t + 1, false);
+  ChainPoint p;
+  p.rebuild.resize(m), p.held_boundary.resize(m), p.held_inner.resize(m);
+  for (std::size_t t = 0; t < m; ++t) {
+    p.rebuild[t].assign(r[t].begin(), r[t].begin() + static_cast<std::ptrdiff_t>(t + 1));
+    p.held_boundary[t].assign(t + 1, false);
+    p.held_inner[t].assign(t + 1, false);
+  }
   for (std::size_t j = 0; j < m; ++j) {
     bool pend_b = false, pend_n = false;
     for (std::size_t t = j; t < m; ++t) {
@@ -153,30 +157,62 @@ double chain_flops_of_segments(const StageChain& c, const SegmentPlan& plan, std
         continue;
       }
       if (r[t][j]) {  // rebuilt, but its boundary held from above (a recompute segment's end)
-        hb[t][j] = pend_b = true;
+        p.held_boundary[t][j] = pend_b = true;
         pend_n = false;
         continue;
       }
-      hb[t][j] = pend_b = pend_b || need_b[t][j];
-      hn[t][j] = pend_n = pend_n || need_n[t][j];
+      p.held_boundary[t][j] = pend_b = pend_b || need_b[t][j];
+      p.held_inner[t][j] = pend_n = pend_n || need_n[t][j];
     }
   }
+  return p;
+}
+
+double chain_flops(const StageChain& c, const ChainPoint& p, std::uint64_t budget) {
   double flops = 0.0;
-  for (std::size_t t = m; t-- > 0;) {
+  for (std::size_t t = c.size(); t-- > 0;) {
     std::vector<bool> pb(t), pn(t);
-    for (std::size_t j = 0; j < t; ++j) pb[j] = hb[t - 1][j], pn[j] = hn[t - 1][j];
-    const double f = phase_cost(c, t, hb[t], hn[t], std::vector<bool>(r[t].begin(), r[t].begin() + static_cast<std::ptrdiff_t>(t + 1)), pb, pn, budget);
+    for (std::size_t j = 0; j < t; ++j) pb[j] = p.held_boundary[t - 1][j], pn[j] = p.held_inner[t - 1][j];
+    const double f = phase_cost(c, t, p.held_boundary[t], p.held_inner[t], p.rebuild[t], pb, pn, budget);
     if (f == kInf) return kInf;
     flops += f;
   }
   return flops;
 }
 
+double chain_flops_of_segments(const StageChain& c, const SegmentPlan& plan, std::uint64_t budget) {
+  return c.size() == 0 ? 0.0 : chain_flops(c, chain_point_of_segments(c, plan), budget);
+}
+
+RematChoice choice_from_exact(const Graph& g, const ForwardStages& s, const ExactRematResult& r) {
+  RematChoice c = RematChoice::keep_all(g);
+  const std::size_t m = s.size();
+  if (r.rebuild.size() != m || r.keep_boundary.size() != m || r.keep_inner.size() != m) return c;
+  std::vector<std::uint32_t> phase(m, UINT32_MAX);  // the phase rebuilding each stage
+  for (std::size_t t = 0; t < m; ++t)
+    for (std::size_t j = 0; j <= t && j < r.rebuild[t].size(); ++j)
+      if (r.rebuild[t][j] && phase[j] == UINT32_MAX) phase[j] = static_cast<std::uint32_t>(t);
+  for (std::size_t j = 0; j < m; ++j)
+    if (const TensorId b = s.boundary[j]; b != analysis::kNoTensor) {
+      if (r.keep_boundary[j] || phase[j] == UINT32_MAX) c.action[b] = RematAction::keep;  // kept, or a rebuild's source
+      else c.action[b] = RematAction::recompute, c.group[b] = phase[j];
+    }
+  for (TensorId t : find_saved_for_backward(g)) {
+    const std::uint32_t st = s.stage_of_op[g.tensors[t].producer];
+    if (st == UINT32_MAX || t == s.boundary[st] || r.keep_inner[st] || phase[st] == UINT32_MAX) continue;
+    c.action[t] = RematAction::recompute;
+    c.group[t] = phase[st];
+  }
+  return c;
+}
+
 RematGap remat_gap(const ForwardStages& plain, std::uint64_t budget, const ExactRematOptions& o) {
   RematGap g;
   const SegmentPlan dp = optimal_segments(plain, budget);
   g.dp_flops = dp.empty() ? kInf : evaluate_segments(plain, dp).recompute_flops;
-  g.exact = exact_remat(stage_chain(plain), budget, o);
+  const StageChain chain = stage_chain(plain);
+  const ChainPoint start = chain_point_of_segments(chain, dp);
+  g.exact = exact_remat(chain, budget, o, dp.empty() ? nullptr : &start);
   if (std::isfinite(g.dp_flops) && g.dp_flops > 0.0 && (g.exact.status == ExactStatus::optimal || g.exact.status == ExactStatus::feasible))
     g.gap = std::max(0.0, (g.dp_flops - g.exact.lower_bound) / g.dp_flops);
   return g;

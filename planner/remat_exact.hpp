@@ -39,6 +39,9 @@ struct ExactRematOptions {
   double seconds = 10.0;            // GLPK's time limit (a cap: results differ between machines only past it)
   std::uint64_t max_nodes = 20000;  // branch-and-bound nodes: the deterministic limit
   std::size_t max_stages = 300;
+  // Plans a training graph can run (strategy `exact`, choice_from_exact): each stage rebuilt at most once, from
+  // the boundary before it as the forward kept it or as the same phase rebuilds it.
+  bool once = false;
 };
 
 struct ExactRematResult {
@@ -48,20 +51,37 @@ struct ExactRematResult {
   double seconds = 0.0;
   std::uint64_t nodes = 0;
   std::size_t variables = 0, constraints = 0;
-  // rebuild[t][j]: stage j is rebuilt in phase t (j <= t).
+  // rebuild[t][j]: stage j is rebuilt in phase t (j <= t); keep_boundary / keep_inner: per stage, kept by the forward.
   std::vector<std::vector<bool>> rebuild;
+  std::vector<bool> keep_boundary, keep_inner;
 };
+
+// A point of the model: per phase t and stage j <= t, whether j is rebuilt in t, and whether its boundary and its
+// inner bytes are held entering t.
+struct ChainPoint {
+  std::vector<std::vector<bool>> rebuild, held_boundary, held_inner;
+};
+// A segment plan as a point: recompute segment [r, e] rebuilt in phase e, its read end boundary kept from the
+// forward (as the DP keeps it), everything else held from where it is made to its last need and no longer.
+ChainPoint chain_point_of_segments(const StageChain& c, const SegmentPlan& plan);
+// The recompute FLOPs of a point, infinity where it breaks a need or the budget.
+double chain_flops(const StageChain& c, const ChainPoint& p, std::uint64_t budget);
 
 // Whether this build has a MILP solver (GLPK; CMake option MEMPLAN_GLPK).
 bool exact_remat_available() noexcept;
-// The least recompute FLOPs of the model with every phase's bytes <= budget. Without GLPK: not_built.
-ExactRematResult exact_remat(const StageChain& c, std::uint64_t budget, const ExactRematOptions& o = {});
+// The least recompute FLOPs of the model with every phase's bytes <= budget. Without GLPK: not_built. `start`, a
+// point within the budget (the DP's), is the solver's first incumbent: the result is never worse than it.
+ExactRematResult exact_remat(const StageChain& c, std::uint64_t budget, const ExactRematOptions& o = {}, const ChainPoint* start = nullptr);
 // The same optimum by dynamic programming over the held sets (exponential: at most 5 stages), for tests;
 // infinity when no plan meets the budget.
 double brute_force_remat(const StageChain& c, std::uint64_t budget);
 // The recompute FLOPs of a segment plan in this model's terms (the plan of optimal_segments on the plain
 // stages), infinity when it breaks the budget there.
 double chain_flops_of_segments(const StageChain& c, const SegmentPlan& plan, std::uint64_t budget);
+
+// A `once` result as per-tensor actions on `g` (s: the stages it was solved on): a stage's saved tensors and its
+// boundary are kept where the forward keeps them, else recomputed in the group of the phase rebuilding them.
+RematChoice choice_from_exact(const Graph& g, const ForwardStages& s, const ExactRematResult& r);
 
 // The segment DP against the exact model at one budget.
 struct RematGap {

@@ -15,7 +15,7 @@ namespace memplan::planner {
 
 bool exact_remat_available() noexcept { return false; }
 
-ExactRematResult exact_remat(const StageChain&, std::uint64_t, const ExactRematOptions&) { return {}; }
+ExactRematResult exact_remat(const StageChain&, std::uint64_t, const ExactRematOptions&, const ChainPoint*) { return {}; }
 
 #else
 
@@ -78,7 +78,7 @@ void callback(glp_tree* tree, void* info) {
 
 bool exact_remat_available() noexcept { return true; }
 
-ExactRematResult exact_remat(const StageChain& c, std::uint64_t budget, const ExactRematOptions& o) {
+ExactRematResult exact_remat(const StageChain& c, std::uint64_t budget, const ExactRematOptions& o, const ChainPoint* start) {
   ExactRematResult res;
   const std::size_t m = c.size();
   if (m == 0) {
@@ -89,7 +89,7 @@ ExactRematResult exact_remat(const StageChain& c, std::uint64_t budget, const Ex
     res.status = ExactStatus::too_large;
     return res;
   }
-  const auto start = std::chrono::steady_clock::now();
+  const auto start_time = std::chrono::steady_clock::now();
   glp_term_out(GLP_OFF);
   Milp milp;
   const double cap = kib(budget);
@@ -104,6 +104,14 @@ ExactRematResult exact_remat(const StageChain& c, std::uint64_t budget, const Ex
       Sn[t].push_back(milp.binary());
       Z[t].push_back(milp.unit(-c.boundary_flops[j] / kGiga));
       if (j < t) Ub[t].push_back(milp.unit()), Un[t].push_back(milp.unit());
+    }
+  if (o.once)
+    for (std::size_t j = 0; j < m; ++j) {
+      std::vector<std::pair<int, double>> terms;
+      for (std::size_t t = j; t < m; ++t) terms.emplace_back(R[t][j], 1.0);
+      milp.row(terms, GLP_UP, 1.0);
+      for (std::size_t t = j; t < m && j >= 1; ++t)  // from the forward's b_{j-1} or the same phase's rebuild
+        milp.row({{R[t][j], 1.0}, {Sb[m - 1][j - 1], -1.0}, {R[t][j - 1], -1.0}}, GLP_UP, 0.0);
     }
   for (std::size_t t = 0; t < m; ++t) {
     // b_j from this phase: held, or made by a rebuild that runs its boundary op (R - Z).
@@ -157,9 +165,8 @@ ExactRematResult exact_remat(const StageChain& c, std::uint64_t budget, const Ex
       const int w = milp.unit();
       milp.row({{w, 1.0}, {R[t][j], -1.0}, {Z[t][j], 1.0}}, GLP_LO, 0.0);
       if (j < t) milp.row({{w, 1.0}, {Ub[t][j], -1.0}}, GLP_LO, 0.0);
-      // Only binding where j is rebuilt: relaxed by the budget otherwise (R = 0).
-      const double big = cap + kib(c.inner[j]) + kib(c.boundary[j]) + 1.0;
-      milp.row({{before[j], 1.0}, {after[j], 1.0}, {R[t][j], big}, {w, kib(c.boundary[j])}}, GLP_UP, cap + big - kib(c.inner[j]));
+      // Binding only where j is rebuilt: with R = 0, W = Ub and the left side is part of H, below the budget already.
+      milp.row({{before[j], 1.0}, {after[j], 1.0}, {R[t][j], kib(c.inner[j])}, {w, kib(c.boundary[j])}}, GLP_UP, cap);
     }
   }
   res.variables = static_cast<std::size_t>(glp_get_num_cols(milp.get()));
@@ -174,24 +181,40 @@ ExactRematResult exact_remat(const StageChain& c, std::uint64_t budget, const Ex
   parm.cb_func = callback;
   parm.cb_info = &lim;
   const int rc = glp_intopt(milp.get(), &parm);
-  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
   res.nodes = lim.nodes;
   const int st = glp_mip_status(milp.get());
-  if (rc == GLP_ENOPFS || rc == GLP_ENODFS || st == GLP_NOFEAS) {
+  const double start_flops = start ? chain_flops(c, *start, budget) : std::numeric_limits<double>::infinity();
+  if ((rc == GLP_ENOPFS || rc == GLP_ENODFS || st == GLP_NOFEAS) && !std::isfinite(start_flops)) {
     res.status = ExactStatus::infeasible;
     return res;
   }
-  if (st != GLP_OPT && st != GLP_FEAS) {
-    res.status = ExactStatus::no_solution;
-    res.lower_bound = std::isfinite(lim.bound) ? std::max(0.0, lim.bound * kGiga) : 0.0;
-    return res;
+  const bool solved = st == GLP_OPT || st == GLP_FEAS;
+  const double bound = std::isfinite(lim.bound) ? std::max(0.0, lim.bound * kGiga) : 0.0;
+  if (solved) {
+    res.recompute_flops = std::max(0.0, glp_mip_obj_val(milp.get()) * kGiga);
+    res.status = st == GLP_OPT && rc == 0 ? ExactStatus::optimal : ExactStatus::feasible;
+    res.lower_bound = res.status == ExactStatus::optimal ? res.recompute_flops : std::min(bound, res.recompute_flops);
+    res.rebuild.assign(m, {});
+    for (std::size_t t = 0; t < m; ++t)
+      for (std::size_t j = 0; j <= t; ++j) res.rebuild[t].push_back(glp_mip_col_val(milp.get(), R[t][j]) > 0.5);
+    for (std::size_t j = 0; j < m; ++j) {
+      res.keep_boundary.push_back(glp_mip_col_val(milp.get(), Sb[m - 1][j]) > 0.5);
+      res.keep_inner.push_back(glp_mip_col_val(milp.get(), Sn[m - 1][j]) > 0.5);
+    }
   }
-  res.recompute_flops = std::max(0.0, glp_mip_obj_val(milp.get()) * kGiga);
-  res.status = st == GLP_OPT && rc == 0 ? ExactStatus::optimal : ExactStatus::feasible;
-  res.lower_bound = res.status == ExactStatus::optimal ? res.recompute_flops : std::max(0.0, std::isfinite(lim.bound) ? lim.bound * kGiga : 0.0);
-  res.rebuild.assign(m, {});
-  for (std::size_t t = 0; t < m; ++t)
-    for (std::size_t j = 0; j <= t; ++j) res.rebuild[t].push_back(glp_mip_col_val(milp.get(), R[t][j]) > 0.5);
+  // The start point (the DP's plan) where the search stopped above it or found nothing: never worse than it.
+  if (std::isfinite(start_flops) && (!solved || start_flops < res.recompute_flops * (1 - 1e-9))) {
+    if (!solved) res.lower_bound = std::min(bound, start_flops);
+    res.recompute_flops = start_flops;
+    res.rebuild = start->rebuild;
+    res.keep_boundary = start->held_boundary[m - 1];
+    res.keep_inner = start->held_inner[m - 1];
+    res.status = res.lower_bound >= start_flops * (1 - 1e-9) ? ExactStatus::optimal : ExactStatus::feasible;
+  } else if (!solved) {
+    res.status = ExactStatus::no_solution;
+    res.lower_bound = bound;
+  }
   return res;
 }
 
