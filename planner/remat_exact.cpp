@@ -125,16 +125,20 @@ double brute_force_remat(const StageChain& c, std::uint64_t budget) {
 ChainPoint chain_point_of_segments(const StageChain& c, const SegmentPlan& plan) {
   const std::size_t m = c.size();
   std::vector<std::vector<bool>> r(m, std::vector<bool>(m, false));
-  for (const Segment& seg : plan)
-    if (seg.recompute)
+  for (const Segment& seg : plan) {
+    // As the DP: a segment holding nothing but its kept end boundary rebuilds nothing.
+    std::uint64_t total = 0;
+    for (std::uint32_t j = seg.first; j <= seg.last; ++j) total += c.inner[j] + (read_b(c, j) ? c.boundary[j] : 0);
+    if (seg.recompute && total > (read_b(c, seg.last) ? c.boundary[seg.last] : 0))
       for (std::uint32_t j = seg.first; j <= seg.last; ++j) r[seg.last][j] = true;
+  }
   // Least holdings: an item is held entering phase t when some phase t' <= t needs it and nothing rebuilds it
   // in phases t'+1 .. t (ascending scan per item). Needs: n_t, read boundaries b_t and b_{t-1}, and b_{j-1} for
   // a rebuild of j whose stage j-1 the phase does not rebuild; as the DP, a recompute segment's read end boundary
   // is kept from the forward.
   std::vector<std::vector<bool>> need_b(m, std::vector<bool>(m, false)), need_n(m, std::vector<bool>(m, false));
   for (const Segment& seg : plan)  // a recompute segment keeps its end boundary (if read): its rebuild skips that op
-    if (seg.recompute && read_b(c, seg.last)) need_b[seg.last][seg.last] = true;
+    if (seg.recompute && read_b(c, seg.last) && r[seg.last][seg.last]) need_b[seg.last][seg.last] = true;
   for (std::size_t t = 0; t < m; ++t) {
     if (c.inner[t] > 0 && !r[t][t]) need_n[t][t] = true;
     if (read_b(c, t) && !r[t][t]) need_b[t][t] = true;

@@ -23,7 +23,7 @@ ForwardStages random_stages(std::mt19937& rng, std::size_t m) {
   for (std::size_t i = 0; i < m; ++i) {
     const bool last = i + 1 == m;
     s.boundary.push_back(last ? analysis::kNoTensor : static_cast<analysis::TensorId>(i));
-    s.saved_bytes.push_back(static_cast<std::uint64_t>(kb(rng)) * 1024);
+    s.saved_bytes.push_back(coin(rng) == 0 ? 0 : static_cast<std::uint64_t>(kb(rng)) * 1024);  // some stages save only their boundary
     s.boundary_bytes.push_back(last ? 0 : static_cast<std::uint64_t>(kb(rng)) * 1024);
     s.loose_bytes.push_back(!last && coin(rng) == 0 ? s.boundary_bytes.back() : 0);
     s.backward_bytes.push_back(static_cast<std::uint64_t>(small(rng)) * 1024);
