@@ -132,13 +132,11 @@ TEST_CASE("strategy exact plans a training step under a budget, verified, with w
   const TrainingPlanResult least = plan_training(tg, o);
   REQUIRE(least.peak_bytes < none.peak_bytes);
   o.budget_bytes = least.peak_bytes + (none.peak_bytes - least.peak_bytes) / 2;
-  const TrainingPlanResult dp = plan_training(tg, o);
   o.strategy = "exact";
   const TrainingPlanResult ex = plan_training(tg, o);
   CHECK(ex.report.valid);
   CHECK(ex.strategy == "exact");
   CHECK(ex.total_device_bytes <= *o.budget_bytes);
   CHECK(ex.recomputed_tensors > 0);
-  MESSAGE("resnet18 b1 at " << *o.budget_bytes << " B: optimal recomputes " << dp.recompute_flops / 1e9 << " GFLOP, exact " << ex.recompute_flops / 1e9
-                            << " GFLOP (plan " << ex.plan_seconds << " s)");
+  MESSAGE("resnet18 b1 at " << *o.budget_bytes << " B: exact recomputes " << ex.recompute_flops / 1e9 << " GFLOP (plan " << ex.plan_seconds << " s)");
 }
