@@ -34,7 +34,7 @@ void add_training_args(CLI::App* cmd, TrainingArgs& args) {
   cmd->add_option("--budget", args.budget, "device memory budget, e.g. 16GiB, 512MB, 1e9")
       ->check(CLI::Validator([](std::string& v) { return v.find_first_not_of(" \t") == std::string::npos ? std::string("a size is needed, e.g. 16GiB") : std::string(); },
                              "SIZE"));
-  cmd->add_option("--strategy", args.strategy, "none | sqrt | budget | optimal | swap | auto (default: auto with --budget, else none)");
+  cmd->add_option("--strategy", args.strategy, "none | sqrt | budget | optimal | swap | auto (default: auto with --budget, else none); exact (opt-in: the stage-chain MILP through GLPK, at most 16 stages, started from the segment DP)");
   add_library_bytes_arg(cmd, args.library_bytes);
   add_arena_args(cmd, args.arena);
 }
@@ -78,7 +78,7 @@ TrainingSetup training_setup(const analysis::Graph& shaped_forward, const Traini
   s.training_options = to;
   s.options.strategy = resolved_strategy(args);
   const auto& names = planner::training_strategies();
-  if (std::find(names.begin(), names.end(), s.options.strategy) == names.end())
+  if (std::find(names.begin(), names.end(), s.options.strategy) == names.end() && s.options.strategy != "exact")
     fail(ErrorKind::usage, "--strategy '" + s.options.strategy + "' is not one of none, sqrt, budget, optimal, swap, auto");
   if (!args.budget.empty()) s.options.budget_bytes = planner::parse_size(args.budget);
   s.options.library_bytes = parse_library_bytes(args.library_bytes);

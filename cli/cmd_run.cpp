@@ -107,6 +107,7 @@ int run_model(const RunArgs& a) {
                      {"separate_bytes", s.separate_bytes}, {"pool_peak_bytes", s.pool_peak_bytes},
                      {"ops", s.ops_run},                {"views_elided", s.views_elided},
                      {"inplace_ops", s.inplace_ops},    {"staged_ops", s.staged_ops},
+                     {"concats_in_place", s.concats_in_place},
                      {"seconds", s.seconds}};
     nlohmann::json outs = nlohmann::json::array();
     for (std::size_t k = 0; k < outputs.size(); ++k) {

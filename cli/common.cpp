@@ -34,6 +34,9 @@ void add_arena_args(CLI::App* cmd, ArenaArgs& args) {
   cmd->add_option("--exact-pack-nodes", args.exact_pack_nodes,
                   "search work for the exact packer in buffers examined (default 2000000, about a second; the same plan on every machine unless the "
                   "time runs out first; 0: greedy packers only)");
+  cmd->add_flag("--no-concat-in-place", args.no_concat_in_place,
+                "give every Concat input its own buffer (default: producers write straight into slices of the Concat's output where "
+                "each input is one contiguous range of it)");
   cmd->add_option("--schedule", args.schedule,
                   "op order: file (default; the model's order) | memory (the topological order of least live peak found)");
 }
@@ -52,6 +55,7 @@ planner::AssignOptions assign_options(const ArenaArgs& args) {
   o.packer = args.packer;
   o.exact_pack_seconds = args.exact_pack_seconds;
   o.exact_pack_nodes = args.exact_pack_nodes;
+  o.concat_in_place = !args.no_concat_in_place;
   o.workspace_limit_bytes = args.workspace_limit == "0" ? 0 : planner::parse_size(args.workspace_limit);
   return o;
 }

@@ -49,6 +49,7 @@ struct ArenaArgs {
   std::string schedule = "file";  // --schedule file | memory (opt-in)
   double exact_pack_seconds = planner::AssignOptions{}.exact_pack_seconds;  // --exact-pack-seconds
   std::uint64_t exact_pack_nodes = planner::AssignOptions{}.exact_pack_nodes;  // --exact-pack-nodes
+  bool no_concat_in_place = false;                                               // --no-concat-in-place
 };
 void add_arena_args(CLI::App* cmd, ArenaArgs& args);
 // A bad --workspace-limit size is ErrorKind::usage.

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "analysis/ops.hpp"
+#include "planner/concat_in_place.hpp"
 #include "planner/pack.hpp"
 
 namespace memplan::planner {
@@ -29,11 +30,13 @@ struct Draft {
   Interval interval;
   std::vector<TensorId> tensors;
   bool holds_graph_output = false;
+  TensorId group_root = analysis::kNoTensor;  // a concat-in-place group: the outermost Concat output
 };
 
 struct Aliasing {
   std::vector<std::uint32_t> buffer_of;  // per tensor
   std::vector<bool> outside;             // per tensor: a view of memory outside the arena
+  std::vector<std::uint64_t> slice_offset;  // per tensor: bytes from its buffer's start (concat in place)
   std::vector<Draft> drafts;
   std::vector<Alias> aliases;
 };
@@ -43,6 +46,8 @@ class AliasBuilder {
   AliasBuilder(const Graph& g, const analysis::Liveness& l, const AssignOptions& o) : g_(g), l_(l), o_(o) {
     a_.buffer_of.assign(g.tensors.size(), kNoBuffer);
     a_.outside.assign(g.tensors.size(), false);
+    a_.slice_offset.assign(g.tensors.size(), 0);
+    if (o.concat_in_place) slot_ = concat_slots(g, l, o.alignment);
   }
 
   Aliasing run() {
@@ -50,13 +55,17 @@ class AliasBuilder {
       const OpId id = l_.schedule[s];
       const Op& op = g_.ops[id];
       const TensorId out = op.output(0);
-      if (out != analysis::kNoTensor && l_.in_arena[out]) {
-        if (!(o_.views && try_view(op, id, out))) {
+      if (out != analysis::kNoTensor && l_.in_arena[out] && !slotted(out) && a_.buffer_of[out] == kNoBuffer) {
+        if (!(o_.views && try_view(op, id, out)) && !(o_.concat_in_place && try_concat_over_inputs(op, id, out))) {
           if (o_.inplace) try_inplace(op, id, out, s);
         }
       }
       for (TensorId t : op.outputs)
         if (t != analysis::kNoTensor && l_.in_arena[t] && a_.buffer_of[t] == kNoBuffer && !a_.outside[t]) {
+          if (slotted(t)) {
+            bind_slot(t, s);
+            continue;
+          }
           a_.drafts.push_back(Draft{0, l_.interval[t], {}, false});
           bind(t, static_cast<std::uint32_t>(a_.drafts.size() - 1));
         }
@@ -65,12 +74,42 @@ class AliasBuilder {
   }
 
  private:
-  void bind(TensorId t, std::uint32_t b) {
+  bool slotted(TensorId t) const { return !slot_.empty() && slot_[t].whole != analysis::kNoTensor; }
+
+  // `t` goes into its group's buffer (made now, at step s, by the group's first producer) at its slot's offset.
+  void bind_slot(TensorId t, std::uint32_t s) {
+    TensorId root = t;
+    std::uint64_t at = 0;
+    while (slotted(root)) at += slot_[root].offset, root = slot_[root].whole;
+    if (a_.buffer_of[root] == kNoBuffer) {
+      a_.drafts.push_back(Draft{0, Interval{s, l_.interval[root].last}, {}, false, root});
+      bind(root, static_cast<std::uint32_t>(a_.drafts.size() - 1));
+    }
+    bind(t, a_.buffer_of[root], at);
+    a_.aliases.push_back(Alias{t, slot_[t].whole, AliasKind::slice, slot_[t].op, slot_[t].offset});
+  }
+
+  // A Concat whose inputs already lie in order, contiguous, inside one group buffer: its output is those bytes.
+  bool try_concat_over_inputs(const Op& op, OpId id, TensorId out) {
+    const auto offsets = concat_input_offsets(g_, op);
+    if (!offsets || op.inputs.empty()) return false;
+    const std::uint32_t b = a_.buffer_of[op.inputs[0]];
+    if (b == kNoBuffer || a_.drafts[b].group_root == analysis::kNoTensor) return false;
+    const std::uint64_t base = a_.slice_offset[op.inputs[0]];
+    for (std::size_t i = 0; i < op.inputs.size(); ++i)
+      if (a_.buffer_of[op.inputs[i]] != b || a_.slice_offset[op.inputs[i]] != base + (*offsets)[i]) return false;
+    bind(out, b, base);
+    a_.aliases.push_back(Alias{out, a_.drafts[b].group_root, AliasKind::slice, id, base});
+    return true;
+  }
+
+  void bind(TensorId t, std::uint32_t b, std::uint64_t slice_offset = 0) {
     Draft& d = a_.drafts[b];
     a_.buffer_of[t] = b;
+    a_.slice_offset[t] = slice_offset;
     d.tensors.push_back(t);
     d.interval.last = std::max(d.interval.last, l_.interval[t].last);
-    d.size = std::max(d.size, align_up(g_.tensors[t].bytes(), o_.alignment));
+    d.size = std::max(d.size, align_up(slice_offset + g_.tensors[t].bytes(), o_.alignment));
     // Graph outputs and gradients are results of the step: never overwritten in place.
     d.holds_graph_output = d.holds_graph_output || g_.tensors[t].is_graph_output || g_.tensors[t].role == analysis::TensorRole::gradient;
   }
@@ -81,7 +120,7 @@ class AliasBuilder {
     const Tensor& x = g_.tensors[in];
     if (!x.shape_known() || x.bytes() != g_.tensors[out].bytes()) return false;
     if (a_.buffer_of[in] != kNoBuffer) {
-      bind(out, a_.buffer_of[in]);
+      bind(out, a_.buffer_of[in], a_.slice_offset[in]);
     } else if (a_.outside[in] || (!l_.in_arena[in] && !x.on_host)) {
       a_.outside[out] = true;
     } else {
@@ -97,6 +136,7 @@ class AliasBuilder {
       const TensorId in = op.input(pos);
       if (in == analysis::kNoTensor || a_.buffer_of[in] == kNoBuffer) continue;
       const Draft& d = a_.drafts[a_.buffer_of[in]];
+      if (d.group_root != analysis::kNoTensor) continue;  // a concat group's bytes are written once
       const Tensor& x = g_.tensors[in];
       const bool same_type = x.dtype == y.dtype || (inplace_any_dtype(op) && analysis::dtype_bits(x.dtype) == analysis::dtype_bits(y.dtype));
       if (d.interval.last != step || d.holds_graph_output || !same_type || x.bytes() != y.bytes()) continue;
@@ -110,6 +150,7 @@ class AliasBuilder {
   const analysis::Liveness& l_;
   const AssignOptions& o_;
   Aliasing a_;
+  std::vector<ConcatSlot> slot_;  // per tensor, empty without concat in place
 };
 
 Packing best_packing(const std::vector<PackItem>& items, std::uint32_t steps, const std::string& packer, std::string& chosen) {
@@ -210,17 +251,31 @@ Plan assign(const Graph& g, const analysis::Liveness& l, const AssignOptions& o)
   if (l.in_arena.size() != g.tensors.size() || l.schedule.size() != g.ops.size())
     fail(ErrorKind::invalid_graph, "the liveness was computed for another graph than '" + g.name + "'");
   const auto steps = static_cast<std::uint32_t>(l.schedule.size());
-  Aliasing a = AliasBuilder(g, l, o).run();
-
-  std::vector<PackItem> items;
-  items.reserve(a.drafts.size());
-  for (const auto& d : a.drafts) items.push_back(PackItem{d.size, d.interval});
   std::vector<Scratch> scratch;  // in schedule order; item a.drafts.size() + i
+  std::vector<PackItem> scratch_items;
   for (std::uint32_t s = 0; s < steps; ++s) {
     const std::uint64_t b = align_up(scratch_request(g, l.schedule[s], o.workspace_limit_bytes, o.workspace_query), o.alignment);
     if (b == 0) continue;
     scratch.push_back(Scratch{l.schedule[s], 0, b});
-    items.push_back(PackItem{b, Interval{s, s}});
+    scratch_items.push_back(PackItem{b, Interval{s, s}});
+  }
+  auto items_of = [&](const Aliasing& al) {
+    std::vector<PackItem> out;
+    out.reserve(al.drafts.size() + scratch_items.size());
+    for (const auto& d : al.drafts) out.push_back(PackItem{d.size, d.interval});
+    out.insert(out.end(), scratch_items.begin(), scratch_items.end());
+    return out;
+  };
+  Aliasing a = AliasBuilder(g, l, o).run();
+  std::vector<PackItem> items = items_of(a);
+  // Concat in place keeps group buffers live from their first producer on: kept only where the aliased lower
+  // bound is not higher for it (a graph-wide choice, made before packing).
+  if (o.concat_in_place && std::any_of(a.aliases.begin(), a.aliases.end(), [](const Alias& x) { return x.kind == AliasKind::slice; })) {
+    AssignOptions plain = o;
+    plain.concat_in_place = false;
+    Aliasing b = AliasBuilder(g, l, plain).run();
+    std::vector<PackItem> b_items = items_of(b);
+    if (max_live_bytes(b_items, steps) < max_live_bytes(items, steps)) a = std::move(b), items = std::move(b_items);
   }
   Plan p;
   const Packing greedy = best_packing(items, steps, o.packer, p.packer);
@@ -259,7 +314,7 @@ Plan assign(const Graph& g, const analysis::Liveness& l, const AssignOptions& o)
     Buffer b{packing.offsets[d], a.drafts[d].size, a.drafts[d].interval, std::move(a.drafts[d].tensors)};
     std::sort(b.tensors.begin(), b.tensors.end());
     for (TensorId t : b.tensors) {
-      p.tensor_offset[t] = b.offset;
+      p.tensor_offset[t] = b.offset + a.slice_offset[t];
       p.tensor_buffer[t] = static_cast<std::uint32_t>(p.buffers.size());
     }
     p.buffers.push_back(std::move(b));

@@ -20,6 +20,7 @@ struct AssignOptions {
   std::uint64_t alignment = 256;  // every buffer offset and size is a multiple of this
   bool views = true;              // Reshape/Flatten/Squeeze/Unsqueeze/Identity outputs alias their input
   bool inplace = true;            // elementwise outputs overwrite an input that dies at that op
+  bool concat_in_place = true;    // Concat inputs written straight into slices of its output (concat_in_place.hpp)
   std::string packer = "best";    // a name from packer_names(), or "best": all (only "sweep" beyond
                                   // kMaxPlacingPairs overlapping lifetimes), smallest arena kept
   // Most scratch bytes planned for one op (a convolution's workspace, see scratch_request); 0: none.
@@ -56,6 +57,10 @@ std::vector<std::size_t> inplace_candidates(const analysis::Op& op);
 // 2. an elementwise op writes output 0 into an input's buffer when every tensor bound to that buffer
 //    has its last use at this op, the byte size matches (and the dtype, except for Cast), and the
 //    buffer holds no graph output (graph inputs and weights have no buffer);
+// 2b. with o.concat_in_place, each tensor with a concat_slots slot is bound inside its group's buffer (the outermost
+//    Concat output's, live from the first producer on) at its slot's offset (AliasKind::slice); a Concat whose inputs
+//    already lie in order inside such a buffer gets its output bound over them (a slice too: nothing to copy).
+//    Group buffers are never overwritten in place;
 // 3. every op with a scratch_request gets a scratch region live at its step alone;
 // 4. buffers and scratch are packed together by o.packer, then by the exact packer within its limits
 //    (Plan::arena_optimal, arena_gap);

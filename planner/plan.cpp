@@ -3,6 +3,13 @@
 
 namespace memplan::planner {
 
-const char* alias_kind_name(AliasKind k) noexcept { return k == AliasKind::view ? "view" : "inplace"; }
+const char* alias_kind_name(AliasKind k) noexcept {
+  switch (k) {
+    case AliasKind::view: return "view";
+    case AliasKind::inplace: return "inplace";
+    case AliasKind::slice: return "slice";
+  }
+  return "view";
+}
 
 }  // namespace memplan::planner

@@ -28,18 +28,22 @@ struct Buffer {
   std::vector<TensorId> tensors;  // sorted by id
 };
 
-enum class AliasKind : std::uint8_t { view, inplace };
+enum class AliasKind : std::uint8_t { view, inplace, slice };
 const char* alias_kind_name(AliasKind k) noexcept;
 
 // `tensor` shares `source`'s bytes: a view (Reshape, Identity, ...) for as long as both live, or an
 // in-place result written by `op` over `source`, which dies at that op. An in-place alias of a tensor
 // outside the arena is an update the op's record declares (OpInfo::rewrites: an optimizer's weight and
 // state, an accumulated gradient): both have no offset and the runtime binds `tensor` to `source`'s storage.
+// A slice alias (concat in place, planner/concat_in_place.hpp) puts `tensor` at byte `offset` inside `source`'s
+// bytes, for Concat `op`: either an input of `op` written straight into its slot of the output `source`, or
+// `op`'s output itself, whose inputs all lie in order inside `source` already (the Concat copies nothing).
 struct Alias {
   TensorId tensor = analysis::kNoTensor;
   TensorId source = analysis::kNoTensor;
   AliasKind kind = AliasKind::view;
   OpId op = analysis::kNoOp;
+  std::uint64_t offset = 0;  // slice aliases: bytes from the start of `source`
 };
 
 // Per-op scratch (workspace) bytes: live at the op's step alone, packed in the arena with the tensors.
@@ -68,7 +72,7 @@ struct Plan {
   std::vector<Buffer> buffers;              // sorted by (offset, first step)
   std::vector<Alias> aliases;
   std::vector<Scratch> scratch;             // sorted by step of the op; at most one per op
-  std::vector<std::uint64_t> tensor_offset; // per tensor: arena offset, or kNotInArena
+  std::vector<std::uint64_t> tensor_offset; // per tensor: arena offset, or kNotInArena (a slice: inside its buffer)
   std::vector<std::uint32_t> tensor_buffer; // per tensor: index into buffers, or UINT32_MAX
 };
 

@@ -83,8 +83,10 @@ Alias read_alias(const json& j, const Names& names) {
   a.source = names.tensor(get<std::string>(j, "source", "an alias"));
   a.op = names.op(get<std::string>(j, "op", "an alias"));
   const auto kind = get<std::string>(j, "kind", "an alias");
-  if (kind != "view" && kind != "inplace") fail(ErrorKind::malformed, "plan: alias kind '" + kind + "' is neither view nor inplace");
-  a.kind = kind == "view" ? AliasKind::view : AliasKind::inplace;
+  if (kind != "view" && kind != "inplace" && kind != "slice")
+    fail(ErrorKind::malformed, "plan: alias kind '" + kind + "' is neither view, inplace nor slice");
+  a.kind = kind == "view" ? AliasKind::view : kind == "inplace" ? AliasKind::inplace : AliasKind::slice;
+  if (a.kind == AliasKind::slice) a.offset = get_uint(j, "offset", "a slice alias");
   return a;
 }
 
@@ -118,6 +120,28 @@ void check_fused_groups(const Graph& g, const json& listed, const Names& names) 
                                        " (first unlisted: '" + g.ops[have[k].op].name + "')");
 }
 
+// A buffer's offset is where its tensors start, but for slices (concat in place) and views of them: they lie at
+// their source's offset plus the slice's. Resolved along alias chains, each tensor once.
+void place_slices(Plan& p) {
+  std::vector<const Alias*> inside(p.tensor_offset.size(), nullptr);
+  for (const Alias& a : p.aliases)
+    if (a.tensor < inside.size() && a.source < inside.size() && p.tensor_offset[a.tensor] != kNotInArena &&
+        (a.kind == AliasKind::slice || (a.kind == AliasKind::view && p.tensor_buffer[a.tensor] == p.tensor_buffer[a.source])))
+      inside[a.tensor] = &a;
+  std::vector<bool> done(inside.size(), false);
+  std::vector<TensorId> chain;
+  for (TensorId t = 0; t < inside.size(); ++t) {
+    for (TensorId u = t; inside[u] && !done[u] && chain.size() <= inside.size(); u = inside[u]->source) chain.push_back(u);
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      const Alias& a = *inside[*it];
+      if (p.tensor_offset[a.source] == kNotInArena) fail(ErrorKind::malformed, "plan: a slice or view alias of a tensor outside the arena");
+      p.tensor_offset[*it] = p.tensor_offset[a.source] + (a.kind == AliasKind::slice ? a.offset : 0);
+      done[*it] = true;
+    }
+    chain.clear();
+  }
+}
+
 }  // namespace
 
 json plan_to_json(const Graph& g, const Plan& p, bool embed_graph) {
@@ -145,9 +169,11 @@ json plan_to_json(const Graph& g, const Plan& p, bool embed_graph) {
   }
   j["buffers"] = std::move(buffers);
   json aliases = json::array();
-  for (const Alias& a : p.aliases)
+  for (const Alias& a : p.aliases) {
     aliases.push_back({{"tensor", g.tensors.at(a.tensor).name}, {"source", g.tensors.at(a.source).name},
                        {"kind", alias_kind_name(a.kind)}, {"op", g.ops.at(a.op).name}});
+    if (a.kind == AliasKind::slice) aliases.back()["offset"] = a.offset;
+  }
   j["aliases"] = std::move(aliases);
   json scratch = json::array();
   for (const Scratch& sc : p.scratch) scratch.push_back({{"op", g.ops.at(sc.op).name}, {"offset", sc.offset}, {"bytes", sc.bytes}});
@@ -199,6 +225,7 @@ Plan plan_from_json(const Graph& g, const json& doc) {
     }
   }
   for (const auto& a : array_field(doc, "aliases", "the plan")) p.aliases.push_back(read_alias(a, names));
+  place_slices(p);
   if (version >= 2)
     for (const auto& sc : array_field(doc, "scratch", "the plan"))
       p.scratch.push_back(Scratch{names.op(get<std::string>(sc, "op", "a scratch region")), get_uint(sc, "offset", "a scratch region"),

@@ -9,6 +9,7 @@
 
 #include "analysis/liveness.hpp"
 #include "analysis/ops.hpp"
+#include "planner/remat_exact.hpp"
 #include "planner/remat_segments.hpp"
 #include "planner/step_time.hpp"
 #include "planner/swap.hpp"
@@ -92,6 +93,10 @@ Evaluated evaluate(const Context& c, RematChoice choice) {
 // bisects back up towards the last model budget that did not fit, keeping the least recompute that fits.
 // `cheap`: cheap recomputation (add_cheap_recompute) on top of every segment plan.
 // `on`: the stages (without cheap costs) whose segments `choose` returns.
+// A model's choice at a model budget (nullopt: no plan within it).
+using ChooseAt = std::function<std::optional<RematChoice>(std::uint64_t)>;
+Maybe fit_choices(const Context& c, std::uint64_t target, const ForwardStages& base, const ChooseAt& choose);
+
 Maybe fit_segments(const Context& c, std::uint64_t target, const std::function<SegmentPlan(std::uint64_t)>& choose,
                    bool cheap = false, const ForwardStages* on = nullptr) {
   const ForwardStages& base = on ? *on : c.coarse;
@@ -100,6 +105,14 @@ Maybe fit_segments(const Context& c, std::uint64_t target, const std::function<S
     return cheap ? add_cheap_recompute(c.g, c.schedule, std::move(ch), c.flops) : ch;
   };
   if (base.size() == 0) return evaluate(c, choice_of({}));
+  return fit_choices(c, target, base, [&](std::uint64_t mb) -> std::optional<RematChoice> {
+    const SegmentPlan plan = choose(mb);
+    if (plan.empty()) return std::nullopt;
+    return choice_of(plan);
+  });
+}
+
+Maybe fit_choices(const Context& c, std::uint64_t target, const ForwardStages& base, const ChooseAt& choose) {
   const auto model_none =
       evaluate_segments(base, {{0, static_cast<std::uint32_t>(base.size() - 1), false}}).peak_bytes;  // all kept, no cheap
   const std::uint64_t gap = c.none_arena > model_none ? c.none_arena - model_none : 0;
@@ -109,14 +122,14 @@ Maybe fit_segments(const Context& c, std::uint64_t target, const std::function<S
   std::uint64_t no_plan = 0;
   auto close = [&] { return too_much <= no_plan + std::max<std::uint64_t>(1, too_much / 256); };
   for (int iter = 0; iter < 24 && !found; ++iter) {
-    SegmentPlan plan = choose(mb);
-    if (plan.empty()) {
+    std::optional<RematChoice> plan = choose(mb);
+    if (!plan) {
       no_plan = mb;
       if (close()) return std::nullopt;
       mb = no_plan + (too_much - no_plan) / 2;
       continue;
     }
-    Evaluated e = evaluate(c, choice_of(plan));
+    Evaluated e = evaluate(c, std::move(*plan));
     if (e.arena() <= target) {
       found = std::move(e);
       break;
@@ -130,9 +143,9 @@ Maybe fit_segments(const Context& c, std::uint64_t target, const std::function<S
   if (!found) return std::nullopt;
   for (int iter = 0; iter < 5 && mb + std::max<std::uint64_t>(1, too_much / 256) < too_much; ++iter) {
     const std::uint64_t mid = mb + (too_much - mb) / 2;
-    SegmentPlan plan = choose(mid);
-    if (plan.empty()) break;
-    Evaluated e = evaluate(c, choice_of(plan));
+    std::optional<RematChoice> plan = choose(mid);
+    if (!plan) break;
+    Evaluated e = evaluate(c, std::move(*plan));
     if (e.arena() > target) {
       too_much = mid;
       continue;
@@ -183,6 +196,27 @@ Maybe strategy_optimal(const Context& c, std::uint64_t target, bool by_time = fa
   return plain;
 }
 
+// Exact remat (remat_exact.hpp) on at most kExactStages plain stages, each rebuilt at most once, started from the
+// segment DP's plan on the same stages (so never worse than it in the model), calibrated like `optimal`.
+constexpr std::size_t kExactStages = 16;
+Maybe strategy_exact(const Context& c, std::uint64_t target) {
+  if (!exact_remat_available()) fail(ErrorKind::unsupported, "strategy exact: this build has no MILP solver (GLPK, CMake MEMPLAN_GLPK)");
+  const ForwardStages s = coarsen_stages(c.stages, kExactStages);
+  if (s.size() == 0) return evaluate(c, RematChoice::keep_all(c.g));
+  const StageChain chain = stage_chain(s);
+  ExactRematOptions o;
+  o.once = true;
+  o.seconds = 60.0;  // a cap; the node limit ends the search first on the sample models (the same plan everywhere)
+  o.max_nodes = 2000;
+  return fit_choices(c, target, s, [&](std::uint64_t mb) -> std::optional<RematChoice> {
+    const SegmentPlan dp = optimal_segments(s, mb);
+    const ChainPoint start = chain_point_of_segments(chain, dp);
+    const ExactRematResult r = exact_remat(chain, mb, o, dp.empty() ? nullptr : &start);
+    if (r.status != ExactStatus::optimal && r.status != ExactStatus::feasible) return std::nullopt;
+    return choice_from_exact(c.g, s, r);
+  });
+}
+
 Maybe strategy_swap(const Context& c, const RematChoice& start, std::uint64_t target) {
   Evaluated e = evaluate(c, swap_to_budget(c.g, c.schedule, start, c.seconds, c.links, target, c.opts.assign.alignment));
   if (e.arena() <= target) return e;
@@ -212,6 +246,7 @@ Maybe run_strategy(const Context& c, const std::string& s, std::uint64_t target)
   if (s == "sqrt") return evaluate(c, choice_from_segments(c.g, c.stages, sqrt_segments(c.stages)));
   if (s == "budget") return fit_segments(c, target, [&](std::uint64_t mb) { return best_greedy(c, mb); });
   if (s == "optimal") return strategy_optimal(c, target);
+  if (s == "exact") return strategy_exact(c, target);
   if (s == "swap") return strategy_swap(c, RematChoice::keep_all(c.g), target);
   if (s == "auto") return strategy_auto(c, target);
   fail(ErrorKind::usage, "unknown strategy '" + s + "' (none, sqrt, budget, optimal, swap, auto)");
@@ -220,6 +255,7 @@ Maybe run_strategy(const Context& c, const std::string& s, std::uint64_t target)
 // The least activation lower bound a strategy reaches (for infeasible budgets and unbudgeted plans).
 Evaluated least_memory(const Context& c, const std::string& s) {
   if (s == "none" || s == "sqrt") return *run_strategy(c, s, 0);
+  if (s == "exact") return least_memory(c, "optimal");  // the least memory: the DP's least-peak plans
   if (s == "budget") {
     Maybe best;
     for (std::uint64_t th : greedy_thresholds(c.coarse)) {
@@ -281,7 +317,7 @@ Error infeasible_error(const Infeasible& inf) {
 TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlanOptions& options, const ScheduleResult& schedule) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto& names = training_strategies();
-  if (std::find(names.begin(), names.end(), options.strategy) == names.end())
+  if (std::find(names.begin(), names.end(), options.strategy) == names.end() && options.strategy != "exact")
     fail(ErrorKind::usage, "unknown strategy '" + options.strategy + "' (none, sqrt, budget, optimal, swap, auto)");
   const Graph& g = tg.graph;
   TrainingPlanResult r;

@@ -8,6 +8,7 @@
 
 #include "analysis/ops.hpp"
 #include "planner/assign.hpp"
+#include "planner/concat_in_place.hpp"
 
 namespace memplan::planner {
 namespace {
@@ -19,7 +20,7 @@ constexpr std::size_t kMaxProblems = 64;
 
 // A value: tensors proven to be views of one another, hence one byte range over one contiguous lifetime.
 struct Value {
-  std::uint64_t offset = 0, bytes = 0;
+  std::uint64_t offset = UINT64_MAX, bytes = 0;
   std::uint32_t first = UINT32_MAX, last = 0;
 };
 
@@ -167,7 +168,40 @@ class Checker {
     handovers_.emplace_back(a.source, a.tensor, step_[a.op]);
   }
 
+  // A slice alias: an input of the Concat at its slot of the output `source`, or the Concat's output over inputs
+  // already in order inside `source`'s bytes. Either way one value with `source` from here on (one rectangle).
+  void check_slice(const Alias& a) {
+    const Op& op = g_.ops[a.op];
+    const std::string claim = "slice alias '" + tname(a.tensor) + "' at byte " + std::to_string(a.offset) + " of '" + tname(a.source) + "' by op '" + op.name + "'";
+    const auto offsets = concat_input_offsets(g_, op);
+    if (!offsets) return problem(claim + ": the op is no Concat of contiguous slices");
+    if (!has_offset(a.tensor) || !has_offset(a.source) || !needs_[a.tensor] || !needs_[a.source])
+      return problem(claim + ": both must be arena tensors");
+    if (a.offset > bytes_[a.source] || bytes_[a.tensor] > bytes_[a.source] - a.offset) return problem(claim + ": the slice runs past its source");
+    if (p_.tensor_offset[a.tensor] != p_.tensor_offset[a.source] + a.offset) return problem(claim + ": the offsets do not match");
+    const std::uint64_t align = std::max<std::uint64_t>(1, std::min(p_.alignment, kSliceAlignment));
+    if (p_.tensor_offset[a.tensor] % align != 0) return problem(claim + ": the slice is not " + std::to_string(align) + "-byte aligned");
+    const auto pos = std::find(op.inputs.begin(), op.inputs.end(), a.tensor);
+    if (pos != op.inputs.end()) {  // an input written into its slot
+      if (std::count(op.inputs.begin(), op.inputs.end(), a.tensor) != 1 || op.output(0) != a.source)
+        return problem(claim + ": the tensor is not one input of the op writing the source");
+      if (a.offset != (*offsets)[static_cast<std::size_t>(pos - op.inputs.begin())]) return problem(claim + ": not the input's slot");
+      const Tensor& x = g_.tensors[a.tensor];
+      if (x.is_graph_output || x.role != analysis::TensorRole::activation) return problem(claim + ": a graph output or gradient is its own buffer");
+      if (sliced_[a.tensor]) return problem(claim + ": the tensor is in two slots");
+    } else if (op.output(0) == a.tensor) {  // the output over its inputs: the Concat copies nothing
+      for (std::size_t i = 0; i < op.inputs.size(); ++i)
+        if (!has_offset(op.inputs[i]) || p_.tensor_offset[op.inputs[i]] != p_.tensor_offset[a.tensor] + (*offsets)[i])
+          return problem(claim + ": input '" + tname(op.inputs[i]) + "' does not lie at its slot");
+    } else {
+      return problem(claim + ": the op neither reads nor writes the tensor");
+    }
+    sliced_[a.tensor] = true;
+    parent_[root(a.tensor)] = root(a.source);
+  }
+
   void check_aliases() {
+    sliced_.assign(g_.tensors.size(), false);
     parent_.resize(g_.tensors.size());
     std::iota(parent_.begin(), parent_.end(), TensorId{0});
     outside_.assign(g_.tensors.size(), false);
@@ -182,11 +216,16 @@ class Checker {
       if (key[i] == kUnscheduled) continue;
       const Alias& a = p_.aliases[i];
       if (a.kind == AliasKind::view) check_view(a);
+      else if (a.kind == AliasKind::slice) check_slice(a);
       else check_inplace(a);
     }
   }
 
   void check_tensors() {
+    std::vector<bool> group(g_.tensors.size(), false);  // per root: its value holds a slice
+    for (TensorId t = 0; t < g_.tensors.size(); ++t)
+      if (sliced_[t]) group[root(t)] = true;
+    const std::uint64_t slice_align = std::max<std::uint64_t>(1, std::min(p_.alignment, kSliceAlignment));
     for (TensorId t = 0; t < g_.tensors.size(); ++t) {
       const TensorId src = g_.tensors[t].producer == analysis::kNoOp ? analysis::kNoTensor : analysis::rewritten_source(g_, t);
       if (src != analysis::kNoTensor && !needs_[t] && !outside_[t] && !g_.tensors[t].on_host)
@@ -200,7 +239,8 @@ class Checker {
         problem("tensor '" + tname(t) + "' has an arena offset but does not live in the arena");
         continue;
       }
-      if (off % p_.alignment != 0) problem("tensor '" + tname(t) + "' at offset " + std::to_string(off) + " is not " + std::to_string(p_.alignment) + "-byte aligned");
+      const bool in_group = group[root(t)];
+      if (off % (in_group ? slice_align : p_.alignment) != 0) problem("tensor '" + tname(t) + "' at offset " + std::to_string(off) + " is not " + std::to_string(p_.alignment) + "-byte aligned");
       if (off > p_.arena_bytes || bytes_[t] > p_.arena_bytes - off)
         problem("tensor '" + tname(t) + "' at [" + std::to_string(off) + ", +" + std::to_string(bytes_[t]) + ") runs past the " + std::to_string(p_.arena_bytes) + "-byte arena");
       r_.peak_bytes = std::max(r_.peak_bytes, off + std::min(bytes_[t], UINT64_MAX - off));
@@ -210,7 +250,9 @@ class Checker {
         continue;
       }
       const Buffer& buf = p_.buffers[b];
-      if (buf.offset != off || buf.size < bytes_[t]) problem("tensor '" + tname(t) + "' does not fit its buffer " + std::to_string(b));
+      const bool fits = in_group ? off >= buf.offset && off - buf.offset <= buf.size && bytes_[t] <= buf.size - (off - buf.offset)
+                                 : buf.offset == off && buf.size >= bytes_[t];
+      if (!fits) problem("tensor '" + tname(t) + "' does not fit its buffer " + std::to_string(b));
       if (buf.interval.first > life_[t].first || buf.interval.last < life_[t].last)
         problem("buffer " + std::to_string(b) + " does not live as long as its tensor '" + tname(t) + "'");
     }
@@ -261,8 +303,11 @@ class Checker {
       const TensorId r = root(t);
       Value& v = values[r];
       if (v.first == UINT32_MAX) roots.push_back(r);
-      v.offset = p_.tensor_offset[t];
-      v.bytes = std::max(v.bytes, bytes_[t]);
+      // Views and in-place pairs share one range; a concat group's value spans all its slices (its outermost output).
+      const std::uint64_t lo = p_.tensor_offset[t], hi = lo + std::min(bytes_[t], UINT64_MAX - lo);
+      const std::uint64_t end = std::max(v.offset == UINT64_MAX ? 0 : v.offset + v.bytes, hi);
+      v.offset = std::min(v.offset, lo);
+      v.bytes = end - v.offset;
       v.first = std::min(v.first, life_[t].first);
       v.last = std::max(v.last, life_[t].last);
     }
@@ -305,7 +350,7 @@ class Checker {
   const Plan& p_;
   VerifyReport r_;
   std::vector<std::uint32_t> step_;
-  std::vector<bool> needs_, outside_, scratch_ok_;
+  std::vector<bool> needs_, outside_, scratch_ok_, sliced_;
   std::vector<std::uint64_t> bytes_;
   std::vector<analysis::Interval> life_;
   std::vector<TensorId> parent_;

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "analysis/ops.hpp"
+#include "planner/concat_in_place.hpp"
 #include "runtime_allocator/dropout_mask.hpp"
 #include "runtime_allocator/weights.hpp"
 
@@ -206,6 +207,15 @@ TensorRef Executor::ref(TensorId t, std::byte* at) const {
   return TensorRef{at, x.dtype, x.shape(), x.bytes()};
 }
 
+// A Concat whose inputs already lie, in order, in their slices of its output (planned concat in place): nothing to do.
+bool Executor::concat_done(const analysis::Op& op) const {
+  const auto offsets = planner::concat_input_offsets(g_, op);
+  if (!offsets || op.inputs.empty() || !addr_[op.outputs[0]]) return false;
+  for (std::size_t i = 0; i < op.inputs.size(); ++i)
+    if (addr_[op.inputs[i]] != addr_[op.outputs[0]] + (*offsets)[i]) return false;
+  return true;
+}
+
 void Executor::prepare_ops() {
   KernelSet& k = backend_.kernels();
   mode_.assign(g_.ops.size(), Mode::direct);
@@ -214,6 +224,10 @@ void Executor::prepare_ops() {
     const auto& op = g_.ops[o];
     if (is_swap(op)) {
       mode_[o] = Mode::swap;
+      continue;
+    }
+    if (concat_done(op)) {
+      mode_[o] = Mode::concat_in_place;
       continue;
     }
     bool overlap = false, exact = true;
@@ -303,6 +317,12 @@ void Executor::run_one(std::size_t step, std::vector<TensorRef>& in, std::vector
   if (grad_sync_) grad_sync_->before(step);
   const OpId o = schedule_[step];
   const auto& op = g_.ops[o];
+  if (mode_[o] == Mode::concat_in_place) {
+    if (arena_) arena_->mark_written(op.outputs[0]);
+    ++stats_.ops_run;
+    ++stats_.concats_in_place;
+    return;
+  }
   if (mode_[o] == Mode::swap) {
     const TensorId src = op.inputs[0], dst = op.outputs[0];
     if (g_.tensors[src].bytes() != g_.tensors[dst].bytes())
@@ -339,7 +359,7 @@ void Executor::run_one(std::size_t step, std::vector<TensorRef>& in, std::vector
 void Executor::run_schedule() {
   const RandomStepScope step_scope(runs_++);  // each run (a training step) draws its own random masks
   if (arena_) arena_->reset_touched();
-  stats_.ops_run = stats_.views_elided = stats_.inplace_ops = stats_.staged_ops = 0;
+  stats_.ops_run = stats_.views_elided = stats_.inplace_ops = stats_.staged_ops = stats_.concats_in_place = 0;
   std::vector<TensorRef> in, out;
   backend_.begin_run();
   if (options_.profile_ops) stats_.op_seconds.assign(g_.ops.size(), 0.0);

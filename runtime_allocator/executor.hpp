@@ -46,6 +46,7 @@ struct ExecStats {
   std::size_t views_elided = 0;      // view ops whose output is their input's bytes: nothing copied
   std::size_t inplace_ops = 0;       // ops that wrote over an input, as planned
   std::size_t staged_ops = 0;        // ops whose outputs overlapped inputs unsafely: computed aside, then copied
+  std::size_t concats_in_place = 0;  // Concats whose inputs were written into their slices of the output: not run
   double seconds = 0.0;              // the last run, inputs and outputs copied included
   double device_seconds = 0.0;       // the last run's schedule as the backend timed it (a GPU: events)
   std::vector<double> op_seconds;    // ExecOptions::profile_ops: per op id, the last run's wall seconds
@@ -86,7 +87,7 @@ class Executor {
   const std::vector<GradBucket>& gradient_buckets() const noexcept;
 
  private:
-  enum class Mode : std::uint8_t { direct, view, inplace, staged, swap };
+  enum class Mode : std::uint8_t { direct, view, inplace, staged, swap, concat_in_place };
   struct HostBlock {  // a tensor placed on the host
     std::byte* p = nullptr;
     std::uint64_t bytes = 0;
@@ -99,6 +100,7 @@ class Executor {
   void bind_separate();
   void upload_constants();
   void prepare_ops();
+  bool concat_done(const analysis::Op& op) const;
   void order_swaps();
   void prepare_gradient_sync();
   bool touches(std::size_t step, const std::byte* lo, const std::byte* hi) const;
