@@ -10,6 +10,8 @@ import argparse
 import onnx
 from onnx import TensorProto, helper
 
+from onnx_graph import OnnxGraph
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -23,32 +25,8 @@ def main():
     a = ap.parse_args()
     B, T, D, H, L = a.batch, a.seq, a.d, a.heads, a.layers
     dh = D // H
-    nodes, inits = [], []
-    offset = [0]
-
-    def weight(name, dims):  # external data that is never written: only dims matter to memplan
-        t = TensorProto()
-        t.name, t.data_type = name, TensorProto.FLOAT
-        t.dims.extend(dims)
-        t.data_location = TensorProto.EXTERNAL
-        n = 4
-        for x in dims:
-            n *= x
-        for k, v in (("location", "gpt.weights"), ("offset", str(offset[0])), ("length", str(n))):
-            e = t.external_data.add()
-            e.key, e.value = k, v
-        offset[0] += n
-        inits.append(t)
-        return name
-
-    def const(name, dtype, dims, vals):
-        inits.append(helper.make_tensor(name, dtype, dims, vals))
-        return name
-
-    def node(op, ins, outs=None, **attrs):
-        outs = outs or [f"{op.lower()}_{len(nodes)}"]
-        nodes.append(helper.make_node(op, ins, outs, name=f"{op}_{len(nodes)}", **attrs))
-        return outs[0] if len(outs) == 1 else outs
+    g = OnnxGraph("gpt.weights")
+    nodes, inits, weight, const, node = g.nodes, g.inits, g.weight, g.const, g.node
 
     def linear(x, name, din, dout):
         return node("Add", [weight(name + ".bias", [dout]), node("MatMul", [x, weight(name + ".weight", [din, dout])])])

@@ -16,6 +16,8 @@ import tempfile
 import onnx
 from onnx import TensorProto, helper
 
+from onnx_graph import OnnxGraph
+
 
 def build(kind, B, T, path):
     if kind == "gpt2":
@@ -23,32 +25,8 @@ def build(kind, B, T, path):
     else:
         V, D, H, L, F, KV = 32000, 2048, 32, 16, 5632, 8
     dh = D // H
-    nodes, inits = [], []
-    offset = [0]
-
-    def weight(name, dims):
-        t = TensorProto()
-        t.name, t.data_type = name, TensorProto.FLOAT
-        t.dims.extend(dims)
-        t.data_location = TensorProto.EXTERNAL
-        n = 4
-        for x in dims:
-            n *= x
-        for k, v in (("location", "weights.bin"), ("offset", str(offset[0])), ("length", str(n))):
-            e = t.external_data.add()
-            e.key, e.value = k, v
-        offset[0] += n
-        inits.append(t)
-        return name
-
-    def const(name, dtype, dims, vals):
-        inits.append(helper.make_tensor(name, dtype, dims, vals))
-        return name
-
-    def node(op, ins, outs=None, name=None, **attrs):
-        outs = outs or [f"{op.lower()}_{len(nodes)}"]
-        nodes.append(helper.make_node(op, ins, outs, name=name or f"{op}_{len(nodes)}", **attrs))
-        return outs[0] if len(outs) == 1 else outs
+    g = OnnxGraph("weights.bin")
+    nodes, inits, weight, const, node = g.nodes, g.inits, g.weight, g.const, g.node
 
     def linear(x, name, din, dout, bias=True):
         y = node("MatMul", [x, weight(name + ".weight", [din, dout])], name=name + "/MatMul")
