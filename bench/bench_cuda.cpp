@@ -255,8 +255,11 @@ json run_training_plan(const planner::TrainingPlanResult& r, const std::map<std:
   float loss = 0.0f;
   std::memcpy(&loss, out[0].bytes.data(), 4);
   for (int i = 0; i < 3; ++i) ex.run_device();
-  std::vector<double> t;
-  for (int i = 0; i < steps; ++i) t.push_back(ex.run_device());
+  std::vector<double> t, issue;
+  for (int i = 0; i < steps; ++i) {
+    t.push_back(ex.run_device());
+    issue.push_back(ex.stats().issue_seconds);
+  }
   const std::uint64_t used = device_bytes_in_use() - before;
   json profile = json::object();
   if (profile_ops) {  // one more step, each op timed alone: seconds and count per op type (fused kind named)
@@ -288,6 +291,7 @@ json run_training_plan(const planner::TrainingPlanResult& r, const std::map<std:
           {"planned_peak_bytes", r.peak_bytes},
           {"step_seconds", median(t)},
           {"step_seconds_min", *std::min_element(t.begin(), t.end())},
+          {"issue_seconds", median(issue)},  // host time to launch the step: near step_seconds, launch-bound
           {"steps_timed", steps},
           {"estimated_step_seconds", r.estimated_step_seconds},
           {"recompute_overhead", r.recompute_overhead},

@@ -361,6 +361,7 @@ void Executor::run_schedule() {
   if (arena_) arena_->reset_touched();
   stats_.ops_run = stats_.views_elided = stats_.inplace_ops = stats_.staged_ops = stats_.concats_in_place = 0;
   std::vector<TensorRef> in, out;
+  const auto issue_start = std::chrono::steady_clock::now();
   backend_.begin_run();
   if (options_.profile_ops) stats_.op_seconds.assign(g_.ops.size(), 0.0);
   for (std::size_t step = 0; step < schedule_.size(); ++step) {
@@ -375,6 +376,7 @@ void Executor::run_schedule() {
     stats_.op_seconds[schedule_[step]] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   if (grad_sync_) grad_sync_->finish();
+  stats_.issue_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - issue_start).count();
   stats_.device_seconds = backend_.end_run();  // waits for the queues
   stats_.touched_bytes = arena_ ? arena_->touched_bytes() : 0;
   stats_.pool_peak_bytes = pool_ ? pool_->stats().peak_in_use_bytes : 0;

@@ -49,6 +49,9 @@ struct ExecStats {
   std::size_t concats_in_place = 0;  // Concats whose inputs were written into their slices of the output: not run
   double seconds = 0.0;              // the last run, inputs and outputs copied included
   double device_seconds = 0.0;       // the last run's schedule as the backend timed it (a GPU: events)
+  // The last run's host time to issue its schedule (before waiting for the device): near device_seconds, a GPU step
+  // is bound by launching its kernels, not by running them.
+  double issue_seconds = 0.0;
   std::vector<double> op_seconds;    // ExecOptions::profile_ops: per op id, the last run's wall seconds
   std::size_t reduce_calls = 0;      // data parallel: all-reduces per run (gradient buckets)
   std::uint64_t reduced_bytes = 0;   // data parallel: gradient bytes reduced per run

@@ -167,6 +167,35 @@ std::string narrow(DType d, const std::string& v) {
 
 }  // namespace
 
+// The output's index space with its dims merged where every strided operand steps on contiguously (fewer divisions
+// per element; a bias [C] over [B, S, C] reads through [B*S, C]), innermost group first; dims of extent 1 dropped.
+struct IndexSpace {
+  std::vector<std::int64_t> extents;
+  std::vector<std::vector<std::int64_t>> strides;  // per operand (strided ones), per group
+};
+
+IndexSpace index_space(const FusedSignature& sig, const std::vector<bool>& used) {
+  IndexSpace sp;
+  std::vector<std::size_t> strided;
+  for (std::size_t k = 0; k < sig.operands.size(); ++k)
+    if (used[k] && sig.operands[k].kind == OperandLayout::Kind::strided) strided.push_back(k);
+  sp.strides.resize(sig.operands.size());
+  for (std::size_t d = sig.out_dims.size(); d-- > 0;) {
+    const std::int64_t extent = sig.out_dims[d];
+    if (extent == 1) continue;
+    bool merge = !sp.extents.empty();
+    for (std::size_t k : strided)
+      merge = merge && sig.operands[k].strides[d] == sp.strides[k].back() * sp.extents.back();
+    if (merge) {
+      sp.extents.back() *= extent;
+      continue;
+    }
+    sp.extents.push_back(extent);
+    for (std::size_t k : strided) sp.strides[k].push_back(sig.operands[k].strides[d]);
+  }
+  return sp;
+}
+
 std::string fused_kernel_source(const FusedSignature& sig) {
   const FusedExpr& e = sig.expr;
   const auto used = referenced_operands(e);
@@ -198,76 +227,96 @@ std::string fused_kernel_source(const FusedSignature& sig) {
     for (std::size_t i = 0; i < e.nodes.size(); ++i) s << "  const float v" << i << " = " << node_code(e.nodes[i]) << ";\n";
     s << "  return v" << e.nodes.size() - 1 << ";\n}\n";
   }
+  const IndexSpace sp = index_space(sig, used);
+  bool any_strided = false, vectorisable = true;
+  for (std::uint32_t k = 0; k < e.num_inputs; ++k)
+    if (used[k] && sig.operands[k].kind == OperandLayout::Kind::strided) {
+      any_strided = true;
+      // Four consecutive elements read four consecutive operand elements (a vector load at an offset that is a
+      // multiple of 4), or one element (broadcast along the innermost group).
+      vectorisable = vectorisable && !sp.extents.empty() && sp.extents[0] % 4 == 0 && (sp.strides[k][0] == 0 || sp.strides[k][0] == 1);
+    }
+  std::int64_t total = 1;
+  for (auto d : sig.out_dims) total *= d;
+  // 32-bit indices where every index, and an index plus one grid of elements, fits (the divisions by the constant
+  // extents are then a multiply and a shift).
+  const bool narrow_index = total < (std::int64_t{1} << 30);
+  const char* idx = narrow_index ? "unsigned int" : "unsigned long long";
+  auto u = [&](std::int64_t v) { return std::to_string(v) + (narrow_index ? "u" : "ull"); };
   s << "extern \"C\" __global__ void __launch_bounds__(" << kThreads << ") memplan_fused(";
   for (std::uint32_t k = 0; k < e.num_inputs; ++k) s << "const " << storage_type(dt[k]) << "* __restrict__ in" << k << ", ";
   s << storage_type(sig.out_dtype) << "* __restrict__ out, unsigned long long n, int vec) {\n";
-  s << "  const unsigned long long stride = (unsigned long long)gridDim.x * "
-       "blockDim.x;\n";
-  s << "  const unsigned long long tid = (unsigned long long)blockIdx.x * "
-       "blockDim.x + threadIdx.x;\n";
-  bool vectorisable = true, any_strided = false;
-  for (std::uint32_t k = 0; k < e.num_inputs; ++k) {
-    const auto kind = sig.operands[k].kind;
-    if (!used[k]) continue;
-    if (kind == OperandLayout::Kind::scalar) s << "  const float s" << k << " = " << widen(dt[k], "in" + std::to_string(k) + "[0]") << ";\n";
-    vectorisable = vectorisable && kind != OperandLayout::Kind::strided;
-    any_strided = any_strided || kind == OperandLayout::Kind::strided;
-  }
-  auto call = [&](const std::string& lane, const std::string& idx) {
+  s << "  typedef " << idx << " idx_t;\n";
+  s << "  const idx_t chunk = (idx_t)gridDim.x * " << u(kThreads * kUnroll) << ";\n";
+  s << "  const idx_t first = (idx_t)blockIdx.x * " << u(kThreads * kUnroll) << " + threadIdx.x;\n";
+  for (std::uint32_t k = 0; k < e.num_inputs; ++k)
+    if (used[k] && sig.operands[k].kind == OperandLayout::Kind::scalar)
+      s << "  const float s" << k << " = " << widen(dt[k], "in" + std::to_string(k) + "[0]") << ";\n";
+  // Offsets o<k> of the strided operands for element index `at` (a variable name), over the merged index space.
+  auto offsets = [&](const std::string& at, const std::string& indent) {
+    if (!any_strided) return;
+    s << indent << "idx_t r = " << at << ";\n";
+    for (std::uint32_t k = 0; k < e.num_inputs; ++k)
+      if (used[k] && sig.operands[k].kind == OperandLayout::Kind::strided) s << indent << "idx_t o" << k << " = 0;\n";
+    for (std::size_t g = 0; g < sp.extents.size(); ++g) {
+      const bool last = g + 1 == sp.extents.size();
+      s << indent << "{ const idx_t q = " << (last ? std::string("r") : "r % " + u(sp.extents[g])) << ";";
+      if (!last) s << " r /= " << u(sp.extents[g]) << ";";
+      for (std::uint32_t k = 0; k < e.num_inputs; ++k)
+        if (used[k] && sig.operands[k].kind == OperandLayout::Kind::strided && sp.strides[k][g] != 0)
+          s << " o" << k << " += q * " << u(sp.strides[k][g]) << ";";
+      s << " }\n";
+    }
+  };
+  // The value of operand k for one element: lane "" is the scalar path, x/y/z/w a lane of the vector path.
+  auto call = [&](const std::string& lane) {
     std::string c = "memplan_expr(";
     for (std::uint32_t k = 0; k < e.num_inputs; ++k) {
       if (k) c += ", ";
-      const auto kind = sig.operands[k].kind;
+      const auto& l = sig.operands[k];
       const std::string K = std::to_string(k);
       if (!used[k]) c += "0.0f";
-      else if (kind == OperandLayout::Kind::scalar) c += "s" + K;
-      else if (kind == OperandLayout::Kind::full) c += widen(dt[k], lane.empty() ? "in" + K + "[" + idx + "]" : "a" + K + "[u]." + lane);
-      else c += widen(dt[k], "in" + K + "[o" + K + "]");
+      else if (l.kind == OperandLayout::Kind::scalar) c += "s" + K;
+      else if (lane.empty()) c += widen(dt[k], l.kind == OperandLayout::Kind::full ? "in" + K + "[i]" : "in" + K + "[o" + K + "]");
+      else if (l.kind == OperandLayout::Kind::strided && sp.strides[k][0] == 0) c += "b" + K + "[u]";
+      else c += widen(dt[k], "a" + K + "[u]." + lane);
     }
     return c + ")";
   };
+  // Each thread handles kUnroll vectors (or elements) kThreads apart within its block's chunk: all loads are issued
+  // before the first result is computed, and one chunk per block covers the tensor in one pass (a grid-stride loop
+  // only past the grid limit).
   if (vectorisable) {
-    // The caller sets vec only when n % 4 == 0 and every pointer is 16-byte aligned. Each thread keeps
-    // kUnroll vectors of 4 elements (float4, or ushort4 for 16-bit storage) per operand in flight, and loads the
-    // next tile before computing the current one, so long expressions overlap their arithmetic with the loads.
-    auto load = [&](const std::string& arr, const std::string& at) {
-      for (std::uint32_t k = 0; k < e.num_inputs; ++k)
-        if (used[k] && sig.operands[k].kind == OperandLayout::Kind::full)
-          s << "      #pragma unroll\n      for (int u = 0; u < " << kUnroll << "; ++u) { const unsigned long long i = " << at
-            << " + u * stride; if (i < n4) " << arr << k << "[u] = reinterpret_cast<const " << vector_type(dt[k]) << "*>(in" << k
-            << ")[i]; }\n";
-    };
-    s << "  if (vec) {\n    const unsigned long long n4 = n >> 2, step = " << kUnroll << " * stride;\n";
-    for (std::uint32_t k = 0; k < e.num_inputs; ++k)
-      if (used[k] && sig.operands[k].kind == OperandLayout::Kind::full)
-        s << "    " << vector_type(dt[k]) << " a" << k << "[" << kUnroll << "], b" << k << "[" << kUnroll << "];\n";
-    load("a", "tid");
-    s << "    for (unsigned long long base = tid; base < n4; base += step) {\n";
-    load("b", "base + step");
-    s << "      #pragma unroll\n      for (int u = 0; u < " << kUnroll << "; ++u) {\n";
-    s << "        const unsigned long long i = base + u * stride;\n        if "
-         "(i >= n4) break;\n        " << vector_type(sig.out_dtype) << " r;\n";
-    for (const char* lane : {"x", "y", "z", "w"}) s << "        r." << lane << " = " << narrow(sig.out_dtype, call(lane, "")) << ";\n";
-    s << "        reinterpret_cast<" << vector_type(sig.out_dtype) << "*>(out)[i] = r;\n      }\n";
-    for (std::uint32_t k = 0; k < e.num_inputs; ++k)
-      if (used[k] && sig.operands[k].kind == OperandLayout::Kind::full)
-        s << "      #pragma unroll\n      for (int u = 0; u < " << kUnroll << "; ++u) a" << k << "[u] = b" << k << "[u];\n";
-    s << "    }\n    return;\n  }\n";
-  }
-  s << "  for (unsigned long long i = tid; i < n; i += stride) {\n";
-  if (any_strided) {
-    s << "    unsigned long long r = i;\n";
-    for (std::uint32_t k = 0; k < e.num_inputs; ++k)
-      if (used[k] && sig.operands[k].kind == OperandLayout::Kind::strided) s << "    long long o" << k << " = 0;\n";
-    for (std::size_t d = sig.out_dims.size(); d-- > 0;) {
-      s << "    { const long long q = (long long)(r % " << sig.out_dims[d] << "ULL); r /= " << sig.out_dims[d] << "ULL;";
-      for (std::uint32_t k = 0; k < e.num_inputs; ++k)
-        if (used[k] && sig.operands[k].kind == OperandLayout::Kind::strided && sig.operands[k].strides[d] != 0)
-          s << " o" << k << " += q * " << sig.operands[k].strides[d] << "LL;";
-      s << " }\n";
+    s << "  if (vec) {\n    const idx_t n4 = (idx_t)(n >> 2);\n";
+    for (std::uint32_t k = 0; k < e.num_inputs; ++k) {
+      const auto& l = sig.operands[k];
+      if (!used[k] || l.kind == OperandLayout::Kind::scalar) continue;
+      if (l.kind == OperandLayout::Kind::strided && sp.strides[k][0] == 0) s << "    float b" << k << "[" << kUnroll << "];\n";
+      else s << "    " << vector_type(dt[k]) << " a" << k << "[" << kUnroll << "];\n";
     }
+    s << "    for (idx_t base = first; base < n4; base += chunk) {\n";
+    s << "      #pragma unroll\n      for (int u = 0; u < " << kUnroll << "; ++u) {\n";
+    s << "        const idx_t i = base + u * " << u(kThreads) << ";\n        if (i >= n4) break;\n";
+    offsets("i * " + u(4), "        ");
+    for (std::uint32_t k = 0; k < e.num_inputs; ++k) {
+      const auto& l = sig.operands[k];
+      if (!used[k] || l.kind == OperandLayout::Kind::scalar) continue;
+      const std::string K = std::to_string(k), vt = vector_type(dt[k]);
+      if (l.kind == OperandLayout::Kind::full) s << "        a" << K << "[u] = reinterpret_cast<const " << vt << "*>(in" << K << ")[i];\n";
+      else if (sp.strides[k][0] == 0) s << "        b" << K << "[u] = " << widen(dt[k], "in" + K + "[o" + K + "]") << ";\n";
+      else s << "        a" << K << "[u] = reinterpret_cast<const " << vt << "*>(in" << K << ")[o" << K << " >> 2];\n";
+    }
+    s << "      }\n      #pragma unroll\n      for (int u = 0; u < " << kUnroll << "; ++u) {\n";
+    s << "        const idx_t i = base + u * " << u(kThreads) << ";\n        if (i >= n4) break;\n";
+    s << "        " << vector_type(sig.out_dtype) << " r;\n";
+    for (const char* lane : {"x", "y", "z", "w"}) s << "        r." << lane << " = " << narrow(sig.out_dtype, call(lane)) << ";\n";
+    s << "        reinterpret_cast<" << vector_type(sig.out_dtype) << "*>(out)[i] = r;\n      }\n    }\n    return;\n  }\n";
   }
-  s << "    out[i] = " << narrow(sig.out_dtype, call("", "i")) << ";\n  }\n}\n";
+  s << "  for (idx_t base = first; base < (idx_t)n; base += chunk) {\n";
+  s << "    #pragma unroll\n    for (int u = 0; u < " << kUnroll << "; ++u) {\n";
+  s << "      const idx_t i = base + u * " << u(kThreads) << ";\n      if (i >= (idx_t)n) break;\n";
+  offsets("i", "      ");
+  s << "      out[i] = " << narrow(sig.out_dtype, call("")) << ";\n    }\n  }\n}\n";
   return s.str();
 }
 
@@ -276,7 +325,6 @@ FusedKernelCache::FusedKernelCache() {
   check(cudaGetDevice(&dev), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "compute capability");
   check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "compute capability");
-  check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, dev), "multiprocessor count");
   arch_ = "--gpu-architecture=sm_" + std::to_string(major) + std::to_string(minor);
 }
 
@@ -318,20 +366,62 @@ cudaKernel_t FusedKernelCache::get(const std::string& source) {
   return fn;
 }
 
+namespace {
+
+template <class T>
+void append_raw(std::string& key, const T& v) {
+  key.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+// Everything the generated source depends on, as bytes: a map key far cheaper to build than the source itself
+// (the executor launches the same signatures every step).
+std::string signature_key(const FusedSignature& sig) {
+  std::string key;
+  key.reserve(64 + sig.body.size() + 24 * sig.expr.nodes.size());
+  append_raw(key, sig.expr.num_inputs);
+  append_raw(key, sig.expr.nodes.size());
+  for (const auto& n : sig.expr.nodes) {
+    append_raw(key, n.op);
+    append_raw(key, n.a);
+    append_raw(key, n.b);
+    append_raw(key, n.p0);
+    append_raw(key, n.p1);
+  }
+  append_raw(key, sig.out_dims.size());
+  for (auto d : sig.out_dims) append_raw(key, d);
+  for (const auto& l : sig.operands) {
+    append_raw(key, l.kind);
+    append_raw(key, l.strides.size());
+    for (auto st : l.strides) append_raw(key, st);
+  }
+  append_raw(key, sig.operand_dtypes.size());
+  for (auto d : sig.operand_dtypes) append_raw(key, d);
+  append_raw(key, sig.out_dtype);
+  key += sig.body;
+  return key;
+}
+
+}  // namespace
+
 void FusedKernelCache::launch(const FusedSignature& sig, const std::vector<const void*>& operands, void* out,
                               cudaStream_t stream) {
   if (operands.size() != sig.operands.size()) fail(ErrorKind::runtime, "fused kernel: operand count mismatch");
   unsigned long long n = 1;
   for (auto d : sig.out_dims) n *= static_cast<unsigned long long>(d);
   if (n == 0) return;
-  cudaKernel_t fn = get(fused_kernel_source(sig));
+  std::string key = signature_key(sig);
+  auto hit = by_signature_.find(key);
+  if (hit == by_signature_.end()) hit = by_signature_.emplace(std::move(key), get(fused_kernel_source(sig))).first;
+  cudaKernel_t fn = hit->second;
   auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
   int vec = n % 4 == 0 && aligned(out);
   for (std::size_t k = 0; k < operands.size(); ++k)
-    if (sig.operands[k].kind == OperandLayout::Kind::full) vec = vec && aligned(operands[k]);
-  const unsigned long long per_block = static_cast<unsigned long long>(kThreads) * (vec ? 4 * kUnroll : 1);
+    if (sig.operands[k].kind != OperandLayout::Kind::scalar) vec = vec && aligned(operands[k]);
+  // One chunk of kThreads * kUnroll vectors (or elements) per block, the grid covering the tensor once (the kernel's
+  // grid-stride loop only runs past the cap).
+  const unsigned long long per_block = static_cast<unsigned long long>(kThreads) * kUnroll * (vec ? 4 : 1);
   const unsigned long long want = (n + per_block - 1) / per_block;
-  const unsigned blocks = static_cast<unsigned>(std::min<unsigned long long>(want, static_cast<unsigned long long>(sm_count_) * 8));
+  const unsigned blocks = static_cast<unsigned>(std::min<unsigned long long>(want, 1ull << 30));
   std::vector<const void*> ptrs = operands;  // cudaLaunchKernel takes the address of each argument
   std::vector<void*> args;
   for (const void*& p : ptrs) args.push_back(&p);

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "analysis/fused_expr.hpp"
@@ -81,8 +82,8 @@ class FusedKernelCache {
   cudaKernel_t get(const std::string& source);
   // Runtime-API libraries (no link to the driver library, so binaries load on machines without one).
   std::map<std::string, std::pair<cudaLibrary_t, cudaKernel_t>> modules_;
+  std::unordered_map<std::string, cudaKernel_t> by_signature_;  // signature bytes -> kernel: no source text per launch
   std::string arch_;
-  int sm_count_ = 0;
   double compile_seconds_ = 0.0;
 };
 

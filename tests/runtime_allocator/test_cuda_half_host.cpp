@@ -121,3 +121,23 @@ TEST_CASE("a bf16/f16 MLP training graph in torch.autocast's form runs on CUDA k
   }
 }
 #endif
+
+TEST_CASE("generated kernels read broadcast operands as vectors over merged dims (no device needed)") {
+  const FusedExpr e = three_operand_expr();
+  // A bias [C] and a per-row scale [B, S, 1] over [B, S, C]: the bias is one vector load per 4 elements at an offset
+  // found with one division ([B*S, C] merged), the scale one element per vector; 32-bit index arithmetic.
+  const std::string src = fused_kernel_source(make_signature(e, {{4, 6, 8}, {8}, {4, 6, 1}}, {4, 6, 8}));
+  CAPTURE(src);
+  CHECK(contains(src, "reinterpret_cast<const float4*>(in1)[o1 >> 2]"));
+  CHECK(contains(src, "b2[u] = in2[o2]"));
+  CHECK(contains(src, "typedef unsigned int idx_t"));
+  CHECK(contains(src, "r % 8u"));
+  CHECK_FALSE(contains(src, "r % 6u"));  // B and S merged for both operands
+  CHECK_FALSE(nvrtc_compile(src, "--gpu-architecture=sm_90").empty());
+  // An inner group of 3 cannot be read in vectors: only the scalar path reads the strided operand.
+  const std::string odd = fused_kernel_source(make_signature(e, {{4, 6, 3}, {3}, {1}}, {4, 6, 3}));
+  CHECK_FALSE(contains(odd, "if (vec)"));
+  // Past 2^30 elements the indices are 64-bit.
+  CHECK(contains(fused_kernel_source(make_signature(e, {{1 << 16, 1 << 15}, {1 << 15}, {1}}, {1 << 16, 1 << 15})),
+                 "typedef unsigned long long idx_t"));
+}
