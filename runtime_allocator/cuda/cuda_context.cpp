@@ -80,12 +80,23 @@ Context::Context(int device, bool allow_tf32) : device_(device) {
 }
 
 Context::~Context() {
+  if (scratch_) (void)cudaFree(scratch_);
 #ifdef MEMPLAN_HAVE_CUDNN
   if (cudnn_) (void)cudnnDestroy(cudnn_);
 #endif
   if (cublas_) (void)cublasDestroy(cublas_);
   if (copy_stream_) (void)cudaStreamDestroy(copy_stream_);
   if (stream_) (void)cudaStreamDestroy(stream_);
+}
+
+void* Context::scratch(std::size_t bytes) {
+  if (bytes <= scratch_bytes_) return scratch_;
+  if (scratch_) check(cudaFree(scratch_), "freeing the kernels' scratch");
+  scratch_ = nullptr;
+  scratch_bytes_ = 0;
+  check(cudaMalloc(&scratch_, bytes), "allocating " + std::to_string(bytes) + " bytes of kernels' scratch");
+  scratch_bytes_ = bytes;
+  return scratch_;
 }
 
 void Context::synchronize() const {

@@ -64,6 +64,10 @@ class Context {
   cudnnHandle_t cudnn() const noexcept { return cudnn_; }
 #endif
   void synchronize() const;
+  // A device buffer of at least `bytes` for kernels' partial results (the column reductions' partial sums), grown on
+  // demand (growing frees the old one, which synchronizes the device) and kept for the context's life: used by one
+  // stream's consecutive kernels at a time, it is part of the process's fixed device memory, not of the plan.
+  void* scratch(std::size_t bytes);
 
  private:
   int device_ = 0;
@@ -74,6 +78,8 @@ class Context {
 #ifdef MEMPLAN_HAVE_CUDNN
   cudnnHandle_t cudnn_ = nullptr;
 #endif
+  void* scratch_ = nullptr;
+  std::size_t scratch_bytes_ = 0;
 };
 
 }  // namespace memplan::runtime::cuda

@@ -216,7 +216,10 @@ void reduce_axes(ExecState& s, const Op& op, TensorId in, TensorId out, const st
       spec.out_strides[spec.out_rank++] = st[k];
     }
   }
-  cuda::reduce(s.ptr[in], s.ptr[out], spec, s.ctx.stream());  // qualified: std::reduce is found by ADL on std::byte*
+  const int sms = s.ctx.props().multiProcessorCount;
+  const std::size_t partial = reduce_partial_floats(spec, sms);
+  float* partials = partial ? static_cast<float*>(s.ctx.scratch(partial * sizeof(float))) : nullptr;
+  cuda::reduce(s.ptr[in], s.ptr[out], spec, s.ctx.stream(), partials, sms);  // qualified: std::reduce is found by ADL
 }
 
 namespace {

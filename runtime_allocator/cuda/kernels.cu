@@ -1,4 +1,5 @@
 // Hand-written CUDA kernels of the executor: strided copies, softmax, layer norm, reductions, gather.
+#include <algorithm>
 #include <cfloat>
 
 #include "runtime_allocator/cuda/block_reduce.cuh"
@@ -142,11 +143,116 @@ void layer_norm(const float* x, const float* scale, const float* bias, float* y,
   check_launch("layer_norm");
 }
 
-void reduce(const void* x, void* y, const ReduceSpec& spec, cudaStream_t stream) {
+namespace {
+
+// The reduction as [rows, cols] summed over rows when it is a sum or mean over a contiguous prefix of the axes of a
+// contiguous input (size-1 axes aside), keeping the contiguous suffix; false otherwise.
+bool column_shape(const ReduceSpec& s, std::int64_t& rows, std::int64_t& cols) {
+  if (s.kind != ReduceSpec::sum && s.kind != ReduceSpec::mean) return false;
+  std::int64_t stride = 1;
+  cols = 1;
+  for (int k = s.out_rank - 1; k >= 0; --k) {
+    if (s.out_dims[k] == 1) continue;
+    if (s.out_strides[k] != stride) return false;
+    stride *= s.out_dims[k];
+    cols *= s.out_dims[k];
+  }
+  rows = 1;
+  for (int k = s.red_rank - 1; k >= 0; --k) {
+    if (s.red_dims[k] == 1) continue;
+    if (s.red_strides[k] != stride) return false;
+    stride *= s.red_dims[k];
+    rows *= s.red_dims[k];
+  }
+  return true;
+}
+
+constexpr int kColTile = 32;   // columns per block (one warp's lanes: coalesced rows)
+constexpr int kRowLanes = 8;   // warps per block, each its own rows
+
+// Row chunks: enough blocks to fill the device about 4 times over, each chunk at least 64 rows.
+std::int64_t column_chunks(std::int64_t rows, std::int64_t cols, int sms) {
+  const std::int64_t tiles = (cols + kColTile - 1) / kColTile;
+  const std::int64_t want = (4LL * (sms > 0 ? sms : 132) + tiles - 1) / tiles;
+  return std::max<std::int64_t>(1, std::min<std::int64_t>({want, (rows + 63) / 64, 256}));
+}
+
+// Block (column tile, chunk): sums rows [chunk * per, ...) of its 32 columns; warps take rows kRowLanes apart, each
+// lane one column, and add up in shared memory in lane order. One chunk: the result, scaled; else a partial sum.
+template <typename T>
+__global__ void column_sum_kernel(const T* x, T* y, float* partials, std::int64_t rows, std::int64_t cols, std::int64_t per,
+                                  float scale, bool direct) {
+  __shared__ float part[kRowLanes][kColTile + 1];
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kColTile + threadIdx.x;
+  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * per, r1 = min(rows, r0 + per);
+  float acc = 0.0f;
+  if (c < cols) {
+    std::int64_t r = r0 + threadIdx.y;
+    for (; r + 3 * kRowLanes < r1; r += 4 * kRowLanes) {  // four loads in flight per thread
+      const float a = widen(x[r * cols + c]), b = widen(x[(r + kRowLanes) * cols + c]);
+      const float d = widen(x[(r + 2 * kRowLanes) * cols + c]), e = widen(x[(r + 3 * kRowLanes) * cols + c]);
+      acc += a;
+      acc += b;
+      acc += d;
+      acc += e;
+    }
+    for (; r < r1; r += kRowLanes) acc += widen(x[r * cols + c]);
+  }
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= cols) return;
+  float sum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kRowLanes; ++w) sum += part[w][threadIdx.x];
+  if (direct) y[c] = narrow<T>(sum * scale);
+  else partials[blockIdx.y * cols + c] = sum;
+}
+
+// y[c] = scale * sum over the chunks' partial sums, in chunk order.
+template <typename T>
+__global__ void column_finish_kernel(const float* partials, T* y, std::int64_t chunks, std::int64_t cols, float scale) {
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float sum = 0.0f;
+  for (std::int64_t p = 0; p < chunks; ++p) sum += partials[p * cols + c];
+  y[c] = narrow<T>(sum * scale);
+}
+
+template <typename T>
+void column_sum(const T* x, T* y, float* partials, std::int64_t rows, std::int64_t cols, float scale, int sms, cudaStream_t stream) {
+  const std::int64_t chunks = column_chunks(rows, cols, sms), per = (rows + chunks - 1) / chunks;
+  const dim3 grid(static_cast<unsigned>((cols + kColTile - 1) / kColTile), static_cast<unsigned>(chunks));
+  column_sum_kernel<<<grid, dim3(kColTile, kRowLanes), 0, stream>>>(x, y, partials, rows, cols, per, scale, chunks == 1);
+  if (chunks > 1)
+    column_finish_kernel<<<static_cast<unsigned>((cols + 255) / 256), 256, 0, stream>>>(partials, y, chunks, cols, scale);
+}
+
+}  // namespace
+
+std::size_t reduce_partial_floats(const ReduceSpec& spec, int sms) {
+  std::int64_t rows = 0, cols = 0;
+  if (!column_shape(spec, rows, cols) || rows == 0 || cols == 0) return 0;
+  const std::int64_t chunks = column_chunks(rows, cols, sms);
+  return chunks > 1 ? static_cast<std::size_t>(chunks * cols) : 0;
+}
+
+void reduce(const void* x, void* y, const ReduceSpec& spec, cudaStream_t stream, float* partials, int sms) {
   std::int64_t outs = 1, reds = 1;
   for (int k = 0; k < spec.out_rank; ++k) outs *= spec.out_dims[k];
   for (int k = 0; k < spec.red_rank; ++k) reds *= spec.red_dims[k];
   if (outs == 0) return;
+  std::int64_t rows = 0, cols = 0;
+  if (reds > 0 && column_shape(spec, rows, cols) && (partials || reduce_partial_floats(spec, sms) == 0)) {
+    const float scale = spec.kind == ReduceSpec::mean ? spec.scale / static_cast<float>(reds) : spec.scale;
+    if (spec.storage == ReduceSpec::bf16)
+      column_sum(static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(y), partials, rows, cols, scale, sms, stream);
+    else if (spec.storage == ReduceSpec::f16)
+      column_sum(static_cast<const __half*>(x), static_cast<__half*>(y), partials, rows, cols, scale, sms, stream);
+    else
+      column_sum(static_cast<const float*>(x), static_cast<float*>(y), partials, rows, cols, scale, sms, stream);
+    check_launch("column reduce");
+    return;
+  }
   const unsigned blocks = static_cast<unsigned>(outs);
   if (spec.storage == ReduceSpec::bf16)
     reduce_kernel<<<blocks, block_for_row(reds), 0, stream>>>(static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(y),

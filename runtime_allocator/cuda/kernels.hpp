@@ -51,7 +51,12 @@ struct ReduceSpec {
   std::int64_t red_dims[kMaxRank] = {};
   std::int64_t red_strides[kMaxRank] = {};
 };
-void reduce(const void* x, void* y, const ReduceSpec& spec, cudaStream_t stream);
+// `partials` (may be null when reduce_partial_floats is 0): device scratch of reduce_partial_floats(spec, sms) floats.
+// Sums and means over a contiguous prefix of axes into a contiguous suffix (a bias gradient: [B, S, C] -> [C]) run
+// as column reductions: coalesced rows, the rows split over blocks whose partial sums are added in a fixed order
+// (deterministic); every other reduction one block per output element.
+void reduce(const void* x, void* y, const ReduceSpec& spec, cudaStream_t stream, float* partials = nullptr, int sms = 0);
+std::size_t reduce_partial_floats(const ReduceSpec& spec, int sms);
 
 // Gather along an axis: data viewed as [outer, axis_dim, inner] (elements of elem_bytes), int64 indices
 // (negative ones count from the end) -> out [outer, count, inner].

@@ -338,6 +338,24 @@ TEST_CASE("AveragePoolGrad, SliceGrad, GatherGrad and SplitGrad on the GPU equal
   }
 }
 
+TEST_CASE("ReduceSumTo and ReduceMean over leading axes (the column reductions) on the GPU equal the CPU kernels") {
+  if (!runtime::cuda::cuda_available()) std::exit(77);
+  std::mt19937 rng(11);
+  OpGraph b;
+  // A bias gradient split over many row chunks, one with a single chunk, odd column counts, a kept axis of size 1.
+  const TensorId dy = b.input("dy", random_f32({6, 301, 70}, rng));
+  const TensorId db = b.result("db", DType::f32, {70});
+  b.op("ReduceSumTo", "memplan", {dy}, {db}, {{"scale", float_attr(0.5)}});
+  const TensorId dk = b.result("dk", DType::f32, {1, 301, 70});
+  b.op("ReduceSumTo", "memplan", {dy}, {dk});
+  const TensorId small = b.input("small", random_f32({5, 3, 33}, rng));
+  const TensorId ds = b.result("ds", DType::f32, {1, 1, 33});
+  b.op("ReduceSumTo", "memplan", {small}, {ds});
+  const TensorId mean = b.result("mean", DType::f32, {1, 1, 70});
+  b.op("ReduceMean", "", {dy}, {mean}, {{"axes", ints_attr({0, 1})}});
+  check_against_cpu(b, {db, dk, ds, mean}, 1e-5);
+}
+
 TEST_CASE("training-mode Dropout draws bit-identical masks and outputs on the GPU and the CPU, and DropoutGrad agrees") {
   if (!runtime::cuda::cuda_available()) std::exit(77);
   std::mt19937 rng(6);
