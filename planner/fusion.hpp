@@ -59,11 +59,20 @@ struct FuseOptions {
   bool elementwise = true;  // remaining elementwise chains -> memplan FusedElementwise
   bool layouts = true;      // Transpose into a consumer that reads strides (MatMul operands) -> no copy
   bool training = false;    // the graph will be trained (FusionOptions::training)
+  // GELU and RMSNorm written out as arithmetic in the model's Python (Hugging Face's NewGELUActivation, T5's and
+  // Llama's RMSNorm) fuse too. Off: only what PyTorch runs as one library kernel: GELU in the association the
+  // exporters give F.gelu (fusion_gelu.cpp), LayerNorm in any form, no decomposed RMSNorm (F.rms_norm has no
+  // decomposition in the TorchScript exporter: a decomposed RMSNorm is Python arithmetic, run op by op).
+  bool composite = true;
   // Nothing fused (`--no-fuse`).
   static FuseOptions none() { return {false, false, false, false, false}; }
-  // What PyTorch eager runs as single kernels: its library ops (LayerNorm, GELU, SDPA when `sdpa`), no
+  // What PyTorch eager runs as single kernels: its library ops (LayerNorm, F.gelu, SDPA when `sdpa`), no
   // general elementwise fusion and no layout rewriting (used to predict PyTorch's peak).
-  static FuseOptions pytorch_eager(bool sdpa) { return {sdpa, true, true, false, false}; }
+  static FuseOptions pytorch_eager(bool sdpa) {
+    FuseOptions o{sdpa, true, true, false, false};
+    o.composite = false;
+    return o;
+  }
 };
 
 // Runs the enabled passes in the order attention, norms, gelu, layouts, elementwise on a graph with
@@ -72,8 +81,10 @@ FusionResult fuse_graph(const analysis::Graph& g, const FuseOptions& opts = {});
 
 // The passes (each one a whole rewrite; fuse_graph chains them).
 FusionResult fuse_attention(const analysis::Graph& g);  // fusion_attention.cpp
-FusionResult fuse_norms(const analysis::Graph& g);      // fusion_norms.cpp: LayerNorm and RMSNorm
-FusionResult fuse_gelu(const analysis::Graph& g);       // fusion_gelu.cpp: erf and tanh forms
+// fusion_norms.cpp: LayerNorm and (with `rms`) RMSNorm
+FusionResult fuse_norms(const analysis::Graph& g, bool rms = true);
+// fusion_gelu.cpp: erf and tanh forms; without `composite` only F.gelu's exported association
+FusionResult fuse_gelu(const analysis::Graph& g, bool composite = true);
 FusionResult fuse_layouts(const analysis::Graph& g);    // fusion_layouts.cpp
 
 // Groups maximal sets of fusible ops whose internal tensors are read only inside the group and are not

@@ -26,8 +26,8 @@ FusionResult fuse_graph(const analysis::Graph& g, const FuseOptions& opts) {
     }
   };
   run(opts.attention, &fuse_attention);
-  run(opts.norms, &fuse_norms);
-  run(opts.gelu, &fuse_gelu);
+  run(opts.norms, [&](const analysis::Graph& x) { return fuse_norms(x, opts.composite); });
+  run(opts.gelu, [&](const analysis::Graph& x) { return fuse_gelu(x, opts.composite); });
   run(opts.layouts, &fuse_layouts);
   FusionOptions elementwise;
   elementwise.training = opts.training;

@@ -145,15 +145,18 @@ Op fused_norm(const NormMatch& n) {
   return op;
 }
 
-std::optional<Found> found_norm(const Graph& g, OpId o) {
+std::optional<Found> norm_at(const Graph& g, OpId o, bool rms) {
   if (!is(g, o, "ReduceMean")) return std::nullopt;
   const auto n = match_norm(g, o);
-  if (!n) return std::nullopt;
+  if (!n || (n->rms && !rms)) return std::nullopt;
   return Found{n->m, fused_norm(*n), n->rms ? "rms_norm" : "layer_norm"};
 }
 
+std::optional<Found> found_norm(const Graph& g, OpId o) { return norm_at(g, o, true); }
+std::optional<Found> found_layer_norm(const Graph& g, OpId o) { return norm_at(g, o, false); }
+
 }  // namespace
 
-FusionResult fuse_norms(const Graph& g) { return fuse_matches(g, &found_norm); }
+FusionResult fuse_norms(const Graph& g, bool rms) { return fuse_matches(g, rms ? &found_norm : &found_layer_norm); }
 
 }  // namespace memplan::planner

@@ -231,9 +231,38 @@ TEST_CASE("fused GELUs compute what the decomposed ones do (erf and tanh forms, 
   const auto cube = n.op("Mul", {n.op("Pow", {x, n.k(3.0)}), n.k(0.044714998453855515)});
   const auto t = n.op("Tanh", {n.op("Mul", {n.op("Add", {x, cube}), n.k(0.7978845834732056)})});
   n.output(n.op("Mul", {n.op("Mul", {x, n.k(0.5)}), n.op("Add", {t, n.k(1.0)})}));
-  const auto res = fuse_and_compare(n, "Gelu", 3);
+  // torch's F.gelu(approximate="tanh") as the TorchScript exporter writes it: 0.5 * (x * (1 + tanh(c * (x + k * x*(x*x)))))
+  const auto cube3 = n.op("Mul", {n.k(0.044714998453855515), n.op("Mul", {x, n.op("Mul", {x, x})})});
+  const auto t3 = n.op("Tanh", {n.op("Mul", {n.k(0.7978845834732056), n.op("Add", {x, cube3})})});
+  n.output(n.op("Mul", {n.k(0.5), n.op("Mul", {x, n.op("Add", {n.k(1.0), t3})})}));
+  const auto res = fuse_and_compare(n, "Gelu", 4);
   CHECK(count(res.graph, "Erf") == 0);
   CHECK(count(res.graph, "Tanh") == 0);
+  CHECK(count(res.graph, "Mul") == 0);
+  // What PyTorch eager runs as one kernel: the two F.gelu associations (0.5 applied last, x^3 as products), not the
+  // Python GELUs that scale x first or take Pow(x, 3).
+  const auto eager = planner::fuse_graph(n.o.g, planner::FuseOptions::pytorch_eager(true));
+  CHECK(count(eager.graph, "Gelu") == 2);
+  CHECK(count(eager.graph, "Erf") == 1);
+  CHECK(count(eager.graph, "Tanh") == 1);
+}
+
+TEST_CASE("PyTorch-eager fusion keeps what PyTorch runs op by op: Python GELUs and decomposed RMSNorms of real exports") {
+  // BERT and DeiT call F.gelu / nn.GELU; GPT-2, Phi and T5 use Hugging Face's NewGELUActivation (Python arithmetic);
+  // Llama's and T5's RMSNorms are Python arithmetic (F.rms_norm does not export to opset 17).
+  const std::map<std::string, std::pair<std::size_t, std::size_t>> cases{  // file -> (eager Gelus, eager RMSNorms)
+      {"bert_small.train.onnx", {5, 0}}, {"deit_tiny.train.onnx", {12, 0}}, {"gpt2_small.train.onnx", {0, 0}},
+      {"t5_encoder.train.onnx", {0, 0}}, {"llama_gqa.train.onnx", {0, 0}}};
+  for (const auto& c : cases) {
+    INFO(c.first);
+    const Graph g = load(c.first);
+    const auto eager = planner::fuse_graph(g, planner::FuseOptions::pytorch_eager(true));
+    CHECK(count(eager.graph, "Gelu") == c.second.first);
+    CHECK(count(eager.graph, analysis::memplan_ops::kRMSNormalization) == c.second.second);
+    const auto all = planner::fuse_graph(g, kNormsAndGelu);
+    CHECK(count(all.graph, "Gelu") >= c.second.first);
+    check_rebuilds(eager.graph);
+  }
 }
 
 TEST_CASE("near misses stay unfused: a mean over another axis, no epsilon, a non-trailing axis, a shared intermediate") {
