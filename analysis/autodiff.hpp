@@ -67,6 +67,9 @@ struct GradRule {
   GradFn fn = nullptr;
   std::uint32_t diff_inputs = 0;   // bit i: input i can take a gradient
   std::uint32_t diff_outputs = 0;  // bit i: output i carries a gradient back
+  // Optional: the inputs of this op that take no gradient of their own in its configuration (a packed attention's
+  // one tensor, read as Q, K and V, takes one gradient through input 0): a mask that narrows diff_inputs.
+  std::uint32_t (*narrow_inputs)(const Op& op) = nullptr;
 };
 using GradTable = std::unordered_map<std::string, GradRule>;  // key: forward op type (default domain)
 

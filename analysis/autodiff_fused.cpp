@@ -17,6 +17,8 @@ void fused_attention(GradContext& c) {
   std::vector<TensorId> inputs{c.dy(), c.in(0), c.in(1), c.in(2), c.out(0), lse};
   if (bias != kNoTensor) inputs.push_back(bias);
   std::vector<TensorId> outs;
+  // Packed Q, K, V (one input tensor read three times): one gradient, every slot of output 0 (fused_ops.hpp);
+  // packed_inputs keeps inputs 1 and 2 from wanting their own.
   for (std::size_t i = 0; i < 4; ++i) outs.push_back(c.wants(i) ? c.grad_tensor(i) : kNoTensor);
   while (!outs.empty() && outs.back() == kNoTensor) outs.pop_back();
   auto attrs = f.attrs;
@@ -26,11 +28,13 @@ void fused_attention(GradContext& c) {
     if (outs[i] != kNoTensor) c.give(i, outs[i]);
 }
 
+std::uint32_t packed_inputs(const Op& op) { return op.attr_string("q_layout", "bhsd") == "packed" ? 0x9u : 0xfu; }
+
 }  // namespace
 
 void add_fused_grads(GradTable& t) {
   // Q, K, V and the bias (bit 3) take gradients; only O carries one back (LSE is saved, not differentiated).
-  t[std::string(memplan_ops::kFusedAttention)] = {fused_attention, 0xfu, 1u};
+  t[std::string(memplan_ops::kFusedAttention)] = {fused_attention, 0xfu, 1u, packed_inputs};
 }
 
 }  // namespace memplan::analysis::autodiff

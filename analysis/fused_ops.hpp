@@ -18,6 +18,9 @@ namespace memplan::analysis {
 //            to [B, Hq, Sq, Sk]: float is added to the scaled scores, boolean is a mask (true: attend).
 //   outputs  0 O [B, Hq, Sq, Dv] in o_layout; 1 LSE (optional) float32 [B, Hq, Sq]: the natural log of the sum of
 //            exp(scores) over the row, before dropout (-inf for a row with every key masked; its O is 0).
+//            Layout "packed" (Q, K and V together, or none): inputs 0, 1, 2 are one tensor [B, S, 3, H, D] (a fused
+//            qkv projection reshaped, as ViT, DeiT and Swin write it) and attrs q_slot, k_slot, v_slot (default 0,
+//            1, 2, distinct, below 3) say which index of axis 2 each reads; no copy splits it into heads.
 //   attrs    scale (float): scores = scale * Q K^T + bias; causal (int): key j > query i is masked (top-left
 //            aligned, as torch's is_causal); dropout_ratio (float, default 0) with seed (int): the probabilities
 //            are dropped with dropout_mask.hpp's hash of (seed, index of [b, h, i, j] in [B, Hq, Sq, Sk]) and
@@ -26,6 +29,7 @@ namespace memplan::analysis {
 //   inputs   0 dO, 1 Q, 2 K, 3 V, 4 O, 5 LSE, 6 bias (optional); attrs as the forward's.
 //   outputs  0 dQ, 1 dK, 2 dV (each optional, in its forward operand's shape and layout; dK and dV summed over
 //            the query heads sharing a kv head), 3 dBias (optional: dScores summed down to the bias's shape).
+//            Packed: output 0 is the gradient of the one [B, S, 3, H, D] input, every slot written; 1 and 2 absent.
 // memplan::RMSNormalization
 //   inputs   0 X, 1 scale (optional; broadcast over the normalized axes' shape). attrs axis (default -1),
 //            epsilon (default 1e-6).
@@ -34,13 +38,14 @@ namespace memplan::analysis {
 // memplan::RMSNormGrad
 //   inputs   0 dY, 1 X, 2 scale (optional), 3 InvStdDev; attrs axis. outputs 0 dX, 1 dScale (optional).
 
-enum class HeadLayout : std::uint8_t { bhsd, bshd };
+enum class HeadLayout : std::uint8_t { bhsd, bshd, packed };
 HeadLayout head_layout_from_name(std::string_view name);  // ErrorKind::unsupported for another name
 const char* head_layout_name(HeadLayout l) noexcept;
 
-// Element strides of one attention operand: element (b, h, s, d) is at b*batch + h*head + s*row + d.
+// Element strides of one attention operand: element (b, h, s, d) is at offset + b*batch + h*head + s*row + d.
 struct HeadStrides {
   std::int64_t batch = 0, head = 0, row = 0;
+  std::int64_t offset = 0;  // packed: the slot's first element
 };
 
 struct AttentionGeometry {
@@ -52,6 +57,7 @@ struct AttentionGeometry {
   double dropout_ratio = 0.0;
   std::uint64_t seed = 0;
   HeadStrides q, k, v, o;
+  bool packed = false;  // Q, K, V are slots of one [B, S, 3, H, D] tensor (its gradient is one output)
   std::int64_t group() const noexcept { return kv_heads > 0 ? q_heads / kv_heads : 1; }
 };
 
@@ -59,7 +65,7 @@ struct AttentionGeometry {
 // their layouts). ErrorKind::shape naming the op when they disagree (batch, head_dim, Hq % Hkv, K vs V).
 AttentionGeometry attention_geometry(const Op& op, const std::vector<std::int64_t>& q, const std::vector<std::int64_t>& k,
                                      const std::vector<std::int64_t>& v);
-// The shape of an operand of `layout` for (batch, heads, len, dim).
+// The shape of an operand of `layout` for (batch, heads, len, dim) (packed: the whole [B, S, 3, H, D]).
 std::vector<std::int64_t> head_shape(HeadLayout layout, std::int64_t batch, std::int64_t heads, std::int64_t len, std::int64_t dim);
 
 }  // namespace memplan::analysis

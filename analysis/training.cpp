@@ -37,7 +37,8 @@ struct State {
   }
   bool slot_wants(const Op& op, const GradRule& r, std::size_t i) const {
     TensorId t = op.input(i);
-    return t != kNoTensor && i < 32 && ((r.diff_inputs >> i) & 1u) && requires_grad[t];
+    const std::uint32_t mask = r.narrow_inputs ? r.diff_inputs & r.narrow_inputs(op) : r.diff_inputs;
+    return t != kNoTensor && i < 32 && ((mask >> i) & 1u) && requires_grad[t];
   }
 };
 

@@ -86,6 +86,9 @@ FusionResult fuse_norms(const analysis::Graph& g, bool rms = true);
 // fusion_gelu.cpp: erf and tanh forms; without `composite` only F.gelu's exported association
 FusionResult fuse_gelu(const analysis::Graph& g, bool composite = true);
 FusionResult fuse_layouts(const analysis::Graph& g);    // fusion_layouts.cpp
+// fusion_packed_qkv.cpp: a FusedAttention reading the three slots of a [B, S, 3, H, D] -> [3, B, H, S, D] Transpose
+// (a fused qkv projection, unbound) reads the packed tensor itself: the Transpose and the slicing go.
+FusionResult fuse_packed_attention(const analysis::Graph& g);
 
 // Groups maximal sets of fusible ops whose internal tensors are read only inside the group and are not
 // graph outputs; each group has one result. The graph must have concrete shapes (after infer_shapes).

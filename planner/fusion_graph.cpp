@@ -29,6 +29,7 @@ FusionResult fuse_graph(const analysis::Graph& g, const FuseOptions& opts) {
   run(opts.norms, [&](const analysis::Graph& x) { return fuse_norms(x, opts.composite); });
   run(opts.gelu, [&](const analysis::Graph& x) { return fuse_gelu(x, opts.composite); });
   run(opts.layouts, &fuse_layouts);
+  run(opts.layouts && opts.attention, &fuse_packed_attention);
   FusionOptions elementwise;
   elementwise.training = opts.training;
   run(opts.elementwise, [&](const analysis::Graph& x) { return fuse_elementwise(x, elementwise); });

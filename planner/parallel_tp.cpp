@@ -123,7 +123,10 @@ bool propagate(const Graph& g, OpId id, Region& r) {
     return set_outputs(g, op, ao, R, r);
   }
   if (op.domain == kMemplanDomain && op.type == mops::kFusedAttention) {
-    auto head_axis = [&](const char* attr) { return op.attr_string(attr, "bhsd") == "bshd" ? 2 : 1; };
+    auto head_axis = [&](const char* attr) {
+      const std::string l = op.attr_string(attr, "bhsd");
+      return l == "bshd" ? 2 : l == "packed" ? 3 : 1;  // packed: [B, S, 3, H, D]
+    };
     if (r.ax(op.input(0)) != head_axis("q_layout") || r.ax(op.input(1)) != head_axis("k_layout") || r.ax(op.input(2)) != head_axis("v_layout"))
       return false;
     if (op.input(3) != analysis::kNoTensor && !take_operand(g, op.input(3), 1, 4, -1, r)) return false;

@@ -77,9 +77,12 @@ struct Attention {
   std::int64_t bias_index(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
     return b * bias_strides[0] + h * bias_strides[1] + i * bias_strides[2] + j * bias_strides[3];
   }
-  const float* q_row(std::int64_t b, std::int64_t h, std::int64_t i) const { return q + b * g.q.batch + h * g.q.head + i * g.q.row; }
-  const float* k_row(std::int64_t b, std::int64_t kh, std::int64_t j) const { return k + b * g.k.batch + kh * g.k.head + j * g.k.row; }
-  const float* v_row(std::int64_t b, std::int64_t kh, std::int64_t j) const { return v + b * g.v.batch + kh * g.v.head + j * g.v.row; }
+  const float* q_row(std::int64_t b, std::int64_t h, std::int64_t i) const { return q + at(g.q, b, h, i); }
+  const float* k_row(std::int64_t b, std::int64_t kh, std::int64_t j) const { return k + at(g.k, b, kh, j); }
+  const float* v_row(std::int64_t b, std::int64_t kh, std::int64_t j) const { return v + at(g.v, b, kh, j); }
+  static std::int64_t at(const analysis::HeadStrides& st, std::int64_t b, std::int64_t h, std::int64_t s) {
+    return st.offset + b * st.batch + h * st.head + s * st.row;
+  }
 
   // The drop decision of element [b, h, i, j] of the probabilities (true: kept).
   bool keep(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
@@ -169,9 +172,13 @@ void k_fused_attention_grad(const Op& op, const Refs& in, const Refs& out) {
   check_elements(op, lse_in, g.batch * g.q_heads * g.q_len, "LSE");
   auto slot = [&](std::size_t i) -> const TensorRef* { return i < out.size() && out[i].data ? &out[i] : nullptr; };
   const TensorRef *dq_out = slot(0), *dk_out = slot(1), *dv_out = slot(2), *db_out = slot(3);
+  if (g.packed) {  // one gradient for the one packed input: every slot of output 0
+    if (!dq_out || dk_out || dv_out) unsupported(op, "packed Q, K, V take one gradient, output 0");
+    dk_out = dv_out = dq_out;
+  }
   if (dq_out) check_elements(op, *dq_out, required(op, in, 1).elements(), "dQ");
-  if (dk_out) check_elements(op, *dk_out, required(op, in, 2).elements(), "dK");
-  if (dv_out) check_elements(op, *dv_out, required(op, in, 3).elements(), "dV");
+  if (dk_out && !g.packed) check_elements(op, *dk_out, required(op, in, 2).elements(), "dK");
+  if (dv_out && !g.packed) check_elements(op, *dv_out, required(op, in, 3).elements(), "dV");
   std::vector<double> dbias;
   if (db_out) {
     if (!a.bias || a.bias->dtype != DType::f32) unsupported(op, "dBias of a bias that is not float32");
@@ -219,17 +226,17 @@ void k_fused_attention_grad(const Op& op, const Refs& in, const Refs& out) {
           }
         }
         if (dq_out) {
-          float* dqi = dq_out->as<float>() + b * g.q.batch + h * g.q.head + i * g.q.row;
+          float* dqi = dq_out->as<float>() + Attention::at(g.q, b, h, i);
           for (std::int64_t d = 0; d < D; ++d) dqi[d] = static_cast<float>(dq[d]);
         }
       }
     for (std::int64_t j = 0; j < Sk; ++j) {
       if (dk_out) {
-        float* dkj = dk_out->as<float>() + b * g.k.batch + kh * g.k.head + j * g.k.row;
+        float* dkj = dk_out->as<float>() + Attention::at(g.k, b, kh, j);
         for (std::int64_t d = 0; d < D; ++d) dkj[d] = static_cast<float>(dk[j * D + d]);
       }
       if (dv_out) {
-        float* dvj = dv_out->as<float>() + b * g.v.batch + kh * g.v.head + j * g.v.row;
+        float* dvj = dv_out->as<float>() + Attention::at(g.v, b, kh, j);
         for (std::int64_t d = 0; d < Dv; ++d) dvj[d] = static_cast<float>(dv[j * Dv + d]);
       }
     }

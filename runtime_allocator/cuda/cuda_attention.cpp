@@ -66,6 +66,8 @@ std::string reason_of(const Graph& g, const Op& op) {
   try {
     const auto a = analysis::attention_geometry(op, g.tensors[op.input(at.q)].shape(), g.tensors[op.input(at.k)].shape(),
                                                 g.tensors[op.input(at.v)].shape());
+    if (a.packed && is_grad(op) && (op.output(0) == kNoTensor || op.output(1) != kNoTensor || op.output(2) != kNoTensor))
+      return "packed Q, K, V take one gradient, output 0";
     if (std::max(a.head_dim, a.v_head_dim) > kAttentionMaxHeadDim)
       return "head dim " + std::to_string(std::max(a.head_dim, a.v_head_dim)) + " above " + std::to_string(kAttentionMaxHeadDim);
     for (std::int64_t d : {a.batch, a.q_heads, a.q_len, a.kv_len})
@@ -95,7 +97,8 @@ AttnStorage storage_of(DType d) { return d == DType::bf16 ? kAttnBf16 : d == DTy
 
 AttnOperand operand(const ExecState& s, TensorId t, const analysis::HeadStrides& st) {
   if (t == kNoTensor) return {};
-  return {s.ptr[t], st.batch, st.head, st.row, storage_of(s.tensor(t).dtype)};
+  const std::int64_t bytes = elem_bytes(s, t);
+  return {s.ptr[t] + st.offset * bytes, st.batch, st.head, st.row, storage_of(s.tensor(t).dtype)};
 }
 
 bool aligned16(const AttnOperand& t) { return reinterpret_cast<std::uintptr_t>(t.data) % 16 == 0; }
@@ -158,8 +161,9 @@ void run_backward(ExecState& s, const Op& op) {
   p.o = operand(s, op.inputs[4], a.o);
   p.lse = s.f32(op.inputs[5]);
   p.dq = operand(s, op.output(0), a.q);
-  p.dk = operand(s, op.output(1), a.k);
-  p.dv = operand(s, op.output(2), a.v);
+  // Packed: the one gradient of the one input, each slot written by its own kernel.
+  p.dk = operand(s, op.output(a.packed ? 0 : 1), a.k);
+  p.dv = operand(s, op.output(a.packed ? 0 : 2), a.v);
   p.dbias = op.output(3) == kNoTensor ? nullptr : s.f32(op.output(3));
   p.vec4 = vec4_ok(p);
   attention_backward(p, s.ctx.stream());

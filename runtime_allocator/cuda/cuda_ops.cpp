@@ -396,8 +396,8 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"memplan::MaxPoolGrad", {training, false, false, kFloatOrHalf, max_pool_grad_reason}},
       {"memplan::ConvGradInput", {training, false, true, kProduct, same_float_dtype_reason}},
       {"memplan::ConvGradWeight", {training, false, true, kProduct, same_float_dtype_reason}},
-      {"memplan::FusedAttention", {run_fused_attention, false, false, {kF32 | kHalf, 4}, attention_unsupported_reason}},
-      {"memplan::FusedAttentionGrad", {run_fused_attention, false, false, {kF32 | kHalf, 4}, attention_unsupported_reason}},
+      {"memplan::FusedAttention", {run_fused_attention, false, false, {kF32 | kHalf, 5}, attention_unsupported_reason}},
+      {"memplan::FusedAttentionGrad", {run_fused_attention, false, false, {kF32 | kHalf, 5}, attention_unsupported_reason}},
   };
   std::map<analysis::OpTypeId, CudaKernel> t;
   for (const Row& r : rows) {

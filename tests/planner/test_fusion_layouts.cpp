@@ -231,3 +231,100 @@ TEST_CASE("bert_small's planned training peak (strategy none) drops with layout 
   // The saved transposed weights went: at least the bytes of one weight-sized copy.
   CHECK(plain.peak_bytes - fused.peak_bytes >= f.intermediate_bytes_removed / 26);
 }
+
+namespace {
+
+// One ViT attention block as TorchScript exports timm's: a fused qkv projection reshaped to [B, S, 3, H, D], permuted
+// to [3, B, H, S, D], unbound (Split + Squeeze, or three Gathers), softmax(q k^T * scale) v, heads merged into y.
+OpGraph vit_attention(bool gathers) {
+  constexpr std::int64_t B = 2, S = 5, H = 2, D = 4, C = H * D;
+  std::mt19937 rng(5);
+  OpGraph b;
+  b.g.opset = 17;
+  auto act = [&](const std::string& n, std::vector<std::int64_t> d) { return b.tensor(n, DType::f32, d, TensorRole::activation); };
+  auto ints = [&](const std::string& n, std::vector<std::int64_t> v) {
+    const auto len = static_cast<std::int64_t>(v.size());
+    return b.constant(n, TensorData::from_int64(DType::i64, len ? std::vector<std::int64_t>{len} : std::vector<std::int64_t>{}, v));
+  };
+  const TensorId x = b.input("x", random_f32({B, S, C}, rng));
+  const TensorId w = b.constant("w_qkv", random_f32({C, 3 * C}, rng, -0.5, 0.5));
+  const TensorId qkv = act("qkv", {B, S, 3 * C}), r5 = act("r5", {B, S, 3, H, D}), t5 = act("t5", {3, B, H, S, D});
+  b.op("MatMul", "", {x, w}, {qkv});
+  b.op("Reshape", "", {qkv, ints("shape5", {B, S, 3, H, D})}, {r5});
+  b.op("Transpose", "", {r5}, {t5}, {{"perm", ints_attr({2, 0, 3, 1, 4})}});
+  std::vector<TensorId> qkv3;
+  if (gathers) {
+    for (std::int64_t i = 0; i < 3; ++i) {
+      const TensorId o = act("g" + std::to_string(i), {B, H, S, D});
+      const TensorId idx = b.constant("i" + std::to_string(i), TensorData::from_int64(DType::i64, {}, {i}));
+      b.op("Gather", "", {t5, idx}, {o}, {{"axis", int_attr(0)}});
+      qkv3.push_back(o);
+    }
+  } else {
+    const TensorId p0 = act("p0", {1, B, H, S, D}), p1 = act("p1", {1, B, H, S, D}), p2 = act("p2", {1, B, H, S, D});
+    b.op("Split", "", {t5, ints("split", {1, 1, 1})}, {p0, p1, p2}, {{"axis", int_attr(0)}});
+    for (TensorId p : {p0, p1, p2}) {
+      const TensorId o = act(b.g.tensors[p].name + "s", {B, H, S, D});
+      b.op("Squeeze", "", {p, ints("axes" + std::to_string(p), {0})}, {o});
+      qkv3.push_back(o);
+    }
+  }
+  const TensorId kt = act("kt", {B, H, D, S}), sc = act("sc", {B, H, S, S}), ss = act("ss", {B, H, S, S});
+  const TensorId pr = act("pr", {B, H, S, S}), o = act("o", {B, H, S, D}), ot = act("ot", {B, S, H, D});
+  b.op("Transpose", "", {qkv3[1]}, {kt}, {{"perm", ints_attr({0, 1, 3, 2})}});
+  b.op("MatMul", "", {qkv3[0], kt}, {sc});
+  b.op("Mul", "", {sc, b.constant("scale", TensorData::from_double(DType::f32, {}, {0.5}))}, {ss});
+  b.op("Softmax", "", {ss}, {pr}, {{"axis", int_attr(-1)}});
+  b.op("MatMul", "", {pr, qkv3[2]}, {o});
+  b.op("Transpose", "", {o}, {ot}, {{"perm", ints_attr({0, 2, 1, 3})}});
+  const TensorId y = b.result("y", DType::f32, {B, S, C});
+  b.op("Reshape", "", {ot, ints("shape3", {B, S, C})}, {y});
+  return b;
+}
+
+std::size_t packed_attentions(const Graph& g) {
+  std::size_t n = 0;
+  for (const Op& op : g.ops)
+    if (op.type == memplan_ops::kFusedAttention && op.attr_string("q_layout", "") == "packed") ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a ViT attention's unbound qkv projection is read packed: no head copies, the unfused graph's gradients") {
+  for (bool gathers : {false, true}) {
+    CAPTURE(gathers);
+    OpGraph b = vit_attention(gathers);
+    b.g.validate();
+    const FusionResult f = fuse_graph(b.g, FuseOptions{true, false, false, false, true});
+    f.graph.validate();
+    CHECK(packed_attentions(f.graph) == 1);
+    CHECK(count_type(f.graph, "Split") + count_type(f.graph, "Gather") + count_type(f.graph, "Squeeze") == 0);
+    for (const Op& op : f.graph.ops) CHECK_FALSE((op.type == "Transpose" && f.graph.tensors[op.inputs[0]].dims.size() == 5));
+    const auto tg = build_training_graph(f.graph, {});
+    for (const Op& op : tg.graph.ops)
+      if (op.type == memplan_ops::kFusedAttentionGrad) {
+        CHECK(op.output(0) != kNoTensor);  // the packed tensor's one gradient
+        CHECK(op.output(1) == kNoTensor);
+        CHECK(op.output(2) == kNoTensor);
+      }
+    const auto plain = train_step(b.g, b.feeds[0]), fused = train_step(f.graph, b.feeds[0]);
+    REQUIRE(plain.size() == 2);  // y, w_qkv
+    for (const auto& entry : plain) {
+      const std::string name = entry.first;
+      CAPTURE(name);
+      REQUIRE(fused.count(name) == 1);
+      CHECK(max_diff(fused.at(name), entry.second) <= 1e-5);
+    }
+  }
+}
+
+TEST_CASE("the ViT and Swin samples read every attention's qkv packed") {
+  for (const char* name : {"deit_tiny", "swin_tiny"}) {
+    CAPTURE(name);
+    const FusionResult f = fuse_graph(sample(name), FuseOptions{});
+    CHECK(packed_attentions(f.graph) == 12);
+    // what PyTorch's prediction fuses is left alone (its permute/unbind are views, its backward stacks copies)
+    CHECK(packed_attentions(fuse_graph(sample(name), FuseOptions::pytorch_eager(true)).graph) == 0);
+  }
+}

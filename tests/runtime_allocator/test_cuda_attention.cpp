@@ -307,6 +307,41 @@ TEST_CASE("FusedAttention on CUDA matches the CPU kernels at length 512") {
   check_spec(s, *be);
 }
 
+TEST_CASE("FusedAttention on CUDA reads packed Q, K, V slots of one [B, S, 3, H, D] tensor and writes its one gradient") {
+  auto be = backends_or_skip();
+  std::mt19937 rng(9);
+  for (const bool causal : {false, true})
+    for (const std::int64_t len : {std::int64_t{77}, std::int64_t{130}}) {
+      CAPTURE(causal);
+      CAPTURE(len);
+      constexpr std::int64_t B = 2, H = 3, D = 64;
+      const TensorData x = random_f32({B, len, 3, H, D}, rng);
+      std::map<std::string, analysis::Attribute> attrs = {
+          {"q_layout", string_attr("packed")}, {"k_layout", string_attr("packed")}, {"v_layout", string_attr("packed")},
+          {"q_slot", int_attr(2)},             {"k_slot", int_attr(0)},             {"v_slot", int_attr(1)},
+          {"scale", float_attr(0.125)},        {"causal", int_attr(causal ? 1 : 0)}, {"dropout_ratio", float_attr(0.1)},
+          {"seed", int_attr(77)}};
+      const std::vector<std::int64_t> o_dims = {B, H, len, D}, lse_dims = {B, H, len};
+      OpGraph& f = be->graphs.emplace_back();
+      const TensorId fx = f.input("x", x);
+      f.op("FusedAttention", "memplan", {fx, fx, fx}, {f.result("o", DType::f32, o_dims), f.result("lse", DType::f32, lse_dims)}, attrs);
+      require_kernels(be->cpu, be->gpu, f.g);
+      const auto want_f = run_op(be->cpu, f.g, {x, x, x});
+      const char* const f_names[] = {"O", "LSE"};
+      compare(run_op(be->gpu, f.g, {x, x, x}), want_f, f_names);
+      const TensorData o{DType::f32, o_dims, want_f[0]}, lse{DType::f32, lse_dims, want_f[1]};
+      const TensorData d_o = random_f32(o_dims, rng);
+      OpGraph& g = be->graphs.emplace_back();
+      const TensorId gx = g.input("x", x);
+      g.op("FusedAttentionGrad", "memplan", {g.input("do", d_o), gx, gx, gx, g.input("o", o), g.input("lse", lse)},
+           {g.result("dx", DType::f32, x.dims)}, attrs);
+      require_kernels(be->cpu, be->gpu, g.g);
+      const char* const g_names[] = {"dX"};
+      const std::vector<TensorData> vals = {d_o, x, x, x, o, lse};
+      compare(run_op(be->gpu, g.g, vals), run_op(be->cpu, g.g, vals), g_names);
+    }
+}
+
 TEST_CASE("the CUDA attention kernels say before a run which head dims and biases they refuse") {
   // No device needed: the reasons read only the graph.
   Spec s;

@@ -1,0 +1,188 @@
+// Packed attention operands: ViT, DeiT and Swin project Q, K and V with one Linear, reshape it to [B, S, 3, H, D],
+// permute it to [3, B, H, S, D] and unbind it. As ONNX ops that is a Transpose copy and a Split (or three Gathers)
+// copy in front of every attention, and in training their backward copies again (a Concat and a Transpose of the
+// three gradients). PyTorch's permute and unbind are views; here a FusedAttention whose Q, K and V are the three
+// slots of such a Transpose reads the [B, S, 3, H, D] tensor itself (layout "packed", analysis/fused_ops.hpp), and its
+// gradient writes the one gradient of that tensor: no copy either way.
+#include <algorithm>
+#include <array>
+#include <map>
+#include <set>
+
+#include "analysis/autodiff.hpp"
+#include "analysis/fused_ops.hpp"
+#include "planner/fusion.hpp"
+#include "planner/graph_rewrite.hpp"
+
+namespace memplan::planner {
+
+using analysis::Graph;
+using analysis::kNoOp;
+using analysis::kNoTensor;
+using analysis::Op;
+using analysis::OpId;
+using analysis::TensorId;
+
+namespace {
+
+bool is_onnx(const Op& op, std::string_view type) { return op.type == type && (op.domain.empty() || op.domain == "ai.onnx"); }
+
+OpId producer(const Graph& g, TensorId t, std::string_view type) {
+  if (t == kNoTensor) return kNoOp;
+  const OpId p = g.tensors[t].producer;
+  return p != kNoOp && is_onnx(g.ops[p], type) ? p : kNoOp;
+}
+
+// The integer values of input `i` of `op` (a constant) or of attribute `attr`; nullopt when neither is known.
+std::optional<std::vector<std::int64_t>> ints_of(const Graph& g, const Op& op, std::size_t i, const char* attr) {
+  if (op.attr(attr)) return op.attr_ints(attr);
+  const TensorId t = op.input(i);
+  if (t == kNoTensor) return std::vector<std::int64_t>{};
+  if (!g.tensors[t].data) return std::nullopt;
+  return g.tensors[t].data->as_int64();
+}
+
+// Where one attention operand comes from: slot `slot` of Transpose `transpose`, through `ops` (the Squeeze and
+// Split, or the Gather) that exist only to take that slot out.
+struct Slot {
+  OpId transpose = kNoOp;
+  std::int64_t slot = -1;
+  std::vector<OpId> ops;
+};
+
+// The Transpose [B, S, 3, H, D] -> [3, B, H, S, D] (perm 2, 0, 3, 1, 4) making `t`, or kNoOp.
+OpId head_transpose(const Graph& g, TensorId t) {
+  const OpId p = producer(g, t, "Transpose");
+  if (p == kNoOp) return kNoOp;
+  const auto& x = g.tensors[g.ops[p].inputs[0]];
+  if (!x.shape_known() || x.dims.size() != 5 || x.shape()[2] != 3) return kNoOp;
+  return g.ops[p].attr_ints("perm") == std::vector<std::int64_t>{2, 0, 3, 1, 4} ? p : kNoOp;
+}
+
+// `t` as one slot of a head Transpose: Squeeze(axis 0) of one output of a Split in three along axis 0, or a Gather
+// along axis 0 of a scalar constant index.
+std::optional<Slot> slot_of(const Graph& g, TensorId t) {
+  if (const OpId gather = producer(g, t, "Gather"); gather != kNoOp) {
+    const Op& op = g.ops[gather];
+    const auto idx = op.input(1) == kNoTensor ? nullptr : g.tensors[op.input(1)].data.get();
+    if (op.attr_int("axis", 0) != 0 || !idx || !idx->dims.empty()) return std::nullopt;
+    const OpId tr = head_transpose(g, op.inputs[0]);
+    const std::int64_t i = idx->as_int64().at(0);
+    if (tr == kNoOp || i < -3 || i > 2) return std::nullopt;
+    return Slot{tr, (i + 3) % 3, {gather}};
+  }
+  const OpId squeeze = producer(g, t, "Squeeze");
+  if (squeeze == kNoOp) return std::nullopt;
+  const auto axes = ints_of(g, g.ops[squeeze], 1, "axes");
+  if (!axes || *axes != std::vector<std::int64_t>{0}) return std::nullopt;
+  const TensorId piece = g.ops[squeeze].inputs[0];
+  const OpId split = producer(g, piece, "Split");
+  if (split == kNoOp || g.ops[split].attr_int("axis", 0) != 0 || g.ops[split].outputs.size() != 3) return std::nullopt;
+  const auto sizes = ints_of(g, g.ops[split], 1, "split");
+  if (!sizes || !(sizes->empty() || *sizes == std::vector<std::int64_t>{1, 1, 1})) return std::nullopt;
+  const OpId tr = head_transpose(g, g.ops[split].inputs[0]);
+  if (tr == kNoOp) return std::nullopt;
+  const auto& outs = g.ops[split].outputs;
+  const auto at = std::find(outs.begin(), outs.end(), piece) - outs.begin();
+  return Slot{tr, static_cast<std::int64_t>(at), {squeeze, split}};
+}
+
+analysis::Attribute attr_s(const std::string& v) {
+  analysis::Attribute a;
+  a.kind = analysis::Attribute::Kind::s;
+  a.s = v;
+  return a;
+}
+
+}  // namespace
+
+FusionResult fuse_packed_attention(const Graph& g) {
+  struct Candidate {
+    OpId op = kNoOp;
+    OpId transpose = kNoOp;
+    std::array<std::int64_t, 3> slots{};
+    std::set<OpId> ops;  // the Squeeze/Split/Gather ops taking the slots out, and the Transpose
+  };
+  std::vector<Candidate> cands;
+  for (OpId o = 0; o < g.ops.size(); ++o) {
+    const Op& op = g.ops[o];
+    if (op.type != analysis::memplan_ops::kFusedAttention || op.domain != analysis::kMemplanDomain) continue;
+    bool plain = true;
+    for (const char* l : {"q_layout", "k_layout", "v_layout"}) plain = plain && op.attr_string(l, "bhsd") == "bhsd";
+    if (!plain) continue;
+    Candidate c{o, kNoOp, {}, {}};
+    bool ok = true;
+    for (std::size_t i = 0; i < 3 && ok; ++i) {
+      const auto s = slot_of(g, op.input(i));
+      ok = s && (c.transpose == kNoOp || c.transpose == s->transpose);
+      if (!ok) break;
+      c.transpose = s->transpose;
+      c.slots[i] = s->slot;
+      c.ops.insert(s->ops.begin(), s->ops.end());
+    }
+    if (!ok || c.slots[0] == c.slots[1] || c.slots[1] == c.slots[2] || c.slots[0] == c.slots[2]) continue;
+    c.ops.insert(c.transpose);
+    cands.push_back(std::move(c));
+  }
+  FusionResult r;
+  if (cands.empty()) {
+    r.graph = g;
+    return r;
+  }
+  // An op goes when nothing but removed ops and the rewritten attentions reads its outputs (repeated until stable:
+  // the Split goes once its Squeezes have).
+  std::set<OpId> readers_ok;  // rewritten attentions
+  std::set<OpId> removable;
+  for (const auto& c : cands) readers_ok.insert(c.op);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const auto& c : cands)
+      for (OpId o : c.ops) {
+        if (removable.count(o)) continue;
+        bool unread = true;
+        for (TensorId t : g.ops[o].outputs) {
+          if (t == kNoTensor) continue;
+          unread = unread && !g.tensors[t].is_graph_output;
+          for (OpId reader : g.tensors[t].consumers) unread = unread && (readers_ok.count(reader) || removable.count(reader));
+        }
+        if (unread) changed = removable.insert(o).second || changed;
+      }
+  }
+  GraphRewrite rw(g);
+  for (OpId o : removable) rw.remove(o);
+  for (const auto& c : cands) {
+    Op n = g.ops[c.op];
+    const TensorId packed = g.ops[c.transpose].inputs[0];
+    FusedGroup grp;
+    grp.kind = "packed_qkv";
+    std::uint64_t bytes = 0;
+    for (OpId o : c.ops)
+      if (removable.count(o)) {
+        grp.members.push_back(g.ops[o].name);
+        for (TensorId t : g.ops[o].outputs)
+          if (t != kNoTensor) bytes = checked_add(bytes, g.tensors[t].bytes(), "packed attention copies");
+      }
+    for (std::size_t i = 0; i < 3; ++i) n.inputs[i] = packed;
+    for (const char* l : {"q_layout", "k_layout", "v_layout"}) n.attrs[l] = attr_s("packed");
+    n.attrs["q_slot"] = analysis::autodiff::attr_i(c.slots[0]);
+    n.attrs["k_slot"] = analysis::autodiff::attr_i(c.slots[1]);
+    n.attrs["v_slot"] = analysis::autodiff::attr_i(c.slots[2]);
+    const auto& ps = g.tensors[packed].shape();
+    (void)analysis::attention_geometry(n, ps, ps, ps);  // ErrorKind::shape when the slots do not make Q, K, V
+    std::vector<std::string> fused = n.attr(kFusedOpsAttr) ? n.attr(kFusedOpsAttr)->strings : std::vector<std::string>{};
+    fused.insert(fused.end(), grp.members.begin(), grp.members.end());
+    set_fused_ops(n, fused);
+    grp.intermediate_bytes = bytes;
+    rw.remove(c.op);
+    rw.add(std::move(n), c.op);
+    r.intermediate_bytes_removed = checked_add(r.intermediate_bytes_removed, bytes, "packed attention copies");
+    r.groups.push_back(std::move(grp));
+  }
+  r.graph = rw.apply();
+  for (std::size_t k = 0; k < cands.size(); ++k)
+    for (OpId o = 0; o < r.graph.ops.size(); ++o)
+      if (r.graph.ops[o].name == g.ops[cands[k].op].name) r.groups[k].op = o;
+  return r;
+}
+
+}  // namespace memplan::planner
