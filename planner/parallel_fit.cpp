@@ -139,14 +139,16 @@ struct Search {
       // The least each role reaches: planned without the budget, every strategy's least memory compared.
       TrainingPlanOptions least = options;
       least.budget_bytes.reset();
-      least.strategy = "auto";
+      least.strategy = options.strategy;  // the least the strategy asked for reaches
       const ParallelPlanResult pr = plan_parallel(fwd, training, least, par, &cache);
       fill_from_plan(c, pr);
       c.fits = !over_budget(c.peak_bytes, options);
       if (c.fits) {  // the in-flight microbatches keep less than the budget's conservative share assumed
+        c.least_memory_plans = true;
+        c.note += " (least-memory plans)";
         keep_if_best(c, pr);
       } else {
-        c.note = "over budget: the least per-rank peak (strategy auto, no budget)";
+        c.note = "over budget: the least per-rank peak (its strategy, no budget)";
       }
     }
     return true;

@@ -42,6 +42,9 @@ struct LayoutCandidate {
   std::uint64_t communication_bytes = 0;  // per step, the rank that sends the most
   std::size_t recomputed_tensors = 0, swapped_tensors = 0;  // over the roles
   bool costs_time = false;  // a role's step estimate exceeds its keep-all estimate (recomputation, swap stalls)
+  // Fits with the strategy's least-memory plans (no budget given to plan_training): the budget's share for the
+  // other microbatches in flight assumed they keep every saved tensor, and they keep less.
+  bool least_memory_plans = false;
   std::string strategies;                 // the roles' strategies, "auto" or "auto/auto" (stages)
   std::string note;                       // why it does not fit, or what the fitting plan gives up
 };
