@@ -19,12 +19,17 @@ from onnx import TensorProto, helper
 from onnx_graph import OnnxGraph
 
 
-def build(kind, B, T, path):
-    if kind == "gpt2":
-        V, D, H, L, F, KV = 50257, 768, 12, 12, 3072, 12
-    else:
-        V, D, H, L, F, KV = 32000, 2048, 32, 16, 5632, 8
+CONFIGS = {"gpt2": dict(V=50257, D=768, H=12, L=12, F=3072, KV=12), "llama": dict(V=32000, D=2048, H=32, L=16, F=5632, KV=8)}
+
+
+def build(kind, B, T, path, cfg=None):
+    """Writes the model; B an int fixes the batch, a string names a symbolic batch dim (the Reshape shapes copy
+    dim 0 and the GQA Expand broadcasts it), as `fit --gpus` needs to split the batch per layout. `cfg` overrides
+    the size (V, D, H, L, F, KV) of `kind`'s architecture."""
+    cfg = dict(CONFIGS[kind], **(cfg or {}))
+    V, D, H, L, F, KV = (cfg[k] for k in ("V", "D", "H", "L", "F", "KV"))
     dh = D // H
+    Bs = 0 if isinstance(B, str) else B  # Reshape: 0 copies the input's dim
     g = OnnxGraph("weights.bin")
     nodes, inits, weight, const, node = g.nodes, g.inits, g.weight, g.const, g.node
 
@@ -44,11 +49,11 @@ def build(kind, B, T, path):
         r = node("Reciprocal", [node("Sqrt", [node("Add", [ms, const(p + ".eps", TensorProto.FLOAT, [], [1e-6])], name=p + "/eps")], name=p + "/sqrt")], name=p + "/rcp")
         return node("Mul", [node("Mul", [x, r], name=p + "/scale"), weight(p + ".weight", [D])], name=p + "/w")
 
-    heads = const("heads_shape", TensorProto.INT64, [4], [B, T, H, dh])
-    kv_heads = const("kv_shape", TensorProto.INT64, [4], [B, T, KV, dh])
-    kv5 = const("kv5_shape", TensorProto.INT64, [5], [B, KV, H // KV, T, dh])
-    kv4 = const("kv4_shape", TensorProto.INT64, [4], [B, H, T, dh])
-    merged = const("merged_shape", TensorProto.INT64, [3], [B, T, D])
+    heads = const("heads_shape", TensorProto.INT64, [4], [Bs, T, H, dh])
+    kv_heads = const("kv_shape", TensorProto.INT64, [4], [Bs, T, KV, dh])
+    kv5 = const("kv5_shape", TensorProto.INT64, [5], [Bs or 1, KV, H // KV, T, dh])  # Expand: 1 broadcasts
+    kv4 = const("kv4_shape", TensorProto.INT64, [4], [Bs, H, T, dh])
+    merged = const("merged_shape", TensorProto.INT64, [3], [Bs, T, D])
     scale = const("attn_scale", TensorProto.FLOAT, [], [float(dh) ** 0.5])
     ids = "input_ids"
     x = node("Gather", [weight("wte.weight", [V, D]), ids], name="wte/Gather")
@@ -89,7 +94,7 @@ def build(kind, B, T, path):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="memplan bench/multi_gpu_plans.py")
     model.ir_version = 8
     onnx.save(model, path)
-    return dict(V=V, D=D, H=H, L=L, F=F, KV=KV)
+    return cfg
 
 
 def mib(b):
