@@ -34,19 +34,13 @@ int run_parallel_plan(const TrainingArgs& train, const ParallelArgs& par, bool j
     doc["budget_bytes"] = s.options.budget_bytes ? nlohmann::json(*s.options.budget_bytes) : nlohmann::json();
     doc["library_bytes"] = s.options.library_bytes;
     nlohmann::json plans = nlohmann::json::array();
-    for (const auto& rp : r.roles) {
-      nlohmann::json pj = planner::plan_to_json(rp.result.graph, rp.result.plan, true);
-      pj["rank"] = rp.ranks.empty() ? 0 : rp.ranks.front();
-      pj["ranks"] = rp.ranks;
-      pj["role"] = rp.role;
-      // What `viz` labels each rank's timeline with (docs/multi-gpu.md, "viz per rank").
-      pj["peak_bytes"] = rp.peak_bytes;
-      pj["model_state_bytes"] = rp.model_state_bytes;
-      pj["activation_bytes"] = rp.activation_bytes;
-      pj["in_flight_microbatches"] = rp.in_flight;
-      pj["persistent_bytes"] = rp.result.persistent_bytes;
-      pj["input_bytes"] = rp.result.input_bytes;
-      pj["strategy"] = rp.result.strategy;
+    const nlohmann::json ranks = parallel_json(r)["ranks"];
+    for (std::size_t i = 0; i < r.roles.size(); ++i) {
+      nlohmann::json pj = planner::plan_to_json(r.roles[i].result.graph, r.roles[i].result.plan, true);
+      // The role's entry of `plan --gpus --json` beside its plan (rank, ranks, role, peak and model state bytes,
+      // ...: what `viz` labels each rank's timeline with), never over a key of the plan's own.
+      for (const auto& [key, value] : ranks[i].items())
+        if (!pj.contains(key)) pj[key] = value;
       plans.push_back(std::move(pj));
     }
     doc["plans"] = plans;
