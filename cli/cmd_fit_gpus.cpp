@@ -48,6 +48,7 @@ nlohmann::json candidate_json(const planner::LayoutCandidate& c, std::uint64_t l
     j["recomputed_tensors"] = c.recomputed_tensors;
     j["swapped_tensors"] = c.swapped_tensors;
     j["strategies"] = c.strategies;
+    j["least_memory_plans"] = c.least_memory_plans;
   }
   j["note"] = c.note;
   return j;

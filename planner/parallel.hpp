@@ -136,6 +136,7 @@ struct RankPlan {
   double flops = 0.0;                    // one microbatch's step
   double compute_seconds = 0.0;          // one microbatch's step, cost model
   CommunicationBytes communication;      // per step
+  bool least_memory = false;             // planned without the budget, which it could not meet (least_where_over_budget)
 };
 
 struct ParallelPlanResult {
@@ -165,9 +166,12 @@ struct RolePlanCache {
 
 // Plans every rank role of a training step of `shaped_forward` (fused, shapes concrete) laid out by `par`,
 // each through plan_training (remat and swap under options.budget_bytes, per GPU) and the verifier.
-// With `cache`, a role whose training graph was planned before under the same budget reuses that plan.
+// With `cache`, a role whose training graph was planned before under the same budget reuses that plan. A
+// budget a role cannot meet is ErrorKind::infeasible, or with `least_where_over_budget` that role is planned
+// without it (its strategy's least memory, RankPlan::least_memory) and the result does not fit.
 ParallelPlanResult plan_parallel(const analysis::Graph& shaped_forward, const analysis::TrainingOptions& training,
-                                 const TrainingPlanOptions& options, const ParallelOptions& par, RolePlanCache* cache = nullptr);
+                                 const TrainingPlanOptions& options, const ParallelOptions& par, RolePlanCache* cache = nullptr,
+                                 bool least_where_over_budget = false);
 
 // Per rank role (pipeline stage order), a lower bound of its peak without planning it: the model state the
 // rank holds (weights, gradients, optimizer state: all live at once when the optimizer runs) plus its graph

@@ -59,13 +59,14 @@ void fill_from_plan(LayoutCandidate& c, const ParallelPlanResult& r) {
   c.communication_seconds = r.communication_seconds;
   if (c.recomputed_tensors + c.swapped_tensors == 0) {
     c.note = "keeps every saved tensor";
-  } else if (!c.costs_time) {
-    c.note = "recomputes " + std::to_string(c.recomputed_tensors) + " cheap tensors (no time lost)";
-  } else {
+    return;
+  }
+  c.note.clear();
+  if (c.recomputed_tensors)
     c.note = "recomputes " + std::to_string(c.recomputed_tensors) + " tensors (up to +" + std::to_string(static_cast<int>(100.0 * overhead + 0.5)) +
              "% FLOPs on a rank)";
-    if (c.swapped_tensors) c.note += ", swaps " + std::to_string(c.swapped_tensors);
-  }
+  if (c.swapped_tensors) c.note += (c.note.empty() ? "swaps " : ", swaps ") + std::to_string(c.swapped_tensors);
+  if (!c.costs_time) c.note += " (no time lost)";
 }
 
 // Fitting candidates of one N: the least step time, then the fewest bytes sent, then the lowest peak.
@@ -129,28 +130,20 @@ struct Search {
       return false;
     }
     ++r.planned;
-    try {
-      const ParallelPlanResult pr = plan_parallel(fwd, training, options, par, &cache);
-      fill_from_plan(c, pr);
-      c.fits = !over_budget(c.peak_bytes, options);
-      if (c.fits) keep_if_best(c, pr);
-    } catch (const Error& e) {
-      if (e.kind() != ErrorKind::infeasible) throw;
-      // The least each role reaches: planned without the budget, every strategy's least memory compared.
-      TrainingPlanOptions least = options;
-      least.budget_bytes.reset();
-      least.strategy = options.strategy;  // the least the strategy asked for reaches
-      const ParallelPlanResult pr = plan_parallel(fwd, training, least, par, &cache);
-      fill_from_plan(c, pr);
-      c.fits = !over_budget(c.peak_bytes, options);
-      if (c.fits) {  // the in-flight microbatches keep less than the budget's conservative share assumed
-        c.least_memory_plans = true;
-        c.note += " (least-memory plans)";
-        keep_if_best(c, pr);
-      } else {
-        c.note = "over budget: the least per-rank peak (its strategy, no budget)";
-      }
+    // A role whose budget cannot be met is planned for the least its strategy reaches: the layout's peak.
+    const ParallelPlanResult pr = plan_parallel(fwd, training, options, par, &cache, true);
+    fill_from_plan(c, pr);
+    c.fits = !over_budget(c.peak_bytes, options);
+    std::size_t least = 0;
+    for (const RankPlan& rp : pr.roles) least += rp.least_memory ? 1 : 0;
+    if (c.fits && least) {
+      // The budget's share for the other microbatches in flight assumed they keep every saved tensor; they keep less.
+      c.least_memory_plans = true;
+      c.note += " (least-memory plans)";
+    } else if (!c.fits) {
+      c.note = "over budget: " + std::to_string(least) + " of " + std::to_string(pr.roles.size()) + " role(s) planned for their least memory";
     }
+    if (c.fits) keep_if_best(c, pr);
     return true;
   }
 

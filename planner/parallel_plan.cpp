@@ -161,7 +161,8 @@ ParallelLowerBounds parallel_lower_bounds(const analysis::Graph& shaped_forward,
 }
 
 ParallelPlanResult plan_parallel(const analysis::Graph& shaped_forward, const analysis::TrainingOptions& training,
-                                 const TrainingPlanOptions& options, const ParallelOptions& par, RolePlanCache* cache) {
+                                 const TrainingPlanOptions& options, const ParallelOptions& par, RolePlanCache* cache,
+                                 bool least_where_over_budget) {
   PreparedLayout L = prepare_layout(shaped_forward, options, par);
   ParallelPlanResult R;
   R.options = par;
@@ -174,12 +175,24 @@ ParallelPlanResult plan_parallel(const analysis::Graph& shaped_forward, const an
     TrainingPlanOptions po = options;
     const std::uint64_t others = static_cast<std::uint64_t>(rp.in_flight - 1) * rp.saved_bytes_per_microbatch;
     if (po.budget_bytes) {
-      if (*po.budget_bytes <= others)
+      if (*po.budget_bytes > others) {
+        *po.budget_bytes -= others;
+      } else if (least_where_over_budget) {
+        po.budget_bytes.reset();
+        rp.least_memory = true;
+      } else {
         fail(ErrorKind::infeasible, rp.role + ": the " + std::to_string(rp.in_flight - 1) +
                                         " other microbatches in flight alone hold more than the budget");
-      *po.budget_bytes -= others;
+      }
     }
-    rp.result = plan_role(p.tg, po, par, rp.stage, cache);
+    try {
+      rp.result = plan_role(p.tg, po, par, rp.stage, cache);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::infeasible || !least_where_over_budget || !po.budget_bytes) throw;
+      po.budget_bytes.reset();  // the least the role's strategy reaches
+      rp.least_memory = true;
+      rp.result = plan_role(p.tg, po, par, rp.stage, cache);
+    }
     const std::uint64_t dropped = planned_bytes(rp.result.recomputed) + planned_bytes(rp.result.swapped);
     const std::uint64_t kept = rp.saved_bytes_per_microbatch > dropped ? rp.saved_bytes_per_microbatch - dropped : 0;
     rp.activation_bytes = kept * static_cast<std::uint64_t>(rp.in_flight);

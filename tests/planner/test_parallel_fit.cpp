@@ -97,9 +97,7 @@ TEST_CASE("a layout reported as fitting has verified per-rank plans whose peaks 
     // Planned afresh (no cache): every role's plan passes the verifier and holds no more than was reported.
     TrainingPlanOptions po = f.options;
     po.budget_bytes = budget;
-    if (c.least_memory_plans) po.budget_bytes.reset();  // fitted by the strategy's least-memory plans
-    ParallelOptions par = c.layout;
-    const ParallelPlanResult again = plan_parallel(f.at(c.microbatch), f.training, po, par);
+    const ParallelPlanResult again = plan_parallel(f.at(c.microbatch), f.training, po, c.layout, nullptr, true);
     for (const RankPlan& rp : again.roles) {
       CHECK(verify_plan(rp.result.graph, rp.result.plan).valid);
       CHECK(rp.peak_bytes <= budget);
@@ -141,6 +139,22 @@ TEST_CASE("nothing fitting within MAX GPUs leaves no choice and names the least 
     if (c.planned && !l.peak_is_lower_bound) CHECK(l.peak_bytes <= c.peak_bytes);
   }
   CHECK(r.searched_gpus == 2);
+}
+
+TEST_CASE("a budget a role cannot meet is infeasible, or with least_where_over_budget plans that role for its least memory") {
+  Fixture f;
+  TrainingPlanOptions po = f.options;
+  po.budget_bytes = f.single_gpu_least() / 2;
+  ParallelOptions par;
+  par.gpus = 2;
+  par.zero = 3;
+  CHECK_THROWS_AS(plan_parallel(f.at(2), f.training, po, par), Error);
+  const ParallelPlanResult r = plan_parallel(f.at(2), f.training, po, par, nullptr, true);
+  REQUIRE(r.roles.size() == 1);
+  CHECK(r.roles[0].least_memory);
+  CHECK_FALSE(r.fits);
+  CHECK(r.roles[0].peak_bytes > *po.budget_bytes);
+  CHECK(verify_plan(r.roles[0].result.graph, r.roles[0].result.plan).valid);
 }
 
 TEST_CASE("the model state + inputs bound never exceeds a role's planned peak") {
