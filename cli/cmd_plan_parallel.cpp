@@ -10,26 +10,37 @@
 
 namespace memplan::cli {
 
-int run_parallel_plan(const TrainingArgs& train, const ParallelArgs& par, bool json, const std::string& plan_file) {
+RankPlans plan_rank_roles(const TrainingArgs& train, const ParallelArgs& par) {
   const planner::ParallelOptions o = parallel_options(par, train.microbatches);
   const analysis::Graph shaped = load_shaped_model(train.model);
   warn_if_eval_export(shaped, train.model.model);
   TrainingArgs ta = train;
   ta.microbatches = 1;  // --microbatches are the layout's (pipeline microbatches or accumulation steps)
-  const TrainingSetup s = training_setup(shaped, ta);
-  const planner::ParallelPlanResult r = planner::plan_parallel(s.fused_forward, s.training_options, s.options, o);
+  RankPlans rp{training_setup(shaped, ta), {}};
+  rp.result = planner::plan_parallel(rp.setup.fused_forward, rp.setup.training_options, rp.setup.options, o);
+  return rp;
+}
+
+int run_parallel_plan(const TrainingArgs& train, const ParallelArgs& par, bool json, const std::string& plan_file) {
+  const RankPlans planned = plan_rank_roles(train, par);
+  const TrainingSetup& s = planned.setup;
+  const planner::ParallelPlanResult& r = planned.result;
   if (!plan_file.empty()) {
     // One plan per rank role, each with its graph: `memplan run`/`viz` read them one by one.
     nlohmann::json doc;
     doc["schema"] = "memplan-rank-plans";
     doc["version"] = 1;
     doc["layout"] = parallel_json(r)["layout"];
+    doc["budget_bytes"] = s.options.budget_bytes ? nlohmann::json(*s.options.budget_bytes) : nlohmann::json();
+    doc["library_bytes"] = s.options.library_bytes;
     nlohmann::json plans = nlohmann::json::array();
-    for (const auto& rp : r.roles) {
-      nlohmann::json pj = planner::plan_to_json(rp.result.graph, rp.result.plan, true);
-      pj["rank"] = rp.ranks.empty() ? 0 : rp.ranks.front();
-      pj["ranks"] = rp.ranks;
-      pj["role"] = rp.role;
+    const nlohmann::json ranks = parallel_json(r)["ranks"];
+    for (std::size_t i = 0; i < r.roles.size(); ++i) {
+      nlohmann::json pj = planner::plan_to_json(r.roles[i].result.graph, r.roles[i].result.plan, true);
+      // The role's entry of `plan --gpus --json` beside its plan (rank, ranks, role, peak and model state bytes,
+      // ...: what `viz` labels each rank's timeline with), never over a key of the plan's own.
+      for (const auto& [key, value] : ranks[i].items())
+        if (!pj.contains(key)) pj[key] = value;
       plans.push_back(std::move(pj));
     }
     doc["plans"] = plans;

@@ -1,9 +1,12 @@
-// `memplan viz`: the memory timeline of a plan (or two side by side) as one SVG file.
+// `memplan viz`: the memory timeline of a plan (or two side by side, or one per rank role) as one SVG file.
+#include <algorithm>
 #include <iostream>
+#include <optional>
 
 #include "cli/plan_report.hpp"
 #include "analysis/names.hpp"
 #include "cli/registry.hpp"
+#include "cli/viz_ranks.hpp"
 #include "cli/viz_source.hpp"
 #include "viz/timeline.hpp"
 
@@ -16,6 +19,8 @@ struct VizArgs {
   std::string compare;
   std::vector<std::string> traces;
   double width = 1400, height = 900;
+  bool width_given = false;
+  ParallelArgs parallel;  // --gpus N ...: one timeline per rank role (cli/viz_ranks.cpp)
 };
 
 viz::TimelinePanel panel_of(const PlannedModel& m) {
@@ -28,21 +33,41 @@ viz::TimelinePanel panel_of(const PlannedModel& m) {
   return p;
 }
 
+// One panel per rank role: planned with --gpus, or read from a `memplan-rank-plans` file given as --plan.
+std::optional<std::vector<PlannedModel>> rank_models(const VizArgs& a) {
+  if (parallel_requested(a.parallel)) {
+    if (!a.source.train.train) fail(ErrorKind::usage, "viz --gpus draws per-rank training plans: add --train");
+    if (!a.traces.empty() || !a.compare.empty() || !a.source.plan_files.empty())
+      fail(ErrorKind::usage, "viz --gpus draws the rank roles of one layout: leave out --trace, --compare and --plan");
+    return plan_rank_models(a.source.train, a.parallel);
+  }
+  if (a.source.plan_files.empty()) return std::nullopt;
+  auto ranks = load_rank_plans(a.source.plan_files.front());
+  if (ranks && (a.source.plan_files.size() > 1 || !a.traces.empty() || !a.compare.empty()))
+    fail(ErrorKind::usage, "a rank-plans file is drawn alone (one panel per rank role): leave out other --plan, --trace and --compare");
+  return ranks;
+}
+
 int run_viz(const VizArgs& a) {
   std::vector<PlannedModel> models;
-  for (const auto& t : a.traces) models.push_back(load_trace_file(t));
-  if (a.traces.empty() && a.source.train.model.model.empty()) fail(ErrorKind::usage, "viz needs a MODEL or --trace FILE");
-  if (!a.source.train.model.model.empty())
-    for (auto& m : planned_models(a.source)) models.push_back(std::move(m));
-  if (!a.compare.empty()) {
-    if (!a.source.train.train) fail(ErrorKind::usage, "--compare draws a second training strategy: add --train");
-    models.push_back(plan_model(a.source, a.compare));
+  if (auto ranks = rank_models(a)) {
+    models = std::move(*ranks);
+  } else {
+    for (const auto& t : a.traces) models.push_back(load_trace_file(t));
+    if (a.traces.empty() && a.source.train.model.model.empty()) fail(ErrorKind::usage, "viz needs a MODEL or --trace FILE");
+    if (!a.source.train.model.model.empty())
+      for (auto& m : planned_models(a.source)) models.push_back(std::move(m));
+    if (!a.compare.empty()) {
+      if (!a.source.train.train) fail(ErrorKind::usage, "--compare draws a second training strategy: add --train");
+      models.push_back(plan_model(a.source, a.compare));
+    }
+    if (models.size() > 2) fail(ErrorKind::usage, "viz draws one plan or two side by side; got " + std::to_string(models.size()));
   }
-  if (models.size() > 2) fail(ErrorKind::usage, "viz draws one plan or two side by side; got " + std::to_string(models.size()));
   std::vector<viz::TimelinePanel> panels;
   for (const auto& m : models) panels.push_back(panel_of(m));
   viz::TimelineOptions opts;
-  opts.width = a.width;
+  // Rank roles side by side: 640 pixels each unless --width says otherwise.
+  opts.width = a.width_given || models.size() <= 2 ? a.width : std::min(20000.0, 640.0 * static_cast<double>(models.size()));
   opts.height = a.height;
   write_text_file(a.output, viz::render_timeline_svg(panels, opts));
   for (const auto& m : models) {
@@ -67,7 +92,8 @@ void add_viz(CLI::App& app, std::function<int()>& action) {
   cmd->get_option("MODEL")->required(false);
   cmd->add_option("--trace", args->traces, "draw a PyTorch step recorded by memplan_torch (save_trace) instead of a model; twice to compare");
   cmd->add_option("--compare", args->compare, "with --train: also plan with this strategy and draw both side by side");
-  cmd->add_option("--width", args->width, "picture width in pixels")->check(CLI::Range(300.0, 20000.0));
+  cmd->add_option("--width", args->width, "picture width in pixels")->check(CLI::Range(300.0, 20000.0))->each([args](const std::string&) { args->width_given = true; });
+  add_parallel_args(cmd, args->parallel);
   cmd->add_option("--height", args->height, "picture height in pixels")->check(CLI::Range(300.0, 20000.0));
   cmd->callback([args, &action] { action = [args] { return run_viz(*args); }; });
 }

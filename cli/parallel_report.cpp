@@ -39,6 +39,13 @@ std::string layout_name(const planner::ParallelOptions& o) {
          " pp" + std::to_string(o.pp);
 }
 
+std::string ranks_text(const std::vector<int>& ranks) {
+  if (ranks.size() > 8) return std::to_string(ranks.front()) + ".." + std::to_string(ranks.back());
+  std::string s;
+  for (int k : ranks) s += (s.empty() ? "" : ",") + std::to_string(k);
+  return s;
+}
+
 namespace {
 
 nlohmann::json comm_json(const planner::CommunicationBytes& c) {
@@ -134,13 +141,7 @@ std::string parallel_text(const planner::ParallelPlanResult& r) {
   }
   for (const auto& rp : r.roles) {
     const auto& t = rp.result;
-    std::string ranks;
-    if (rp.ranks.size() <= 8) {
-      for (int k : rp.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(k);
-    } else {
-      ranks = std::to_string(rp.ranks.front()) + ".." + std::to_string(rp.ranks.back());
-    }
-    std::snprintf(line, sizeof line, "\nrank role: %s (ranks %s)\n", rp.role.c_str(), ranks.c_str());
+    std::snprintf(line, sizeof line, "\nrank role: %s (ranks %s)\n", rp.role.c_str(), ranks_text(rp.ranks).c_str());
     s += line;
     auto row = [&](const char* what, std::uint64_t b, const std::string& note) {
       std::snprintf(line, sizeof line, "  %-22s %12s  %s\n", what, human_bytes(b).c_str(), note.c_str());

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli/cmd_plan.hpp"
 #include "planner/parallel.hpp"
 
 namespace memplan::cli {
@@ -30,9 +31,16 @@ nlohmann::json parallel_json(const planner::ParallelPlanResult& r);
 std::string parallel_text(const planner::ParallelPlanResult& r);
 // `memplan plan --train --gpus N ...`: plans every rank role, prints the JSON or the tables; --plan FILE
 // writes one plan per rank role (docs/plan-schema.md, "Rank plans").
-struct TrainingArgs;
 int run_parallel_plan(const TrainingArgs& train, const ParallelArgs& par, bool json, const std::string& plan_file);
+// The model loaded, fused and planned per rank role as `plan --gpus` does (--microbatches are the layout's).
+struct RankPlans {
+  TrainingSetup setup;
+  planner::ParallelPlanResult result;
+};
+RankPlans plan_rank_roles(const TrainingArgs& train, const ParallelArgs& par);
 // "dp2 zero3 tp1 pp1"
 std::string layout_name(const planner::ParallelOptions& o);
+// "0,1,2,3" (eight at most), else "0..15".
+std::string ranks_text(const std::vector<int>& ranks);
 
 }  // namespace memplan::cli

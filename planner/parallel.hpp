@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -122,7 +123,7 @@ CommunicationBytes insert_tensor_parallel_collectives(analysis::TrainingGraph& t
 // One rank role's plan (ranks with the same role plan the same step).
 struct RankPlan {
   std::vector<int> ranks;  // global ranks: rank = stage * (dp * tp) + dp_index * tp + tp_index
-  std::string role;        // "dp", "stage 0 of 4", ...
+  std::string role;        // rank_role_name: "stage 0 of 4, tp ranks 0-1 of 2", ...
   int stage = 0;
   TrainingPlanResult result;
   ZeroSharding zero;
@@ -135,6 +136,7 @@ struct RankPlan {
   double flops = 0.0;                    // one microbatch's step
   double compute_seconds = 0.0;          // one microbatch's step, cost model
   CommunicationBytes communication;      // per step
+  bool least_memory = false;             // planned without the budget, which it could not meet (least_where_over_budget)
 };
 
 struct ParallelPlanResult {
@@ -148,9 +150,41 @@ struct ParallelPlanResult {
   bool fits = true;                        // every role under the budget (when one is given)
 };
 
+// Rank plans shared across layouts (fit --gpus): plan_training's result (or its infeasible error) per rank
+// training graph, keyed by the graph's fingerprint, the role's place (tp, sp, pp, stage, ZeRO stage) and its
+// budget. Ranks of ZeRO 0 at different data-parallel degrees plan one graph (the collectives' rank counts
+// differ, not their buffers), as do the same microbatch's roles wherever they recur.
+struct RolePlanCache {
+  struct Entry {
+    bool infeasible = false;
+    std::string message;  // the infeasible error's
+    TrainingPlanResult result;
+  };
+  std::map<std::string, Entry> entries;
+  std::size_t hits = 0, misses = 0;
+};
+
 // Plans every rank role of a training step of `shaped_forward` (fused, shapes concrete) laid out by `par`,
 // each through plan_training (remat and swap under options.budget_bytes, per GPU) and the verifier.
+// With `cache`, a role whose training graph was planned before under the same budget reuses that plan. A
+// budget a role cannot meet is ErrorKind::infeasible, or with `least_where_over_budget` that role is planned
+// without it (its strategy's least memory, RankPlan::least_memory) and the result does not fit.
 ParallelPlanResult plan_parallel(const analysis::Graph& shaped_forward, const analysis::TrainingOptions& training,
-                                 const TrainingPlanOptions& options, const ParallelOptions& par);
+                                 const TrainingPlanOptions& options, const ParallelOptions& par, RolePlanCache* cache = nullptr,
+                                 bool least_where_over_budget = false);
+
+// Per rank role (pipeline stage order), a lower bound of its peak without planning it: the model state the
+// rank holds (weights, gradients, optimizer state: all live at once when the optimizer runs) plus its graph
+// inputs; and what tensor parallelism found. Usage errors as plan_parallel's (a tp that does not divide the
+// heads, more stages than layers).
+struct ParallelLowerBounds {
+  std::vector<std::uint64_t> peak_bytes;
+  TensorParallelReport tensor_parallel;
+};
+ParallelLowerBounds parallel_lower_bounds(const analysis::Graph& shaped_forward, const analysis::TrainingOptions& training,
+                                          const TrainingPlanOptions& options, const ParallelOptions& par);
+
+// "stage 1 of 2, tp ranks 0-1 of 2, data parallel x4"; "single GPU" for one GPU.
+std::string rank_role_name(const ParallelOptions& par, int stage);
 
 }  // namespace memplan::planner

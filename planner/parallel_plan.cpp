@@ -61,48 +61,143 @@ std::uint64_t trainable_elements(const analysis::Graph& g, const analysis::Train
 
 }  // namespace
 
-ParallelPlanResult plan_parallel(const analysis::Graph& shaped_forward, const analysis::TrainingOptions& training,
-                                 const TrainingPlanOptions& options, const ParallelOptions& par) {
+std::string rank_role_name(const ParallelOptions& par, int stage) {
+  if (par.gpus <= 1) return "single GPU";
+  std::string name;
+  auto part = [&](const std::string& p) { name += (name.empty() ? "" : ", ") + p; };
+  if (par.pp > 1) part("stage " + std::to_string(stage) + " of " + std::to_string(par.pp));
+  if (par.tp > 1) part("tp ranks 0-" + std::to_string(par.tp - 1) + " of " + std::to_string(par.tp) + (par.sequence_parallel ? " (sequence parallel)" : ""));
+  const int dp = par.data_parallel();
+  if (dp > 1) part("data parallel x" + std::to_string(dp) + (par.zero > 0 ? " (ZeRO-" + std::to_string(par.zero) + ")" : ""));
+  return name;
+}
+
+namespace {
+
+// A rank role's training graph, sharded, before planning.
+struct PreparedRole {
+  analysis::TrainingGraph tg;
+  CommunicationBytes tp_bytes;  // one microbatch's tensor-parallel collectives
+  RankPlan rp;                  // ranks, role, stage, in_flight, zero, saved_bytes_per_microbatch, forward_ops
+};
+
+struct PreparedLayout {
+  analysis::Graph forward;  // tensor-parallel sharded when tp > 1
+  TensorParallelReport tensor_parallel;
+  std::vector<PipelineStage> stages;
+};
+
+PreparedLayout prepare_layout(const analysis::Graph& shaped_forward, const TrainingPlanOptions& options, const ParallelOptions& par) {
   check_parallel_options(par);
+  PreparedLayout L;
+  L.forward = par.tp > 1 ? shard_tensor_parallel(shaped_forward, par.tp, par.sequence_parallel, L.tensor_parallel) : shaped_forward;
+  L.stages = pipeline_cuts(L.forward, par.pp, options.profile);
+  return L;
+}
+
+PreparedRole prepare_role(const PreparedLayout& L, std::size_t i, const analysis::TrainingOptions& training, const ParallelOptions& par) {
+  const bool last = i + 1 == L.stages.size();
+  const analysis::Graph stage_graph = par.pp > 1 ? pipeline_stage_graph(L.forward, L.stages[i], last) : L.forward;
+  analysis::TrainingOptions to = training;
+  to.microbatches = 1;
+  if (!last) to.loss = analysis::Loss::none;
+  PreparedRole p{analysis::build_training_graph(stage_graph, to), {}, {}};
+  p.tp_bytes = insert_tensor_parallel_collectives(p.tg, L.tensor_parallel, par.tp, par.sequence_parallel);
+  RankPlan& rp = p.rp;
+  const int dp = par.data_parallel();
+  rp.stage = static_cast<int>(i);
+  rp.role = rank_role_name(par, rp.stage);
+  for (int d = 0; d < dp; ++d)
+    for (int t = 0; t < par.tp; ++t) rp.ranks.push_back(static_cast<int>(i) * dp * par.tp + d * par.tp + t);
+  rp.in_flight = par.pp > 1 ? in_flight_microbatches(par.pp_schedule, par.pp, rp.stage, par.microbatches) : 1;
+  rp.zero = shard_data_parallel(p.tg, dp, par.zero);
+  rp.saved_bytes_per_microbatch = saved_activation_bytes(p.tg);
+  for (const auto& op : stage_graph.ops) rp.forward_ops += op.phase == analysis::Phase::forward ? 1 : 0;
+  return p;
+}
+
+// plan_training, or the cache's plan of the same graph under the same budget.
+TrainingPlanResult plan_role(const analysis::TrainingGraph& tg, const TrainingPlanOptions& po, const ParallelOptions& par, int stage,
+                             RolePlanCache* cache) {
+  if (!cache) return plan_training(tg, po);
+  const std::string key = tg.graph.fingerprint() + "|tp" + std::to_string(par.tp) + (par.sequence_parallel ? "sp" : "") + "|pp" +
+                          std::to_string(par.pp) + "." + std::to_string(stage) + "|zero" + std::to_string(par.zero) + "|" +
+                          (po.budget_bytes ? std::to_string(*po.budget_bytes) : "-") + "|" + po.strategy;
+  if (auto it = cache->entries.find(key); it != cache->entries.end()) {
+    ++cache->hits;
+    if (it->second.infeasible) fail(ErrorKind::infeasible, it->second.message);
+    return it->second.result;
+  }
+  ++cache->misses;
+  RolePlanCache::Entry e;
+  try {
+    e.result = plan_training(tg, po);
+  } catch (const Error& err) {
+    if (err.kind() != ErrorKind::infeasible) throw;
+    e.infeasible = true;
+    e.message = err.what();
+    cache->entries.emplace(key, std::move(e));
+    throw;
+  }
+  return cache->entries.emplace(key, std::move(e)).first->second.result;
+}
+
+}  // namespace
+
+ParallelLowerBounds parallel_lower_bounds(const analysis::Graph& shaped_forward, const analysis::TrainingOptions& training,
+                                          const TrainingPlanOptions& options, const ParallelOptions& par) {
+  PreparedLayout L = prepare_layout(shaped_forward, options, par);
+  ParallelLowerBounds out;
+  for (std::size_t i = 0; i < L.stages.size(); ++i) {
+    const PreparedRole p = prepare_role(L, i, training, par);
+    std::uint64_t b = checked_add(p.rp.zero.weight_bytes, p.rp.zero.gradient_bytes, "model state bytes");
+    b = checked_add(b, p.rp.zero.optimizer_state_bytes, "model state bytes");
+    for (const auto& t : p.tg.graph.tensors)
+      if (t.role == analysis::TensorRole::input) b = checked_add(b, t.bytes(), "input bytes");
+    out.peak_bytes.push_back(b);
+  }
+  out.tensor_parallel = std::move(L.tensor_parallel);
+  return out;
+}
+
+ParallelPlanResult plan_parallel(const analysis::Graph& shaped_forward, const analysis::TrainingOptions& training,
+                                 const TrainingPlanOptions& options, const ParallelOptions& par, RolePlanCache* cache,
+                                 bool least_where_over_budget) {
+  PreparedLayout L = prepare_layout(shaped_forward, options, par);
   ParallelPlanResult R;
   R.options = par;
   R.unsharded_parameters = trainable_elements(shaped_forward, training);
-  const analysis::Graph forward =
-      par.tp > 1 ? shard_tensor_parallel(shaped_forward, par.tp, par.sequence_parallel, R.tensor_parallel) : shaped_forward;
-  R.stages = pipeline_cuts(forward, par.pp, options.profile);
-  const int dp = par.data_parallel(), M = par.microbatches;
+  const int M = par.microbatches;
   double slowest = 0.0;
-  for (std::size_t i = 0; i < R.stages.size(); ++i) {
-    const bool last = i + 1 == R.stages.size();
-    const analysis::Graph stage_graph = par.pp > 1 ? pipeline_stage_graph(forward, R.stages[i], last) : forward;
-    analysis::TrainingOptions to = training;
-    to.microbatches = 1;
-    if (!last) to.loss = analysis::Loss::none;
-    analysis::TrainingGraph tg = analysis::build_training_graph(stage_graph, to);
-    const CommunicationBytes tp_bytes = insert_tensor_parallel_collectives(tg, R.tensor_parallel, par.tp, par.sequence_parallel);
-    RankPlan rp;
-    rp.stage = static_cast<int>(i);
-    rp.role = par.pp > 1 ? "stage " + std::to_string(i) + " of " + std::to_string(par.pp) : (par.gpus > 1 ? "data parallel" : "single GPU");
-    for (int d = 0; d < dp; ++d)
-      for (int t = 0; t < par.tp; ++t) rp.ranks.push_back(static_cast<int>(i) * dp * par.tp + d * par.tp + t);
-    rp.in_flight = par.pp > 1 ? in_flight_microbatches(par.pp_schedule, par.pp, rp.stage, M) : 1;
-    rp.zero = shard_data_parallel(tg, dp, par.zero);
-    rp.saved_bytes_per_microbatch = saved_activation_bytes(tg);
+  for (std::size_t i = 0; i < L.stages.size(); ++i) {
+    PreparedRole p = prepare_role(L, i, training, par);
+    RankPlan& rp = p.rp;
     TrainingPlanOptions po = options;
     const std::uint64_t others = static_cast<std::uint64_t>(rp.in_flight - 1) * rp.saved_bytes_per_microbatch;
     if (po.budget_bytes) {
-      if (*po.budget_bytes <= others)
+      if (*po.budget_bytes > others) {
+        *po.budget_bytes -= others;
+      } else if (least_where_over_budget) {
+        po.budget_bytes.reset();
+        rp.least_memory = true;
+      } else {
         fail(ErrorKind::infeasible, rp.role + ": the " + std::to_string(rp.in_flight - 1) +
                                         " other microbatches in flight alone hold more than the budget");
-      *po.budget_bytes -= others;
+      }
     }
-    rp.result = plan_training(tg, po);
+    try {
+      rp.result = plan_role(p.tg, po, par, rp.stage, cache);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::infeasible || !least_where_over_budget || !po.budget_bytes) throw;
+      po.budget_bytes.reset();  // the least the role's strategy reaches
+      rp.least_memory = true;
+      rp.result = plan_role(p.tg, po, par, rp.stage, cache);
+    }
     const std::uint64_t dropped = planned_bytes(rp.result.recomputed) + planned_bytes(rp.result.swapped);
     const std::uint64_t kept = rp.saved_bytes_per_microbatch > dropped ? rp.saved_bytes_per_microbatch - dropped : 0;
     rp.activation_bytes = kept * static_cast<std::uint64_t>(rp.in_flight);
     rp.peak_bytes = rp.result.peak_bytes + kept * static_cast<std::uint64_t>(rp.in_flight - 1);
     rp.model_state_bytes = rp.zero.weight_bytes + rp.zero.gradient_bytes + rp.zero.optimizer_state_bytes;
-    for (const auto& op : stage_graph.ops) rp.forward_ops += op.phase == analysis::Phase::forward ? 1 : 0;
     rp.flops = rp.result.training_flops;
     rp.compute_seconds = rp.result.estimated_step_seconds;
     // Per step: ZeRO 0/1 reduce the accumulated gradients once; 2/3 keep no unsharded gradients between
@@ -113,11 +208,11 @@ ParallelPlanResult plan_parallel(const analysis::Graph& shaped_forward, const an
       c.all_gather = par.zero == 3 ? c.all_gather * static_cast<std::uint64_t>(M) : c.all_gather;
     }
     // Tensor parallel: the stage's own collectives (forward and backward), once per microbatch.
-    c.all_reduce += tp_bytes.all_reduce * static_cast<std::uint64_t>(M);
-    c.reduce_scatter += tp_bytes.reduce_scatter * static_cast<std::uint64_t>(M);
-    c.all_gather += tp_bytes.all_gather * static_cast<std::uint64_t>(M);
+    c.all_reduce += p.tp_bytes.all_reduce * static_cast<std::uint64_t>(M);
+    c.reduce_scatter += p.tp_bytes.reduce_scatter * static_cast<std::uint64_t>(M);
+    c.all_gather += p.tp_bytes.all_gather * static_cast<std::uint64_t>(M);
     if (par.pp > 1) {
-      const std::uint64_t out = R.stages[i].boundary_bytes, in = i > 0 ? R.stages[i - 1].boundary_bytes : 0;
+      const std::uint64_t out = L.stages[i].boundary_bytes, in = i > 0 ? L.stages[i - 1].boundary_bytes : 0;
       c.send_recv = (out + in) * static_cast<std::uint64_t>(M);  // activations forward, their gradients back
     }
     rp.communication = c;
@@ -126,6 +221,8 @@ ParallelPlanResult plan_parallel(const analysis::Graph& shaped_forward, const an
     if (options.budget_bytes && rp.peak_bytes + options.library_bytes > *options.budget_bytes) R.fits = false;
     R.roles.push_back(std::move(rp));
   }
+  R.stages = std::move(L.stages);
+  R.tensor_parallel = std::move(L.tensor_parallel);
   // A pipeline of P stages runs M + P - 1 slots of its slowest stage (the bubble); without one, M micro-steps.
   R.estimated_step_seconds = slowest * static_cast<double>(M + par.pp - 1) + R.communication_seconds;
   return R;
