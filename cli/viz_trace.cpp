@@ -27,6 +27,12 @@ PlannedModel load_trace_file(const std::string& path) {
            viz::bytes_label(t.plan.arena_bytes) + " (" + t.plan.packer + ") \u00b7 caching allocator would reserve " +
            viz::bytes_label(t.caching_reserved_bytes) + " (max allocated " + viz::bytes_label(t.caching_max_allocated_bytes) + ")";
   if (elsewhere) m.note += " \u00b7 " + std::to_string(elsewhere) + " blocks outside the arena (other streams or live past the step; not drawn)";
+  std::size_t periodic = 0;
+  for (std::size_t k = 0; k < t.step.blocks.size(); ++k) periodic += t.step.periodic(k);
+  if (periodic)
+    m.note += " \u00b7 " + std::to_string(periodic) + " periodic blocks (live past the step, freed by the next before made again: two " +
+              "rectangles at one offset, the previous step's until its free and this step's from its allocation; region " +
+              viz::bytes_label(t.plan.periodic_bytes) + ")";
   return m;
 }
 

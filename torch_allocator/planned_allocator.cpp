@@ -29,7 +29,8 @@ PlannedAllocator::~PlannedAllocator() {
   for (auto& d : deferred_)
     for (auto e : d.events) device_.destroy_event(e);
   for (auto& a : arenas_)
-    if (a.base) device_.deallocate(a.base, a.bytes);
+    for (auto& r : a.part)
+      if (r.base) device_.deallocate(r.base, r.bytes);
   for (auto& [p, b] : live_)
     if (b.where == Where::exact) device_.deallocate(p, b.bytes);
 }
@@ -42,7 +43,8 @@ runtime::PoolAllocator& PlannedAllocator::pool_of(StreamId stream) {
 
 void PlannedAllocator::note_device_bytes() {
   std::uint64_t arenas = 0;
-  for (const auto& a : arenas_) arenas += a.bytes;
+  for (const auto& a : arenas_)
+    for (const auto& r : a.part) arenas += r.base ? r.bytes : 0;
   stats_.pool_bytes = pool_backend_.held_bytes();
   stats_.peak_pool_bytes = std::max(stats_.peak_pool_bytes, stats_.pool_bytes);
   stats_.persistent_bytes = exact_bytes_;
@@ -54,7 +56,7 @@ void PlannedAllocator::note_device_bytes() {
 // its stream is reused only by later work of that stream, which the stream orders after the free.
 void* PlannedAllocator::from_pool(std::uint64_t size, StreamId stream) {
   void* p = pool_of(stream).allocate(round_block(size), kBlockAlignment);
-  live_[p] = Live{Where::pool, round_block(size), stream, 0, 0};
+  live_[p] = Live{Where::pool, round_block(size), stream};
   note_device_bytes();
   return p;
 }
@@ -64,7 +66,7 @@ void* PlannedAllocator::exact(std::uint64_t size, StreamId stream) {
   const std::uint64_t bytes = round_block(size);
   void* p = device_.allocate(bytes);
   exact_bytes_ += bytes;
-  live_[p] = Live{Where::exact, bytes, stream, 0, 0};
+  live_[p] = Live{Where::exact, bytes, stream};
   note_device_bytes();
   return p;
 }
@@ -89,19 +91,26 @@ void* PlannedAllocator::replay(std::uint64_t size, StreamId stream) {
     if (!matches) ++step_misses_, ++stats_.misses;
     return from_pool(size, stream);
   }
-  if (matches && rec.blocks[k].free_event == kNotFreed) {  // lives past the step: outside the arena
+  if (matches && rec.blocks[k].free_event == kNotFreed && !rec.periodic(k)) {  // lives past the step: the pool's
     ++stats_.carried;
     return from_pool(size, stream);
   }
   if (matches) {
     const std::uint64_t off = plan_.offsets[k], bytes = rec.blocks[k].bytes;
-    if (range_free(off, bytes)) {
+    if (range_free(off, bytes)) {  // a periodic block: the previous step's instance was freed by now
       ArenaMemory& a = arenas_.back();
-      ++a.live_blocks;
+      const int part = off < a.split ? 0 : 1;
+      Region& r = a.part[part];
+      if (!r.base) {  // the periodic region, taken when its first block comes
+        r.base = device_.allocate(r.bytes);
+        note_device_bytes();
+      }
+      ++r.live_blocks;
       arena_live_.emplace(off, off + bytes);
-      void* p = static_cast<std::byte*>(a.base) + off;
-      live_[p] = Live{Where::arena, bytes, stream, arenas_.size() - 1, k};
+      void* p = static_cast<std::byte*>(r.base) + (part == 0 ? off : off - a.split);
+      live_[p] = Live{Where::arena, bytes, stream, arenas_.size() - 1, part, off, k};
       ++stats_.hits;
+      stats_.carried_in_arena += rec.periodic(k);
       return p;
     }
     ++stats_.conflicts;
@@ -125,23 +134,45 @@ void* PlannedAllocator::allocate(std::uint64_t size, StreamId stream) {
     return from_pool(size, stream);
   }
   void* p = nullptr;
+  const std::size_t k = next_alloc_;
   if (replaying_) {
     p = replay(size, stream);
     ++event_;
   } else {
+    ++next_alloc_;
     p = exact(size, stream);
     recorder_.on_alloc(p, size, stream);
   }
+  Live& l = live_.at(p);
+  l.step = step_serial_;
+  l.index = static_cast<std::uint32_t>(k);
+  step_allocs_.push_back(p);
   return p;
 }
 
+// Each block the step leaves live gets its rank among those of its bytes: a recorded step names the
+// previous step's blocks it frees by it (RecordedEvent::earlier_rank).
+void PlannedAllocator::rank_carried() {
+  std::map<std::uint64_t, std::int64_t> next;
+  for (std::size_t i = 0; i < step_allocs_.size(); ++i) {
+    auto it = live_.find(step_allocs_[i]);
+    if (it == live_.end() || it->second.step != step_serial_ || it->second.index != i) continue;  // freed (or reused)
+    it->second.carried_rank = next[it->second.bytes]++;
+  }
+  step_allocs_.clear();
+}
+
+// A retired arena gives each region back once its last block is freed (the periodic region holds the
+// last step's periodic blocks until the next step frees them; the main region is usually empty at once).
 void PlannedAllocator::release_arena_if_unused(std::size_t a) {
-  ArenaMemory& m = arenas_[a];
   const bool current = replaying_ && a + 1 == arenas_.size();
-  if (current || m.live_blocks != 0 || !m.base) return;
-  device_.deallocate(m.base, m.bytes);
-  m = ArenaMemory{};
-  note_device_bytes();
+  if (current) return;
+  for (Region& r : arenas_[a].part) {
+    if (r.live_blocks != 0 || !r.base) continue;
+    device_.deallocate(r.base, r.bytes);
+    r = Region{};
+    note_device_bytes();
+  }
 }
 
 void PlannedAllocator::release_pool_block(void* p, const Live& b) {
@@ -176,7 +207,7 @@ void PlannedAllocator::deallocate(void* p, StreamId /*stream*/) {
   if (it == live_.end()) fail(ErrorKind::usage, "planned allocator: free of " + hex(p) + ", which it never handed out (or freed twice)");
   const Live b = it->second;
   live_.erase(it);
-  if (in_step_ && recorder_.active()) recorder_.on_free(p, b.bytes);
+  if (in_step_ && recorder_.active()) recorder_.on_free(p, b.bytes, b.step + 1 == step_serial_ ? b.carried_rank : -1);
   if (in_step_ && replaying_) ++event_;
   if (b.where == Where::exact) {  // the device waits for queued work before it reuses the bytes
     device_.deallocate(p, b.bytes);
@@ -192,11 +223,16 @@ void PlannedAllocator::deallocate(void* p, StreamId /*stream*/) {
   // becomes available to the planned blocks that reuse it.
   const bool current = replaying_ && b.arena + 1 == arenas_.size();
   if (current) {
-    const std::uint64_t off = static_cast<std::uint64_t>(static_cast<std::byte*>(p) - static_cast<std::byte*>(arenas_.back().base));
-    arena_live_.erase(off);
-    if (in_step_ && planned_->blocks[b.block].free_event < event_ - 1) ++stats_.late_frees;
+    arena_live_.erase(b.offset);
+    if (in_step_) {  // this step's free event is event_ - 1; a block of the previous step is due at next_free_event
+      const RecordedBlock& r = planned_->blocks[b.block];
+      const bool earlier = b.step != step_serial_;
+      const bool due = earlier ? planned_->periodic(b.block) && b.step + 1 == step_serial_ && r.next_free_event >= event_ - 1
+                               : r.free_event >= event_ - 1;
+      stats_.late_frees += !due;
+    }
   }
-  --arenas_[b.arena].live_blocks;
+  --arenas_[b.arena].part[b.part].live_blocks;
   release_arena_if_unused(b.arena);
 }
 
@@ -205,6 +241,8 @@ void PlannedAllocator::step_begin() {
   if (in_step_) fail(ErrorKind::usage, "planned allocator: step_begin inside a step (step_end missing)");
   in_step_ = true;
   stepped_ = true;
+  ++step_serial_;
+  step_allocs_.clear();
   next_alloc_ = 0;
   event_ = 0;
   step_misses_ = 0;
@@ -220,13 +258,20 @@ void PlannedAllocator::make_plan() {
   // The step's transient blocks were given back as they were freed; what the pools hold empty goes back
   // too, and only then is the arena taken: the peak is persistent + max(recording's transient peak, arena).
   release_pools();
-  void* base = plan.arena_bytes ? device_.allocate(plan.arena_bytes) : nullptr;
+  ArenaMemory m;
+  m.split = plan.periodic_bytes;
+  m.part[0].bytes = plan.periodic_bytes;  // taken when its first block comes (replay)
+  m.part[1].bytes = plan.arena_bytes - plan.periodic_bytes;
+  if (m.part[1].bytes) m.part[1].base = device_.allocate(m.part[1].bytes);
   if (!arenas_.empty()) release_arena_if_unused(arenas_.size() - 1);  // the previous plan's, unless still in use
-  arenas_.push_back(ArenaMemory{base, plan.arena_bytes, 0});
+  arenas_.push_back(m);
   arena_live_.clear();
   stats_.replans += stats_.plans > 0;
   ++stats_.plans;
   stats_.arena_bytes = plan.arena_bytes;
+  stats_.periodic_bytes = plan.periodic_bytes;
+  stats_.periodic_blocks = 0;
+  for (std::size_t k = 0; k < rec.blocks.size(); ++k) stats_.periodic_blocks += rec.periodic(k);
   stats_.planned_peak_bytes = plan.peak_live_bytes;
   stats_.packer = plan.packer;
   planned_ = std::move(rec);
@@ -242,6 +287,7 @@ void PlannedAllocator::step_end() {
   if (!in_step_) fail(ErrorKind::usage, "planned allocator: step_end without step_begin");
   in_step_ = false;
   ++stats_.steps;
+  rank_carried();
   poll_deferred();
   if (!replaying_) {
     make_plan();
@@ -265,7 +311,17 @@ AllocatorStats PlannedAllocator::stats() const {
 
 const void* PlannedAllocator::arena_base() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return replaying_ && !arenas_.empty() ? arenas_.back().base : nullptr;
+  return replaying_ && !arenas_.empty() ? arenas_.back().part[1].base : nullptr;
+}
+
+const void* PlannedAllocator::block_address(std::size_t k) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!replaying_ || arenas_.empty() || k >= plan_.offsets.size() || plan_.offsets[k] == planner::kNotInArena) return nullptr;
+  const ArenaMemory& a = arenas_.back();
+  const std::uint64_t off = plan_.offsets[k];
+  const int part = off < a.split ? 0 : 1;
+  if (!a.part[part].base) return nullptr;
+  return static_cast<const std::byte*>(a.part[part].base) + (part == 0 ? off : off - a.split);
 }
 
 std::optional<std::pair<RecordedStep, StepPlan>> PlannedAllocator::planned_step() const {
@@ -282,6 +338,7 @@ nlohmann::json stats_json(const AllocatorStats& s) {
           {"misses", s.misses},                 {"conflicts", s.conflicts},
           {"late_frees", s.late_frees},         {"other_stream", s.other_stream},
           {"unstepped", s.unstepped}, {"carried", s.carried}, {"setup", s.setup},           {"replans", s.replans},
+          {"carried_in_arena", s.carried_in_arena}, {"periodic_bytes", s.periodic_bytes}, {"periodic_blocks", s.periodic_blocks},
           {"plans", s.plans},                   {"steps", s.steps},
           {"recorded_steps", s.recorded_steps}, {"deferred_frees", s.deferred_frees},
           {"packer", s.packer},                 {"replaying", s.replaying}};

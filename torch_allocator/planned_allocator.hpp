@@ -19,7 +19,11 @@
 namespace memplan::torch_allocator {
 
 struct AllocatorOptions {
-  int record_steps = 1;             // steps recorded (each block its own device allocation); the last one is planned
+  // Steps recorded (each block its own device allocation); the last one is planned. 2 by default: the first
+  // step allocates what lives for the whole run (optimizer state), and the second frees the first's
+  // gradients, which tells when a step's carried blocks are freed by the next (periodic blocks: in the arena).
+  // With 1, carried blocks are served by the pool.
+  int record_steps = 2;
   int replan_after_miss_steps = 2;  // this many consecutive steps with misses start a new recording
   std::uint64_t pool_chunk_bytes = 20ull << 20;
 };
@@ -38,7 +42,10 @@ struct AllocatorStats {
   std::uint64_t conflicts = 0;          // misses whose planned range was still held by an unfreed block
   std::uint64_t late_frees = 0;         // arena blocks freed after the event the plan freed them at
   std::uint64_t other_stream = 0;       // allocations off the arena's stream (pool, by design)
-  std::uint64_t carried = 0;            // replayed allocations of blocks the plan leaves live past the step (pool)
+  std::uint64_t carried = 0;            // replayed allocations of carried blocks that are not periodic (pool)
+  std::uint64_t carried_in_arena = 0;   // hits of periodic blocks (live past the step, at their offset; in hits too)
+  std::uint64_t periodic_bytes = 0;     // the current plan's periodic region (part of arena_bytes; 0: none)
+  std::uint64_t periodic_blocks = 0;    // periodic blocks of the current plan
   std::uint64_t setup = 0;              // allocations before the first step (weights: exact allocations)
   std::uint64_t unstepped = 0;          // allocations outside begin/end of a step after the first step (pool)
   std::uint64_t replans = 0;            // plans made after the first
@@ -55,10 +62,12 @@ nlohmann::json stats_json(const AllocatorStats& s);
 
 // Device bytes follow the bytes live: allocations before the first step (weights) and every allocation of a
 // recorded step are exact device allocations (DeviceMemory::allocate of the rounded size, given back when
-// freed), so recording holds no freed bytes; blocks a recorded step leaves live stay such allocations, and
-// the arena (the step's transient blocks only) is taken once the step has ended. Replayed allocations the
-// plan does not place (misses, other streams, blocks live past the step) go to per-stream pools, whose
-// empty chunks go back to the device at every step end.
+// freed), so recording holds no freed bytes; blocks a recorded step leaves live stay such allocations. The
+// arena is two device allocations: its main region is taken once the planned step has ended, its periodic
+// region (StepPlan::periodic_bytes) when a replayed block first lands in it, i.e. after the recording's own
+// carried blocks were freed. Replayed allocations the plan does not place (misses, other streams, carried
+// blocks that are not periodic) go to per-stream pools, whose empty chunks go back to the device at every
+// step end.
 // Every call is serialised by one mutex. Misuse (a free of a pointer never handed out, step_end without
 // step_begin) is ErrorKind::usage; device failures are ErrorKind::runtime.
 class PlannedAllocator {
@@ -74,8 +83,11 @@ class PlannedAllocator {
   void step_end();
 
   AllocatorStats stats() const;
-  // Start of the current arena (null before the first plan): block k of the plan is served at base + offset k.
+  // Start of the current arena's main region (null before the first plan): block k of the plan with offset
+  // o >= periodic_bytes is served at base + (o - periodic_bytes).
   const void* arena_base() const;
+  // Where block k of the current plan is served (null: not in the arena, or its region not taken yet).
+  const void* block_address(std::size_t k) const;
   // The step the current plan was made from, and that plan (none before the first plan).
   std::optional<std::pair<RecordedStep, StepPlan>> planned_step() const;
 
@@ -86,12 +98,21 @@ class PlannedAllocator {
     std::uint64_t bytes = 0;
     StreamId stream = 0;
     std::size_t arena = 0;     // arenas_ index for Where::arena
+    int part = 1;              // ArenaMemory::part for Where::arena
+    std::uint64_t offset = 0;  // arena offset for Where::arena
     std::size_t block = 0;     // planned block for Where::arena
+    std::uint64_t step = 0;    // step_serial_ of the step that allocated it (0: outside steps)
+    std::uint32_t index = 0;   // its allocation index in that step
+    std::int64_t carried_rank = -1;  // live at that step's end: rank among its blocks then live of these bytes
   };
-  struct ArenaMemory {
-    void* base = nullptr;
+  struct Region {
+    void* base = nullptr;  // null: not taken (yet), or given back
     std::uint64_t bytes = 0;
     std::uint64_t live_blocks = 0;
+  };
+  struct ArenaMemory {
+    Region part[2];  // [0]: the periodic region, offsets [0, split); [1]: the main region, [split, end)
+    std::uint64_t split = 0;
   };
   struct Deferred {
     void* p = nullptr;
@@ -107,6 +128,7 @@ class PlannedAllocator {
   void poll_deferred();
   void make_plan();
   void release_arena_if_unused(std::size_t a);
+  void rank_carried();
   runtime::PoolAllocator& pool_of(StreamId stream);
   void release_pools();
   void note_device_bytes();
@@ -131,6 +153,8 @@ class PlannedAllocator {
   bool stepped_ = false;          // a step has begun: later allocations outside steps are `unstepped`
   std::uint64_t exact_bytes_ = 0;  // held by Where::exact blocks
   std::size_t next_alloc_ = 0;  // index of the step's next allocation
+  std::uint64_t step_serial_ = 0;  // steps begun
+  std::vector<void*> step_allocs_;  // the step's allocations in order (for rank_carried)
   std::uint32_t event_ = 0;      // events of the replayed step so far
   std::uint64_t step_misses_ = 0;
   int miss_steps_ = 0;           // consecutive replayed steps with misses

@@ -22,15 +22,15 @@ void Recorder::on_alloc(const void* p, std::uint64_t size, StreamId stream) {
   live_[p] = static_cast<std::size_t>(k);
 }
 
-void Recorder::on_free(const void* p, std::uint64_t bytes) {
+void Recorder::on_free(const void* p, std::uint64_t bytes, std::int64_t earlier_rank) {
   auto it = live_.find(p);
   if (it == live_.end()) {
-    step_.events.push_back(RecordedEvent{false, -1, bytes});
+    step_.events.push_back(RecordedEvent{false, -1, bytes, earlier_rank < 0 ? -1 : earlier_rank});
     return;
   }
   RecordedBlock& b = step_.blocks[it->second];
   b.free_event = step_.event_count();
-  step_.events.push_back(RecordedEvent{false, static_cast<std::int64_t>(it->second), b.bytes});
+  step_.events.push_back(RecordedEvent{false, static_cast<std::int64_t>(it->second), b.bytes, -1});
   live_.erase(it);
 }
 
@@ -43,9 +43,26 @@ RecordedStep Recorder::finish() {
       best = count[b.stream];
       step_.primary_stream = b.stream;
     }
+  link_carried(step_);
   active_ = false;
   live_.clear();
   return std::move(step_);
+}
+
+void link_carried(RecordedStep& step) {
+  std::map<std::uint64_t, std::vector<std::size_t>> carried;  // bytes -> carried blocks, in allocation order
+  for (std::size_t k = 0; k < step.blocks.size(); ++k) {
+    step.blocks[k].next_free_event = kNotFreed;
+    if (step.blocks[k].free_event == kNotFreed) carried[step.blocks[k].bytes].push_back(k);
+  }
+  for (std::uint32_t e = 0; e < step.event_count(); ++e) {
+    const RecordedEvent& ev = step.events[e];
+    if (ev.alloc || ev.block >= 0 || ev.earlier_rank < 0) continue;
+    auto it = carried.find(ev.bytes);
+    if (it == carried.end() || static_cast<std::uint64_t>(ev.earlier_rank) >= it->second.size()) continue;
+    RecordedBlock& b = step.blocks[it->second[static_cast<std::size_t>(ev.earlier_rank)]];
+    if (b.next_free_event == kNotFreed) b.next_free_event = e;
+  }
 }
 
 }  // namespace memplan::torch_allocator

@@ -1,8 +1,10 @@
-// Recorded step -> graph of allocation events -> planner::assign offsets -> planner::verify_plan proof.
+// Recorded step -> graph of allocation events -> offsets (periodic blocks first fit, the rest planner::assign)
+// -> planner::verify_plan proof.
 #include "torch_allocator/step_plan.hpp"
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "analysis/error.hpp"
 #include "analysis/liveness.hpp"
@@ -13,39 +15,67 @@
 namespace memplan::torch_allocator {
 
 namespace {
+using analysis::kNoTensor;
+using analysis::TensorId;
+
 std::vector<analysis::OpId> in_order(const analysis::Graph& g) {
   std::vector<analysis::OpId> s(g.ops.size());
   std::iota(s.begin(), s.end(), analysis::OpId{0});
   return s;
 }
 
-// Tensor of block k, or kNoTensor: tensors are made for arena blocks only, in block order.
-std::vector<analysis::TensorId> block_tensors(const RecordedStep& step) {
-  std::vector<analysis::TensorId> t(step.blocks.size(), analysis::kNoTensor);
-  analysis::TensorId next = 0;
-  for (std::size_t k = 0; k < step.blocks.size(); ++k)
-    if (step.in_arena(k)) t[k] = next++;
+// Per block: the tensor of this step's instance and, for a periodic block, of the previous step's
+// (kNoTensor otherwise). Tensors are made for the included blocks only, in block order.
+struct BlockTensors {
+  std::vector<TensorId> main, prefix;
+};
+
+BlockTensors block_tensors(const RecordedStep& step, const std::vector<bool>& include) {
+  BlockTensors t{std::vector<TensorId>(step.blocks.size(), kNoTensor), std::vector<TensorId>(step.blocks.size(), kNoTensor)};
+  TensorId next = 0;
+  for (std::size_t k = 0; k < step.blocks.size(); ++k) {
+    if (!include[k]) continue;
+    t.main[k] = next++;
+    if (step.periodic(k)) t.prefix[k] = next++;
+  }
   return t;
 }
-}  // namespace
 
-analysis::Graph step_graph(const RecordedStep& step) {
+std::vector<bool> arena_blocks(const RecordedStep& step) {
+  std::vector<bool> in(step.blocks.size());
+  for (std::size_t k = 0; k < step.blocks.size(); ++k) in[k] = step.in_arena(k);
+  return in;
+}
+
+analysis::Tensor block_tensor(std::string name, std::uint64_t bytes) {
+  analysis::Tensor t;
+  t.name = std::move(name);
+  t.dtype = analysis::DType::u8;
+  t.dims = {analysis::Dim::of(static_cast<std::int64_t>(bytes))};
+  t.rank_known = true;
+  return t;
+}
+
+// step_graph over the blocks `include` names (arena blocks only).
+analysis::Graph make_graph(const RecordedStep& step, const std::vector<bool>& include) {
   analysis::Graph g;
   g.name = "recorded step";
-  const auto tensor_of = block_tensors(step);
+  const BlockTensors tensor_of = block_tensors(step, include);
+  std::vector<TensorId> prefix_freed_at(step.event_count(), kNoTensor);
   for (std::size_t k = 0; k < step.blocks.size(); ++k) {
-    if (tensor_of[k] == analysis::kNoTensor) continue;
-    analysis::Tensor t;
-    t.name = "block " + std::to_string(k);
-    t.dtype = analysis::DType::u8;
-    t.dims = {analysis::Dim::of(static_cast<std::int64_t>(step.blocks[k].bytes))};
-    t.rank_known = true;
-    g.add_tensor(std::move(t));
+    if (tensor_of.main[k] == kNoTensor) continue;
+    g.add_tensor(block_tensor("block " + std::to_string(k), step.blocks[k].bytes));
+    if (tensor_of.prefix[k] == kNoTensor) continue;
+    g.add_tensor(block_tensor("block " + std::to_string(k) + " (previous step)", step.blocks[k].bytes));
+    prefix_freed_at[step.blocks[k].next_free_event] = tensor_of.prefix[k];
+    g.outputs.push_back(tensor_of.main[k]);  // this step's instance lives past the step
   }
   analysis::Op begin;
   begin.name = "step begin";
   begin.type = "StepBegin";
   begin.domain = analysis::kMemplanDomain;
+  for (std::size_t k = 0; k < step.blocks.size(); ++k)
+    if (tensor_of.prefix[k] != kNoTensor) begin.outputs.push_back(tensor_of.prefix[k]);
   g.add_op(std::move(begin));
   for (std::uint32_t e = 0; e < step.event_count(); ++e) {
     const RecordedEvent& ev = step.events[e];
@@ -55,34 +85,131 @@ analysis::Graph step_graph(const RecordedStep& step) {
     op.name = (ev.alloc ? "alloc " : "free ") + (ev.block < 0 ? std::string("earlier block") : "block " + std::to_string(ev.block));
     op.name += " (event " + std::to_string(e) + ")";
     if (ev.block >= 0) {
-      const auto k = static_cast<std::size_t>(ev.block);
-      const analysis::TensorId t = tensor_of[k];
-      if (t != analysis::kNoTensor && ev.alloc) op.outputs.push_back(t);
-      if (t != analysis::kNoTensor && !ev.alloc) op.inputs.push_back(t);
+      const TensorId t = tensor_of.main[static_cast<std::size_t>(ev.block)];
+      if (t != kNoTensor && ev.alloc) op.outputs.push_back(t);
+      if (t != kNoTensor && !ev.alloc) op.inputs.push_back(t);
+    } else if (prefix_freed_at[e] != kNoTensor) {
+      op.inputs.push_back(prefix_freed_at[e]);
     }
     g.add_op(std::move(op));
   }
+  for (TensorId t : g.outputs) g.tensors[t].is_graph_output = true;
   return g;
 }
 
-StepPlan plan_step(const RecordedStep& step) {
-  const analysis::Graph g = step_graph(step);
+// A block's lifetime in op steps of step_graph (op e + 1 is event e): one piece, or two for a periodic block.
+struct Lifetime {
+  analysis::Interval piece[2];
+  int pieces = 1;
+  bool overlaps(const Lifetime& o) const noexcept {
+    for (int i = 0; i < pieces; ++i)
+      for (int j = 0; j < o.pieces; ++j)
+        if (piece[i].overlaps(o.piece[j])) return true;
+    return false;
+  }
+};
+
+Lifetime lifetime(const RecordedStep& step, std::size_t k) {
+  const RecordedBlock& b = step.blocks[k];
+  if (!step.periodic(k)) return Lifetime{{analysis::Interval{b.alloc_event + 1, b.free_event + 1}, {}}, 1};
+  return Lifetime{{analysis::Interval{0, b.next_free_event + 1}, analysis::Interval{b.alloc_event + 1, step.event_count()}}, 2};
+}
+
+// First fit over two-piece lifetimes: blocks placed one after another, each at the lowest offset where it
+// overlaps (in address) no placed block it overlaps in time, ending at most at `limit`.
+class FirstFit {
+ public:
+  explicit FirstFit(const RecordedStep& step) : step_(step) {}
+  bool place(std::size_t k, std::uint64_t limit, std::vector<std::uint64_t>& offsets) {
+    const Lifetime life = lifetime(step_, k);
+    const std::uint64_t bytes = step_.blocks[k].bytes;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> taken;  // [offset, end) of blocks live with it
+    for (const auto& [j, jl] : placed_)
+      if (life.overlaps(jl)) taken.emplace_back(offsets[j], offsets[j] + step_.blocks[j].bytes);
+    std::sort(taken.begin(), taken.end());
+    std::uint64_t at = 0;
+    for (const auto& [from, to] : taken) {
+      if (from >= at + bytes) break;
+      at = std::max(at, to);
+    }
+    if (at + bytes > limit) return false;
+    offsets[k] = at;
+    extent_ = std::max(extent_, at + bytes);
+    placed_.emplace_back(k, life);
+    return true;
+  }
+  std::uint64_t extent() const noexcept { return extent_; }
+
+ private:
+  const RecordedStep& step_;
+  std::vector<std::pair<std::size_t, Lifetime>> placed_;
+  std::uint64_t extent_ = 0;
+};
+
+std::vector<std::size_t> largest_first(const RecordedStep& step, std::vector<std::size_t> ks) {
+  std::stable_sort(ks.begin(), ks.end(), [&](std::size_t a, std::size_t b) { return step.blocks[a].bytes > step.blocks[b].bytes; });
+  return ks;
+}
+
+// planner::assign over the blocks `rest` names (transient blocks only): offsets per block, and its plan.
+planner::Plan pack_rest(const RecordedStep& step, const std::vector<bool>& rest, std::vector<std::uint64_t>& offsets, std::uint64_t base) {
+  const analysis::Graph g = make_graph(step, rest);
   const analysis::Liveness l = analysis::analyze_liveness(g, in_order(g), kBlockAlignment);
   planner::AssignOptions o;
   o.alignment = kBlockAlignment;
   o.views = false;
   o.inplace = false;
   o.workspace_limit_bytes = 0;
-  const planner::Plan p = planner::assign(g, l, o);
-  planner::require_valid(g, p);
-  StepPlan sp;
-  sp.arena_bytes = p.arena_bytes;
-  sp.peak_live_bytes = l.lower_bound_bytes;
-  sp.packer = p.packer;
-  const auto tensor_of = block_tensors(step);
-  sp.offsets.assign(step.blocks.size(), planner::kNotInArena);
+  planner::Plan p = planner::assign(g, l, o);
+  const BlockTensors tensor_of = block_tensors(step, rest);
   for (std::size_t k = 0; k < step.blocks.size(); ++k)
-    if (tensor_of[k] != analysis::kNoTensor) sp.offsets[k] = p.tensor_offset[tensor_of[k]];
+    if (tensor_of.main[k] != kNoTensor) offsets[k] = base + p.tensor_offset[tensor_of.main[k]];
+  return p;
+}
+}  // namespace
+
+analysis::Graph step_graph(const RecordedStep& step) { return make_graph(step, arena_blocks(step)); }
+
+StepPlan plan_step(const RecordedStep& step) {
+  const analysis::Graph g = step_graph(step);
+  const analysis::Liveness l = analysis::analyze_liveness(g, in_order(g), kBlockAlignment);
+  const std::size_t n = step.blocks.size();
+  std::vector<std::size_t> periodic, transient;
+  std::uint32_t last_prefix_free = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    if (!step.in_arena(k)) continue;
+    if (step.periodic(k)) {
+      periodic.push_back(k);
+      last_prefix_free = std::max(last_prefix_free, step.blocks[k].next_free_event);
+    } else {
+      transient.push_back(k);
+    }
+  }
+  std::vector<std::uint64_t> offsets(n, planner::kNotInArena);
+  FirstFit fit(step);
+  for (std::size_t k : largest_first(step, periodic)) fit.place(k, UINT64_MAX, offsets);
+  const std::uint64_t region = fit.extent();
+  std::vector<bool> rest(n, false), all_rest(n, false);
+  bool filled = false;
+  for (std::size_t k : largest_first(step, transient)) {
+    all_rest[k] = true;
+    const bool fills = !periodic.empty() && step.blocks[k].alloc_event > last_prefix_free && fit.place(k, region, offsets);
+    rest[k] = !fills;
+    filled = filled || fills;
+  }
+  planner::Plan p = pack_rest(step, rest, offsets, region);
+  if (filled) {  // the arena without the gap filling, kept when smaller
+    std::vector<std::uint64_t> plain = offsets;
+    planner::Plan q = pack_rest(step, all_rest, plain, region);
+    if (q.arena_bytes < p.arena_bytes) offsets = std::move(plain), p = std::move(q);
+  }
+  StepPlan sp;
+  sp.offsets = std::move(offsets);
+  sp.periodic_bytes = region;
+  sp.arena_bytes = region + p.arena_bytes;
+  sp.peak_live_bytes = l.lower_bound_bytes;
+  sp.packer = periodic.empty() ? p.packer : "periodic first fit + " + p.packer;
+  planner::require_valid(g, step_as_plan(g, step, sp));
   return sp;
 }
 
@@ -101,12 +228,15 @@ planner::Plan step_as_plan(const analysis::Graph& g, const RecordedStep& step, c
   p.schedule = l.schedule;
   p.tensor_offset.assign(g.tensors.size(), planner::kNotInArena);
   p.tensor_buffer.assign(g.tensors.size(), UINT32_MAX);
-  const auto tensor_of = block_tensors(step);
-  for (std::size_t k = 0; k < step.blocks.size(); ++k) {
-    const analysis::TensorId t = tensor_of[k];
-    if (t == analysis::kNoTensor) continue;
-    p.tensor_offset[t] = plan.offsets[k];
-    p.buffers.push_back(planner::Buffer{plan.offsets[k], l.bytes[t], l.interval[t], {t}});
+  const auto tensor_of = block_tensors(step, arena_blocks(step));
+  auto add = [&](TensorId t, std::uint64_t offset) {
+    if (t == kNoTensor) return;
+    p.tensor_offset[t] = offset;
+    p.buffers.push_back(planner::Buffer{offset, l.bytes[t], l.interval[t], {t}});
+  };
+  for (std::size_t k = 0; k < step.blocks.size(); ++k) {  // each lifetime piece its own buffer, at the block's offset
+    add(tensor_of.main[k], plan.offsets[k]);
+    add(tensor_of.prefix[k], plan.offsets[k]);
   }
   std::stable_sort(p.buffers.begin(), p.buffers.end(), [](const planner::Buffer& a, const planner::Buffer& b) {
     return a.offset != b.offset ? a.offset < b.offset : a.interval.first < b.interval.first;

@@ -22,10 +22,13 @@ nlohmann::json trace_json(const Trace& t) {
                       {"stream", static_cast<std::uint64_t>(b.stream)},
                       {"alloc_event", b.alloc_event},
                       {"free_event", b.free_event == kNotFreed ? nlohmann::json(nullptr) : nlohmann::json(b.free_event)},
+                      {"next_free_event", b.next_free_event == kNotFreed ? nlohmann::json(nullptr) : nlohmann::json(b.next_free_event)},
                       {"offset", off == planner::kNotInArena ? nlohmann::json(nullptr) : nlohmann::json(off)}});
   }
-  for (const auto& e : t.step.events)
+  for (const auto& e : t.step.events) {
     events.push_back({{"kind", e.alloc ? "alloc" : "free"}, {"block", e.block}, {"bytes", e.bytes}});
+    if (e.earlier_rank >= 0) events.back()["earlier_rank"] = e.earlier_rank;
+  }
   return {{"format", kTraceFormat},
           {"version", kTraceVersion},
           {"device", t.device},
@@ -33,6 +36,7 @@ nlohmann::json trace_json(const Trace& t) {
           {"primary_stream", static_cast<std::uint64_t>(t.step.primary_stream)},
           {"packer", t.plan.packer},
           {"arena_bytes", t.plan.arena_bytes},
+          {"periodic_bytes", t.plan.periodic_bytes},
           {"peak_live_bytes", t.plan.peak_live_bytes},
           {"caching_allocator_reserved_bytes", t.caching_reserved_bytes},
           {"caching_allocator_max_allocated_bytes", t.caching_max_allocated_bytes},
@@ -52,9 +56,9 @@ template <class T> T field(const nlohmann::json& j, const char* key, const std::
   }
 }
 
-std::uint32_t optional_event(const nlohmann::json& b, const std::string& where) {
-  if (!b.contains("free_event") || b.at("free_event").is_null()) return kNotFreed;
-  return field<std::uint32_t>(b, "free_event", where);
+std::uint32_t optional_event(const nlohmann::json& b, const char* key, const std::string& where) {
+  if (!b.contains(key) || b.at(key).is_null()) return kNotFreed;
+  return field<std::uint32_t>(b, key, where);
 }
 }  // namespace
 
@@ -67,6 +71,8 @@ Trace read_trace(const nlohmann::json& j) {
   t.step.primary_stream = static_cast<StreamId>(field<std::uint64_t>(j, "primary_stream", "the file"));
   t.plan.packer = field<std::string>(j, "packer", "the file");
   t.plan.arena_bytes = field<std::uint64_t>(j, "arena_bytes", "the file");
+  t.plan.periodic_bytes = j.contains("periodic_bytes") ? field<std::uint64_t>(j, "periodic_bytes", "the file") : 0;
+  if (t.plan.periodic_bytes > t.plan.arena_bytes) bad("periodic_bytes is larger than arena_bytes");
   t.plan.peak_live_bytes = field<std::uint64_t>(j, "peak_live_bytes", "the file");
   t.caching_reserved_bytes = field<std::uint64_t>(j, "caching_allocator_reserved_bytes", "the file");
   t.caching_max_allocated_bytes = field<std::uint64_t>(j, "caching_allocator_max_allocated_bytes", "the file");
@@ -79,13 +85,14 @@ Trace read_trace(const nlohmann::json& j) {
     const std::string where = "block " + std::to_string(k);
     RecordedBlock r{field<std::uint64_t>(b, "size", where), field<std::uint64_t>(b, "bytes", where),
                     static_cast<StreamId>(field<std::uint64_t>(b, "stream", where)), field<std::uint32_t>(b, "alloc_event", where),
-                    optional_event(b, where)};
+                    optional_event(b, "free_event", where)};
     if (r.bytes != round_block(r.size)) bad(where + ": bytes is not its size rounded up to 512");
     if (r.free_event != kNotFreed && r.free_event <= r.alloc_event) bad(where + " is freed before it is allocated");
     t.step.blocks.push_back(r);
     const bool has_offset = b.contains("offset") && !b.at("offset").is_null();
-    t.plan.offsets.push_back(has_offset ? field<std::uint64_t>(b, "offset", where) : planner::kNotInArena);
-    if (has_offset != t.step.in_arena(k)) bad(where + ": only blocks of the primary stream freed within the step have an offset");
+    const std::uint64_t off = has_offset ? field<std::uint64_t>(b, "offset", where) : planner::kNotInArena;
+    if (has_offset && off < t.plan.periodic_bytes && off + r.bytes > t.plan.periodic_bytes) bad(where + " straddles the periodic region's end");
+    t.plan.offsets.push_back(off);
   }
   std::vector<bool> seen_alloc(blocks.size(), false), seen_free(blocks.size(), false);
   for (std::size_t e = 0; e < events.size(); ++e) {
@@ -94,6 +101,10 @@ Trace read_trace(const nlohmann::json& j) {
     if (kind != "alloc" && kind != "free") bad(where + ": kind '" + kind + "' is neither alloc nor free");
     RecordedEvent ev{kind == "alloc", field<std::int64_t>(events[e], "block", where), field<std::uint64_t>(events[e], "bytes", where)};
     if (ev.block < -1 || ev.block >= static_cast<std::int64_t>(blocks.size()) || (ev.alloc && ev.block < 0)) bad(where + " names no block");
+    if (events[e].contains("earlier_rank")) {
+      ev.earlier_rank = field<std::int64_t>(events[e], "earlier_rank", where);
+      if (ev.alloc || ev.block >= 0 || ev.earlier_rank < 0) bad(where + ": only the free of an earlier block has an earlier_rank (at least 0)");
+    }
     if (ev.block >= 0) {
       const auto k = static_cast<std::size_t>(ev.block);
       const RecordedBlock& b = t.step.blocks[k];
@@ -107,6 +118,14 @@ Trace read_trace(const nlohmann::json& j) {
   for (std::size_t k = 0; k < blocks.size(); ++k)
     if (!seen_alloc[k] || seen_free[k] != (t.step.blocks[k].free_event != kNotFreed))
       bad("block " + std::to_string(k) + "'s events are not all in the event list");
+  link_carried(t.step);  // next_free_event follows from the events; a written one must agree
+  for (std::size_t k = 0; k < blocks.size(); ++k) {
+    const std::string where = "block " + std::to_string(k);
+    if (blocks[k].contains("next_free_event") && optional_event(blocks[k], "next_free_event", where) != t.step.blocks[k].next_free_event)
+      bad(where + ": next_free_event disagrees with the events' earlier_rank");
+    if ((t.plan.offsets[k] != planner::kNotInArena) != t.step.in_arena(k))
+      bad(where + ": only blocks of the primary stream freed within the step, and periodic blocks, have an offset");
+  }
   return t;
 }
 

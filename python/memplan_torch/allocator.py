@@ -15,11 +15,14 @@ def _handle():
     return h
 
 
-def use_planned_allocator(record_steps=1, lib=None, replan_after_miss_steps=2):
+def use_planned_allocator(record_steps=2, lib=None, replan_after_miss_steps=2):
     """Makes memplan's allocator PyTorch's CUDA allocator. Call it before anything allocates CUDA memory.
 
-    The first `record_steps` steps (marked with step() or step_begin()/step_end()) are recorded and planned;
-    later steps are served from one arena at the planned offsets. A step that departs from the plan (a
+    The first `record_steps` steps (marked with step() or step_begin()/step_end()) are recorded and the last one
+    planned; later steps are served from one arena at the planned offsets. With 2 (the default) the first step
+    makes what lives for the whole run (optimizer state) and the second frees the first's gradients, which tells
+    when the next step frees each gradient: gradients are then planned in the arena too (periodic blocks);
+    with 1 they are served by the pool. A step that departs from the plan (a
     changed shape, a short last batch) is served by memplan's pool and counted; `replan_after_miss_steps`
     such steps in a row trigger a re-plan. Returns the library's path.
     """

@@ -3,6 +3,8 @@
 exit 77 without them). Each case runs in its own process: the allocator must be set before CUDA starts.
 - losses of a planned run equal the default allocator's bit for bit, and later steps hit the plan;
 - a short last batch (shape change) is served, counted as misses, and its loss still matches;
+- with two recorded steps the gradients (made by the backward, freed by the next step's zero_grad) are served
+  from the arena as periodic blocks, nothing of the replayed steps from the pool, losses identical;
 - use_planned_allocator after a CUDA allocation raises a clear error;
 - save_trace writes a trace that `memplan viz --trace` draws."""
 import json
@@ -30,7 +32,7 @@ import torch, torch.nn as nn, torch.nn.functional as F
 import memplan_torch
 mode, steps, short = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "short"
 if mode == "memplan":
-    memplan_torch.use_planned_allocator(record_steps=1, lib={lib!r})
+    memplan_torch.use_planned_allocator(record_steps={record_steps}, lib={lib!r})
 torch.manual_seed(0)
 torch.backends.cudnn.deterministic = True
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -53,7 +55,7 @@ for x, y in data:
     losses.append(loss.item())
     if mode == "memplan":
         memplan_torch.step_end()
-out = {{"losses": [float.hex(v) for v in losses]}}
+out = {{"losses": [float.hex(v) for v in losses], "max_allocated": torch.cuda.max_memory_allocated()}}
 if mode == "memplan":
     out["stats"] = memplan_torch.stats()
     if len(sys.argv) > 4:
@@ -62,8 +64,8 @@ print(json.dumps(out))
 """
 
 
-def child(mode, steps, short=False, trace=None):
-    code = CHILD.format(pkg=os.path.join(REPO, "python"), lib=LIB)
+def child(mode, steps, short=False, trace=None, record_steps=1):
+    code = CHILD.format(pkg=os.path.join(REPO, "python"), lib=LIB, record_steps=record_steps)
     cmd = [sys.executable, "-c", code, mode, str(steps), "short" if short else "full"] + ([trace] if trace else [])
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
@@ -92,6 +94,16 @@ def check_short_batch():
     assert stat(got["stats"], "misses", "plan_misses") > 0, f"the short batch was not counted: {got['stats']}"
 
 
+def check_periodic_gradients():
+    ref, got = child("default", 8), child("memplan", 8, record_steps=2)
+    assert got["losses"] == ref["losses"], f"losses differ: {ref['losses']} vs {got['losses']}"
+    s = got["stats"]
+    assert stat(s, "periodic_blocks") > 0 and stat(s, "carried_in_arena") > 0, f"no gradient served from the arena: {s}"
+    assert stat(s, "carried") == 0 and stat(s, "misses") == 0, s
+    print(f"  periodic: memplan peak_device_bytes {s['peak_device_bytes']} (arena {s['arena_bytes']}, periodic region "
+          f"{s['periodic_bytes']}, persistent {s['persistent_bytes']}), PyTorch max_allocated {ref['max_allocated']}")
+
+
 def check_late_install_refused():
     code = (f"import sys; sys.path.insert(0, {os.path.join(REPO, 'python')!r}); import torch, memplan_torch\n"
             "x = torch.ones(4, device='cuda')\n"
@@ -114,6 +126,7 @@ def main():
     r = Results()
     r.run("planned allocator: losses identical to PyTorch's allocator, later steps served by the plan", check_identical_losses)
     r.run("planned allocator: a short last batch is served, counted as misses, loss unchanged", check_short_batch)
+    r.run("planned allocator: gradients carried across steps are periodic arena blocks (record_steps=2)", check_periodic_gradients)
     r.run("use_planned_allocator after a CUDA allocation raises a clear error", check_late_install_refused)
     r.run("save_trace writes a trace `memplan viz --trace` draws", check_trace_draws)
     return r.finish()

@@ -7,41 +7,27 @@
 #include "planner/verify.hpp"
 #include "torch_allocator/planned_allocator.hpp"
 #include "fake_device.hpp"
+#include "plan_check.hpp"
 #include "workload.hpp"
 
 using namespace memplan::torch_allocator;
 using memplan::torch_allocator::testing::FakeDevice;
 using memplan::torch_allocator::testing::LiveBlocks;
 using memplan::torch_allocator::testing::Workload;
+using memplan::torch_allocator::testing::check_plan;
 
 namespace {
-// The current plan proven by memplan's verifier, and its offsets checked directly: no two blocks of the
-// primary stream that are live at one event share a byte.
-void check_current_plan(const PlannedAllocator& a) {
-  const auto planned = a.planned_step();
-  REQUIRE(planned);
-  const auto& [step, plan] = *planned;
-  const memplan::analysis::Graph g = step_graph(step);
-  const auto report = memplan::planner::verify_plan(g, step_as_plan(g, step, plan));
-  CHECK(report.valid);
-  const auto last = step.event_count();
-  for (std::size_t i = 0; i < step.blocks.size(); ++i)
-    for (std::size_t j = i + 1; j < step.blocks.size(); ++j) {
-      if (!step.in_arena(i) || !step.in_arena(j)) continue;
-      const auto &x = step.blocks[i], &y = step.blocks[j];
-      const auto xf = x.free_event == kNotFreed ? 0u : x.alloc_event, xl = x.free_event == kNotFreed ? last : x.free_event;
-      const auto yf = y.free_event == kNotFreed ? 0u : y.alloc_event, yl = y.free_event == kNotFreed ? last : y.free_event;
-      const bool together = xf <= yl && yf <= xl;
-      const bool apart = plan.offsets[i] + x.bytes <= plan.offsets[j] || plan.offsets[j] + y.bytes <= plan.offsets[i];
-      CHECK((!together || apart));
-      CHECK(plan.offsets[i] % kBlockAlignment == 0);
-    }
+// These cases record one step (the carried gradients in the pool); test_periodic_blocks.cpp records two.
+AllocatorOptions one_recorded_step() {
+  AllocatorOptions o;
+  o.record_steps = 1;
+  return o;
 }
 }  // namespace
 
 TEST_CASE("the recorded step's allocations, frees and lifetimes are logged in order") {
   FakeDevice dev;
-  PlannedAllocator a(dev);
+  PlannedAllocator a(dev, one_recorded_step());
   LiveBlocks live;
   Workload w{a, live};
   w.step(8, 2);
@@ -68,11 +54,11 @@ TEST_CASE("the recorded step's allocations, frees and lifetimes are logged in or
 
 TEST_CASE("an identical replay serves every allocation at its planned offset from one arena") {
   FakeDevice dev;
-  PlannedAllocator a(dev);
+  PlannedAllocator a(dev, one_recorded_step());
   LiveBlocks live;
   Workload w{a, live};
   w.step(8);
-  check_current_plan(a);
+  check_plan(a);
   const auto planned = a.planned_step();
   REQUIRE(planned);
   std::size_t in_arena = 0;
@@ -106,7 +92,7 @@ TEST_CASE("an identical replay serves every allocation at its planned offset fro
 
 TEST_CASE("device bytes follow live bytes: weights and recording exact, the arena taken after the step") {
   FakeDevice dev;
-  PlannedAllocator a(dev);
+  PlannedAllocator a(dev, one_recorded_step());
   LiveBlocks live;
   Workload w{a, live};
   w.keep_grads = false;  // weights persistent, everything of the step transient
@@ -142,7 +128,7 @@ TEST_CASE("device bytes follow live bytes: weights and recording exact, the aren
 
 TEST_CASE("blocks a recorded step leaves live stay their own allocations, replayed ones use the pool") {
   FakeDevice dev;
-  AllocatorOptions o;
+  AllocatorOptions o = one_recorded_step();
   o.pool_chunk_bytes = 1 << 16;
   PlannedAllocator a(dev, o);
   LiveBlocks live;
@@ -178,7 +164,7 @@ TEST_CASE("blocks a recorded step leaves live stay their own allocations, replay
 
 TEST_CASE("a short last batch is served by the pool, counted, and overlaps nothing") {
   FakeDevice dev;
-  PlannedAllocator a(dev);
+  PlannedAllocator a(dev, one_recorded_step());
   LiveBlocks live;
   Workload w{a, live};
   for (int s = 0; s < 3; ++s) w.step(8);
@@ -193,13 +179,13 @@ TEST_CASE("a short last batch is served by the pool, counted, and overlaps nothi
   CHECK(a.stats().misses == st.misses);
   CHECK(live.overlaps == 0);
   CHECK(live.corrupted == 0);
-  check_current_plan(a);
+  check_plan(a);
   w.finish();
 }
 
 TEST_CASE("a run of steps with misses re-records and re-plans, and the new plan is verified") {
   FakeDevice dev;
-  AllocatorOptions o;
+  AllocatorOptions o = one_recorded_step();
   o.replan_after_miss_steps = 2;
   PlannedAllocator a(dev, o);
   LiveBlocks live;
@@ -215,7 +201,7 @@ TEST_CASE("a run of steps with misses re-records and re-plans, and the new plan 
   CHECK(st.replaying);
   CHECK(st.replans == 1);
   CHECK(st.plans == 2);
-  check_current_plan(a);
+  check_plan(a);
   const std::uint64_t misses = st.misses;
   w.step(4);
   w.step(4);
@@ -228,7 +214,7 @@ TEST_CASE("a run of steps with misses re-records and re-plans, and the new plan 
 
 TEST_CASE("a block freed later than planned keeps its range: the block planned over it goes to the pool") {
   FakeDevice dev;
-  PlannedAllocator a(dev);
+  PlannedAllocator a(dev, one_recorded_step());
   LiveBlocks live;
   a.step_begin();
   void* x = a.allocate(1 << 20, 0);
@@ -260,7 +246,7 @@ TEST_CASE("a block freed later than planned keeps its range: the block planned o
 
 TEST_CASE("two threads allocating at once get disjoint blocks and consistent counts") {
   FakeDevice dev;
-  PlannedAllocator a(dev);
+  PlannedAllocator a(dev, one_recorded_step());
   LiveBlocks live;
   auto worker = [&](unsigned seed) {
     std::vector<void*> mine;
@@ -296,7 +282,7 @@ TEST_CASE("two threads allocating at once get disjoint blocks and consistent cou
 
 TEST_CASE("allocations on a second stream stay out of the arena and return to the pool after its events") {
   FakeDevice dev;
-  PlannedAllocator a(dev);
+  PlannedAllocator a(dev, one_recorded_step());
   LiveBlocks live;
   auto step = [&] {
     a.step_begin();
@@ -329,7 +315,7 @@ TEST_CASE("allocations on a second stream stay out of the arena and return to th
 
 TEST_CASE("misuse is reported: a foreign free, step_end outside a step, a zero record count") {
   FakeDevice dev;
-  PlannedAllocator a(dev);
+  PlannedAllocator a(dev, one_recorded_step());
   int x = 0;
   CHECK_THROWS_AS(a.deallocate(&x, 0), memplan::Error);
   CHECK_THROWS_AS(a.step_end(), memplan::Error);

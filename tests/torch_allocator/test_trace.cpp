@@ -10,6 +10,7 @@
 #include <string>
 
 #include "analysis/error.hpp"
+#include "planner/verify.hpp"
 #include "torch_allocator/caching_model.hpp"
 #include "torch_allocator/trace.hpp"
 #include "fake_device.hpp"
@@ -18,6 +19,7 @@
 using namespace memplan::torch_allocator;
 
 namespace {
+// Two recorded steps (the default): the planned step's gradients are periodic blocks.
 Trace recorded_trace() {
   testing::FakeDevice dev;
   PlannedAllocator a(dev);
@@ -45,6 +47,35 @@ TEST_CASE("a trace reads back as the step and plan it was written from") {
     CHECK(back.step.blocks[k].free_event == t.step.blocks[k].free_event);
   }
   CHECK(back.step.event_count() == t.step.event_count());
+  std::size_t periodic = 0;
+  for (std::size_t k = 0; k < t.step.blocks.size(); ++k) {
+    CHECK(back.step.blocks[k].next_free_event == t.step.blocks[k].next_free_event);
+    CHECK(back.step.periodic(k) == t.step.periodic(k));
+    periodic += t.step.periodic(k);
+  }
+  CHECK(periodic == 6);
+  CHECK(back.plan.periodic_bytes == t.plan.periodic_bytes);
+  CHECK(back.plan.periodic_bytes > 0);
+  // Each periodic block is two buffers (its lifetime pieces) at one offset, and the plan verifies.
+  const memplan::analysis::Graph g = step_graph(back.step);
+  const memplan::planner::Plan p = step_as_plan(g, back.step, back.plan);
+  CHECK(memplan::planner::verify_plan(g, p).valid);
+  std::size_t in_arena = 0;
+  for (std::size_t k = 0; k < back.step.blocks.size(); ++k) in_arena += back.step.in_arena(k);
+  CHECK(p.buffers.size() == in_arena + periodic);
+}
+
+TEST_CASE("a trace without the periodic fields reads as before: carried blocks outside the arena") {
+  nlohmann::json j = trace_json(recorded_trace());
+  j.erase("periodic_bytes");
+  for (auto& e : j["events"]) e.erase("earlier_rank");
+  for (auto& b : j["blocks"]) {
+    b.erase("next_free_event");
+    if (b["free_event"].is_null()) b["offset"] = nullptr;
+  }
+  const Trace t = read_trace(j);
+  for (std::size_t k = 0; k < t.step.blocks.size(); ++k) CHECK_FALSE(t.step.periodic(k));
+  CHECK(t.plan.periodic_bytes == 0);
 }
 
 TEST_CASE("a written trace file draws with memplan viz --trace") {
@@ -65,6 +96,7 @@ TEST_CASE("a written trace file draws with memplan viz --trace") {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(text.find("caching allocator would reserve") != std::string::npos);
   CHECK(text.find("peak live") != std::string::npos);
+  CHECK(text.find("6 periodic blocks") != std::string::npos);
   std::filesystem::remove(path);
   std::filesystem::remove(svg);
 }
@@ -86,6 +118,20 @@ TEST_CASE("an inconsistent trace is refused naming what is wrong") {
   refused(b);
   b = j;
   b["format"] = "chrome";
+  refused(b);
+  std::size_t g = 0;  // a periodic block
+  while (!j["blocks"][g]["free_event"].is_null()) ++g;
+  b = j;
+  b["blocks"][g]["next_free_event"] = b["blocks"][g]["alloc_event"];  // disagrees with the events' earlier_rank
+  refused(b);
+  b = j;
+  b["blocks"][g]["offset"] = nullptr;  // a periodic block without an offset
+  refused(b);
+  b = j;
+  b["events"][b["blocks"][0]["alloc_event"].get<std::size_t>()]["earlier_rank"] = 0;  // an allocation has no earlier rank
+  refused(b);
+  b = j;
+  b["periodic_bytes"] = b["arena_bytes"].get<std::uint64_t>() + 1;
   refused(b);
 }
 

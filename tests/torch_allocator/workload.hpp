@@ -67,6 +67,7 @@ struct Workload {
   std::vector<void*> grads;
   std::vector<void*> served;  // every allocation of the last step, in order
   bool keep_grads = true;
+  bool zero_grad_after_forward = false;  // PyTorch's usual loop: the previous gradients live through the forward
   std::vector<void*> weights;
 
   void setup(int layers = 6) {
@@ -87,13 +88,17 @@ struct Workload {
   void step(std::uint64_t batch, int layers = 6) {
     served.clear();
     a.step_begin();
-    for (void* g : grads) release(g);
-    grads.clear();
+    auto zero_grad = [&] {
+      for (void* g : grads) release(g);
+      grads.clear();
+    };
+    if (!zero_grad_after_forward) zero_grad();
     std::vector<void*> acts;
     for (int l = 0; l < layers; ++l) {
       acts.push_back(alloc(batch * 1000 * static_cast<std::uint64_t>(l % 3 + 1)));
       release(alloc(batch * 700 + 100));
     }
+    if (zero_grad_after_forward) zero_grad();
     for (int l = layers; l-- > 0;) {
       void* dx = alloc(batch * 1000);
       release(acts[static_cast<std::size_t>(l)]);
