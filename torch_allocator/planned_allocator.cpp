@@ -35,9 +35,11 @@ PlannedAllocator::~PlannedAllocator() {
     if (b.where == Where::exact) device_.deallocate(p, b.bytes);
 }
 
-runtime::PoolAllocator& PlannedAllocator::pool_of(StreamId stream) {
-  auto& p = pools_[stream];
-  if (!p) p = std::make_unique<runtime::PoolAllocator>(pool_backend_, runtime::PoolOptions{options_.pool_chunk_bytes, 0, true});
+runtime::PoolAllocator& PlannedAllocator::pool_of(StreamId stream, std::uint64_t bytes) {
+  const bool small = bytes <= options_.small_block_bytes && options_.small_chunk_bytes < options_.pool_chunk_bytes;
+  auto& p = pools_[{stream, small}];
+  const std::uint64_t chunk = small ? options_.small_chunk_bytes : options_.pool_chunk_bytes;
+  if (!p) p = std::make_unique<runtime::PoolAllocator>(pool_backend_, runtime::PoolOptions{chunk, 0, true});
   return *p;
 }
 
@@ -55,7 +57,7 @@ void PlannedAllocator::note_device_bytes() {
 // Each stream has its own pool (as PyTorch's caching allocator keeps blocks per stream): a block freed on
 // its stream is reused only by later work of that stream, which the stream orders after the free.
 void* PlannedAllocator::from_pool(std::uint64_t size, StreamId stream) {
-  void* p = pool_of(stream).allocate(round_block(size), kBlockAlignment);
+  void* p = pool_of(stream, round_block(size)).allocate(round_block(size), kBlockAlignment);
   live_[p] = Live{Where::pool, round_block(size), stream};
   note_device_bytes();
   return p;
@@ -178,12 +180,12 @@ void PlannedAllocator::release_arena_if_unused(std::size_t a) {
 void PlannedAllocator::release_pool_block(void* p, const Live& b) {
   const StreamId primary = planned_ ? planned_->primary_stream : first_stream_.value_or(b.stream);
   if (b.stream == primary) {
-    pool_of(b.stream).deallocate(static_cast<std::byte*>(p));
+    pool_of(b.stream, b.bytes).deallocate(static_cast<std::byte*>(p));
     return;
   }
   // A block of another stream may still be read there and on the arena's stream (record_stream's case):
   // it goes back to its pool once both streams have passed this point.
-  Deferred d{p, b.stream, {device_.record_event(b.stream), device_.record_event(primary)}};
+  Deferred d{p, b.stream, b.bytes, {device_.record_event(b.stream), device_.record_event(primary)}};
   deferred_.push_back(std::move(d));
   stats_.deferred_frees = deferred_.size();
 }
@@ -193,7 +195,7 @@ void PlannedAllocator::poll_deferred() {
     for (auto e : d.events)
       if (!device_.event_done(e)) return false;
     for (auto e : d.events) device_.destroy_event(e);
-    pool_of(d.stream).deallocate(static_cast<std::byte*>(d.p));
+    pool_of(d.stream, d.bytes).deallocate(static_cast<std::byte*>(d.p));
     return true;
   };
   deferred_.erase(std::remove_if(deferred_.begin(), deferred_.end(), done), deferred_.end());

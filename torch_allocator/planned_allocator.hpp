@@ -26,6 +26,11 @@ struct AllocatorOptions {
   int record_steps = 2;
   int replan_after_miss_steps = 2;  // this many consecutive steps with misses start a new recording
   std::uint64_t pool_chunk_bytes = 20ull << 20;
+  // Blocks of at most small_block_bytes go to pools of small_chunk_bytes chunks (PyTorch's caching allocator keeps
+  // 2 MiB segments for allocations up to 1 MiB): a loss scalar carried past the step holds 2 MiB, not 20. Only
+  // where small_chunk_bytes is below pool_chunk_bytes.
+  std::uint64_t small_block_bytes = 1ull << 20;
+  std::uint64_t small_chunk_bytes = 2ull << 20;
 };
 
 struct AllocatorStats {
@@ -117,6 +122,7 @@ class PlannedAllocator {
   struct Deferred {
     void* p = nullptr;
     StreamId stream = 0;
+    std::uint64_t bytes = 0;
     std::vector<DeviceMemory::Event> events;
   };
 
@@ -129,7 +135,7 @@ class PlannedAllocator {
   void make_plan();
   void release_arena_if_unused(std::size_t a);
   void rank_carried();
-  runtime::PoolAllocator& pool_of(StreamId stream);
+  runtime::PoolAllocator& pool_of(StreamId stream, std::uint64_t bytes);
   void release_pools();
   void note_device_bytes();
 
@@ -137,7 +143,7 @@ class PlannedAllocator {
   DeviceMemory& device_;
   AllocatorOptions options_;
   PoolBackend pool_backend_;
-  std::map<StreamId, std::unique_ptr<runtime::PoolAllocator>> pools_;
+  std::map<std::pair<StreamId, bool>, std::unique_ptr<runtime::PoolAllocator>> pools_;  // (stream, small blocks)
   std::unordered_map<void*, Live> live_;
   std::vector<Deferred> deferred_;
   std::vector<ArenaMemory> arenas_;  // the last is current while replaying; earlier ones are retired

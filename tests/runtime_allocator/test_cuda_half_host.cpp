@@ -120,7 +120,6 @@ TEST_CASE("a bf16/f16 MLP training graph in torch.autocast's form runs on CUDA k
     for (const auto& [w, g] : tg.param_grads) CHECK(tg.graph.tensors[g].dtype == DType::f32);  // through the Casts' backward
   }
 }
-#endif
 
 TEST_CASE("generated kernels read broadcast operands as vectors over merged dims (no device needed)") {
   const FusedExpr e = three_operand_expr();
@@ -141,3 +140,4 @@ TEST_CASE("generated kernels read broadcast operands as vectors over merged dims
   CHECK(contains(fused_kernel_source(make_signature(e, {{1 << 16, 1 << 15}, {1 << 15}, {1}}, {1 << 16, 1 << 15})),
                  "typedef unsigned long long idx_t"));
 }
+#endif

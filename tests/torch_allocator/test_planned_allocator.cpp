@@ -162,6 +162,31 @@ TEST_CASE("blocks a recorded step leaves live stay their own allocations, replay
   CHECK(dev.held == a.stats().arena_bytes);
 }
 
+TEST_CASE("small blocks served by the pool take small chunks, large ones the large chunks") {
+  FakeDevice dev;
+  PlannedAllocator a(dev, one_recorded_step());  // default chunks: 2 MiB for blocks up to 1 MiB, 20 MiB above
+  LiveBlocks live;
+  Workload w{a, live};
+  w.setup();
+  const std::uint64_t weights = dev.held;
+  w.step(8);
+  w.step(8);  // the carried gradients (at most 24 KiB each) come from the pool: one small chunk
+  AllocatorStats st = a.stats();
+  CHECK(st.carried == 6);
+  CHECK(st.pool_bytes == AllocatorOptions{}.small_chunk_bytes);
+  CHECK(dev.held == weights + st.arena_bytes + st.pool_bytes);
+  // A block above small_block_bytes that the plan does not know (in a step) goes to a large chunk.
+  a.step_begin();
+  void* p = w.alloc(AllocatorOptions{}.small_block_bytes + 4096);
+  st = a.stats();
+  CHECK(st.misses == 1);
+  CHECK(st.pool_bytes == AllocatorOptions{}.small_chunk_bytes + AllocatorOptions{}.pool_chunk_bytes);
+  w.release(p);
+  a.step_end();
+  CHECK(live.overlaps == 0);
+  CHECK(live.corrupted == 0);
+}
+
 TEST_CASE("a short last batch is served by the pool, counted, and overlaps nothing") {
   FakeDevice dev;
   PlannedAllocator a(dev, one_recorded_step());
