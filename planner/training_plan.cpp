@@ -315,7 +315,10 @@ Error infeasible_error(const Infeasible& inf) {
                                           ") over the budget");
 }
 
-TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlanOptions& options, const ScheduleResult& schedule) {
+// `name_totals`: an unmet budget's Infeasible carries what each strategy reaches at least (a search per strategy);
+// without it the totals are left empty.
+TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlanOptions& options, const ScheduleResult& schedule,
+                           bool name_totals = true) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto& names = training_strategies();
   if (std::find(names.begin(), names.end(), options.strategy) == names.end() && options.strategy != "exact")
@@ -376,6 +379,7 @@ TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlan
   auto infeasible = [&](const std::string& why) {
     find_stages();
     Infeasible inf{why, r.persistent_bytes, r.input_bytes, r.library_bytes, *options.budget_bytes, {}};
+    if (!name_totals) throw inf;
     for (const auto& s : names) inf.totals.push_back(checked_add(fixed, least_memory(c, s).arena(), "total device bytes"));
     throw inf;
   };
@@ -478,22 +482,25 @@ TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const Traini
     } catch (const Infeasible& inf) {
       throw infeasible_error(inf);
     }
+  // What each strategy reaches at least is searched for only when neither order meets the budget.
   std::optional<TrainingPlanResult> on_file, on_memory;
-  std::optional<Infeasible> file_short, memory_short;
   try {
-    on_file = plan_on(tg, options, file);
-  } catch (const Infeasible& inf) {
-    file_short = inf;
+    on_file = plan_on(tg, options, file, false);
+  } catch (const Infeasible&) {
   }
   try {
-    on_memory = plan_on(tg, options, memory);
-  } catch (const Infeasible& inf) {
-    memory_short = inf;
+    on_memory = plan_on(tg, options, memory, false);
+  } catch (const Infeasible&) {
   }
   if (!on_file && !on_memory) {
-    Infeasible both = *file_short;
-    for (std::size_t i = 0; i < both.totals.size(); ++i) both.totals[i] = std::min(both.totals[i], memory_short->totals[i]);
-    throw infeasible_error(both);
+    std::optional<Infeasible> both;
+    for (const ScheduleResult* order : {&file, &memory}) try {
+        return plan_on(tg, options, *order);  // the same search again (deterministic), throwing with the totals
+      } catch (const Infeasible& inf) {
+        if (!both) both = inf;
+        for (std::size_t i = 0; i < both->totals.size(); ++i) both->totals[i] = std::min(both->totals[i], inf.totals[i]);
+      }
+    throw infeasible_error(*both);
   }
   TrainingPlanResult r = !on_memory || (on_file && better_or_equal(*on_file, *on_memory, options.budget_bytes.has_value()))
                              ? std::move(*on_file)
