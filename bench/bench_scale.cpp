@@ -147,6 +147,8 @@ Graph wide_dag(std::size_t n) {
 
 // ---- planner stages ---------------------------------------------------------------------------
 
+planner::ScheduleOptions g_schedule;  // --schedule: the library default (memory) unless told
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -161,7 +163,7 @@ const char* planner_columns() {
 void run_planner_stages(const Graph& g) {
   try {
     auto t0 = std::chrono::steady_clock::now();
-    const planner::InferencePlan ip = planner::plan_inference(g);
+    const planner::InferencePlan ip = planner::plan_inference(g, {}, g_schedule);
     const double t_plan = seconds_since(t0);
     t0 = std::chrono::steady_clock::now();
     const bool ok = planner::verify_plan(g, ip.plan).valid;
@@ -177,7 +179,9 @@ void run_planner_stages(const Graph& g) {
     std::printf(" | %7.3f", seconds_since(t0));
     std::fflush(stdout);
     t0 = std::chrono::steady_clock::now();
-    const planner::TrainingPlanResult r = planner::plan_training(tg, planner::TrainingPlanOptions{});
+    planner::TrainingPlanOptions none;
+    none.schedule = g_schedule;
+    const planner::TrainingPlanResult r = planner::plan_training(tg, none);
     const double t_plan = seconds_since(t0);
     t0 = std::chrono::steady_clock::now();
     const bool ok = planner::verify_plan(r.graph, r.plan).valid;
@@ -188,6 +192,7 @@ void run_planner_stages(const Graph& g) {
     // and the peak of keeping everything.
     planner::TrainingPlanOptions o;
     o.strategy = "optimal";
+    o.schedule = g_schedule;
     t0 = std::chrono::steady_clock::now();
     const planner::TrainingPlanResult least = planner::plan_training(tg, o);
     std::printf(" | %7.3f %.1f MiB", seconds_since(t0), static_cast<double>(least.activation_arena_bytes) / (1 << 20));
@@ -243,11 +248,19 @@ void run_one(const char* kind, std::size_t n) {
 int main(int argc, char** argv) {
   std::vector<std::size_t> sizes = {10000, 100000, 1000000};
   std::vector<const char*> kinds = {"chain", "transformer", "wide_dag"};
-  // Usage: bench_scale [--limit SECONDS] [--only chain|transformer|wide_dag] [SIZE...]
+  // Usage: bench_scale [--limit SECONDS] [--only chain|transformer|wide_dag] [--schedule memory|file] [SIZE...]
   int first = 1;
   for (; first + 1 < argc && argv[first][0] == '-'; first += 2) {
     if (std::strcmp(argv[first], "--limit") == 0) g_stage_limit_s = static_cast<unsigned>(std::strtoul(argv[first + 1], nullptr, 10));
     if (std::strcmp(argv[first], "--only") == 0) kinds = {argv[first + 1]};
+    if (std::strcmp(argv[first], "--schedule") == 0) {
+      const auto k = planner::schedule_kind_from_name(argv[first + 1]);
+      if (!k) {
+        std::fprintf(stderr, "--schedule %s: not file or memory\n", argv[first + 1]);
+        return 2;
+      }
+      g_schedule.kind = *k;
+    }
   }
   if (argc > first) {
     sizes.clear();
@@ -266,6 +279,7 @@ int main(int argc, char** argv) {
               sysconf(_SC_NPROCESSORS_ONLN));
   std::printf("# seconds per stage (wall); rss = peak resident set of the run (own process); planner stages stop after %u s\n",
               g_stage_limit_s);
+  std::printf("# schedule %s\n", planner::schedule_kind_name(g_schedule.kind));
   std::printf("%-12s %8s %9s %8s %8s %8s %8s  %s\n", "graph", "ops", "tensors", "build", "validate", "topo", "liveness",
               planner_columns());
   for (const char* kind : kinds)

@@ -38,7 +38,8 @@ void add_arena_args(CLI::App* cmd, ArenaArgs& args) {
                 "give every Concat input its own buffer (default: producers write straight into slices of the Concat's output where "
                 "each input is one contiguous range of it)");
   cmd->add_option("--schedule", args.schedule,
-                  "op order: file (default; the model's order) | memory (the topological order of least live peak found)");
+                  "op order: memory (default: the topological order of least live peak found, the file order's plan kept where it is "
+                  "not larger) | file (the model's own order)");
 }
 
 planner::ScheduleOptions schedule_options(const ArenaArgs& args) {

@@ -46,7 +46,7 @@ struct ArenaArgs {
   std::uint64_t alignment = 256;
   std::string packer = "best";
   std::string workspace_limit = "256MiB";
-  std::string schedule = "file";  // --schedule file | memory (opt-in)
+  std::string schedule = "memory";  // --schedule memory | file
   double exact_pack_seconds = planner::AssignOptions{}.exact_pack_seconds;  // --exact-pack-seconds
   std::uint64_t exact_pack_nodes = planner::AssignOptions{}.exact_pack_nodes;  // --exact-pack-nodes
   bool no_concat_in_place = false;                                               // --no-concat-in-place

@@ -18,7 +18,8 @@ struct InferencePlan {
 };
 
 // `shaped_graph` must have every shape known (analysis::infer_shapes). The schedule is choose_schedule's
-// (s.kind file: analysis::topological_order). A plan that fails the verifier is ErrorKind::verification.
+// (s.kind file: analysis::topological_order); with s.kind memory the file order's plan is kept where its arena is
+// not larger (never a larger arena than the file order). A plan that fails the verifier is ErrorKind::verification.
 InferencePlan plan_inference(const Graph& shaped_graph, const AssignOptions& o = {}, const ScheduleOptions& s = {});
 
 }  // namespace memplan::planner

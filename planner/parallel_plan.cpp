@@ -173,6 +173,9 @@ ParallelPlanResult plan_parallel(const analysis::Graph& shaped_forward, const an
     PreparedRole p = prepare_role(L, i, training, par);
     RankPlan& rp = p.rp;
     TrainingPlanOptions po = options;
+    // The order the parallel transforms lay out: ZeRO-3 gathers one unit ahead, reductions after each unit. The
+    // peak model prices no overlap of communication, so a memory order would move each gather to its first use.
+    po.schedule.kind = ScheduleKind::file;
     const std::uint64_t others = static_cast<std::uint64_t>(rp.in_flight - 1) * rp.saved_bytes_per_microbatch;
     if (po.budget_bytes) {
       if (*po.budget_bytes > others) {

@@ -57,8 +57,9 @@ struct RematTransform {
 // backward). Recompute clones are named "<name>@recompute<group>" (Phase::recompute); swaps add
 // memplan ops SwapOut (X -> X@host, on_host) and SwapIn (X@host -> X@swapin), Phase::swap. Backward
 // readers of a dropped tensor read its clone or its swapped-in copy, so the original dies at its last
-// forward use. Errors: ErrorKind::invalid_graph when a swap position is not between the forward use
-// and the backward use.
+// forward use. An op rewriting storage in place (an optimizer update) that `schedule` puts before a clone or swap
+// copy reading that storage moves after it (order_reads_before_overwrites). Errors: ErrorKind::invalid_graph when a
+// swap position is not between the forward use and the backward use.
 RematTransform apply_remat(const Graph& g, const std::vector<OpId>& schedule, const RematChoice& choice);
 
 // "16GiB", "512MB", "1e9", "300 KiB": bytes (KiB MiB GiB TiB are powers of 1024, KB MB GB TB of

@@ -4,6 +4,7 @@
 
 #include "analysis/liveness.hpp"
 #include "analysis/ops.hpp"
+#include "planner/overwrite_order.hpp"
 #include "planner/remat.hpp"
 
 namespace memplan::planner {
@@ -210,6 +211,9 @@ RematTransform apply_remat(const Graph& g, const std::vector<OpId>& schedule, co
     b.out.schedule.insert(b.out.schedule.end(), b.after[s].begin(), b.after[s].end());
   }
   b.out.graph.relink();
+  // A clone may read a weight that the order updates in place before the clone's step (a memory order can put an
+  // optimizer update early): the update waits for every reader, clones and swap copies included.
+  b.out.schedule = order_reads_before_overwrites(b.out.graph, std::move(b.out.schedule));
   return std::move(b.out);
 }
 

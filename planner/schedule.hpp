@@ -17,7 +17,7 @@ const char* schedule_kind_name(ScheduleKind k) noexcept;
 std::optional<ScheduleKind> schedule_kind_from_name(std::string_view name) noexcept;
 
 struct ScheduleOptions {
-  ScheduleKind kind = ScheduleKind::file;  // memory: opt-in (--schedule memory); remat strategies plan on the file order (plan_training)
+  ScheduleKind kind = ScheduleKind::memory;  // the default; file: the graph's own topological order (--schedule file)
   // The searches stop at work limits, so that an order is the same on every machine; the time limits only
   // cap a slow machine. Local search (moves of one op across the peak step) evaluates at most this many
   // orders, and at most local_search_work / ops of them (each evaluation walks the order).

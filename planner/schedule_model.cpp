@@ -4,6 +4,7 @@
 
 #include "analysis/liveness.hpp"
 #include "analysis/ops.hpp"
+#include "planner/overwrite_order.hpp"
 #include "planner/schedule.hpp"
 
 namespace memplan::planner {
@@ -92,19 +93,8 @@ ScheduleModel::ScheduleModel(const Graph& g, const AssignOptions& o) {
     }
   }
   // Write after read: every other reader of storage rewritten in place (through views of it) comes first.
-  for (OpId u = 0; u < n; ++u)
-    for (TensorId t : g.ops[u].outputs) {
-      if (t == kNoTensor) continue;
-      const TensorId src = analysis::rewritten_source(g, t);
-      if (src == kNoTensor) continue;
-      std::vector<TensorId> storage{src};
-      for (std::size_t k = 0; k < storage.size(); ++k)
-        for (OpId c : g.tensors[storage[k]].consumers) {
-          if (c == u) continue;
-          if (pos[c] < pos[u]) add_unique(preds_[u], c);
-          if (is_view_op(g.ops[c]) && g.ops[c].input(0) == storage[k] && g.ops[c].output(0) != kNoTensor) storage.push_back(g.ops[c].output(0));
-        }
-    }
+  for (const auto& [reader, rewriter] : overwrite_readers(g))
+    if (pos[reader] < pos[rewriter]) add_unique(preds_[rewriter], reader);
   for (OpId id = 0; id < n; ++id) {
     std::sort(preds_[id].begin(), preds_[id].end());
     for (OpId p : preds_[id]) succs_[p].push_back(id);

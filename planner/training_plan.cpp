@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <utility>
 
 #include "analysis/liveness.hpp"
 #include "analysis/ops.hpp"
@@ -314,7 +315,10 @@ Error infeasible_error(const Infeasible& inf) {
                                           ") over the budget");
 }
 
-TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlanOptions& options, const ScheduleResult& schedule) {
+// `name_totals`: an unmet budget's Infeasible carries what each strategy reaches at least (a search per strategy);
+// without it the totals are left empty.
+TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlanOptions& options, const ScheduleResult& schedule,
+                           bool name_totals = true) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto& names = training_strategies();
   if (std::find(names.begin(), names.end(), options.strategy) == names.end() && options.strategy != "exact")
@@ -346,28 +350,36 @@ TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlan
   const std::uint64_t held = checked_add(r.persistent_bytes, r.input_bytes, "persistent bytes");
   const std::uint64_t fixed = checked_add(held, r.library_bytes, "persistent bytes and libraries");
   c.links = {options.profile.host_to_device_bytes_per_s, options.profile.device_to_host_bytes_per_s};
-  c.stages = find_forward_stages(g, c.schedule, c.flops, options.assign.alignment, options.assign.workspace_limit_bytes,
-                                 options.assign.workspace_query);
-  c.coarse = with_partial_options(g, coarsen_stages(c.stages, kMaxModelStages), c.flops, options.assign.alignment);
-  c.coarse_cheap = coarsen_stages(with_cheap_costs(g, c.schedule, c.stages, c.flops, options.assign.alignment), kMaxModelStages);
-  c.coarse_cheap.partial = c.coarse.partial;  // coarsening cuts by total bytes, which cheap costs leave alone
-  // Only where many stages end at a loose boundary (residual blocks ending in a ReLU after the Add): elsewhere
-  // the third run would repeat the cheap one at the cost of a whole calibration.
-  if (const ForwardStages merged = merge_loose_stages(c.stages); merged.size() + c.stages.size() / 8 < c.stages.size()) {
-    c.merged = with_partial_options(g, coarsen_stages(merged, kMaxModelStages), c.flops, options.assign.alignment);
-    c.merged_cheap = coarsen_stages(with_cheap_costs(g, c.schedule, merged, c.flops, options.assign.alignment), kMaxModelStages);
-    c.merged_cheap.partial = c.merged.partial;
-    c.merged_cheap.cheap_live_in_backward = true;
-  }
-  {
-    const Evaluated none = evaluate(c, RematChoice::keep_all(g));
-    c.none_arena = none.arena();
-    c.none_seconds = none.seconds;
-  }
+  // The forward's stages, for the strategies that recompute or swap and for an unmet budget's report; keep-all
+  // needs none of them (nor a search: its plan is `none`).
+  bool staged = false;
+  auto find_stages = [&] {
+    if (std::exchange(staged, true)) return;
+    c.stages = find_forward_stages(g, c.schedule, c.flops, options.assign.alignment, options.assign.workspace_limit_bytes,
+                                   options.assign.workspace_query);
+    c.coarse = with_partial_options(g, coarsen_stages(c.stages, kMaxModelStages), c.flops, options.assign.alignment);
+    c.coarse_cheap = coarsen_stages(with_cheap_costs(g, c.schedule, c.stages, c.flops, options.assign.alignment), kMaxModelStages);
+    c.coarse_cheap.partial = c.coarse.partial;  // coarsening cuts by total bytes, which cheap costs leave alone
+    // Only where many stages end at a loose boundary (residual blocks ending in a ReLU after the Add): elsewhere
+    // the third run would repeat the cheap one at the cost of a whole calibration.
+    if (const ForwardStages merged = merge_loose_stages(c.stages); merged.size() + c.stages.size() / 8 < c.stages.size()) {
+      c.merged = with_partial_options(g, coarsen_stages(merged, kMaxModelStages), c.flops, options.assign.alignment);
+      c.merged_cheap = coarsen_stages(with_cheap_costs(g, c.schedule, merged, c.flops, options.assign.alignment), kMaxModelStages);
+      c.merged_cheap.partial = c.merged.partial;
+      c.merged_cheap.cheap_live_in_backward = true;
+    }
+  };
+  const bool keep_all = options.strategy == "none";
+  if (!keep_all) find_stages();
+  Evaluated none = evaluate(c, RematChoice::keep_all(g));
+  c.none_arena = none.arena();
+  c.none_seconds = none.seconds;
 
   // What each strategy reaches at least, for the caller to name the closest (infeasible_error).
   auto infeasible = [&](const std::string& why) {
+    find_stages();
     Infeasible inf{why, r.persistent_bytes, r.input_bytes, r.library_bytes, *options.budget_bytes, {}};
+    if (!name_totals) throw inf;
     for (const auto& s : names) inf.totals.push_back(checked_add(fixed, least_memory(c, s).arena(), "total device bytes"));
     throw inf;
   };
@@ -375,7 +387,7 @@ TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlan
   Maybe chosen;
   std::uint64_t arena_budget = 0;
   if (!options.budget_bytes) {
-    chosen = least_memory(c, options.strategy);
+    chosen = keep_all ? std::move(none) : least_memory(c, options.strategy);
   } else {
     if (*options.budget_bytes < fixed)
       infeasible("budget " + gib(*options.budget_bytes) + " is below the persistent memory, inputs and libraries");
@@ -384,11 +396,11 @@ TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlan
   // swap_to_budget bounds the lower bound, not the packed arena: tighten its target by any overshoot.
   std::uint64_t target = arena_budget;
   for (int attempt = 0; options.budget_bytes; ++attempt) {
-    chosen = run_strategy(c, options.strategy, target);
+    chosen = keep_all ? std::move(none) : run_strategy(c, options.strategy, target);
     if (chosen && chosen->arena() <= arena_budget) break;
-    if (!chosen || attempt == 5 || chosen->arena() - arena_budget >= target) {
+    if (keep_all || !chosen || attempt == 5 || chosen->arena() - arena_budget >= target) {
       // The searches steer by models and lower bounds; the strategy's least-memory plan may still fit.
-      chosen = least_memory(c, options.strategy);
+      if (!keep_all) chosen = least_memory(c, options.strategy);
       if (chosen->arena() <= arena_budget) break;
       // The searches see greedy arenas; the exact packer may bring the least-memory plan under the budget.
       if (options.assign.exact_pack_seconds > 0.0 && !chosen->plan.arena_optimal) {
@@ -437,41 +449,62 @@ TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlan
   return r;
 }
 
+// Which of two plans of one strategy to keep: under a budget (both meet it) the faster estimated step, then the lower
+// peak; without one the lower peak (the strategy's least memory), then the faster step. `a` on ties.
+bool better_or_equal(const TrainingPlanResult& a, const TrainingPlanResult& b, bool budgeted) {
+  // One step summed along two orders differs in the last bits: that is a tie.
+  const double tol = 1e-9 * std::max(a.estimated_step_seconds, b.estimated_step_seconds);
+  const double ta = a.estimated_step_seconds, tb = b.estimated_step_seconds;
+  const bool faster = ta < tb - tol, slower = tb < ta - tol;
+  if (budgeted && (faster || slower)) return faster;
+  if (a.total_device_bytes != b.total_device_bytes) return a.total_device_bytes < b.total_device_bytes;
+  return !slower;
+}
+
 }  // namespace
 
-// The remat and swap searches were tuned on the file order, and a memory order can leave the forward fewer
-// single-tensor cuts. Remat on a memory order is also not yet checked against keep-all's numbers (an RMSNorm
-// decoder's gradients differed under strategy optimal: tests/runtime_allocator/test_stochastic_training.cpp), so
-// with the memory schedule only strategy none (keep everything) plans on the memory order; the others plan on
-// the file order. An unmet budget names what each strategy reaches, none on the memory order.
+// With the memory schedule, every strategy plans on both the memory order and the file order and keeps the better
+// plan (better_or_equal, the file order on ties): the remat and swap searches read the forward's stages along the
+// order, and a memory order can leave fewer single-tensor cuts, so the memory order's plan is not always the better.
+// An unmet budget names what each strategy reaches at least on either order.
 TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const TrainingPlanOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   const ScheduleResult memory = choose_schedule(tg.graph, options.assign, options.schedule);
-  try {
-    if (options.schedule.kind == ScheduleKind::file || options.strategy == "none") return plan_on(tg, options, memory);
-  } catch (const Infeasible& inf) {
-    throw infeasible_error(inf);
-  }
   ScheduleResult file = memory;
-  file.order = analysis::topological_order(tg.graph);
-  file.peak_bytes = file.file_peak_bytes;
-  file.method = "file";
-  file.proven_optimal = memory.proven_optimal && memory.peak_bytes == memory.file_peak_bytes;
-  TrainingPlanResult r;
-  try {
-    r = plan_on(tg, options, file);
-  } catch (const Infeasible& on_file) {
-    Infeasible named = on_file;
-    if (memory.order != file.order) {
-      TrainingPlanOptions keep = options;
-      keep.strategy = "none";
-      keep.budget_bytes.reset();
-      const auto& names = training_strategies();
-      const auto at = static_cast<std::size_t>(std::find(names.begin(), names.end(), "none") - names.begin());
-      named.totals[at] = std::min(named.totals[at], plan_on(tg, keep, memory).total_device_bytes);
-    }
-    throw infeasible_error(named);
+  if (options.schedule.kind == ScheduleKind::memory) {
+    file.order = analysis::topological_order(tg.graph);
+    file.peak_bytes = file.file_peak_bytes;
+    file.method = "file";
+    file.proven_optimal = memory.proven_optimal && memory.peak_bytes == memory.file_peak_bytes;
   }
+  if (memory.order == file.order) try {
+      return plan_on(tg, options, memory);
+    } catch (const Infeasible& inf) {
+      throw infeasible_error(inf);
+    }
+  // What each strategy reaches at least is searched for only when neither order meets the budget.
+  std::optional<TrainingPlanResult> on_file, on_memory;
+  try {
+    on_file = plan_on(tg, options, file, false);
+  } catch (const Infeasible&) {
+  }
+  try {
+    on_memory = plan_on(tg, options, memory, false);
+  } catch (const Infeasible&) {
+  }
+  if (!on_file && !on_memory) {
+    std::optional<Infeasible> both;
+    for (const ScheduleResult* order : {&file, &memory}) try {
+        return plan_on(tg, options, *order);  // the same search again (deterministic), throwing with the totals
+      } catch (const Infeasible& inf) {
+        if (!both) both = inf;
+        for (std::size_t i = 0; i < both->totals.size(); ++i) both->totals[i] = std::min(both->totals[i], inf.totals[i]);
+      }
+    throw infeasible_error(*both);
+  }
+  TrainingPlanResult r = !on_memory || (on_file && better_or_equal(*on_file, *on_memory, options.budget_bytes.has_value()))
+                             ? std::move(*on_file)
+                             : std::move(*on_memory);
   r.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -32,6 +32,7 @@ class Checker {
     if (!check_schedule() || !check_shapes()) return std::move(r_);
     lifetimes();
     check_aliases();
+    check_reads_before_overwrites();
     check_tensors();
     check_buffers();
     check_scratch();
@@ -218,6 +219,48 @@ class Checker {
       if (a.kind == AliasKind::view) check_view(a);
       else if (a.kind == AliasKind::slice) check_slice(a);
       else check_inplace(a);
+    }
+  }
+
+  // No op reads storage after another op overwrote it in place: an update the op's record declares (OpInfo::rewrites:
+  // a weight, optimizer state, an accumulated gradient, in or outside the arena) or one of the plan's in-place aliases.
+  // The storage is read through the plan's views of it too. (A recompute clone scheduled after an optimizer update
+  // would read the updated weight.)
+  void check_reads_before_overwrites() {
+    const std::size_t nt = g_.tensors.size();
+    std::vector<std::vector<TensorId>> views(nt);
+    std::vector<TensorId> viewed(nt, analysis::kNoTensor);  // the tensor a view is of
+    for (const Alias& a : p_.aliases)
+      if (a.kind == AliasKind::view && a.tensor < nt && a.source < nt && a.tensor != a.source) {
+        views[a.source].push_back(a.tensor);
+        viewed[a.tensor] = a.source;
+      }
+    std::set<std::pair<TensorId, OpId>> overwrites;  // (storage, op overwriting it)
+    for (TensorId t = 0; t < nt; ++t)
+      if (g_.tensors[t].producer != analysis::kNoOp)
+        if (const TensorId src = analysis::rewritten_source(g_, t); src != analysis::kNoTensor) overwrites.emplace(src, g_.tensors[t].producer);
+    for (const Alias& a : p_.aliases)
+      if (a.kind == AliasKind::inplace && a.source < nt && a.op < g_.ops.size()) overwrites.emplace(a.source, a.op);
+    std::vector<std::uint32_t> seen(nt, 0);
+    std::uint32_t stamp = 0;
+    for (const auto& [src, u] : overwrites) {
+      ++stamp;
+      TensorId top = src;  // the storage is every view of the tensor the overwritten one is a view of
+      for (std::size_t hops = 0; hops < nt && viewed[top] != analysis::kNoTensor; ++hops) top = viewed[top];
+      std::vector<TensorId> storage{top};
+      seen[top] = stamp;
+      for (std::size_t k = 0; k < storage.size() && r_.problems.size() < kMaxProblems; ++k) {
+        for (OpId c : g_.tensors[storage[k]].consumers)
+          if (c != u && step_[c] > step_[u])
+            problem("op '" + g_.ops[c].name + "' at step " + std::to_string(step_[c]) + " reads '" + tname(storage[k]) + "' after op '" +
+                    g_.ops[u].name + "' overwrote " + (storage[k] == src ? "it" : "'" + tname(src) + "'") + " in place at step " +
+                    std::to_string(step_[u]));
+        for (TensorId v : views[storage[k]])
+          if (seen[v] != stamp) {
+            seen[v] = stamp;
+            storage.push_back(v);
+          }
+      }
     }
   }
 

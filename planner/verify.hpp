@@ -24,6 +24,8 @@ struct VerifyReport {
 //    and writing the tensor, with the same bytes at the same offset (or both outside the arena);
 //  - each in-place alias names an op that reads the source and writes the tensor, the source dies at that
 //    op and is no graph output, both have the same bytes at the same offset;
+//  - no op reads storage after an op overwrote it in place (an update its record declares, OpInfo::rewrites, or
+//    an in-place alias), directly or through the plan's views of it;
 //  - each scratch region names an op (one region per op), is aligned and lies inside the arena;
 //  - no two tensors live at a common step overlap in bytes unless they share data: views of one value
 //    at any step, or the source and result of an in-place alias at exactly that op's step; a scratch

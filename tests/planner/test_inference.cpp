@@ -45,8 +45,12 @@ TEST_CASE("on 1,000 random DAGs every plan verifies and no arena beats the alias
     o.packer = packers[seed % packers.size()];
     o.views = seed % 7 != 0;
     o.inplace = seed % 5 != 0;
-    INFO("seed " << seed << " (" << g.ops.size() << " ops, packer " << o.packer << ", alignment " << o.alignment << ")");
-    const InferencePlan ip = plan_inference(g, o);
+    // The packers on the file order; every 50th graph on the memory order (the schedules: test_schedule).
+    ScheduleOptions so;
+    so.kind = seed % 50 == 0 ? ScheduleKind::memory : ScheduleKind::file;
+    INFO("seed " << seed << " (" << g.ops.size() << " ops, packer " << o.packer << ", alignment " << o.alignment << ", schedule "
+                 << schedule_kind_name(so.kind) << ")");
+    const InferencePlan ip = plan_inference(g, o, so);
     REQUIRE(ip.report.valid);
     CHECK(ip.plan.arena_bytes >= ip.plan.aliased_lower_bound_bytes);
     const std::uint64_t plain = testing::plain_bound_with_scratch(ip.liveness, ip.plan);
@@ -61,7 +65,9 @@ TEST_CASE("on random DAGs the verifier rejects a plan with one buffer moved onto
   std::size_t tried = 0;
   for (std::uint32_t seed = 1; seed <= 300; ++seed) {
     const auto g = synthetic::random_graph(random_options(seed));
-    Plan p = plan_inference(g).plan;
+    ScheduleOptions so;
+    so.kind = seed % 50 == 0 ? ScheduleKind::memory : ScheduleKind::file;
+    Plan p = plan_inference(g, {}, so).plan;
     // Find two buffers live at a common step and put the second on the first's bytes.
     for (std::uint32_t i = 0; i + 1 < p.buffers.size(); ++i) {
       std::uint32_t j = i + 1;
