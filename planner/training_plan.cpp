@@ -2,6 +2,7 @@
 #include "planner/training_plan.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -494,7 +495,7 @@ TrainingPlanResult plan_training(const analysis::TrainingGraph& tg, const Traini
   }
   if (!on_file && !on_memory) {
     std::optional<Infeasible> both;
-    for (const ScheduleResult* order : {&file, &memory}) try {
+    for (const ScheduleResult* order : std::array<const ScheduleResult*, 2>{&file, &memory}) try {
         return plan_on(tg, options, *order);  // the same search again (deterministic), throwing with the totals
       } catch (const Infeasible& inf) {
         if (!both) both = inf;
