@@ -53,8 +53,18 @@ std::vector<TensorId> gradients_of(const analysis::TrainingGraph& tg) {
 
 // The memplan command beside this test binary (build/ or the GPU machine's .carry/bin/), or MEMPLAN_CLI.
 std::string memplan_cli() {
-  if (const char* p = std::getenv("MEMPLAN_CLI")) return p;
-  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "memplan").string();
+  const char* p = std::getenv("MEMPLAN_CLI");
+  const std::string cli = p ? p : (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "memplan").string();
+  REQUIRE_MESSAGE(std::filesystem::exists(cli), "no memplan command at " << cli << " (set MEMPLAN_CLI)");
+  return cli;
+}
+
+// An empty folder of this process under the temporary directory.
+std::filesystem::path fresh_dir(const std::string& prefix) {
+  const auto dir = std::filesystem::temp_directory_path() / (prefix + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
 }
 
 std::string transformers_dir() {
@@ -182,12 +192,8 @@ TEST_CASE("ZeRO-1 and 2 through a one-rank NCCL communicator train as the all-re
 
 TEST_CASE("two processes with ZeRO-1 (one GPU each) train as the all-reduce pair: the same losses, step for step") {
   require_device_and_nccl(2);
-  const std::string model = transformers_dir() + "gpt2_small.train.onnx";
-  const std::string cli = memplan_cli();
-  REQUIRE_MESSAGE(std::filesystem::exists(cli), "no memplan command at " << cli << " (set MEMPLAN_CLI)");
-  const auto dir = std::filesystem::temp_directory_path() / ("memplan_zero_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::string model = transformers_dir() + "gpt2_small.train.onnx", cli = memplan_cli();
+  const auto dir = fresh_dir("memplan_zero_");
   auto pair = [&](const std::string& zero) {
     const std::string common = " train " + model + " --backend cuda --no-dropout --loss ce --optimizer adam --steps 3 --json "
                                "--dim seq=64 --dim batch=2 --dp-world 2 --zero " + zero + " --dp-id " + (dir / ("id" + zero)).string();
@@ -217,12 +223,8 @@ TEST_CASE("two processes with ZeRO-1 (one GPU each) train as the all-reduce pair
 
 TEST_CASE("two processes with one GPU each average to the single-GPU gradients of the combined batch") {
   require_device_and_nccl(2);
-  const std::string model = transformers_dir() + "gpt2_small.train.onnx";
-  const std::string cli = memplan_cli();
-  REQUIRE_MESSAGE(std::filesystem::exists(cli), "no memplan command at " << cli << " (set MEMPLAN_CLI)");
-  const auto dir = std::filesystem::temp_directory_path() / ("memplan_nccl_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::string model = transformers_dir() + "gpt2_small.train.onnx", cli = memplan_cli();
+  const auto dir = fresh_dir("memplan_nccl_");
   const std::string common =
       " train " + model + " --backend cuda --no-dropout --loss ce --optimizer adam --steps 2 --json --dim seq=64";
   const std::string one =
