@@ -184,6 +184,9 @@ TEST_CASE("each rank holds its shard of the optimizer state: the chunks of the r
     joined.insert(joined.end(), full.bytes.end() - static_cast<std::ptrdiff_t>(4 * tail), full.bytes.end());
     CHECK(joined == full.bytes);
   }
+  MESSAGE("Adam state per rank over 3 ranks: " << sharded[0].zero.state_bytes << ", " << sharded[1].zero.state_bytes << ", "
+          << sharded[2].zero.state_bytes << " B of " << sharded[0].zero.state_unsharded_bytes << " B whole; executor memory outside the arena "
+          << sharded[0].separate_bytes << " B vs " << whole[0].separate_bytes << " B with the all-reduce");
   for (const auto& a : sharded) {
     // Adam's moments: two per weight element, a third of them (and the tails) here; none placed by the executor.
     CHECK(a.zero.state_unsharded_bytes == 2 * 4 * a.zero.weight_elements);
