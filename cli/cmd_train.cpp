@@ -36,6 +36,7 @@ struct TrainArgs {
   int dp_rank = -1, dp_world = -1;
   std::string dp_id;
   std::string bucket = "25MiB";
+  int zero = 0;  // ZeRO stage of the data-parallel run
   std::string save_grads;
   bool json = false;
   bool no_dropout = false;
@@ -73,6 +74,14 @@ Rank resolve_rank(const TrainArgs& a) {
   if (r.data_parallel && a.train.microbatches > 1)
     fail(ErrorKind::usage,
          "--microbatches with data parallelism: the gradients would be reduced every micro-step (not supported)");
+  if (a.zero < 0 || a.zero > 3) fail(ErrorKind::usage, "--zero " + std::to_string(a.zero) + ": expected 0, 1 or 2");
+  if (a.zero > 0 && !r.data_parallel)
+    fail(ErrorKind::usage, "--zero " + std::to_string(a.zero) + " needs --dp-world N (env MEMPLAN_WORLD_SIZE): ZeRO shards across data-parallel ranks");
+  if (a.zero == 3)
+    fail(ErrorKind::unsupported, "--zero 3: the runtime runs ZeRO stages 1 and 2; stage 3 (parameters sharded and gathered per use) "
+                                 "is planned by `memplan plan --gpus N --zero 3`, not run");
+  if (a.zero > 0 && !a.save_grads.empty())
+    fail(ErrorKind::usage, "--save-grads with --zero: each rank reduces only its shard of the gradients");
   if (r.data_parallel && a.backend == "cpu" && r.world > 1)
     fail(ErrorKind::usage, "--backend cpu runs data parallel with --dp-world 1 only (the host stand-in of the collectives)");
   return r;
@@ -120,6 +129,7 @@ void require_same_plan(runtime::Backend& backend, runtime::Collectives& coll, co
     for (int b = 0; b < 8; ++b) h = (h ^ ((v >> (8 * b)) & 0xff)) * 1099511628211ull;
   };
   mix(plan.arena_bytes);
+  mix(static_cast<std::uint64_t>(ex.stats().zero.stage));
   mix(plan.schedule.size());
   for (char c : plan.model_fingerprint) mix(static_cast<unsigned char>(c));
   for (const auto& b : ex.gradient_buckets()) {
@@ -180,6 +190,7 @@ int train_model(TrainArgs a) {
     eo.data_parallel.collectives = coll.get();
     for (const auto& [w, grad] : s.training.param_grads) eo.data_parallel.gradients.push_back(grad);
     eo.data_parallel.bucket_bytes = planner::parse_size(a.bucket);
+    eo.data_parallel.zero_stage = a.zero;
   }
   runtime::Executor ex(r.graph, r.plan, *backend, eo);
   if (coll) require_same_plan(*backend, *coll, r.plan, ex);
@@ -204,11 +215,17 @@ int train_model(TrainArgs a) {
       runtime::write_npy(a.save_grads + "/grad_" + std::to_string(k) + ".npy", d);
     }
   }
+  // Under ZeRO a rank's gradient is the mean over the ranks in its own chunks only: norms only where that is all.
+  const bool grads_whole = a.zero == 0 || rank.world == 1;
+  if (!grads_whole) norms = nullptr;
   for (int step = 1; step < a.steps; ++step) {
     seconds.push_back(ex.run_device());
     losses.push_back(loss_now());
   }
   const auto& st = ex.stats();
+  std::uint64_t state_bytes = 0;  // the optimizer state this rank holds: its shards under ZeRO
+  for (analysis::TensorId t : s.training.optimizer_state) state_bytes += r.graph.tensors[t].bytes();
+  state_bytes = state_bytes - st.zero.state_unsharded_bytes + st.zero.state_bytes;
   nlohmann::json j{{"model", a.train.model.model},
                    {"backend", backend->name()},
                    {"rank", rank.rank},
@@ -225,7 +242,17 @@ int train_model(TrainArgs a) {
                    {"losses", losses},
                    {"step_seconds", median(seconds)},
                    {"steps_timed", seconds.size()},
-                   {"gradient_norm", std::sqrt(total)},
+                   {"gradient_norm", grads_whole ? nlohmann::json(std::sqrt(total)) : nlohmann::json(nullptr)},
+                   {"optimizer_state_bytes", state_bytes},
+                   {"zero", {{"stage", a.zero},
+                             {"optimizer_state_shard_bytes", st.zero.state_bytes},
+                             {"optimizer_state_unsharded_bytes", st.zero.state_unsharded_bytes},
+                             {"owned_elements", st.zero.owned_elements},
+                             {"weight_elements", st.zero.weight_elements},
+                             {"sharded_updates", st.zero.sharded_updates},
+                             {"gather_buffer_bytes", st.zero.gather_buffer_bytes},
+                             {"all_gather_calls", st.zero.all_gather_calls},
+                             {"gradients_sharded_in_memory", false}}},
                    {"gradient_norms", norms},
                    {"dropouts_disabled", dropouts_off}};
 #ifdef MEMPLAN_HAVE_CUDA
@@ -246,10 +273,16 @@ int train_model(TrainArgs a) {
               rank.world, coll ? (", gradients through " + coll->name()).c_str() : "");
   std::printf("plan       %s: arena %s, peak %s planned\n", r.strategy.c_str(), human_bytes(r.plan.arena_bytes).c_str(),
               human_bytes(r.peak_bytes).c_str());
-  if (coll)
+  if (coll && a.zero == 0)
     std::printf("reduce     %zu all-reduces per step, %s of gradients\n", st.reduce_calls, human_bytes(st.reduced_bytes).c_str());
+  if (coll && a.zero > 0)
+    std::printf("zero       stage %d: %zu reduce-scatters (%s of gradients), %zu updates on shards, optimizer state %s held of %s, "
+                "%zu all-gathers through %s\n",
+                a.zero, st.reduce_calls, human_bytes(st.reduced_bytes).c_str(), st.zero.sharded_updates,
+                human_bytes(state_bytes).c_str(), human_bytes(state_bytes - st.zero.state_bytes + st.zero.state_unsharded_bytes).c_str(),
+                st.zero.all_gather_calls, human_bytes(st.zero.gather_buffer_bytes).c_str());
   for (std::size_t k = 0; k < losses.size(); ++k) std::printf("step %zu     loss %.7g\n", k + 1, losses[k]);
-  std::printf("gradients  first step's norm %.9g\n", std::sqrt(total));
+  if (grads_whole) std::printf("gradients  first step's norm %.9g\n", std::sqrt(total));
   if (!seconds.empty()) std::printf("time       %.3f ms per step (median of %zu)\n", median(seconds) * 1e3, seconds.size());
   return 0;
 }
@@ -268,6 +301,10 @@ void add_train(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--dp-id", args->dp_id, "file through which rank 0 hands its NCCL id to the others (env MEMPLAN_NCCL_ID_FILE)");
   cmd->add_option("--bucket", args->bucket,
                   "gradients adjacent in the arena reduced together up to this size (default 25MiB; 0: one each)");
+  cmd->add_option("--zero", args->zero,
+                  "ZeRO stage of the --dp-world run: 0 (default) all-reduces the gradients; 1 or 2 reduce-scatters them, each rank "
+                  "updates its shard of the weights with its shard of the optimizer state, then all-gathers the weights "
+                  "(3 is planned by `plan --zero 3`, not run)");
   cmd->add_option("--save-grads", args->save_grads, "rank 0 writes the first step's weight gradients to DIR/grad_K.npy");
   cmd->add_flag("--no-dropout", args->no_dropout, "every Dropout's ratio set to 0 (runs of any world size then compare exactly)");
   cmd->add_flag("--json", args->json, "print one JSON object");

@@ -50,6 +50,11 @@ Executor::Executor(const analysis::Graph& g, const planner::Plan& plan, Backend&
   if (schedule_.size() != g.ops.size() || !analysis::is_topological(g, schedule_))
     fail(ErrorKind::plan_mismatch, "the plan's schedule is not a topological order of every op of '" + g.name + "'");
   check_supported();
+  const DataParallel& dp = options.data_parallel;
+  if (dp.zero_stage != 0) {
+    if (!dp.collectives) fail(ErrorKind::usage, "ZeRO stage " + std::to_string(dp.zero_stage) + " without collectives (data parallelism)");
+    zero_state_ = zero_sharded_state(g, dp.gradients);
+  }
   addr_.assign(g.tensors.size(), nullptr);
   if (options.unshared) bind_unshared();
   else bind_planned(plan);
@@ -120,10 +125,18 @@ static std::vector<bool> used_tensors(const analysis::Graph& g) {
   return used;
 }
 
+// The tensors given memory: those used, but the optimizer state ZeRO keeps as shards.
+std::vector<bool> Executor::placed_tensors() const {
+  std::vector<bool> used = used_tensors(g_);
+  for (TensorId t = 0; t < zero_state_.size(); ++t)
+    if (zero_state_[t]) used[t] = false;
+  return used;
+}
+
 // Updates in place (OpInfo::rewrites) are the storage they rewrite even here: that is what the op means, so
 // that repeated runs train.
 void Executor::bind_unshared() {
-  const auto used = used_tensors(g_);
+  const auto used = placed_tensors();
   std::vector<TensorId> owner(g_.tensors.size(), kNoTensor);
   for (TensorId t = 0; t < g_.tensors.size(); ++t) {
     if (!used[t]) continue;
@@ -149,7 +162,7 @@ void Executor::bind_planned(const planner::Plan& plan) {
   std::map<TensorId, TensorId> view_of;
   for (const auto& a : plan.aliases)
     if (a.kind == planner::AliasKind::view || (a.tensor < g_.tensors.size() && !arena_->in_arena(a.tensor))) view_of[a.tensor] = a.source;
-  const auto used = used_tensors(g_);
+  const auto used = placed_tensors();
   for (TensorId t = 0; t < g_.tensors.size(); ++t) {
     if (!used[t]) continue;
     if (arena_->in_arena(t)) addr_[t] = arena_->bind(t);
@@ -235,7 +248,7 @@ void Executor::prepare_ops() {
       for (auto x : op.inputs) {
         if (y == kNoTensor || x == kNoTensor) continue;
         const std::uint64_t by = g_.tensors[y].bytes(), bx = g_.tensors[x].bytes();
-        if (by == 0 || bx == 0 || !(addr_[y] < addr_[x] + bx && addr_[x] < addr_[y] + by)) continue;
+        if (by == 0 || bx == 0 || !addr_[x] || !addr_[y] || !(addr_[y] < addr_[x] + bx && addr_[x] < addr_[y] + by)) continue;
         overlap = true;
         exact = exact && addr_[y] == addr_[x] && by == bx;
       }
@@ -304,7 +317,10 @@ void Executor::prepare_gradient_sync() {
                                            [this](std::size_t step, const std::byte* lo, const std::byte* hi) { return touches(step, lo, hi); });
   stats_.reduce_calls = buckets.size();
   for (const auto& b : buckets) stats_.reduced_bytes += b.bytes;
-  grad_sync_ = std::make_unique<GradientSync>(std::move(buckets), schedule_.size(), backend_, *dp.collectives);
+  grad_sync_ = std::make_unique<GradientSync>(std::move(buckets), schedule_.size(), backend_, *dp.collectives, dp.zero_stage != 0);
+  if (dp.zero_stage == 0) return;
+  zero_ = std::make_unique<ZeroOptimizer>(g_, grad_sync_->buckets(), addr_, zero_state_, backend_, *dp.collectives, dp.zero_stage);
+  stats_.zero = zero_->stats();
 }
 
 const std::vector<GradBucket>& Executor::gradient_buckets() const noexcept {
@@ -317,6 +333,12 @@ void Executor::run_one(std::size_t step, std::vector<TensorRef>& in, std::vector
   if (grad_sync_) grad_sync_->before(step);
   const OpId o = schedule_[step];
   const auto& op = g_.ops[o];
+  if (zero_ && zero_->replaces(o)) {  // ZeRO: the update on this rank's shard
+    zero_->run(o);
+    ++stats_.ops_run;
+    if (grad_sync_) grad_sync_->after(step);
+    return;
+  }
   if (mode_[o] == Mode::concat_in_place) {
     if (arena_) arena_->mark_written(op.outputs[0]);
     ++stats_.ops_run;
@@ -376,6 +398,7 @@ void Executor::run_schedule() {
     stats_.op_seconds[schedule_[step]] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   if (grad_sync_) grad_sync_->finish();
+  if (zero_) zero_->gather_weights();
   stats_.issue_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - issue_start).count();
   stats_.device_seconds = backend_.end_run();  // waits for the queues
   stats_.touched_bytes = arena_ ? arena_->touched_bytes() : 0;
@@ -418,6 +441,7 @@ double Executor::run_device() {
 }
 
 analysis::TensorData Executor::read(TensorId t) const {
+  if (zero_ && t < g_.tensors.size() && !addr_[t] && zero_->holds(t)) return zero_->read(t);
   if (t >= g_.tensors.size() || !addr_[t]) fail(ErrorKind::usage, "tensor " + std::to_string(t) + " has no memory on the backend");
   const auto& x = g_.tensors[t];
   analysis::TensorData d;

@@ -13,6 +13,7 @@
 #include "runtime_allocator/backend.hpp"
 #include "runtime_allocator/grad_sync.hpp"
 #include "runtime_allocator/pool.hpp"
+#include "runtime_allocator/zero_shard.hpp"
 
 namespace memplan::runtime {
 
@@ -55,6 +56,7 @@ struct ExecStats {
   std::vector<double> op_seconds;    // ExecOptions::profile_ops: per op id, the last run's wall seconds
   std::size_t reduce_calls = 0;      // data parallel: all-reduces per run (gradient buckets)
   std::uint64_t reduced_bytes = 0;   // data parallel: gradient bytes reduced per run
+  ZeroStats zero;                    // DataParallel::zero_stage: what the rank holds and gathers
 };
 
 // Built once (the arena, weights and buffers are allocated here), then `run` may be called for many
@@ -81,7 +83,8 @@ class Executor {
   // seconds the backend measured.
   double run_device();
   // The bytes tensor t holds now (a gradient or an updated weight after a training step);
-  // ErrorKind::usage for a tensor without memory.
+  // ErrorKind::usage for a tensor without memory. Under ZeRO a sharded optimizer state tensor reads as this rank's
+  // shard (1-D), and a reduced gradient is the mean over the ranks only in this rank's chunks of its bucket.
   analysis::TensorData read(analysis::TensorId t) const;
   const ExecStats& stats() const noexcept { return stats_; }
   // Where tensor t lives on the backend (null for a tensor nothing reads or writes).
@@ -106,6 +109,7 @@ class Executor {
   bool concat_done(const analysis::Op& op) const;
   void order_swaps();
   void prepare_gradient_sync();
+  std::vector<bool> placed_tensors() const;
   bool touches(std::size_t step, const std::byte* lo, const std::byte* hi) const;
   void run_schedule();
   void run_one(std::size_t step, std::vector<TensorRef>& in, std::vector<TensorRef>& out);
@@ -128,6 +132,8 @@ class Executor {
   std::vector<Backend::Event> swap_ready_, swap_done_;       // per op (swaps only): before and after the copy
   std::vector<std::vector<analysis::OpId>> waits_before_;   // per schedule step: swaps whose copies must be done
   std::unique_ptr<GradientSync> grad_sync_;  // data parallel only
+  std::vector<bool> zero_state_;             // ZeRO: optimizer state held as shards by zero_, not placed here
+  std::unique_ptr<ZeroOptimizer> zero_;
   ExecStats stats_;
   std::uint64_t runs_ = 0;  // runs so far: the random step of the next (dropout_mask.hpp, step_key)
 };

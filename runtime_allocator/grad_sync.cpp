@@ -1,4 +1,4 @@
-// Gradient buckets on a schedule, and the hooks that enqueue their all-reduces and order the compute queue after them.
+// Gradient buckets on a schedule, and the hooks that enqueue their all-reduces (reduce-scatters under ZeRO) and order the compute queue after them.
 #include "runtime_allocator/grad_sync.hpp"
 
 #include <algorithm>
@@ -78,8 +78,14 @@ std::vector<GradBucket> gradient_buckets(const analysis::Graph& g, const std::ve
   return buckets;
 }
 
-GradientSync::GradientSync(std::vector<GradBucket> buckets, std::size_t steps, Backend& backend, Collectives& collectives)
-    : buckets_(std::move(buckets)), backend_(backend), coll_(collectives), enqueue_at_(steps), wait_at_(steps) {
+BucketShard bucket_shard(std::uint64_t count, int world) {
+  const auto w = static_cast<std::uint64_t>(std::max(world, 1));
+  return {count / w, count % w};
+}
+
+GradientSync::GradientSync(std::vector<GradBucket> buckets, std::size_t steps, Backend& backend, Collectives& collectives,
+                           bool shard)
+    : buckets_(std::move(buckets)), backend_(backend), coll_(collectives), shard_(shard), enqueue_at_(steps), wait_at_(steps) {
   for (std::size_t k = 0; k < buckets_.size(); ++k) {
     GradBucket& b = buckets_[k];
     const std::uint64_t elem = analysis::dtype_bits(b.dtype) / 8;
@@ -106,7 +112,16 @@ void GradientSync::after(std::size_t step) {
     const GradBucket& b = buckets_[k];
     backend_.record_on_compute(b.ready);
     coll_.queue_waits(b.ready);
-    coll_.all_reduce_mean(b.data, b.bytes / (analysis::dtype_bits(b.dtype) / 8), b.dtype);
+    const std::uint64_t elem = analysis::dtype_bits(b.dtype) / 8, count = b.bytes / elem;
+    if (!shard_) {
+      coll_.all_reduce_mean(b.data, count, b.dtype);
+    } else {
+      // In place, as NCCL allows it: rank r's mean lands in its own chunk of the bucket.
+      const BucketShard s = bucket_shard(count, coll_.world_size());
+      const auto rank = static_cast<std::uint64_t>(coll_.rank());
+      if (s.chunk) coll_.reduce_scatter_mean(b.data, b.data + rank * s.chunk * elem, s.chunk, b.dtype);
+      if (s.tail) coll_.all_reduce_mean(b.data + (count - s.tail) * elem, s.tail, b.dtype);
+    }
     coll_.record(b.done);
   }
 }

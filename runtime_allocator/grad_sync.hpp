@@ -1,5 +1,5 @@
 // Data-parallel gradient reduction woven into a run: each weight gradient (or bucket of gradients adjacent in
-// memory) is all-reduced on the collectives' queue as soon as its producer has run, and the first op that touches
+// memory) is all-reduced (or, under ZeRO, reduce-scattered) on the collectives' queue as soon as its producer has run, and the first op that touches
 // its bytes afterwards (its optimizer update) waits for the reduction.
 #pragma once
 
@@ -21,7 +21,18 @@ struct DataParallel {
   // Gradients produced one after another, adjacent in memory and of one dtype are reduced by one call up to this
   // many bytes (as DDP's 25 MiB buckets); 0: one call per gradient.
   std::uint64_t bucket_bytes = std::uint64_t{25} << 20;
+  // ZeRO stage (runtime_allocator/zero_shard.hpp): 0 all-reduces every bucket; 1 and 2 reduce-scatter it, update
+  // each rank's shard of the weights and optimizer state, and all-gather the updated weights. 3 is refused.
+  int zero_stage = 0;
 };
+
+// A bucket of `count` elements over `world` ranks under ZeRO: rank r owns elements [r * chunk, (r + 1) * chunk)
+// (reduce-scattered, updated there, then all-gathered) and every rank owns the tail [world * chunk, count) (fewer
+// than `world` elements: all-reduced and updated alike on every rank): equal chunks without padding the arena.
+struct BucketShard {
+  std::uint64_t chunk = 0, tail = 0;
+};
+BucketShard bucket_shard(std::uint64_t count, int world);
 
 // One reduction: a contiguous byte range holding one or more gradients.
 struct GradBucket {
@@ -47,8 +58,10 @@ std::vector<GradBucket> gradient_buckets(const analysis::Graph& g, const std::ve
 // the compute queue wait for those first touched at `step`, `finish()` for the rest (no reader in this run).
 class GradientSync {
  public:
-  // `steps`: the schedule's length. Creates two events per bucket on `backend`.
-  GradientSync(std::vector<GradBucket> buckets, std::size_t steps, Backend& backend, Collectives& collectives);
+  // `steps`: the schedule's length. Creates two events per bucket on `backend`. `shard` (ZeRO): each bucket is
+  // reduce-scattered (bucket_shard) instead of all-reduced.
+  GradientSync(std::vector<GradBucket> buckets, std::size_t steps, Backend& backend, Collectives& collectives,
+               bool shard = false);
   void before(std::size_t step);
   void after(std::size_t step);
   void finish();
@@ -58,6 +71,7 @@ class GradientSync {
   std::vector<GradBucket> buckets_;
   Backend& backend_;
   Collectives& coll_;
+  bool shard_ = false;
   std::vector<std::vector<std::size_t>> enqueue_at_, wait_at_;  // per step: bucket indices
   std::vector<std::size_t> wait_at_end_;
 };

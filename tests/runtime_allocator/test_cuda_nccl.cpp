@@ -1,7 +1,7 @@
-// GPU tests of data-parallel training through NCCL: a one-rank communicator changes no bit of a training step, and
-// two processes (one GPU each, `memplan train --dp-world 2`) average to the single-GPU gradients of the combined
-// batch. Exit 77 (skipped) without a device or without a loadable libnccl.so.2; the two-process case also without two
-// GPUs.
+// GPU tests of data-parallel training through NCCL: a one-rank communicator changes no bit of a training step (with
+// ZeRO-1/2 neither), and two processes (one GPU each, `memplan train --dp-world 2`) average to the single-GPU
+// gradients of the combined batch, and train with ZeRO-1 as with the all-reduce. Exit 77 (skipped) without a device
+// or without a loadable libnccl.so.2; the two-process cases also without two GPUs.
 #include <doctest/doctest.h>
 
 #if defined(MEMPLAN_HAVE_CUDA) && defined(MEMPLAN_HAVE_NCCL)
@@ -13,8 +13,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "runtime_allocator/cuda/cuda_backend.hpp"
 #include "runtime_allocator/cuda/nccl_collectives.hpp"
@@ -50,8 +53,18 @@ std::vector<TensorId> gradients_of(const analysis::TrainingGraph& tg) {
 
 // The memplan command beside this test binary (build/ or the GPU machine's .carry/bin/), or MEMPLAN_CLI.
 std::string memplan_cli() {
-  if (const char* p = std::getenv("MEMPLAN_CLI")) return p;
-  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "memplan").string();
+  const char* p = std::getenv("MEMPLAN_CLI");
+  const std::string cli = p ? p : (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "memplan").string();
+  REQUIRE_MESSAGE(std::filesystem::exists(cli), "no memplan command at " << cli << " (set MEMPLAN_CLI)");
+  return cli;
+}
+
+// An empty folder of this process under the temporary directory.
+std::filesystem::path fresh_dir(const std::string& prefix) {
+  const auto dir = std::filesystem::temp_directory_path() / (prefix + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
 }
 
 std::string transformers_dir() {
@@ -135,14 +148,83 @@ TEST_CASE("a one-rank NCCL communicator gives the single-GPU run's training step
   }
 }
 
+TEST_CASE("ZeRO-1 and 2 through a one-rank NCCL communicator train as the all-reduce run: sharded updates, gathered weights") {
+  require_device_and_nccl();
+  for (const std::string name : {"tiny_mlp", "tiny_gpt"}) {
+    for (auto opt : {analysis::Optimizer::momentum, analysis::Optimizer::adam}) {
+      for (int stage : {1, 2}) {
+        INFO(name << " " << analysis::optimizer_name(opt) << " ZeRO-" << stage);
+        const auto tg = training(name, opt);
+        const auto in = feeds(name, tg.graph);
+        const auto r = planner::plan_training(tg, {});
+        REQUIRE(r.report.valid);
+        cuda::CudaBackend ref_backend, zero_backend;
+        cuda::NcclCollectives ref_nccl(ref_backend, 0, 1, cuda::make_nccl_id()), zero_nccl(zero_backend, 0, 1, cuda::make_nccl_id());
+        ExecOptions eo;
+        eo.data_parallel = {&ref_nccl, gradients_of(tg), std::uint64_t{1} << 20};
+        Executor ref(r.graph, r.plan, ref_backend, eo);
+        eo.data_parallel.collectives = &zero_nccl;
+        eo.data_parallel.zero_stage = stage;
+        Executor zero(r.graph, r.plan, zero_backend, eo);
+        CHECK(zero.stats().zero.sharded_updates == tg.param_grads.size());
+        CHECK(zero.stats().zero.owned_elements == zero.stats().zero.weight_elements);
+        const bool exact = name == "tiny_mlp";  // tiny_gpt's norm and bias gradients sum with atomics
+        for (int step = 1; step <= 3; ++step) {
+          CAPTURE(step);
+          const auto want = ref.run(in), got = zero.run(in);
+          if (exact) CHECK(got[0].bytes == want[0].bytes);
+          else CHECK(max_rel_diff(floats(got[0].bytes.data(), got[0].bytes.size()), floats(want[0].bytes.data(), want[0].bytes.size())) <= 1e-5);
+        }
+        for (const auto& pg : tg.param_grads) {
+          const TensorId w = pg.first;
+          INFO("weight " << r.graph.tensors[w].name);
+          const auto a = zero.read(w), b = ref.read(w);
+          if (exact) CHECK(a.bytes == b.bytes);
+          // Adam moves an element whose gradient is near 0 by up to lr per step on a rounding difference.
+          else CHECK(max_rel_diff(floats(a.bytes.data(), a.bytes.size()), floats(b.bytes.data(), b.bytes.size())) <=
+                     (opt == analysis::Optimizer::adam ? 1e-2 : 1e-4));
+        }
+        zero_nccl.synchronize();
+      }
+    }
+  }
+}
+
+TEST_CASE("two processes with ZeRO-1 (one GPU each) train as the all-reduce pair: the same losses, step for step") {
+  require_device_and_nccl(2);
+  const std::string model = transformers_dir() + "gpt2_small.train.onnx", cli = memplan_cli();
+  const auto dir = fresh_dir("memplan_zero_");
+  auto pair = [&](const std::string& zero) {
+    const std::string common = " train " + model + " --backend cuda --no-dropout --loss ce --optimizer adam --steps 3 --json "
+                               "--dim seq=64 --dim batch=2 --dp-world 2 --zero " + zero + " --dp-id " + (dir / ("id" + zero)).string();
+    const std::string run = "(" + cli + common + " --dp-rank 0 --device 0 > " + (dir / ("z" + zero + "r0.json")).string() + " & " +
+                            cli + common + " --dp-rank 1 --device 1 > " + (dir / ("z" + zero + "r1.json")).string() +
+                            "; r1=$?; wait $!; r0=$?; test $r0 -eq 0 -a $r1 -eq 0)";
+    REQUIRE(std::system(("bash -c '" + run + "'").c_str()) == 0);
+  };
+  pair("0");
+  pair("1");
+  auto losses = [&](const std::string& file) {
+    std::ifstream f(dir / file);
+    return nlohmann::json::parse(f).at("losses").get<std::vector<double>>();
+  };
+  for (const std::string r : {"r0", "r1"}) {
+    const auto want = losses("z0" + r + ".json"), got = losses("z1" + r + ".json");
+    REQUIRE(want.size() == 3);
+    REQUIRE(got.size() == 3);
+    // The first loss precedes any update; later ones follow Adam steps from gradients summed with atomics.
+    for (std::size_t k = 0; k < 3; ++k) CHECK(std::fabs(got[k] - want[k]) <= (k == 0 ? 1e-6 : 1e-3) * std::fabs(want[k]));
+  }
+  std::ifstream f(dir / "z1r0.json");
+  const auto j = nlohmann::json::parse(f);
+  // Adam's moments: each rank holds about half of them.
+  CHECK(j.at("zero").at("optimizer_state_shard_bytes").get<double>() < 0.51 * j.at("zero").at("optimizer_state_unsharded_bytes").get<double>());
+}
+
 TEST_CASE("two processes with one GPU each average to the single-GPU gradients of the combined batch") {
   require_device_and_nccl(2);
-  const std::string model = transformers_dir() + "gpt2_small.train.onnx";
-  const std::string cli = memplan_cli();
-  REQUIRE_MESSAGE(std::filesystem::exists(cli), "no memplan command at " << cli << " (set MEMPLAN_CLI)");
-  const auto dir = std::filesystem::temp_directory_path() / ("memplan_nccl_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::string model = transformers_dir() + "gpt2_small.train.onnx", cli = memplan_cli();
+  const auto dir = fresh_dir("memplan_nccl_");
   const std::string common =
       " train " + model + " --backend cuda --no-dropout --loss ce --optimizer adam --steps 2 --json --dim seq=64";
   const std::string one =
