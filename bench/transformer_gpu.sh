@@ -30,4 +30,4 @@ done
 python3 bench/torch_sdpa_bench.py > "$OUT/torch_sdpa.json" 2> "$OUT/torch_sdpa.err" || true
 .carry/bin/bench_cuda fused $((1 << 28)) > "$OUT/memplan_fused_chain.json" 2> "$OUT/memplan_fused_chain.err" || true
 python3 bench/torch_fused_chain.py > "$OUT/torch_fused_chain.json" 2> "$OUT/torch_fused_chain.err" || true
-ls -la "$OUT"
+python3 bench/transformer_gpu_summary.py "$OUT" > "$OUT/summary.txt"; cat "$OUT/summary.txt"
