@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_forward_kernel(Attentio
     load_cols<kD>(skv, p.k, b, hk, k0, p.kv_len, p.head_dim, p.vec4);
     __syncthreads();
     float s[4][4] = {};
-    tile_scores<kD>(s, sq, skv);
+    tile_scores<kD>(s, sq, skv, extent4(p.head_dim, kD));
     masked_scores(s, p, b, h, q0 + ty * 4, k0 + tx * 4);
     float pv[4][4];
 #pragma unroll
@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_forward_kernel(Attentio
     __syncthreads();  // K^T read by every thread, P complete
     load_rows<kD>(skv, p.v, b, hk, k0, p.kv_len, p.v_head_dim, p.vec4);
     __syncthreads();
-    tile_accumulate<kD, false>(o, sp, skv);
+    tile_accumulate<kD, false>(o, sp, skv, extent4(p.kv_len - k0, kTile));
   }
   float inv[4];
 #pragma unroll

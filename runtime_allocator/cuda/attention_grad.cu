@@ -73,8 +73,8 @@ __global__ void __launch_bounds__(kThreads, kD <= 64 ? 2 : 1) attention_dkdv_ker
       }
       __syncthreads();
       float s[4][4] = {}, dp[4][4] = {}, pd[4][4], lse2[4], delta[4];
-      tile_scores<kD>(s, sq, skt);
-      tile_scores<kD>(dp, sdo, svt);
+      tile_scores<kD>(s, sq, skt, extent4(p.head_dim, kD));
+      tile_scores<kD>(dp, sdo, svt, extent4(p.v_head_dim, kD));
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         lse2[r] = slse[ty * 4 + r];
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kThreads, kD <= 64 ? 2 : 1) attention_dkdv_ker
       probabilities(s, dp, pd, p, b, h, q0 + ty * 4, k0 + tx * 4, lse2, delta);
       store_scores(sbuf, pd);
       __syncthreads();
-      tile_accumulate<kD, true>(dv, sbuf, sdo);  // dV[j] += sum_i P'[i][j] dO[i]
+      tile_accumulate<kD, true>(dv, sbuf, sdo, extent4(p.q_len - q0, kTile));  // dV[j] += sum_i P'[i][j] dO[i]
       __syncthreads();
       store_scores(sbuf, dp);
       if (p.dbias) {
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kThreads, kD <= 64 ? 2 : 1) attention_dkdv_ker
           }
       }
       __syncthreads();
-      tile_accumulate<kD, true>(dk, sbuf, sq);  // dK[j] += sum_i dS[i][j] Q[i]
+      tile_accumulate<kD, true>(dk, sbuf, sq, extent4(p.q_len - q0, kTile));  // dK[j] += sum_i dS[i][j] Q[i]
     }
   }
   const float scale[4] = {p.scale, p.scale, p.scale, p.scale}, one[4] = {1.0f, 1.0f, 1.0f, 1.0f};
@@ -140,14 +140,14 @@ __global__ void __launch_bounds__(kThreads, kD <= 64 ? 2 : 1) attention_dq_kerne
     load_cols<kD>(svt, p.v, b, hk, k0, p.kv_len, p.v_head_dim, p.vec4);
     __syncthreads();
     float s[4][4] = {}, dp[4][4] = {}, pd[4][4];
-    tile_scores<kD>(s, sq, sk);
-    tile_scores<kD>(dp, sdo, svt);
+    tile_scores<kD>(s, sq, sk, extent4(p.head_dim, kD));
+    tile_scores<kD>(dp, sdo, svt, extent4(p.v_head_dim, kD));
     probabilities(s, dp, pd, p, b, h, q0 + ty * 4, k0 + tx * 4, lse2, delta);
     store_scores(sds, dp);
     __syncthreads();  // K^T read by every thread, dS complete
     load_rows<kD>(sk, p.k, b, hk, k0, p.kv_len, p.head_dim, p.vec4);
     __syncthreads();
-    tile_accumulate<kD, false>(dq, sds, sk);  // dQ[i] += sum_j dS[i][j] K[j]
+    tile_accumulate<kD, false>(dq, sds, sk, extent4(p.kv_len - k0, kTile));  // dQ[i] += sum_j dS[i][j] K[j]
   }
   const float scale[4] = {p.scale, p.scale, p.scale, p.scale};
   store_rows<kD>(p.dq, b, h, q0, p.q_len, p.head_dim, p.vec4, dq, scale);

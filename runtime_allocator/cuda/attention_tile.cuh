@@ -122,12 +122,17 @@ __device__ __forceinline__ void unpack(float (&out)[4], const float4& v) {
   out[3] = v.w;
 }
 
-// acc[r][c] += sum_d A[ty*4 + r][d] * Bt[d][tx*4 + c]: A row-major (row_stride<kD>), Bt transposed (kTStride).
+// `n` rounded up to a multiple of 4, at most `cap`: how far a loop over a tile's rows or columns must go when
+// only the first n hold data (the rest were loaded as zeros and add nothing).
+__device__ __forceinline__ int extent4(int n, int cap) { return n >= cap ? cap : (n <= 0 ? 0 : (n + 3) & ~3); }
+
+// acc[r][c] += sum_d A[ty*4 + r][d] * Bt[d][tx*4 + c] over d < dims (a multiple of 4, at most kD; the columns
+// past the head dim are zeros): A row-major (row_stride<kD>), Bt transposed (kTStride).
 template <int kD>
-__device__ __forceinline__ void tile_scores(float (&acc)[4][4], const float* a, const float* bt) {
+__device__ __forceinline__ void tile_scores(float (&acc)[4][4], const float* a, const float* bt, int dims) {
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 #pragma unroll 2
-  for (int d = 0; d < kD; d += 4) {
+  for (int d = 0; d < dims; d += 4) {
     float av[4][4];
 #pragma unroll
     for (int r = 0; r < 4; ++r) unpack(av[r], *reinterpret_cast<const float4*>(a + (ty * 4 + r) * row_stride<kD>() + d));
@@ -143,13 +148,14 @@ __device__ __forceinline__ void tile_scores(float (&acc)[4][4], const float* a, 
   }
 }
 
-// acc[r][4k + e] += sum_s A(ty*4 + r, s) * B[s][64k + tx*4 + e] over the 64 rows s of B (row-major, row_stride<kD>).
-// A is a score tile (kTStride): A(x, s) = A[x][s], or with kTransA A(x, s) = A[s][x].
+// acc[r][4k + e] += sum_s A(ty*4 + r, s) * B[s][64k + tx*4 + e] over the first `rows` rows s of B (row-major,
+// row_stride<kD>; a multiple of 4, at most 64: rows past the sequence are zeros). A is a score tile (kTStride):
+// A(x, s) = A[x][s], or with kTransA A(x, s) = A[s][x].
 template <int kD, bool kTransA>
-__device__ __forceinline__ void tile_accumulate(float (&acc)[4][kD / 16], const float* a, const float* b) {
+__device__ __forceinline__ void tile_accumulate(float (&acc)[4][kD / 16], const float* a, const float* b, int rows) {
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 #pragma unroll 2
-  for (int s = 0; s < kTile; s += 4) {
+  for (int s = 0; s < rows; s += 4) {
     float av[4][4];  // av[r][ss] = A(ty*4 + r, s + ss)
     if (kTransA) {
 #pragma unroll
