@@ -98,23 +98,19 @@ struct Candidates {
   std::vector<Lifetime> lives;
   std::vector<bool> transient;  // arena blocks that are not periodic
   std::vector<RegionLayout> made;
+  std::uint64_t lower_bound = 0;  // the most arena bytes live at one event: a layout with this bound ends the search
+  bool done() const noexcept { return !made.empty() && std::any_of(made.begin(), made.end(), [&](const RegionLayout& m) { return m.bound <= lower_bound; }); }
 
-  // The blocks of `order` placed one by one below `limit`, where they fit; limit 0: the periodic blocks of
-  // `order` first, stacked with no limit, and the others below their extent. A layout where a periodic
-  // block does not fit is dropped. The region is the extent of what was placed: at least the periodic
-  // blocks' bytes (all live at the step's end).
+  // The blocks of `order` placed one by one below `limit`, where they fit. A layout where a periodic block
+  // does not fit is dropped. The region is the extent of what was placed: at least the periodic blocks'
+  // bytes (all live at the step's end).
   void make(const std::vector<std::size_t>& order, std::uint64_t limit, Fit fit, std::string name) {
+    if (made.size() >= 2 && done()) return;
     RegionLayout l;
     l.offsets.assign(step.blocks.size(), planner::kNotInArena);
     l.rest = transient;
     Placer p(step, lives);
-    if (limit == 0) {
-      for (std::size_t k : order)
-        if (step.periodic(k)) p.place(k, UINT64_MAX, Fit::lowest, l.offsets);
-      limit = p.extent();
-    }
     for (std::size_t k : order) {
-      if (l.offsets[k] != planner::kNotInArena) continue;
       const bool placed = p.place(k, limit, fit, l.offsets);
       if (!placed && step.periodic(k)) return;
       if (placed) l.rest[k] = false;
@@ -148,7 +144,7 @@ std::uint32_t region_open_event(const RecordedStep& step) {
 
 std::vector<RegionLayout> region_layouts(const RecordedStep& step) {
   const std::size_t n = step.blocks.size();
-  Candidates c{step, {}, std::vector<bool>(n, false), {}};
+  Candidates c{step, {}, std::vector<bool>(n, false), {}, 0};
   const std::uint32_t open = region_open_event(step);
   std::uint32_t last_prefix_free = 0;  // the legacy layout's threshold: every previous-step instance freed
   for (std::size_t k = 0; k < n; ++k)
@@ -174,30 +170,31 @@ std::vector<RegionLayout> region_layouts(const RecordedStep& step) {
     const std::uint32_t from = step.periodic(k) ? 0 : b[k].alloc_event, to = step.periodic(k) ? b[k].next_free_event : b[k].free_event;
     return std::make_tuple(~(to - from), ~b[k].bytes, k);
   };
-  auto latest = [&](std::size_t k) { return ~k; };
-  const auto p_size = sorted_by(periodic, largest);
-  c.make(joined(p_size, sorted_by(legacy_fillers, largest)), 0, Fit::lowest, "periodic by size, gaps by size first fit");
-  c.make(p_size, 0, Fit::lowest, "periodic by size");
-  if (periodic.empty()) return std::move(c.made);  // both layouts are the same: no region
-  // Region sizes: the periodic blocks' bytes (no smaller region holds them), the room the bound leaves above
-  // the blocks that may not enter the region, and the most bytes of blocks that may enter it live at once.
-  std::uint64_t periodic_bytes = 0;
+  std::uint64_t periodic_bytes = 0;  // stacked: all live at the step's end
   for (std::size_t k : periodic) periodic_bytes += b[k].bytes;
+  c.lower_bound = peak_of(step, arena);
+  const auto p_size = sorted_by(periodic, largest);
+  c.make(joined(p_size, sorted_by(legacy_fillers, largest)), periodic_bytes, Fit::lowest, "periodic by size, gaps by size first fit");
+  c.make(p_size, periodic_bytes, Fit::lowest, "periodic by size");
+  if (periodic.empty()) return std::move(c.made);  // both layouts are the same: no region
+  // Region sizes: the periodic blocks' bytes (no smaller region holds them), that plus one or two of the
+  // largest blocks that may enter it (room for the backward's first temporaries beside the gradients), the
+  // room the bound leaves above the blocks that may not enter the region, and the most bytes of blocks that
+  // may enter it live at once.
   std::vector<bool> may_enter(n, false);
   for (std::size_t k : joined(periodic, fillers)) may_enter[k] = true;
-  const std::uint64_t bound = peak_of(step, arena), early_peak = peak_of(step, early);
-  std::vector<std::uint64_t> limits = {0};
-  for (const std::uint64_t s : {bound > early_peak ? bound - early_peak : 0, peak_of(step, may_enter)})
+  const std::uint64_t bound = c.lower_bound, early_peak = peak_of(step, early);
+  const auto f_size = sorted_by(fillers, largest);
+  const std::uint64_t first = f_size.empty() ? 0 : b[f_size[0]].bytes, second = f_size.size() < 2 ? 0 : b[f_size[1]].bytes;
+  std::vector<std::uint64_t> limits = {periodic_bytes};
+  for (const std::uint64_t s : {periodic_bytes + first, periodic_bytes + first + second, bound > early_peak ? bound - early_peak : 0,
+                                peak_of(step, may_enter)})
     if (s > periodic_bytes && std::find(limits.begin(), limits.end(), s) == limits.end()) limits.push_back(s);
-  const std::pair<std::vector<std::size_t>, std::string> porders[] = {
-      {periodic, "periodic by allocation"}, {sorted_by(periodic, latest), "periodic by last allocation"}, {p_size, "periodic by size"}};
-  const std::pair<std::vector<std::size_t>, std::string> forders[] = {
-      {sorted_by(fillers, largest), "gaps by size"}, {sorted_by(fillers, longest), "gaps by lifetime"}, {fillers, "gaps by allocation"}};
-  const auto all = joined(periodic, fillers);
-  const std::pair<std::vector<std::size_t>, std::string> jorders[] = {
-      {sorted_by(all, largest), "all by size"}, {sorted_by(all, longest), "all by lifetime"}};
+  const std::pair<std::vector<std::size_t>, std::string> porders[] = {{periodic, "periodic by allocation"}, {p_size, "periodic by size"}};
+  const std::pair<std::vector<std::size_t>, std::string> forders[] = {{f_size, "gaps by size"}, {sorted_by(fillers, longest), "gaps by lifetime"}};
+  const std::pair<std::vector<std::size_t>, std::string> jorders[] = {{sorted_by(joined(periodic, fillers), largest), "all by size"}};
   for (const std::uint64_t limit : limits) {
-    const std::string region = limit == 0 ? "" : " in " + std::to_string(limit) + " bytes";
+    const std::string region = limit == periodic_bytes ? "" : " in " + std::to_string(limit) + " bytes";
     for (const Fit fit : {Fit::lowest, Fit::tightest}) {
       const std::string how = (fit == Fit::lowest ? " first fit" : " best fit") + region;
       for (const auto& [po, pn] : porders)

@@ -27,13 +27,20 @@ struct RegionLayout {
 // no periodic blocks.
 std::uint32_t region_open_event(const RecordedStep& step);
 
-// The layouts. The first two are always: the legacy layout (periodic blocks largest first, then transient blocks allocated after
-// region_open_event filling gaps largest first, lowest offset) and the same periodic stacking without gap
-// filling. The others follow, smallest bound first (ties in the order made), duplicates dropped: the periodic blocks stacked by allocation event (ascending and descending: gaps that open
-// and close in address order, a staircase) and by size, each filled by transient blocks in three orders
-// (largest first, longest lived first, earliest allocated first) at the lowest offset or the tightest gap.
-// Every block in one layout pairwise disjoint in address where their lifetime pieces overlap in events.
-// Deterministic; O(orders x n^2) in the worst case, n the arena blocks.
+// The layouts. The first two are always the legacy ones: periodic blocks stacked largest first (the region
+// is their bytes), then transient blocks allocated after every previous-step instance was freed filling its
+// gaps largest first at the lowest offset; and the same stacking without gap filling. The others follow,
+// smallest bound first (ties in the order made), duplicates dropped: the periodic blocks and the transient
+// blocks allocated after region_open_event placed together (periodic blocks by allocation or by size, then
+// the others by size or longest lived; or all by size), at the lowest offset or the tightest gap, below a
+// region size of: the periodic bytes; those plus the largest one or two transient blocks that may enter
+// (the backward's first temporaries, e.g. the logits' gradient, beside the gradients); the room the step's
+// peak leaves above the blocks that may not enter; the most bytes of those that may enter live at once. A
+// layout where a periodic block does not fit is dropped; its region is the extent of what it placed, never
+// below the periodic bytes (the first replayed step holds the recording's gradients, the periodic bytes,
+// before it takes the region: never more than the arena). The search stops once a layout's bound is the step's
+// peak (no arena is smaller). Every block in a layout is disjoint in address from those whose lifetime
+// pieces overlap its own. Deterministic; each layout O(m^2), m the periodic and entering blocks.
 std::vector<RegionLayout> region_layouts(const RecordedStep& step);
 
 }  // namespace memplan::torch_allocator

@@ -16,9 +16,6 @@
 namespace memplan::torch_allocator {
 
 namespace {
-// Region layouts beyond the two legacy ones whose main region planner::assign packs (smallest bound first).
-constexpr std::size_t kRegionLayoutsPacked = 3;
-
 using analysis::kNoTensor;
 using analysis::TensorId;
 
@@ -120,7 +117,7 @@ planner::Plan pack_rest(const RecordedStep& step, const std::vector<bool>& rest,
 
 analysis::Graph step_graph(const RecordedStep& step) { return make_graph(step, arena_blocks(step)); }
 
-StepPlan plan_step(const RecordedStep& step) {
+StepPlan plan_step(const RecordedStep& step, std::size_t more_layouts) {
   const analysis::Graph g = step_graph(step);
   const analysis::Liveness l = analysis::analyze_liveness(g, in_order(g), kBlockAlignment);
   const std::vector<RegionLayout> layouts = region_layouts(step);
@@ -129,7 +126,7 @@ StepPlan plan_step(const RecordedStep& step) {
   std::optional<planner::Plan> best;
   std::vector<std::uint64_t> offsets;
   const RegionLayout* won = nullptr;
-  for (std::size_t i = 0; i < layouts.size() && i < 2 + kRegionLayoutsPacked; ++i) {
+  for (std::size_t i = 0; i < layouts.size() && i < 2 + more_layouts; ++i) {
     const RegionLayout& layout = layouts[i];
     if (i == 1 && layout.offsets == layouts[0].offsets) continue;  // no gap filling happened
     if (best && layout.bound >= won->region + best->arena_bytes) continue;  // cannot be smaller
