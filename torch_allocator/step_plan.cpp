@@ -1,4 +1,4 @@
-// Recorded step -> graph of allocation events -> offsets (periodic blocks first fit, the rest planner::assign)
+// Recorded step -> graph of allocation events -> offsets (periodic region layouts, the rest planner::assign)
 // -> planner::verify_plan proof.
 #include "torch_allocator/step_plan.hpp"
 

@@ -23,7 +23,8 @@ struct StepPlan {
   std::uint64_t arena_bytes = 0;
   std::uint64_t peak_live_bytes = 0;   // most arena-block bytes live at one event: no packing is smaller
   std::string packer;                  // the packer whose offsets won
-  // The arena's periodic region [0, periodic_bytes): periodic blocks and blocks packed into their gaps, a
+  // The arena's periodic region [0, periodic_bytes): periodic blocks and transient blocks allocated after
+  // region_open_event packed beside them (never smaller than the periodic blocks' bytes), a
   // device allocation of its own taken when a block first lands in it (so the first replayed step, whose
   // previous-step instances are the recording's own allocations, does not hold both); the rest of the
   // arena, [periodic_bytes, arena_bytes), is the other. No block straddles the boundary. 0: none.
