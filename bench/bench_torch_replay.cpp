@@ -1,13 +1,16 @@
 // Replays a captured PyTorch allocation sequence (bench/torch_alloc_capture.py) through the planned allocator
 // on a host stand-in for the device: what memplan would reserve beside the bytes PyTorch had allocated.
 //
-// usage: bench_torch_replay CAPTURE.json [record_steps ...]   (default: 1 2)
+// usage: bench_torch_replay CAPTURE.json [record_steps ...] [--trace=PREFIX]   (default: 1 2)
+// --trace=PREFIX writes each run's planned step as a trace file PREFIX.rN.json (N: record_steps), for
+// `memplan viz --trace`.
 // The capture: {"events": [[time_ns, ptr, bytes], ...] (bytes < 0: a free), "steps": [[begin_ns, end_ns], ...]}.
 // Events before the first step are setup (weights); each step's events run between step_begin and step_end.
 // Prints one JSON line per record_steps: max_allocated_bytes (the most bytes live, each rounded to 512, as
 // PyTorch's max_allocated counts them), memplan's peak_device_bytes, and the allocator's statistics.
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <string>
@@ -16,6 +19,7 @@
 #include "analysis/error.hpp"
 #include "analysis/json_read.hpp"
 #include "torch_allocator/planned_allocator.hpp"
+#include "torch_allocator/trace.hpp"
 
 using namespace memplan::torch_allocator;
 
@@ -38,7 +42,7 @@ struct Capture {
   std::vector<std::pair<std::int64_t, std::int64_t>> steps;
 };
 
-nlohmann::json replay(const Capture& c, int record_steps) {
+nlohmann::json replay(const Capture& c, int record_steps, const std::string& trace_prefix) {
   HostDevice dev;
   AllocatorOptions o;
   o.record_steps = record_steps;
@@ -67,6 +71,8 @@ nlohmann::json replay(const Capture& c, int record_steps) {
   nlohmann::json j = stats_json(a.stats());
   j["record_steps"] = record_steps;
   j["max_allocated_bytes"] = max_allocated;
+  if (const auto planned = a.planned_step(); planned && !trace_prefix.empty())
+    std::ofstream(trace_prefix + ".r" + std::to_string(record_steps) + ".json") << trace_json(make_trace(planned->first, planned->second, 0)).dump();
   for (const auto& [ptr, b] : live) a.deallocate(b.first, 0);
   return j;
 }
@@ -83,9 +89,16 @@ int main(int argc, char** argv) {
     for (const auto& e : j.at("events")) c.events.emplace_back(e[0].get<std::int64_t>(), e[1].get<std::uint64_t>(), e[2].get<std::int64_t>());
     for (const auto& s : j.at("steps")) c.steps.emplace_back(s[0].get<std::int64_t>(), s[1].get<std::int64_t>());
     std::vector<int> counts;
-    for (int i = 2; i < argc; ++i) counts.push_back(std::atoi(argv[i]));
+    std::string trace_prefix;
+    for (int i = 2; i < argc; ++i) {
+      const std::string arg = argv[i];
+      if (arg.rfind("--trace=", 0) == 0)
+        trace_prefix = arg.substr(8);
+      else
+        counts.push_back(std::atoi(argv[i]));
+    }
     if (counts.empty()) counts = {1, 2};
-    for (int r : counts) std::cout << replay(c, r).dump() << "\n";
+    for (int r : counts) std::cout << replay(c, r, trace_prefix).dump() << "\n";
   } catch (const std::exception& e) {
     std::cerr << "bench_torch_replay: " << e.what() << "\n";
     return 1;

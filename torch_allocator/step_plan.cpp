@@ -1,4 +1,4 @@
-// Recorded step -> graph of allocation events -> offsets (periodic blocks first fit, the rest planner::assign)
+// Recorded step -> graph of allocation events -> offsets (periodic region layouts, the rest planner::assign)
 // -> planner::verify_plan proof.
 #include "torch_allocator/step_plan.hpp"
 
@@ -11,6 +11,7 @@
 #include "analysis/ops.hpp"
 #include "planner/assign.hpp"
 #include "planner/verify.hpp"
+#include "torch_allocator/periodic_region.hpp"
 
 namespace memplan::torch_allocator {
 
@@ -97,60 +98,6 @@ analysis::Graph make_graph(const RecordedStep& step, const std::vector<bool>& in
   return g;
 }
 
-// A block's lifetime in op steps of step_graph (op e + 1 is event e): one piece, or two for a periodic block.
-struct Lifetime {
-  analysis::Interval piece[2];
-  int pieces = 1;
-  bool overlaps(const Lifetime& o) const noexcept {
-    for (int i = 0; i < pieces; ++i)
-      for (int j = 0; j < o.pieces; ++j)
-        if (piece[i].overlaps(o.piece[j])) return true;
-    return false;
-  }
-};
-
-Lifetime lifetime(const RecordedStep& step, std::size_t k) {
-  const RecordedBlock& b = step.blocks[k];
-  if (!step.periodic(k)) return Lifetime{{analysis::Interval{b.alloc_event + 1, b.free_event + 1}, {}}, 1};
-  return Lifetime{{analysis::Interval{0, b.next_free_event + 1}, analysis::Interval{b.alloc_event + 1, step.event_count()}}, 2};
-}
-
-// First fit over two-piece lifetimes: blocks placed one after another, each at the lowest offset where it
-// overlaps (in address) no placed block it overlaps in time, ending at most at `limit`.
-class FirstFit {
- public:
-  explicit FirstFit(const RecordedStep& step) : step_(step) {}
-  bool place(std::size_t k, std::uint64_t limit, std::vector<std::uint64_t>& offsets) {
-    const Lifetime life = lifetime(step_, k);
-    const std::uint64_t bytes = step_.blocks[k].bytes;
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> taken;  // [offset, end) of blocks live with it
-    for (const auto& [j, jl] : placed_)
-      if (life.overlaps(jl)) taken.emplace_back(offsets[j], offsets[j] + step_.blocks[j].bytes);
-    std::sort(taken.begin(), taken.end());
-    std::uint64_t at = 0;
-    for (const auto& [from, to] : taken) {
-      if (from >= at + bytes) break;
-      at = std::max(at, to);
-    }
-    if (at + bytes > limit) return false;
-    offsets[k] = at;
-    extent_ = std::max(extent_, at + bytes);
-    placed_.emplace_back(k, life);
-    return true;
-  }
-  std::uint64_t extent() const noexcept { return extent_; }
-
- private:
-  const RecordedStep& step_;
-  std::vector<std::pair<std::size_t, Lifetime>> placed_;
-  std::uint64_t extent_ = 0;
-};
-
-std::vector<std::size_t> largest_first(const RecordedStep& step, std::vector<std::size_t> ks) {
-  std::stable_sort(ks.begin(), ks.end(), [&](std::size_t a, std::size_t b) { return step.blocks[a].bytes > step.blocks[b].bytes; });
-  return ks;
-}
-
 // planner::assign over the blocks `rest` names (transient blocks only): offsets per block, and its plan.
 planner::Plan pack_rest(const RecordedStep& step, const std::vector<bool>& rest, std::vector<std::uint64_t>& offsets, std::uint64_t base) {
   const analysis::Graph g = make_graph(step, rest);
@@ -170,45 +117,30 @@ planner::Plan pack_rest(const RecordedStep& step, const std::vector<bool>& rest,
 
 analysis::Graph step_graph(const RecordedStep& step) { return make_graph(step, arena_blocks(step)); }
 
-StepPlan plan_step(const RecordedStep& step) {
+StepPlan plan_step(const RecordedStep& step, std::size_t more_layouts) {
   const analysis::Graph g = step_graph(step);
   const analysis::Liveness l = analysis::analyze_liveness(g, in_order(g), kBlockAlignment);
-  const std::size_t n = step.blocks.size();
-  std::vector<std::size_t> periodic, transient;
-  std::uint32_t last_prefix_free = 0;
-  for (std::size_t k = 0; k < n; ++k) {
-    if (!step.in_arena(k)) continue;
-    if (step.periodic(k)) {
-      periodic.push_back(k);
-      last_prefix_free = std::max(last_prefix_free, step.blocks[k].next_free_event);
-    } else {
-      transient.push_back(k);
-    }
-  }
-  std::vector<std::uint64_t> offsets(n, planner::kNotInArena);
-  FirstFit fit(step);
-  for (std::size_t k : largest_first(step, periodic)) fit.place(k, UINT64_MAX, offsets);
-  const std::uint64_t region = fit.extent();
-  std::vector<bool> rest(n, false), all_rest(n, false);
-  bool filled = false;
-  for (std::size_t k : largest_first(step, transient)) {
-    all_rest[k] = true;
-    const bool fills = !periodic.empty() && step.blocks[k].alloc_event > last_prefix_free && fit.place(k, region, offsets);
-    rest[k] = !fills;
-    filled = filled || fills;
-  }
-  planner::Plan p = pack_rest(step, rest, offsets, region);
-  if (filled) {  // the arena without the gap filling, kept when smaller
-    std::vector<std::uint64_t> plain = offsets;
-    planner::Plan q = pack_rest(step, all_rest, plain, region);
-    if (q.arena_bytes < p.arena_bytes) offsets = std::move(plain), p = std::move(q);
+  const std::vector<RegionLayout> layouts = region_layouts(step);
+  // The legacy layouts (the first two), then the most promising others; planner::assign packs the main region
+  // above each, the smallest arena kept (ties: the earlier layout).
+  std::optional<planner::Plan> best;
+  std::vector<std::uint64_t> offsets;
+  const RegionLayout* won = nullptr;
+  for (std::size_t i = 0; i < layouts.size() && i < 2 + more_layouts; ++i) {
+    const RegionLayout& layout = layouts[i];
+    if (i == 1 && layout.offsets == layouts[0].offsets) continue;  // no gap filling happened
+    if (best && layout.bound >= won->region + best->arena_bytes) continue;  // cannot be smaller
+    std::vector<std::uint64_t> o = layout.offsets;
+    planner::Plan p = pack_rest(step, layout.rest, o, layout.region);
+    if (!best || layout.region + p.arena_bytes < won->region + best->arena_bytes)
+      best = std::move(p), offsets = std::move(o), won = &layout;
   }
   StepPlan sp;
   sp.offsets = std::move(offsets);
-  sp.periodic_bytes = region;
-  sp.arena_bytes = region + p.arena_bytes;
+  sp.periodic_bytes = won->region;
+  sp.arena_bytes = won->region + best->arena_bytes;
   sp.peak_live_bytes = l.lower_bound_bytes;
-  sp.packer = periodic.empty() ? p.packer : "periodic first fit + " + p.packer;
+  sp.packer = won->region == 0 ? best->packer : "periodic region (" + won->order + ") + " + best->packer;
   planner::require_valid(g, step_as_plan(g, step, sp));
   return sp;
 }
