@@ -12,6 +12,7 @@
 #include "analysis/autodiff.hpp"
 #include "analysis/fused_ops.hpp"
 #include "planner/fusion.hpp"
+#include "planner/fusion_norms_match.hpp"
 #include "planner/graph_rewrite.hpp"
 
 namespace memplan::planner {
@@ -24,14 +25,6 @@ using analysis::OpId;
 using analysis::TensorId;
 
 namespace {
-
-bool is_onnx(const Op& op, std::string_view type) { return op.type == type && (op.domain.empty() || op.domain == "ai.onnx"); }
-
-OpId producer(const Graph& g, TensorId t, std::string_view type) {
-  if (t == kNoTensor) return kNoOp;
-  const OpId p = g.tensors[t].producer;
-  return p != kNoOp && is_onnx(g.ops[p], type) ? p : kNoOp;
-}
 
 // The integer values of input `i` of `op` (a constant) or of attribute `attr`; nullopt when neither is known.
 std::optional<std::vector<std::int64_t>> ints_of(const Graph& g, const Op& op, std::size_t i, const char* attr) {
@@ -52,7 +45,7 @@ struct Slot {
 
 // The Transpose [B, S, 3, H, D] -> [3, B, H, S, D] (perm 2, 0, 3, 1, 4) making `t`, or kNoOp.
 OpId head_transpose(const Graph& g, TensorId t) {
-  const OpId p = producer(g, t, "Transpose");
+  const OpId p = norm_match::made_by(g, t, "Transpose");
   if (p == kNoOp) return kNoOp;
   const auto& x = g.tensors[g.ops[p].inputs[0]];
   if (!x.shape_known() || x.dims.size() != 5 || x.shape()[2] != 3) return kNoOp;
@@ -62,7 +55,7 @@ OpId head_transpose(const Graph& g, TensorId t) {
 // `t` as one slot of a head Transpose: Squeeze(axis 0) of one output of a Split in three along axis 0, or a Gather
 // along axis 0 of a scalar constant index.
 std::optional<Slot> slot_of(const Graph& g, TensorId t) {
-  if (const OpId gather = producer(g, t, "Gather"); gather != kNoOp) {
+  if (const OpId gather = norm_match::made_by(g, t, "Gather"); gather != kNoOp) {
     const Op& op = g.ops[gather];
     const auto idx = op.input(1) == kNoTensor ? nullptr : g.tensors[op.input(1)].data.get();
     if (op.attr_int("axis", 0) != 0 || !idx || !idx->dims.empty()) return std::nullopt;
@@ -71,12 +64,12 @@ std::optional<Slot> slot_of(const Graph& g, TensorId t) {
     if (tr == kNoOp || i < -3 || i > 2) return std::nullopt;
     return Slot{tr, (i + 3) % 3, {gather}};
   }
-  const OpId squeeze = producer(g, t, "Squeeze");
+  const OpId squeeze = norm_match::made_by(g, t, "Squeeze");
   if (squeeze == kNoOp) return std::nullopt;
   const auto axes = ints_of(g, g.ops[squeeze], 1, "axes");
   if (!axes || *axes != std::vector<std::int64_t>{0}) return std::nullopt;
   const TensorId piece = g.ops[squeeze].inputs[0];
-  const OpId split = producer(g, piece, "Split");
+  const OpId split = norm_match::made_by(g, piece, "Split");
   if (split == kNoOp || g.ops[split].attr_int("axis", 0) != 0 || g.ops[split].outputs.size() != 3) return std::nullopt;
   const auto sizes = ints_of(g, g.ops[split], 1, "split");
   if (!sizes || !(sizes->empty() || *sizes == std::vector<std::int64_t>{1, 1, 1})) return std::nullopt;
