@@ -147,6 +147,31 @@ def vit_small(attn="eager", image_size=224):
     return _timm("vit_small_patch16_224", attn, image_size, drop_rate=0.1, drop_path_rate=0.1)
 
 
+# Held out in session 11 (families not developed against): an encoder with a shared-QKV-free DistilBERT block, a
+# GPT-NeoX (Pythia) decoder with parallel residual and partial rotary, a BART encoder-decoder (cross-attention and a
+# causal decoder), and a BEiT vision encoder (learned relative position bias per block, layer scale).
+def distilbert_small(attn="eager", image_size=None):
+    return _hf("DistilBertForMaskedLM", "DistilBertConfig", attn, vocab_size=30522, dim=384, n_layers=4, n_heads=6,
+               hidden_dim=1536, max_position_embeddings=512, dropout=0.1, attention_dropout=0.1)
+
+
+def gpt_neox_small(attn="eager", image_size=None):
+    return _hf("GPTNeoXForCausalLM", "GPTNeoXConfig", attn, vocab_size=32000, hidden_size=256, num_hidden_layers=4,
+               num_attention_heads=4, intermediate_size=1024, rotary_pct=0.25, max_position_embeddings=2048,
+               use_parallel_residual=True, attention_dropout=0.1, hidden_dropout=0.1, tie_word_embeddings=False)
+
+
+def bart_small(attn="eager", image_size=None):
+    return _hf("BartForConditionalGeneration", "BartConfig", attn, vocab_size=32000, d_model=256, encoder_layers=3,
+               decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=1024,
+               decoder_ffn_dim=1024, max_position_embeddings=1024, dropout=0.1, attention_dropout=0.1)
+
+
+def beit_small(attn="eager", image_size=224):
+    return _timm("beit_base_patch16_224", attn, image_size, embed_dim=384, depth=8, num_heads=6, drop_rate=0.1,
+                 drop_path_rate=0.1)
+
+
 MODELS = {s.name: s for s in [
     Spec("bert_small", TEXT, "BERT encoder + MLM head: 4 layers, d256, 4 heads, ff1024, post-LayerNorm, GELU",
          bert_small, vocab_size=30522, max_seq=512),
@@ -170,6 +195,14 @@ MODELS = {s.name: s for s in [
          mistral_gqa, vocab_size=32000, max_seq=2048),
     Spec("vit_small", VISION, "held out: timm vit_small_patch16_224: 12 layers, d384, 6 heads, drop_path 0.1",
          vit_small),
+    Spec("distilbert_small", TEXT, "held out (s11): DistilBERT MLM: 4 layers, d384, 6 heads, ff1536",
+         distilbert_small, vocab_size=30522, max_seq=512),
+    Spec("gpt_neox_small", TEXT, "held out (s11): GPT-NeoX decoder: 4 layers, d256, parallel residual, rotary 25%",
+         gpt_neox_small, vocab_size=32000, max_seq=2048),
+    Spec("bart_small", TEXT, "held out (s11): BART encoder-decoder: 3+3 layers, d256, cross-attention",
+         bart_small, vocab_size=32000, max_seq=1024),
+    Spec("beit_small", VISION, "held out (s11): timm BEiT: 8 layers, d384, 6 heads, relative position bias",
+         beit_small),
 ]}
 
 

@@ -8,7 +8,10 @@ cd "$(dirname "$0")/.."
 t0=$(date +%s)
 bash scripts/install_deps.sh --test
 t1=$(date +%s)
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEMPLAN_WERROR=ON > /dev/null
+# Optimized as RelWithDebInfo but without debug info: a third less compile time, and the tests need no symbols
+# (a failure is re-run under gdb or the sanitized build locally).
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE="-O2 -DNDEBUG" \
+  -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" -DCMAKE_CUDA_FLAGS_RELEASE="-O2 -DNDEBUG" -DMEMPLAN_WERROR=ON > /dev/null
 cmake --build build -j"$(nproc)"
 t2=$(date +%s)
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 900

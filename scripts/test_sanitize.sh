@@ -5,7 +5,7 @@
 #   --ci     what CI runs (scripts/test.sh): the libraries, the C++ unit tests, the memplan command and the fuzz targets;
 #            every C++ unit test but the sweep of all strategies over the real training models (5 min under ASan; the
 #            same code runs in the random-training-graph test and the fuzz targets), every Python test against the
-#            sanitized memplan; then each fuzz target for MEMPLAN_FUZZ_SECONDS (default 45), the three at once.
+#            sanitized memplan but the three corpus-wide ones (honest CLI, plan fingerprints, fusion CLI); then each fuzz target for MEMPLAN_FUZZ_SECONDS (default 45), the three at once.
 # clang -O1 without debug info (stack traces name functions through llvm-symbolizer): the build is the cost. UBSan
 # halts on the first report (-fno-sanitize-recover=all); a sanitizer report, leak, crash or hang fails the run. CUDA is
 # left out: ASan and the CUDA runtime do not share an address space well, and this build is for logic errors.
@@ -42,6 +42,10 @@ if [ $ci -eq 1 ]; then
   # Corpus-sized planning (ResNet-50, MobileNet-V2 at batch 32): minutes under ASan; the same code paths run
   # in the random-graph planner tests CI keeps.
   skip="$skip|every strategy plans every corpus training model within budget|at sqrt.N..s peak, optimal with partial stages.*"
+  # The command over the whole sample corpus (every model, strategy and fusion setting: 4-5 minutes each under ASan):
+  # the first pass runs them unsanitized; the hostile-input, differential and CLI tests here cover the same readers
+  # and planner paths on small inputs.
+  skip="$skip|py_test_honest_cli|py_test_plan_fingerprints|py_test_fusion_cli"
   timeout=300  # a test past 300 s under ASan hangs: the slowest one CI runs takes about a minute
 fi
 status=0

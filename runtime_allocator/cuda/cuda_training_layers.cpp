@@ -11,6 +11,7 @@
 #include "runtime_allocator/cuda/cuda_compare.hpp"
 #include "runtime_allocator/cuda/cuda_state.hpp"
 #include "runtime_allocator/cuda/kernels_layers.hpp"
+#include "runtime_allocator/cuda/kernels_pad_random.hpp"
 #include "runtime_allocator/dropout_mask.hpp"
 
 namespace memplan::runtime::cuda {
@@ -205,8 +206,8 @@ void run_average_pool_grad(ExecState &s, const Op &op) {
                     pool_window(s, op, dx, dy), s.ctx.stream());
 }
 
-// dX = 0, then dY copied into the sliced region (the forward Slice's arguments
-// moved one input right).
+// dX = dY in the sliced region, zeros elsewhere (the forward Slice's arguments moved one input right): with unit
+// steps one zero-padding pass, else a zero fill and a strided copy.
 void run_slice_grad(ExecState &s, const Op &op) {
   const TensorId dy = op.inputs.at(0), dx = op.outputs.at(0);
   const auto xd = s.dims(dx);
@@ -218,6 +219,7 @@ void run_slice_grad(ExecState &s, const Op &op) {
   const auto xs = contiguous_strides(xd);
   std::vector<std::int64_t> st = xs;
   std::int64_t base = 0;
+  std::vector<std::int64_t> begin(xd.size(), 0);  // per axis, the first element the slice took
   for (std::size_t k = 0; k < starts.size() && k < axes.size() && k < steps.size(); ++k) {
     const std::size_t a = norm_axis(axes[k], xd.size(), op);
     if (steps[k] == 0) unsupported(op, "step 0");
@@ -225,12 +227,29 @@ void run_slice_grad(ExecState &s, const Op &op) {
     std::int64_t b = starts[k] < 0 ? starts[k] + dim : starts[k];
     b = steps[k] > 0 ? std::clamp<std::int64_t>(b, 0, dim) : std::clamp<std::int64_t>(b, 0, dim - 1);
     base += b * xs[a];
+    begin[a] = b;
     st[a] = xs[a] * steps[k];
   }
-  zero(s, dx, op);
   const auto yd = s.dims(dy);
-  if (dims_product(yd) == 0) return;
   const int eb = elem_bytes(s, dx);
+  const bool unit_steps = std::all_of(steps.begin(), steps.end(), [](std::int64_t k) { return k == 1; });
+  if (unit_steps && yd.size() == xd.size() && xd.size() <= static_cast<std::size_t>(kMaxRank) && dims_product(yd) > 0) {
+    // dX is dY zero-padded to X's dims: one pass writes every element (a zero fill and a copy would write the slice
+    // twice).
+    PadShape p;
+    p.rank = static_cast<int>(xd.size());
+    p.elem_bytes = eb;
+    const auto ys = contiguous_strides(yd);
+    for (std::size_t d = 0; d < xd.size(); ++d) {
+      p.out_dims[d] = xd[d];
+      p.in_strides[d] = ys[d];
+      p.axes[d] = PadAxis{0, yd[d], begin[d]};
+    }
+    pad(p, s.ptr[dy], nullptr, s.ptr[dx], s.ctx.stream());
+    return;
+  }
+  zero(s, dx, op);
+  if (dims_product(yd) == 0) return;
   copy_region(s, op, eb, yd, s.ptr[dy], contiguous_strides(yd), s.ptr[dx] + base * eb, st);
 }
 

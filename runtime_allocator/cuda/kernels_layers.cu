@@ -114,22 +114,43 @@ __global__ void gather_grad_kernel(const float *dy, const Index *idx, float *dx,
   }
 }
 
-// GatherGrad into a table of moderate size from a moderate number of indices (a windowed relative-position
-// bias): one thread per table element, summing the indices that hit it in their order, as the CPU kernel
-// does (bit-equal), in parallel over every table element instead of over columns only.
+// GatherGrad into a table whose rows are narrow (inner <= kRowGatherInner: a relative-position bias of a few
+// heads) from any number of indices: one warp per table row (o, k). The warp reads the indices 32 at a time and
+// ballots the lanes that hit row k; the hits are then added in index order, lane e owning columns e, e + 32, ...:
+// each element is the CPU kernel's sequential sum, bit for bit, and the indices are read once per row, not once
+// per element.
+constexpr int kRowGatherInner = 128;
 template <class Index>
-__global__ void gather_grad_scan_kernel(const float *dy, const Index *idx, float *dx, std::int64_t outer, std::int64_t dim,
+__global__ void gather_grad_rows_kernel(const float *dy, const Index *idx, float *dx, std::int64_t outer, std::int64_t dim,
                                         std::int64_t inner, std::int64_t count) {
-  const std::int64_t total = outer * dim * inner;
-  for (std::int64_t t = global_index(); t < total; t += grid_stride()) {
-    const std::int64_t e = t % inner, k = (t / inner) % dim, o = t / (inner * dim);
-    float d = 0.0f;
-    for (std::int64_t j = 0; j < count; ++j) {
-      std::int64_t i = static_cast<std::int64_t>(idx[j]);
-      if (i < 0) i += dim;
-      if (i == k) d = __fadd_rn(d, dy[(o * count + j) * inner + e]);
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const std::int64_t warps = (static_cast<std::int64_t>(gridDim.x) * blockDim.x) >> 5;
+  for (std::int64_t row = global_index() >> 5; row < outer * dim; row += warps) {
+    const std::int64_t o = row / dim, k = row - o * dim;
+    float acc[kRowGatherInner / 32];
+    for (int r = 0; r < kRowGatherInner / 32; ++r) acc[r] = 0.0f;
+    constexpr int kBatch = 8;  // index loads in flight per lane: the scan is bound by their latency
+    for (std::int64_t j0 = 0; j0 < count; j0 += 32 * kBatch) {
+      bool hit[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const std::int64_t j = j0 + u * 32 + lane;
+        std::int64_t i = j < count ? static_cast<std::int64_t>(idx[j]) : -dim - 1;
+        if (i < 0) i += dim;
+        hit[u] = i == k;
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        unsigned mask = __ballot_sync(0xffffffffu, hit[u]);
+        while (mask) {  // the hits in index order
+          const int b = __ffs(mask) - 1;
+          mask &= mask - 1;
+          const float *src = dy + (o * count + j0 + u * 32 + b) * inner;
+          for (int r = 0; r * 32 + lane < inner; ++r) acc[r] = __fadd_rn(acc[r], src[r * 32 + lane]);
+        }
+      }
     }
-    dx[t] = d;
+    for (int r = 0; r * 32 + lane < inner; ++r) dx[row * inner + r * 32 + lane] = acc[r];
   }
 }
 
@@ -328,8 +349,10 @@ void gather_grad(const float *dy, const void *indices, bool indices_i64, float *
                  std::int64_t inner, std::int64_t count, cudaStream_t stream) {
   const std::int64_t n = outer * dim * inner;
   if (n == 0) return;
-  check(cudaMemsetAsync(dx, 0, static_cast<std::size_t>(n) * sizeof(float), stream), "GatherGrad zero");
-  if (count == 0 || inner == 0) return;
+  if (count == 0 || inner == 0) {
+    check(cudaMemsetAsync(dx, 0, static_cast<std::size_t>(n) * sizeof(float), stream), "GatherGrad zero");
+    return;
+  }
   const std::int64_t columns = outer * inner;
   if (dim <= kSmallGatherDim && columns < 4096 && count >= 4096) {  // few columns, many indices: a block per column
     if (indices_i64)
@@ -341,16 +364,20 @@ void gather_grad(const float *dy, const void *indices, bool indices_i64, float *
     check_launch("gather_grad");
     return;
   }
-  if (columns < 65536 && dim * count <= (std::int64_t{1} << 24)) {  // few columns: every table element in parallel
+  // Narrow rows: a warp per table row reads the indices once (outer * dim passes over them in all); wide rows (an
+  // embedding table) keep a thread per column, each scanning the indices once.
+  if (inner <= kRowGatherInner && outer * dim * count <= (std::int64_t{1} << 32)) {
+    const std::int64_t threads = outer * dim * 32;
     if (indices_i64)
-      gather_grad_scan_kernel<<<grid_for(n), kThreads, 0, stream>>>(dy, static_cast<const std::int64_t *>(indices), dx, outer, dim,
-                                                                    inner, count);
+      gather_grad_rows_kernel<<<grid_for(threads), kThreads, 0, stream>>>(dy, static_cast<const std::int64_t *>(indices), dx, outer,
+                                                                         dim, inner, count);
     else
-      gather_grad_scan_kernel<<<grid_for(n), kThreads, 0, stream>>>(dy, static_cast<const std::int32_t *>(indices), dx, outer, dim,
-                                                                    inner, count);
+      gather_grad_rows_kernel<<<grid_for(threads), kThreads, 0, stream>>>(dy, static_cast<const std::int32_t *>(indices), dx, outer,
+                                                                         dim, inner, count);
     check_launch("gather_grad");
     return;
   }
+  check(cudaMemsetAsync(dx, 0, static_cast<std::size_t>(n) * sizeof(float), stream), "GatherGrad zero");  // summed into
   if (indices_i64)
     gather_grad_kernel<<<grid_for(columns), kThreads, 0, stream>>>(dy, static_cast<const std::int64_t *>(indices), dx, outer, dim,
                                                                    inner, count);

@@ -305,7 +305,21 @@ TEST_CASE("AveragePoolGrad, SliceGrad, GatherGrad and SplitGrad on the GPU equal
     const TensorId steps = b.constant("steps", ints(DType::i64, {2}, {2, -1}));
     const TensorId dx = b.result("dx", DType::f32, {4, 6, 8});
     b.op("SliceGrad", "memplan", {dy, starts, ends, axes, steps}, {dx});
-    check_against_cpu(b, {dx}, 0.0);
+    // Unit steps (the zero-padding pass): a roll's two pieces, x[:, -3:] and x[:, :-3] of [4, 7, 5], and a slice in
+    // the middle of two axes.
+    const TensorId dya = b.input("dya", random_f32({4, 3, 5}, rng)), dyb = b.input("dyb", random_f32({4, 4, 5}, rng));
+    const TensorId dyc = b.input("dyc", random_f32({2, 7, 3}, rng));
+    const TensorId s1 = b.constant("s1", ints(DType::i64, {1}, {-3})), e1 = b.constant("e1", ints(DType::i64, {1}, {100}));
+    const TensorId s2 = b.constant("s2", ints(DType::i64, {1}, {0})), e2 = b.constant("e2", ints(DType::i64, {1}, {-3}));
+    const TensorId a1 = b.constant("a1", ints(DType::i64, {1}, {1}));
+    const TensorId s3 = b.constant("s3", ints(DType::i64, {2}, {1, 1})), e3 = b.constant("e3", ints(DType::i64, {2}, {3, 4}));
+    const TensorId a3 = b.constant("a3", ints(DType::i64, {2}, {0, 2}));
+    const TensorId dxa = b.result("dxa", DType::f32, {4, 7, 5}), dxb = b.result("dxb", DType::f32, {4, 7, 5});
+    const TensorId dxc = b.result("dxc", DType::f32, {4, 7, 5});
+    b.op("SliceGrad", "memplan", {dya, s1, e1, a1}, {dxa});
+    b.op("SliceGrad", "memplan", {dyb, s2, e2, a1}, {dxb});
+    b.op("SliceGrad", "memplan", {dyc, s3, e3, a3}, {dxc});
+    check_against_cpu(b, {dx, dxa, dxb, dxc}, 0.0);
   }
   {
     OpGraph b;  // repeated and negative indices: summed in order, bit-equal to the CPU
@@ -328,6 +342,26 @@ TEST_CASE("AveragePoolGrad, SliceGrad, GatherGrad and SplitGrad on the GPU equal
     const TensorId dx = b.result("dx", DType::f32, {32, 4});
     b.op("GatherGrad", "memplan", {dy, idx}, {dx}, {{"axis", int_attr(0)}});
     check_against_cpu(b, {dx}, 1e-4);
+  }
+  {
+    OpGraph b;  // narrow rows (a relative-position bias table of 6 heads gathered at 197 x 197 pairs): a warp per row,
+                // bit-equal to the CPU's sequential sums; rows of 40 columns (two per lane); rows of 130 (a thread per column)
+    std::vector<std::int64_t> ids(197 * 197);
+    for (std::size_t j = 0; j < ids.size(); ++j) ids[j] = static_cast<std::int64_t>((j * 37 + j / 197) % 735) - (j % 11 == 0 ? 735 : 0);
+    const TensorId dy = b.input("dy", random_f32({197 * 197, 6}, rng));
+    const TensorId idx = b.constant("idx", ints(DType::i64, {197 * 197}, ids));
+    const TensorId dx = b.result("dx", DType::f32, {735, 6});
+    b.op("GatherGrad", "memplan", {dy, idx}, {dx}, {{"axis", int_attr(0)}});
+    std::vector<std::int32_t> ids1(999);
+    for (std::size_t j = 0; j < ids1.size(); ++j) ids1[j] = static_cast<std::int32_t>((j * 13) % 50);
+    const TensorId idx1 = b.constant("idx1", ints(DType::i32, {999}, std::vector<std::int64_t>(ids1.begin(), ids1.end())));
+    const TensorId dy1 = b.input("dy1", random_f32({2, 999, 40}, rng));
+    const TensorId dx1 = b.result("dx1", DType::f32, {2, 50, 40});
+    b.op("GatherGrad", "memplan", {dy1, idx1}, {dx1}, {{"axis", int_attr(1)}});
+    const TensorId dy2 = b.input("dy2", random_f32({999, 130}, rng));
+    const TensorId dx2 = b.result("dx2", DType::f32, {50, 130});
+    b.op("GatherGrad", "memplan", {dy2, idx1}, {dx2}, {{"axis", int_attr(0)}});
+    check_against_cpu(b, {dx, dx1, dx2}, 0.0);
   }
   {
     OpGraph b;  // the middle piece has no gradient: zeros there
