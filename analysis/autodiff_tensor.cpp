@@ -113,6 +113,13 @@ void pad(GradContext& c) {
   c.give(0, g);
 }
 
+// memplan Roll: the gradient is dY rolled back (every shift negated).
+void roll(GradContext& c) {
+  std::vector<std::int64_t> back = c.fwd().attr_ints("shifts");
+  for (auto& s : back) s = -s;
+  single(c, memplan_ops::kRoll.data(), "memplan", {c.dy()}, {{"shifts", attr_ints(back)}, {"axes", attr_ints(c.fwd().attr_ints("axes"))}});
+}
+
 }  // namespace
 
 void add_tensor_grads(GradTable& t) {
@@ -122,6 +129,7 @@ void add_tensor_grads(GradTable& t) {
   t["Concat"] = {concat, kAll, 1u};
   t["Split"] = {split, 1u, kAll};
   t["Slice"] = {slice, 1u, 1u};
+  t[std::string(memplan_ops::kRoll)] = {roll, 1u, 1u};
   t["Gather"] = {gather, 1u, 1u};
   t["GatherElements"] = {gather, 1u, 1u};
 }

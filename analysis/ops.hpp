@@ -148,6 +148,9 @@ inline constexpr std::string_view kRMSNormalization = "RMSNormalization";
 inline constexpr std::string_view kRMSNormGrad = "RMSNormGrad";
 // op(A) op(B) with op a swap of the last two axes where `trans_a` / `trans_b` is 1 (planner/fusion_layouts.cpp).
 inline constexpr std::string_view kMatMulT = "MatMulT";
+// torch.roll: y[c] = x[c - shifts[k] mod dims[axes[k]] along each axes[k]] (planner/fusion_roll.cpp makes it from the
+// Slice, Slice, Concat an exporter writes for each rolled axis); its own gradient with the shifts negated.
+inline constexpr std::string_view kRoll = "Roll";
 // Optimizer updates (in place over the weight and its state) and gradient accumulation (docs/backward-ops.md).
 inline constexpr std::string_view kSGDUpdate = "SGDUpdate";
 inline constexpr std::string_view kMomentumUpdate = "MomentumUpdate";

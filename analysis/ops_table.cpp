@@ -268,6 +268,7 @@ std::vector<OpSpec> build() {
       mine(memplan_ops::kReduceSumTo, K::reduction, reduction_flops, "x summed down to a broadcast operand's shape, times `scale`"),
       mine("BroadcastTo", K::reduction, reduction_flops, "x broadcast back over reduced axes, times `scale`"),
       mine("SliceGrad", K::layout, no_flops, "zeros with dY written into the sliced window"),
+      mine(memplan_ops::kRoll, K::layout, no_flops, "x rolled by `shifts` along `axes` (torch.roll): y[c] = x[c - shift mod dim]"),
       mine("SplitGrad", K::layout, no_flops, "the split outputs' gradients joined along `axis`"),
       mine("GatherGrad", K::layout, no_flops, "zeros with dY rows added at the gathered indices"),
       mine("GatherElementsGrad", K::layout, no_flops, "zeros with dY elements added at the gathered indices"),

@@ -31,7 +31,7 @@ analysis::OpId find_fused_op(const analysis::Graph& g, const std::vector<std::st
 
 struct FusedGroup {
   analysis::OpId op = analysis::kNoOp;  // the fused op in the new graph
-  std::string kind;                     // "elementwise" | "attention" | "layer_norm" | "rms_norm" | "gelu" | "layout"
+  std::string kind;                     // "elementwise" | "attention" | "layer_norm" | "rms_norm" | "gelu" | "layout" | "roll"
   std::vector<std::string> members;     // names of the ops it replaces, in their original order
   std::uint64_t intermediate_bytes = 0; // bytes of the tensors that no longer exist
 };
@@ -64,8 +64,14 @@ struct FuseOptions {
   // exporters give F.gelu (fusion_gelu.cpp), LayerNorm in any form, no decomposed RMSNorm (F.rms_norm has no
   // decomposition in the TorchScript exporter: a decomposed RMSNorm is Python arithmetic, run op by op).
   bool composite = true;
+  // torch.roll as exported (two Slices and a Concat per axis) -> memplan Roll: one library kernel in PyTorch too.
+  bool rolls = true;
   // Nothing fused (`--no-fuse`).
-  static FuseOptions none() { return {false, false, false, false, false}; }
+  static FuseOptions none() {
+    FuseOptions o{false, false, false, false, false};
+    o.rolls = false;
+    return o;
+  }
   // What PyTorch eager runs as single kernels: its library ops (LayerNorm, F.gelu, SDPA when `sdpa`), no
   // general elementwise fusion and no layout rewriting (used to predict PyTorch's peak).
   static FuseOptions pytorch_eager(bool sdpa) {
@@ -75,7 +81,7 @@ struct FuseOptions {
   }
 };
 
-// Runs the enabled passes in the order attention, norms, gelu, layouts, elementwise on a graph with
+// Runs the enabled passes in the order attention, norms, gelu, rolls, layouts, elementwise on a graph with
 // concrete shapes; group op ids refer to the returned graph.
 FusionResult fuse_graph(const analysis::Graph& g, const FuseOptions& opts = {});
 
@@ -89,6 +95,8 @@ FusionResult fuse_layouts(const analysis::Graph& g);    // fusion_layouts.cpp
 // fusion_packed_qkv.cpp: a FusedAttention reading the three slots of a [B, S, 3, H, D] -> [3, B, H, S, D] Transpose
 // (a fused qkv projection, unbound) reads the packed tensor itself: the Transpose and the slicing go.
 FusionResult fuse_packed_attention(const analysis::Graph& g);
+// fusion_roll.cpp: Concat(Slice(x, k..n), Slice(x, 0..k)) along one axis (torch.roll as exported) -> memplan Roll.
+FusionResult fuse_rolls(const analysis::Graph& g);
 
 // Groups maximal sets of fusible ops whose internal tensors are read only inside the group and are not
 // graph outputs; each group has one result. The graph must have concrete shapes (after infer_shapes).

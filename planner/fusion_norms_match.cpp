@@ -145,6 +145,14 @@ bool same_shape(const Graph& g, TensorId x, TensorId y) {
   return a.shape_known() && b.shape_known() && a.shape() == b.shape() && a.dtype == b.dtype;
 }
 
+std::optional<std::vector<std::int64_t>> ints_of(const Graph& g, const Op& op, std::size_t i, const char* attr) {
+  if (op.attr(attr)) return op.attr_ints(attr);
+  const TensorId t = op.input(i);
+  if (t == kNoTensor) return std::vector<std::int64_t>{};
+  if (!g.tensors[t].data) return std::nullopt;
+  return g.tensors[t].data->as_int64();
+}
+
 FusionResult fuse_matches(const Graph& g, Matcher match) {
   std::vector<bool> claimed(g.ops.size(), false);
   std::vector<Found> found;

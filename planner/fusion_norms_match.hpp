@@ -20,6 +20,9 @@ using analysis::Op;
 using analysis::OpId;
 using analysis::TensorId;
 
+// The integer values of input `i` of `op` (a constant; empty when absent) or of attribute `attr` (opsets that
+// kept it an attribute); nullopt when computed at run time.
+std::optional<std::vector<std::int64_t>> ints_of(const Graph& g, const Op& op, std::size_t i, const char* attr);
 // True when op `o` is the default-domain op `type`.
 bool is(const Graph& g, OpId o, std::string_view type);
 // The producer of `t` when it is a default-domain `type`, else kNoOp.

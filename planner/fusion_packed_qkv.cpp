@@ -26,14 +26,7 @@ using analysis::TensorId;
 
 namespace {
 
-// The integer values of input `i` of `op` (a constant) or of attribute `attr`; nullopt when neither is known.
-std::optional<std::vector<std::int64_t>> ints_of(const Graph& g, const Op& op, std::size_t i, const char* attr) {
-  if (op.attr(attr)) return op.attr_ints(attr);
-  const TensorId t = op.input(i);
-  if (t == kNoTensor) return std::vector<std::int64_t>{};
-  if (!g.tensors[t].data) return std::nullopt;
-  return g.tensors[t].data->as_int64();
-}
+using norm_match::ints_of;
 
 // Where one attention operand comes from: slot `slot` of Transpose `transpose`, through `ops` (the Squeeze and
 // Split, or the Gather) that exist only to take that slot out.

@@ -63,6 +63,34 @@ void k_transpose(const Op& op, const Refs& in, const Refs& out) {
   gather_strided(x, 0, s, out[0]);
 }
 
+// memplan Roll: y[c] = x[c - shift mod dim] along each rolled axis; the axes after the last rolled one move as one
+// contiguous block.
+void k_roll(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& x = required(op, in, 0);
+  const std::size_t r = x.shape.size();
+  const auto shifts = op.attr_ints("shifts"), axes = op.attr_ints("axes");
+  if (shifts.size() != axes.size()) unsupported(op, "one shift per axis expected");
+  std::vector<std::int64_t> shift(r, 0);
+  std::size_t last = 0;  // one past the last rolled axis
+  for (std::size_t k = 0; k < axes.size(); ++k) {
+    const auto a = static_cast<std::size_t>(normalize_axis(op, axes[k], r));
+    const std::int64_t n = x.shape[a];
+    if (n > 0) shift[a] = ((shift[a] + shifts[k]) % n + n) % n;
+    last = std::max(last, a + 1);
+  }
+  const std::int64_t block = dims_product(x.shape, last) * esize(x), rows = dims_product(x.shape, 0, last);
+  const auto xs = contiguous_strides(std::vector<std::int64_t>(x.shape.begin(), x.shape.begin() + static_cast<std::ptrdiff_t>(last)));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    std::int64_t src = 0, rest = i;
+    for (std::size_t d = last; d-- > 0;) {
+      const std::int64_t n = x.shape[d], c = rest % n;
+      rest /= n;
+      src += ((c - shift[d] + n) % n) * xs[d];
+    }
+    std::memcpy(out[0].data + i * block, x.data + src * block, static_cast<std::size_t>(block));
+  }
+}
+
 // Copies each part of a concatenation along `axis` into (or, for split, out of) the whole.
 void k_split(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& x = required(op, in, 0);
@@ -192,6 +220,7 @@ void add_shape_kernels(KernelTable& t) {
   t["Split"] = {k_split, false, {kAnyDType}};
   t["Concat"] = {k_concat, false, {kAnyDType}};
   t["Slice"] = {k_slice, false, {kAnyDType}};
+  t["memplan::Roll"] = {k_roll, false, {kAnyDType}};
   t["Gather"] = {k_gather, false, {kAnyDType}};
   t["Expand"] = {k_expand, false, {kAnyDType}};
   t["Tile"] = {k_tile, false, {kAnyDType}};

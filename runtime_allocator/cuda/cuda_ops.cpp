@@ -307,6 +307,7 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"RandomUniform", {run_random_uniform, false, false, kAny}},
       {"Bernoulli", {run_bernoulli, false, false, kAny}},
       {"CumSum", {run_cum_sum, false, false, kCumSum}},
+      {"memplan::Roll", {run_roll, false, false, kAny}},  // cuda_pad_random.cpp
       {"GatherElements", {run_gather_elements, false, false, kCopy}},
       {"Softmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, false); }, true, false, kFloat}},
       {"LogSoftmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, true); }, true, false, kFloat}},

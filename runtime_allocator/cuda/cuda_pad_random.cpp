@@ -60,6 +60,29 @@ void run_pad(ExecState& s, const Op& op) {
   pad(p, s.ptr[x], value, s.ptr[y], s.ctx.stream());
 }
 
+void run_roll(ExecState& s, const Op& op) {
+  const TensorId x = op.inputs.at(0), y = op.outputs.at(0);
+  const auto in = s.dims(x);
+  const auto shifts = op.attr_ints("shifts"), axes = op.attr_ints("axes");
+  if (shifts.size() != axes.size()) unsupported(op, "one shift per axis expected");
+  std::vector<std::int64_t> shift(in.size(), 0);
+  std::size_t last = 0;  // one past the last rolled axis
+  for (std::size_t k = 0; k < axes.size(); ++k) {
+    const std::size_t a = norm_axis(axes[k], in.size(), op);
+    if (in[a] > 0) shift[a] = ((shift[a] + shifts[k]) % in[a] + in[a]) % in[a];
+    last = std::max(last, a + 1);
+  }
+  if (last > static_cast<std::size_t>(kMaxRank)) unsupported(op, "rolled axes beyond rank 8");
+  RollShape r;
+  r.rank = static_cast<int>(last);
+  for (std::size_t d = 0; d < last; ++d) {
+    r.dims[d] = in[d];
+    r.shift[d] = shift[d];
+  }
+  r.block_bytes = dims_product(in, last) * elem_bytes(s, x);
+  roll(r, s.ptr[x], s.ptr[y], s.ctx.stream());
+}
+
 void run_cum_sum(ExecState& s, const Op& op) {
   const TensorId x = op.inputs.at(0), y = op.outputs.at(0);
   const auto in = s.dims(x);

@@ -27,6 +27,27 @@ __global__ void pad_kernel(PadShape s, const T* x, const T* value, T* y, std::in
   }
 }
 
+// One thread per unit (T) of y: its row over the rolled axes read from the rolled-back row.
+template <typename T>
+__global__ void roll_kernel(RollShape s, const T* x, T* y, std::int64_t n, std::int64_t units_per_block) {
+  for (std::int64_t i = first_index(); i < n; i += stride()) {
+    std::int64_t row = i / units_per_block, src = 0, scale = 1;
+    for (int d = s.rank - 1; d >= 0; --d) {
+      const std::int64_t dim = s.dims[d], c = row % dim;
+      row /= dim;
+      src += ((c - s.shift[d] + dim) % dim) * scale;
+      scale *= dim;
+    }
+    y[i] = x[src * units_per_block + i % units_per_block];
+  }
+}
+
+template <typename T>
+void launch_roll(const RollShape& s, const void* x, void* y, std::int64_t rows, cudaStream_t stream) {
+  const std::int64_t units = s.block_bytes / static_cast<std::int64_t>(sizeof(T)), n = rows * units;
+  roll_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(s, static_cast<const T*>(x), static_cast<T*>(y), n, units);
+}
+
 __global__ void uniform_f32_kernel(float* y, std::int64_t n, std::uint64_t key, float low, float high) {
   for (std::int64_t i = first_index(); i < n; i += stride()) y[i] = uniform_f32(key, static_cast<std::uint64_t>(i), low, high);
 }
@@ -110,6 +131,22 @@ void pad(const PadShape& s, const void* x, const void* value, void* y, cudaStrea
     default: fail(ErrorKind::unsupported, "Pad of " + std::to_string(s.elem_bytes) + "-byte elements");
   }
   check_launch("pad");
+}
+
+void roll(const RollShape& s, const void* x, void* y, cudaStream_t stream) {
+  std::int64_t rows = 1;
+  for (int d = 0; d < s.rank; ++d) rows *= s.dims[d];
+  if (rows == 0 || s.block_bytes == 0) return;
+  // The widest unit dividing the moved block and both addresses: 16-byte loads for a block of channels.
+  const auto aligned = [&](std::int64_t u) {
+    return s.block_bytes % u == 0 && reinterpret_cast<std::uintptr_t>(x) % u == 0 && reinterpret_cast<std::uintptr_t>(y) % u == 0;
+  };
+  if (aligned(16)) launch_roll<uint4>(s, x, y, rows, stream);
+  else if (aligned(8)) launch_roll<std::uint64_t>(s, x, y, rows, stream);
+  else if (aligned(4)) launch_roll<std::uint32_t>(s, x, y, rows, stream);
+  else if (aligned(2)) launch_roll<std::uint16_t>(s, x, y, rows, stream);
+  else launch_roll<std::uint8_t>(s, x, y, rows, stream);
+  check_launch("roll");
 }
 
 void cum_sum(const void* x, void* y, int dtype_code, std::int64_t outer, std::int64_t len, std::int64_t inner, bool exclusive,

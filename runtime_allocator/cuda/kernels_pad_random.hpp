@@ -25,6 +25,16 @@ struct PadShape {
 // zero.
 void pad(const PadShape& s, const void* x, const void* value, void* y, cudaStream_t stream);
 
+// memplan Roll of x viewed as [dims..., block]: row c of y (over the rolled axes and those between them) is row
+// c - shift (mod dims) of x; each row is `block_bytes` contiguous bytes (the axes after the last rolled one).
+struct RollShape {
+  int rank = 0;
+  std::int64_t dims[kMaxRank] = {};
+  std::int64_t shift[kMaxRank] = {};  // in [0, dims)
+  std::int64_t block_bytes = 0;
+};
+void roll(const RollShape& s, const void* x, void* y, cudaStream_t stream);
+
 // CumSum of an [outer, len, inner] view: one thread per (outer, inner) line, summed in T in index order (the
 // CPU kernel's order); dtype_code 0 float32, 1 float64, 2 int32, 3 int64.
 void cum_sum(const void* x, void* y, int dtype_code, std::int64_t outer, std::int64_t len, std::int64_t inner, bool exclusive,
@@ -56,6 +66,7 @@ struct ExecState;
 void run_pad(ExecState& s, const analysis::Op& op);
 void run_random_uniform_like(ExecState& s, const analysis::Op& op);
 void run_cum_sum(ExecState& s, const analysis::Op& op);
+void run_roll(ExecState& s, const analysis::Op& op);
 void run_gather_elements(ExecState& s, const analysis::Op& op);
 #endif
 

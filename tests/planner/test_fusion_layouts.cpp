@@ -328,3 +328,99 @@ TEST_CASE("the ViT and Swin samples read every attention's qkv packed") {
     CHECK(packed_attentions(fuse_graph(sample(name), FuseOptions::pytorch_eager(true)).graph) == 0);
   }
 }
+
+namespace {
+
+// torch.roll as both exporters write it, twice (axis 1 by 2, axis 2 by a negative split point), between two weight
+// products so that gradients flow through both rolls; `near_miss` makes the second pair leave a gap (x[-2:], x[:3]
+// of 6 elements: 5 of them, no roll).
+OpGraph roll_model(bool near_miss) {
+  std::mt19937 rng(11);
+  OpGraph b;
+  const TensorId x = b.input("x", random_f32({2, 5, 6, 3}, rng));
+  const TensorId w1 = b.constant("w1", random_f32({2, 5, 6, 3}, rng, -0.5, 0.5));
+  auto act = [&](const std::string& n, std::vector<std::int64_t> d) { return b.tensor(n, DType::f32, d, TensorRole::activation); };
+  auto i64 = [&](const std::string& n, std::vector<std::int64_t> v) {
+    return b.constant(n, runtime::testing::ints(DType::i64, {static_cast<std::int64_t>(v.size())}, v));
+  };
+  const TensorId a = act("a", {2, 5, 6, 3});
+  b.op("Mul", "", {x, w1}, {a});
+  const TensorId p0 = act("p0", {2, 3, 6, 3}), p1 = act("p1", {2, 2, 6, 3}), r1 = act("r1", {2, 5, 6, 3});
+  b.op("Slice", "", {a, i64("s0", {2}), i64("e0", {INT64_MAX}), i64("a0", {1})}, {p0});
+  b.op("Slice", "", {a, i64("s1", {0}), i64("e1", {2}), i64("a1", {1})}, {p1});
+  b.op("Concat", "", {p0, p1}, {r1}, {{"axis", int_attr(1)}});
+  const std::int64_t tail_end = near_miss ? 3 : -2, tail_len = near_miss ? 3 : 4;
+  const TensorId q0 = act("q0", {2, 5, 2, 3}), q1 = act("q1", {2, 5, tail_len, 3});
+  const TensorId r2 = act("r2", {2, 5, 2 + tail_len, 3});
+  b.op("Slice", "", {r1, i64("s2", {-2}), i64("e2", {INT64_MAX}), i64("a2", {-2})}, {q0});
+  b.op("Slice", "", {r1, i64("s3", {0}), i64("e3", {tail_end}), i64("a3", {2})}, {q1});
+  b.op("Concat", "", {q0, q1}, {r2}, {{"axis", int_attr(-2)}});
+  const TensorId w2 = b.constant("w2", random_f32({2, 5, 2 + tail_len, 3}, rng, -0.5, 0.5));
+  const TensorId y = b.result("y", DType::f32, {2, 5, 2 + tail_len, 3});
+  b.op("Mul", "", {r2, w2}, {y});
+  return b;
+}
+
+FuseOptions rolls_only() {
+  FuseOptions o = FuseOptions::none();
+  o.rolls = true;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("torch.roll's Slice, Slice, Concat becomes one Roll: same outputs and gradients, bit for bit") {
+  const OpGraph b = roll_model(false);
+  b.g.validate();
+  const FusionResult f = fuse_graph(b.g, rolls_only());
+  f.graph.validate();
+  CHECK(count_type(f.graph, "Roll") == 2);
+  CHECK(count_type(f.graph, "Slice") == 0);
+  CHECK(count_type(f.graph, "Concat") == 0);
+  REQUIRE(f.groups.size() == 2);
+  for (const auto& grp : f.groups) {
+    CHECK(grp.kind == "roll");
+    CHECK(grp.members.size() == 3);
+  }
+  const Op& first = f.graph.ops[f.groups[0].op];
+  CHECK(first.attr_ints("shifts") == std::vector<std::int64_t>{3});  // concat(x[2:], x[:2]) of 5: roll by 3
+  CHECK(first.attr_ints("axes") == std::vector<std::int64_t>{1});
+  const auto plain = train_step(b.g, b.feeds[0]), fused = train_step(f.graph, b.feeds[0]);
+  REQUIRE(plain.size() == 3);  // y, w1, w2
+  for (const auto& entry : plain) {
+    const std::string name = entry.first;
+    CAPTURE(name);
+    REQUIRE(fused.count(name) == 1);
+    CHECK(max_diff(fused.at(name), entry.second) == 0.0);
+  }
+}
+
+TEST_CASE("pieces that leave a gap are no roll: the Concat and its Slices stay") {
+  const OpGraph b = roll_model(true);
+  const FusionResult f = fuse_graph(b.g, rolls_only());
+  CHECK(count_type(f.graph, "Roll") == 1);  // the first pair still rolls
+  CHECK(count_type(f.graph, "Slice") == 2);
+  CHECK(count_type(f.graph, "Concat") == 1);
+}
+
+TEST_CASE("Swin's shifted windows roll as memplan Roll in planning and in PyTorch's prediction, not with --no-fuse") {
+  const Graph g = sample("swin_tiny");
+  // A Concat of two Slices of one tensor: what an exported roll looks like.
+  auto slice_pairs = [](const Graph& x) {
+    int n = 0;
+    for (const Op& op : x.ops) {
+      if (op.type != "Concat" || op.inputs.size() != 2) continue;
+      const OpId p = x.tensors[op.inputs[0]].producer, q = x.tensors[op.inputs[1]].producer;
+      n += p != kNoOp && q != kNoOp && x.ops[p].type == "Slice" && x.ops[q].type == "Slice" &&
+           x.ops[p].inputs[0] == x.ops[q].inputs[0];
+    }
+    return n;
+  };
+  const int exported = slice_pairs(g);
+  CHECK(exported > 0);
+  const FusionResult all = fuse_graph(g, FuseOptions{});
+  CHECK(count_type(all.graph, "Roll") == exported);
+  CHECK(slice_pairs(all.graph) == 0);
+  CHECK(count_type(fuse_graph(g, FuseOptions::pytorch_eager(true)).graph, "Roll") == exported);
+  CHECK(count_type(fuse_graph(g, FuseOptions::none()).graph, "Roll") == 0);
+}

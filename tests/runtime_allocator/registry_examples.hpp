@@ -149,6 +149,8 @@ inline const std::vector<Example>& examples() {
     for (const char* mode : {"reflect", "edge", "wrap"})
       v.push_back({"", "Pad", {x({3, 4}), i64({4}, {2, -1, 1, 3})}, {{}}, A{{"mode", s(mode)}}});
     v.push_back({"", "Slice", {t({4, 5}), i64({1}, {1}), i64({1}, {4}), i64({1}, {1})}});
+    // Two axes, a negative shift and one past the axis (wrapped); the gradient is a Roll back.
+    v.push_back({"memplan", "Roll", {t({2, 3, 4})}, {{{2, 3, 4}}}, A{{"shifts", is({-1, 5})}, {"axes", is({1, -1})}}});
     v.push_back({"", "Gather", {t({5, 3}), i64({4}, {0, 2, 4, 2})}, {{}}, A{{"axis", i(0)}}});
     v.push_back({"", "GatherElements", {t({3, 4}), i64({3, 2}, {0, 3, 1, 1, 2, 0})}, {{}}, A{{"axis", i(1)}}});
     v.push_back({"", "GatherElements", {x({3, 4}), i64({2, 4}, {0, -1, 2, 1, 2, 2, 0, 1})}, {{}}, A{{"axis", i(0)}}});

@@ -319,7 +319,15 @@ TEST_CASE("AveragePoolGrad, SliceGrad, GatherGrad and SplitGrad on the GPU equal
     b.op("SliceGrad", "memplan", {dya, s1, e1, a1}, {dxa});
     b.op("SliceGrad", "memplan", {dyb, s2, e2, a1}, {dxb});
     b.op("SliceGrad", "memplan", {dyc, s3, e3, a3}, {dxc});
-    check_against_cpu(b, {dx, dxa, dxb, dxc}, 0.0);
+    // memplan Roll (torch.roll): two axes with a wrapped negative shift (4-byte units: 3 channels), one axis of a
+    // [4, 7, 8] tensor whose rows of 8 floats move as 16-byte units, and an int64 tensor.
+    const TensorId rx = b.input("rx", random_f32({4, 7, 5}, rng)), ry = b.result("ry", DType::f32, {4, 7, 5});
+    b.op("Roll", "memplan", {rx}, {ry}, {{"shifts", ints_attr({-3, 9})}, {"axes", ints_attr({1, 0})}});
+    const TensorId qx = b.input("qx", random_f32({4, 7, 8}, rng)), qy = b.result("qy", DType::f32, {4, 7, 8});
+    b.op("Roll", "memplan", {qx}, {qy}, {{"shifts", ints_attr({2})}, {"axes", ints_attr({-2})}});
+    const TensorId ix = b.input("ix", ints(DType::i64, {6}, {1, 2, 3, 4, 5, 6})), iy = b.result("iy", DType::i64, {6});
+    b.op("Roll", "memplan", {ix}, {iy}, {{"shifts", ints_attr({4})}, {"axes", ints_attr({0})}});
+    check_against_cpu(b, {dx, dxa, dxb, dxc, ry, qy, iy}, 0.0);
   }
   {
     OpGraph b;  // repeated and negative indices: summed in order, bit-equal to the CPU
