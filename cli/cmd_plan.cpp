@@ -1,5 +1,6 @@
 // `memplan plan MODEL --train`: a training step under a memory budget (recompute, swap), verified.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
@@ -34,7 +35,10 @@ void add_training_args(CLI::App* cmd, TrainingArgs& args) {
   cmd->add_option("--budget", args.budget, "device memory budget, e.g. 16GiB, 512MB, 1e9")
       ->check(CLI::Validator([](std::string& v) { return v.find_first_not_of(" \t") == std::string::npos ? std::string("a size is needed, e.g. 16GiB") : std::string(); },
                              "SIZE"));
-  cmd->add_option("--strategy", args.strategy, "none | sqrt | budget | optimal | swap | auto (default: auto with --budget, else none); exact (opt-in: the stage-chain MILP through GLPK, at most 16 stages, started from the segment DP)");
+  cmd->add_option("--strategy", args.strategy, "none | sqrt | budget | optimal | swap | auto (default: auto with --budget, else none); exact (opt-in: the stage-chain MILP through GLPK on up to --exact-stages stages, started from the segment DP, used where it recomputes less than optimal)");
+  cmd->add_option("--exact-stages", args.exact_stages, "strategy exact: the forward stages coarsened to at most this many for the MILP (default 64)");
+  cmd->add_option("--exact-nodes", args.exact_nodes, "strategy exact: branch-and-bound nodes per MILP solve, the deterministic limit (default 30)");
+  cmd->add_option("--exact-seconds", args.exact_seconds, "strategy exact: most seconds per MILP solve, only a cap (default 20)");
   add_library_bytes_arg(cmd, args.library_bytes);
   add_arena_args(cmd, args.arena);
 }
@@ -84,6 +88,9 @@ TrainingSetup training_setup(const analysis::Graph& shaped_forward, const Traini
   s.options.library_bytes = parse_library_bytes(args.library_bytes);
   s.options.assign = assign_options(args.arena);
   s.options.schedule = schedule_options(args.arena);
+  s.options.exact_stages = args.exact_stages;
+  s.options.exact_nodes = args.exact_nodes;
+  s.options.exact_seconds = args.exact_seconds;
   return s;
 }
 
@@ -100,6 +107,25 @@ TrainingSetup load_training(const TrainingArgs& args) {
 }
 
 namespace {
+
+nlohmann::json exact_remat_json(const planner::ExactRematReport& e) {
+  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
+  return {{"stages", e.stages}, {"solves", e.solves}, {"status", e.status}, {"model_budget_bytes", e.model_budget},
+          {"dp_flops", num(e.dp_flops)}, {"milp_flops", num(e.milp_flops)}, {"lower_bound_flops", num(e.lower_bound)}, {"gap", e.gap},
+          {"seconds", e.seconds}, {"nodes", e.nodes}, {"used", e.used}, {"optimal_recompute_flops", num(e.optimal_recompute_flops)}};
+}
+
+std::string exact_remat_text(const planner::ExactRematReport& e) {
+  if (e.solves == 0) return "exact remat          no MILP solve (" + std::to_string(e.stages) + " stages): optimal's plan kept\n";
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "exact remat          %zu stages, %zu MILP solves (%.2f s, %llu nodes), last kept: %s, DP %s FLOPs -> MILP %s, bound %s "
+                "(gap %.1f%%: the share of the DP's recompute the optimum may save); %s\n",
+                e.stages, e.solves, e.seconds, static_cast<unsigned long long>(e.nodes), e.status.c_str(), human_count(e.dp_flops).c_str(),
+                human_count(e.milp_flops).c_str(), human_count(e.lower_bound).c_str(), 100.0 * e.gap,
+                e.used ? "the MILP's plan used (less recompute than optimal's)" : "optimal's plan kept (no more recompute)");
+  return buf;
+}
 
 struct PlanArgs {
   TrainingArgs train;
@@ -202,6 +228,7 @@ int run_plan(const PlanArgs& a) {
     j["keep_all_step_seconds"] = r.keep_all_step_seconds;
     j["step_overhead"] = step_overhead(r.estimated_step_seconds, r.keep_all_step_seconds);
     j["swap_stall_seconds"] = r.swap_stall_seconds;
+    if (r.exact.ran) j["exact_remat"] = exact_remat_json(r.exact);
     std::cout << json_text(j, 2) << "\n";
     return 0;
   }
@@ -228,6 +255,7 @@ int run_plan(const PlanArgs& a) {
   std::printf("recomputed           %zu tensors, %zu ops; %s FLOPs (%.1f%% of the step's %s)\n", r.recomputed_tensors, r.recompute_ops,
               human_count(r.recompute_flops).c_str(), 100.0 * r.recompute_overhead, human_count(r.training_flops).c_str());
   std::printf("%s", planned_tensors_text(r.recomputed).c_str());
+  if (r.exact.ran) std::printf("%s", exact_remat_text(r.exact).c_str());
   if (r.swapped_tensors == 0)
     std::printf("swapped              none\n");
   else if (r.swap_stall_seconds > 0.0)

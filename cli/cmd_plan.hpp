@@ -29,6 +29,10 @@ struct TrainingArgs {
   std::string strategy;  // empty: auto with --budget, none without (training_setup resolves it)
   std::string library_bytes = kDefaultLibraryBytes;  // CUDA context and library workspaces beside the plan
   ArenaArgs arena;
+  // Strategy exact (TrainingPlanOptions::exact_*).
+  std::size_t exact_stages = planner::TrainingPlanOptions{}.exact_stages;
+  std::uint64_t exact_nodes = planner::TrainingPlanOptions{}.exact_nodes;
+  double exact_seconds = planner::TrainingPlanOptions{}.exact_seconds;
 };
 
 struct TrainingSetup {

@@ -42,6 +42,9 @@ struct ExactRematOptions {
   // Plans a training graph can run (strategy `exact`, choice_from_exact): each stage rebuilt at most once, from
   // the boundary before it as the forward kept it or as the same phase rebuilds it.
   bool once = false;
+  // GLPK's cutting planes (Gomory, MIR, cover, clique) and feasibility pump: off by default (measured in
+  // bench_remat_exact's last argument).
+  bool cuts = false, pump = false;
 };
 
 struct ExactRematResult {

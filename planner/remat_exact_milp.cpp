@@ -180,6 +180,8 @@ ExactRematResult exact_remat(const StageChain& c, std::uint64_t budget, const Ex
   parm.tm_lim = static_cast<int>(std::min(o.seconds * 1000.0, 2.0e9));
   parm.cb_func = callback;
   parm.cb_info = &lim;
+  if (o.cuts) parm.gmi_cuts = parm.mir_cuts = parm.cov_cuts = parm.clq_cuts = GLP_ON;
+  if (o.pump) parm.fp_heur = GLP_ON;
   const int rc = glp_intopt(milp.get(), &parm);
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
   res.nodes = lim.nodes;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <utility>
 
 #include "analysis/liveness.hpp"
@@ -48,6 +49,7 @@ struct Context {
   SwapLinks links;
   std::uint64_t none_arena = 0;
   double none_seconds = 0.0;
+  ExactRematReport* exact = nullptr;  // strategy exact's report (the result's)
 };
 
 struct Evaluated {
@@ -97,7 +99,11 @@ Evaluated evaluate(const Context& c, RematChoice choice) {
 // `on`: the stages (without cheap costs) whose segments `choose` returns.
 // A model's choice at a model budget (nullopt: no plan within it).
 using ChooseAt = std::function<std::optional<RematChoice>(std::uint64_t)>;
-Maybe fit_choices(const Context& c, std::uint64_t target, const ForwardStages& base, const ChooseAt& choose);
+// `model_budget`: where given, the model budget of the plan returned and the least model budget found too much.
+struct ModelBudget {
+  std::uint64_t at = 0, too_much = 0;
+};
+Maybe fit_choices(const Context& c, std::uint64_t target, const ForwardStages& base, const ChooseAt& choose, ModelBudget* model_budget = nullptr);
 
 Maybe fit_segments(const Context& c, std::uint64_t target, const std::function<SegmentPlan(std::uint64_t)>& choose,
                    bool cheap = false, const ForwardStages* on = nullptr) {
@@ -114,7 +120,7 @@ Maybe fit_segments(const Context& c, std::uint64_t target, const std::function<S
   });
 }
 
-Maybe fit_choices(const Context& c, std::uint64_t target, const ForwardStages& base, const ChooseAt& choose) {
+Maybe fit_choices(const Context& c, std::uint64_t target, const ForwardStages& base, const ChooseAt& choose, ModelBudget* model_budget) {
   const auto model_none =
       evaluate_segments(base, {{0, static_cast<std::uint32_t>(base.size() - 1), false}}).peak_bytes;  // all kept, no cheap
   const std::uint64_t gap = c.none_arena > model_none ? c.none_arena - model_none : 0;
@@ -155,6 +161,7 @@ Maybe fit_choices(const Context& c, std::uint64_t target, const ForwardStages& b
     mb = mid;
     if (e.recompute < found->recompute) found = std::move(e);
   }
+  if (model_budget) *model_budget = {mb, too_much};
   return found;
 }
 
@@ -198,25 +205,89 @@ Maybe strategy_optimal(const Context& c, std::uint64_t target, bool by_time = fa
   return plain;
 }
 
-// Exact remat (remat_exact.hpp) on at most kExactStages plain stages, each rebuilt at most once, started from the
-// segment DP's plan on the same stages (so never worse than it in the model), calibrated like `optimal`.
-constexpr std::size_t kExactStages = 16;
+// Exact remat (remat_exact.hpp): the stage-chain MILP on the plain stages coarsened to at most opts.exact_stages, each
+// stage rebuilt at most once (what a recompute group expresses), started from the segment DP's plan on the same
+// stages (so never worse than it in the model). The model budget comes from calibrating that DP on the packed
+// arena (cheap); the MILP is solved there, lowered by any overshoot (at most 2 solves), then bisected up once towards
+// the budget found too much. `optimal`'s own plan (128 stages, cheap recomputation, partial stages) is
+// planned too, and the MILP's plan is used only where it recomputes less.
 Maybe strategy_exact(const Context& c, std::uint64_t target) {
   if (!exact_remat_available()) fail(ErrorKind::unsupported, "strategy exact: this build has no MILP solver (GLPK, CMake MEMPLAN_GLPK)");
-  const ForwardStages s = coarsen_stages(c.stages, kExactStages);
-  if (s.size() == 0) return evaluate(c, RematChoice::keep_all(c.g));
+  Maybe dp_best = strategy_optimal(c, target);
+  ExactRematReport& rep = *c.exact;
+  rep = {};
+  rep.ran = true;
+  rep.optimal_recompute_flops = dp_best ? dp_best->recompute : std::numeric_limits<double>::infinity();
+  const ForwardStages s = coarsen_stages(c.stages, std::max<std::size_t>(1, c.opts.exact_stages));
+  rep.stages = s.size();
+  if (s.size() == 0) return dp_best;
   const StageChain chain = stage_chain(s);
   ExactRematOptions o;
   o.once = true;
-  o.seconds = 60.0;  // a cap; the node limit ends the search first on the sample models (the same plan everywhere)
-  o.max_nodes = 2000;
-  return fit_choices(c, target, s, [&](std::uint64_t mb) -> std::optional<RematChoice> {
-    const SegmentPlan dp = optimal_segments(s, mb);
+  o.seconds = c.opts.exact_seconds;
+  o.max_nodes = c.opts.exact_nodes;
+  o.max_stages = std::max(o.max_stages, s.size());
+  o.cuts = true;  // a tighter bound (the gap reported) for about twice the time per node (bench_remat_exact)
+  auto dp_at = [&](std::uint64_t mb) { return optimal_segments(s, mb); };
+  ModelBudget mb;
+  const Maybe dp_here = fit_choices(c, target, s, [&](std::uint64_t at) -> std::optional<RematChoice> {
+    const SegmentPlan plan = dp_at(at);
+    if (plan.empty()) return std::nullopt;
+    return choice_from_segments(c.g, s, plan);
+  }, &mb);
+  if (!dp_here) return dp_best;
+  ExactRematReport last;  // the latest solve's figures
+  auto solve = [&](std::uint64_t at) -> Maybe {
+    const SegmentPlan dp = dp_at(at);
+    if (dp.empty()) return std::nullopt;
     const ChainPoint start = chain_point_of_segments(chain, dp);
-    const ExactRematResult r = exact_remat(chain, mb, o, dp.empty() ? nullptr : &start);
+    const ExactRematResult r = exact_remat(chain, at, o, &start);
+    ++rep.solves;
+    rep.seconds += r.seconds;
+    rep.nodes += r.nodes;
+    last.status = exact_status_name(r.status);
+    last.model_budget = at;
+    last.dp_flops = chain_flops(chain, start, at);
+    last.milp_flops = r.recompute_flops;
+    last.lower_bound = r.lower_bound;
+    last.gap = last.dp_flops > 0.0 && std::isfinite(last.dp_flops) ? std::max(0.0, (last.dp_flops - r.lower_bound) / last.dp_flops) : 0.0;
     if (r.status != ExactStatus::optimal && r.status != ExactStatus::feasible) return std::nullopt;
-    return choice_from_exact(c.g, s, r);
-  });
+    return evaluate(c, choice_from_exact(c.g, s, r));
+  };
+  auto record = [&] {
+    rep.status = last.status, rep.model_budget = last.model_budget, rep.dp_flops = last.dp_flops;
+    rep.milp_flops = last.milp_flops, rep.lower_bound = last.lower_bound, rep.gap = last.gap;
+  };
+  Maybe found;
+  std::uint64_t at = mb.at, too_much = mb.too_much;
+  for (int k = 0; k < 2 && !found; ++k) {
+    Maybe e = solve(at);
+    record();
+    if (!e) break;
+    if (e->arena() <= target) {
+      found = std::move(e);
+      break;
+    }
+    too_much = at;
+    const std::uint64_t step = std::max(e->arena() - target, at / 64 + 1);
+    if (at <= step) break;
+    at -= step;
+  }
+  for (int k = 0; found && k < 1 && at + std::max<std::uint64_t>(1, too_much / 256) < too_much; ++k) {
+    const std::uint64_t mid = at + (too_much - at) / 2;
+    Maybe e = solve(mid);
+    if (!e || e->arena() > target) {
+      too_much = mid;
+      continue;
+    }
+    at = mid;
+    if (e->recompute < found->recompute) found = std::move(e), record();
+  }
+  if (found && (!dp_best || found->recompute < dp_best->recompute * (1 - 1e-9))) {
+    rep.used = true;
+    return found;
+  }
+  return dp_best;
 }
 
 Maybe strategy_swap(const Context& c, const RematChoice& start, std::uint64_t target) {
@@ -327,7 +398,7 @@ TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlan
   const Graph& g = tg.graph;
   TrainingPlanResult r;
   r.schedule = schedule;
-  Context c{g, r.schedule.order, {}, {}, options, {}, {}, {}, {}, {}, {}, 0, 0.0};
+  Context c{g, r.schedule.order, {}, {}, options, {}, {}, {}, {}, {}, {}, 0, 0.0, &r.exact};
   r.strategy = options.strategy;
   c.flops.resize(g.ops.size());
   c.seconds.resize(g.ops.size());

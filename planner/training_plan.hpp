@@ -28,6 +28,32 @@ struct TrainingPlanOptions {
   analysis::DeviceProfile profile = analysis::default_device_profile();
   AssignOptions assign;
   ScheduleOptions schedule;  // the order of the training graph every strategy plans on
+  // Strategy `exact` (docs/strategies.md): the stage-chain MILP on the forward stages coarsened to at most
+  // exact_stages, each solve stopped after exact_nodes branch-and-bound nodes (the deterministic limit) or
+  // exact_seconds (only a cap).
+  std::size_t exact_stages = 64;
+  std::uint64_t exact_nodes = 30;
+  double exact_seconds = 20.0;
+};
+
+// What strategy `exact` ran and proved: the MILP solve behind the plan it kept (its last solve where the segment
+// DP's plan was kept). FLOPs and bounds in the MILP's stage-chain model, on `stages` plain stages.
+struct ExactRematReport {
+  bool ran = false;
+  std::size_t stages = 0;
+  std::size_t solves = 0;        // MILP solves of the calibration
+  std::string status;            // exact_status_name: optimal (proven), feasible (stopped at a limit), ...
+  double dp_flops = 0.0;         // the segment DP's plan on the same stages and model budget (the MILP's start)
+  double milp_flops = 0.0;       // the best plan the MILP found (never above dp_flops)
+  double lower_bound = 0.0;      // no plan of the model recomputes less
+  double gap = 0.0;              // (dp_flops - lower_bound) / dp_flops: the most the DP's plan can lose there
+  double seconds = 0.0;          // all solves
+  std::uint64_t nodes = 0;       // all solves
+  std::uint64_t model_budget = 0;
+  // The MILP's plan was kept: it recomputes less than `optimal` (the segment DP with cheap recomputation and
+  // partial stages on up to 128 stages), which `exact` plans too and keeps otherwise.
+  bool used = false;
+  double optimal_recompute_flops = 0.0;  // `optimal`'s plan (real recompute; infinity where it found none)
 };
 
 // A tensor the plan recomputes or swaps, and the layer (op) that makes it.
@@ -68,6 +94,7 @@ struct TrainingPlanResult {
   double keep_all_step_seconds = 0.0;    // the same estimate with everything kept (strategy none)
   double plan_seconds = 0.0;
   ScheduleResult schedule;  // the training graph's order (before recompute and swap ops), both peaks
+  ExactRematReport exact;   // strategy `exact` under a budget
 };
 
 // Plans `tg` with options.strategy. Errors: ErrorKind::usage for an unknown strategy,

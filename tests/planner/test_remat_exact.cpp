@@ -136,6 +136,8 @@ TEST_CASE("strategy exact plans a training step under a budget, verified, with w
   REQUIRE(least.peak_bytes < none.peak_bytes);
   o.budget_bytes = least.peak_bytes + (none.peak_bytes - least.peak_bytes) / 2;
   o.strategy = "exact";
+  o.exact_nodes = 5;      // 24 stages: a few nodes keep the test fast
+  o.exact_seconds = 5.0;  // a cap for slow (sanitized) builds
   const TrainingPlanResult ex = plan_training(tg, o);
   CHECK(ex.report.valid);
   CHECK(ex.strategy == "exact");
