@@ -64,6 +64,10 @@ struct FuseOptions {
   // exporters give F.gelu (fusion_gelu.cpp), LayerNorm in any form, no decomposed RMSNorm (F.rms_norm has no
   // decomposition in the TorchScript exporter: a decomposed RMSNorm is Python arithmetic, run op by op).
   bool composite = true;
+  // FusedAttention ops that PyTorch eager runs op by op are written out as SDPA's math backend's ops
+  // (decompose_math_attention): with `attention`, those PyTorch's SDPA dispatch sends to its math backend; without
+  // it (eager attention), every one (a graph written with FusedAttention: memplan_torch.export_graph).
+  bool math_attention = false;
   // Nothing fused (`--no-fuse`).
   static FuseOptions none() { return {false, false, false, false, false}; }
   // What PyTorch eager runs as single kernels: its library ops (LayerNorm, F.gelu, SDPA when `sdpa`), no
@@ -71,6 +75,7 @@ struct FuseOptions {
   static FuseOptions pytorch_eager(bool sdpa) {
     FuseOptions o{sdpa, true, true, false, false};
     o.composite = false;
+    o.math_attention = true;
     return o;
   }
 };
@@ -89,6 +94,23 @@ FusionResult fuse_layouts(const analysis::Graph& g);    // fusion_layouts.cpp
 // fusion_packed_qkv.cpp: a FusedAttention reading the three slots of a [B, S, 3, H, D] -> [3, B, H, S, D] Transpose
 // (a fused qkv projection, unbound) reads the packed tensor itself: the Transpose and the slicing go.
 FusionResult fuse_packed_attention(const analysis::Graph& g);
+
+// The kernel PyTorch's scaled_dot_product_attention runs for a FusedAttention on CUDA (sm80 and later;
+// select_sdp_backend in aten/src/ATen/native/transformers/cuda/sdp_utils.cpp, torch 2.11): flash for 16-bit
+// inputs without a mask (grouped-query heads allowed); the memory-efficient kernel for fp32 or 16-bit inputs with
+// as many key/value heads as query heads (its dense constraints reject grouped-query heads) and head dims that
+// are multiples of 16 bytes; else the math backend, op by op: for fp32 grouped-query attention (Llama, Mistral,
+// Qwen2 under transformers' sdpa with enable_gqa) it keeps [B, Hq, Sq, Sk] probabilities, dropout output and mask
+// for the backward.
+enum class SdpaBackend : std::uint8_t { flash, efficient, math };
+SdpaBackend pytorch_sdpa_backend(const analysis::Graph& g, const analysis::Op& fused_attention);
+// fusion_math_attention.cpp: each FusedAttention that PyTorch runs in its math backend (every one with `every`)
+// written as that backend's ops (aten _scaled_dot_product_attention_math): q * sqrt(scale); k and v repeated
+// per query head (Unsqueeze, Expand, Reshape) for grouped-query heads; MatMul with Transpose(k) * sqrt(scale);
+// the causal mask (ConstantOfShape, Trilu) or a boolean mask through Where, a float bias through Add; Softmax;
+// Dropout; MatMul with v (bshd operands transposed). A FusedAttention whose LSE output is read, or with packed
+// operands, stays. No groups are reported.
+FusionResult decompose_math_attention(const analysis::Graph& g, bool every);
 
 // Groups maximal sets of fusible ops whose internal tensors are read only inside the group and are not
 // graph outputs; each group has one result. The graph must have concrete shapes (after infer_shapes).
