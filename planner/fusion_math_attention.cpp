@@ -143,12 +143,15 @@ class MathAttention {
 SdpaBackend pytorch_sdpa_backend(const Graph& g, const Op& op) {
   const auto a = geometry_of(g, op);
   const DType dt = g.tensors[op.inputs[0]].dtype;
-  const bool half = half_precision(dt), bias = op.input(3) != kNoTensor;
+  // How PyTorch eager calls it where the graph's trace differs (memplan_torch.export_graph writes these: under
+  // torch.export transformers repeats the kv heads and builds a mask, eager passes enable_gqa and no mask).
+  const std::int64_t kv_heads = op.attr_int("pytorch_kv_heads", a.kv_heads);
+  const bool half = half_precision(dt), bias = op.attr_int("pytorch_mask", op.input(3) != kNoTensor ? 1 : 0) != 0;
   // flash: 16-bit, no mask, head dim <= 256 (the same for v), grouped-query heads allowed
   if (half && !bias && a.head_dim == a.v_head_dim && a.head_dim <= 256) return SdpaBackend::flash;
   // efficient: fp32 or 16-bit, masks allowed, no grouped-query heads, head dims aligned to 16 bytes
   const std::int64_t align = half ? 8 : 4;
-  if ((half || dt == DType::f32) && a.q_heads == a.kv_heads && a.head_dim % align == 0 && a.v_head_dim % align == 0)
+  if ((half || dt == DType::f32) && a.q_heads == kv_heads && a.head_dim % align == 0 && a.v_head_dim % align == 0)
     return SdpaBackend::efficient;
   return SdpaBackend::math;
 }
