@@ -25,6 +25,8 @@ namespace memplan::analysis {
 //            aligned, as torch's is_causal); dropout_ratio (float, default 0) with seed (int): the probabilities
 //            are dropped with dropout_mask.hpp's hash of (seed, index of [b, h, i, j] in [B, Hq, Sq, Sk]) and
 //            scaled by 1 / (1 - ratio), replayed in the backward.
+//            pytorch_kv_heads, pytorch_mask (int, optional): the kv heads and mask presence of PyTorch eager's own
+//            call where the graph's trace differs (read only by the pytorch_peak_bytes prediction).
 // memplan::FusedAttentionGrad
 //   inputs   0 dO, 1 Q, 2 K, 3 V, 4 O, 5 LSE, 6 bias (optional); attrs as the forward's.
 //   outputs  0 dQ, 1 dK, 2 dV (each optional, in its forward operand's shape and layout; dK and dV summed over

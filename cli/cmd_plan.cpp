@@ -148,7 +148,11 @@ std::uint64_t pytorch_peak_bytes(const analysis::Graph& shaped_forward, const Tr
   ta.strategy = "none";
   ta.budget.clear();
   ta.arena.schedule = "file";  // PyTorch eager runs the program's order
-  const TrainingSetup s = training_setup(shaped_forward, ta, planner::FuseOptions::pytorch_eager(sdpa));
+  planner::FuseOptions fuse = planner::FuseOptions::pytorch_eager(sdpa);
+  // Under autocast SDPA reads 16-bit operands (flash takes grouped-query heads); pytorch_sdpa_backend sees the
+  // graph's fp32 ones: only fp32 steps get the math backend written out.
+  if (sdpa && ta.precision != "fp32") fuse.math_attention = false;
+  const TrainingSetup s = training_setup(shaped_forward, ta, fuse);
   const planner::TrainingPlanResult r = planner::plan_training(s.training, s.options);
   planner::EagerOptions eo;
   eo.optimizer_impl = analysis::optimizer_impl_from_name(args.optimizer_impl).value_or(analysis::OptimizerImpl::foreach);

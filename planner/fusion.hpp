@@ -66,6 +66,10 @@ struct FuseOptions {
   bool composite = true;
   // torch.roll as exported (two Slices and a Concat per axis) -> memplan Roll: one library kernel in PyTorch too.
   bool rolls = true;
+  // FusedAttention ops that PyTorch eager runs op by op are written out as SDPA's math backend's ops
+  // (decompose_math_attention): with `attention`, those PyTorch's SDPA dispatch sends to its math backend; without
+  // it (eager attention), every one (a graph written with FusedAttention: memplan_torch.export_graph).
+  bool math_attention = false;
   // Nothing fused (`--no-fuse`).
   static FuseOptions none() {
     FuseOptions o{false, false, false, false, false};
@@ -77,6 +81,7 @@ struct FuseOptions {
   static FuseOptions pytorch_eager(bool sdpa) {
     FuseOptions o{sdpa, true, true, false, false};
     o.composite = false;
+    o.math_attention = true;
     return o;
   }
 };
@@ -97,6 +102,23 @@ FusionResult fuse_layouts(const analysis::Graph& g);    // fusion_layouts.cpp
 FusionResult fuse_packed_attention(const analysis::Graph& g);
 // fusion_roll.cpp: Concat(Slice(x, k..n), Slice(x, 0..k)) along one axis (torch.roll as exported) -> memplan Roll.
 FusionResult fuse_rolls(const analysis::Graph& g);
+
+// The kernel PyTorch's scaled_dot_product_attention runs for a FusedAttention on CUDA (sm80 and later;
+// select_sdp_backend in aten/src/ATen/native/transformers/cuda/sdp_utils.cpp, torch 2.11): flash for 16-bit
+// inputs without a mask (grouped-query heads allowed); the memory-efficient kernel for fp32 or 16-bit inputs with
+// as many key/value heads as query heads (its dense constraints reject grouped-query heads) and head dims that
+// are multiples of 16 bytes; else the math backend, op by op: for fp32 grouped-query attention (Llama, Mistral,
+// Qwen2 under transformers' sdpa with enable_gqa) it keeps [B, Hq, Sq, Sk] probabilities, dropout output and mask
+// for the backward.
+enum class SdpaBackend : std::uint8_t { flash, efficient, math };
+SdpaBackend pytorch_sdpa_backend(const analysis::Graph& g, const analysis::Op& fused_attention);
+// fusion_math_attention.cpp: each FusedAttention that PyTorch runs in its math backend (every one with `every`)
+// written as that backend's ops (aten _scaled_dot_product_attention_math): q * sqrt(scale); k and v repeated
+// per query head (Unsqueeze, Expand, Reshape) for grouped-query heads; MatMul with Transpose(k) * sqrt(scale);
+// the causal mask (ConstantOfShape, Trilu) or a boolean mask through Where, a float bias through Add; Softmax;
+// Dropout; MatMul with v (bshd operands transposed). A FusedAttention whose LSE output is read, or with packed
+// operands, stays. No groups are reported.
+FusionResult decompose_math_attention(const analysis::Graph& g, bool every);
 
 // Groups maximal sets of fusible ops whose internal tensors are read only inside the group and are not
 // graph outputs; each group has one result. The graph must have concrete shapes (after infer_shapes).

@@ -28,33 +28,13 @@ using analysis::autodiff::attr_s;
 
 namespace {
 
-std::vector<analysis::Dim> dims_of(const std::vector<std::int64_t>& s) {
-  std::vector<analysis::Dim> d;
-  for (auto x : s) d.push_back(analysis::Dim::of(x));
-  return d;
-}
-
-// A new activation tensor of the rewritten graph, named after `base`.
 TensorId activation(GraphRewrite& rw, const std::string& base, DType dt, const std::vector<std::int64_t>& shape) {
-  Tensor t;
-  t.name = base;
-  t.dtype = dt;
-  t.rank_known = true;
-  t.dims = dims_of(shape);
-  return rw.add_tensor(std::move(t));
+  return new_activation(rw, base, dt, shape);
 }
 
 // A new int64 constant (a shape operand).
 TensorId shape_constant(GraphRewrite& rw, const std::string& base, const std::vector<std::int64_t>& values) {
-  Tensor t;
-  t.name = base;
-  t.dtype = DType::i64;
-  t.rank_known = true;
-  t.dims = {analysis::Dim::of(static_cast<std::int64_t>(values.size()))};
-  t.role = analysis::TensorRole::weight;
-  t.data = std::make_shared<analysis::TensorData>(
-      analysis::TensorData::from_int64(DType::i64, {static_cast<std::int64_t>(values.size())}, values));
-  return rw.add_tensor(std::move(t));
+  return new_constant(rw, base, analysis::TensorData::from_int64(DType::i64, {static_cast<std::int64_t>(values.size())}, values));
 }
 
 std::vector<std::int64_t> broadcast_shape(std::vector<std::int64_t> a, std::vector<std::int64_t> b) {

@@ -26,6 +26,7 @@ FusionResult fuse_graph(const analysis::Graph& g, const FuseOptions& opts) {
     }
   };
   run(opts.attention, &fuse_attention);
+  run(opts.math_attention, [&](const analysis::Graph& x) { return decompose_math_attention(x, !opts.attention); });
   run(opts.norms, [&](const analysis::Graph& x) { return fuse_norms(x, opts.composite); });
   run(opts.gelu, [&](const analysis::Graph& x) { return fuse_gelu(x, opts.composite); });
   run(opts.rolls, &fuse_rolls);

@@ -160,4 +160,24 @@ bool is_scalar_constant(const Graph& g, TensorId t, double v, double tol) {
   return c && std::abs(*c - v) <= tol * std::max(1.0, std::abs(v));
 }
 
+TensorId new_activation(GraphRewrite& rw, const std::string& base, analysis::DType dt, const std::vector<std::int64_t>& shape) {
+  Tensor t;
+  t.name = base;
+  t.dtype = dt;
+  t.rank_known = true;
+  for (auto d : shape) t.dims.push_back(analysis::Dim::of(d));
+  return rw.add_tensor(std::move(t));
+}
+
+TensorId new_constant(GraphRewrite& rw, const std::string& base, analysis::TensorData value) {
+  Tensor t;
+  t.name = base;
+  t.dtype = value.dtype;
+  t.rank_known = true;
+  for (auto d : value.dims) t.dims.push_back(analysis::Dim::of(d));
+  t.role = analysis::TensorRole::weight;
+  t.data = std::make_shared<analysis::TensorData>(std::move(value));
+  return rw.add_tensor(std::move(t));
+}
+
 }  // namespace memplan::planner

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "analysis/graph.hpp"
@@ -41,6 +42,12 @@ class GraphRewrite {
   std::vector<std::pair<analysis::Op, analysis::OpId>> added_ops_;
   std::vector<analysis::TensorId> redirect_;  // per tensor id (source and added): the tensor read instead
 };
+
+// A new activation tensor of `rw`'s graph with a concrete shape, named after `base`.
+analysis::TensorId new_activation(GraphRewrite& rw, const std::string& base, analysis::DType dt,
+                                  const std::vector<std::int64_t>& shape);
+// A new constant (role weight, its value known) of `rw`'s graph, named after `base`.
+analysis::TensorId new_constant(GraphRewrite& rw, const std::string& base, analysis::TensorData value);
 
 // True when `t` has a known constant value and every element equals `v` within `tol` (relative).
 bool is_scalar_constant(const analysis::Graph& g, analysis::TensorId t, double v, double tol = 1e-6);

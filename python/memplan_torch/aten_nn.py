@@ -231,9 +231,12 @@ def _adaptive_avg(c):
 
 
 # ---- attention
-@aten("scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
-      "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-      "_scaled_dot_product_cudnn_attention")
+SDPA_OPS = ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
+            "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+            "_scaled_dot_product_cudnn_attention")
+
+
+@aten(*SDPA_OPS)
 def _sdpa(c):
     name = c.node.target.__name__.split(".")[0]
     q, k, v = c.arg(0), c.arg(1), c.arg(2)
@@ -260,6 +263,11 @@ def _sdpa(c):
     if p:
         attrs["dropout_ratio"] = float(p)
         attrs["seed"] = c.g.next_seed()
+    eager = c.conv.eager_sdpa.get(c.node) if getattr(c.conv, "eager_sdpa", None) else None
+    if eager is not None and eager["q_heads"] == qs[1]:
+        # How PyTorch eager calls it, where the trace differs (pytorch_peak_bytes picks the CUDA kernel from it)
+        attrs["pytorch_kv_heads"] = eager["kv_heads"]
+        attrs["pytorch_mask"] = int(eager["mask"])
     y = c.op("FusedAttention", ins, [out], attrs, MEMPLAN)[0]
     return y if not isinstance(c.meta(), (tuple, list)) else [y] + [None] * (len(c.meta()) - 1)
 

@@ -4,6 +4,7 @@ import os
 from collections import Counter
 
 from . import aten_nn  # noqa: F401  (registers the nn ops in aten_ops.OPS)
+from .aten_nn import SDPA_OPS
 from .aten_ops import OPS
 from .convert import Context, UnmappedOps
 from .graph_json import INLINE_LIMIT, GraphBuilder, dtype_name
@@ -48,11 +49,40 @@ def capture(model, args, kwargs=None, dynamic_dims=None, decompose=True):
     return ep.run_decompositions(table)
 
 
+def eager_sdpa_calls(model, args, kwargs=None):
+    """How PyTorch eager calls F.scaled_dot_product_attention running `model` once (no grad), in call order: per
+    call its key/value heads (transformers passes un-repeated grouped-query heads with enable_gqa=True), whether
+    a mask is passed, is_causal and the dtype. torch.export's trace may call it otherwise: transformers builds
+    an explicit mask and repeats the key/value heads while tracing (masking_utils, sdpa_attention.use_gqa_in_sdpa),
+    and which kernel PyTorch's CUDA dispatch runs depends on the eager call (memplan's pytorch_peak_bytes)."""
+    import torch
+    import torch.nn.functional as F
+
+    calls = []
+    original = F.scaled_dot_product_attention
+
+    def record(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, **kw):
+        calls.append({"q_heads": int(q.shape[-3]) if q.dim() >= 3 else 1,
+                      "kv_heads": int(k.shape[-3]) if k.dim() >= 3 else 1,
+                      "mask": attn_mask is not None, "causal": bool(is_causal)})
+        return original(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+                        enable_gqa=enable_gqa, **kw)
+
+    F.scaled_dot_product_attention = record
+    try:
+        with torch.no_grad():
+            model(*args, **(kwargs or {}))
+    finally:
+        F.scaled_dot_product_attention = original
+    return calls
+
+
 class Converter:
     """One ExportedProgram -> one GraphBuilder."""
 
-    def __init__(self, ep, name, dynamic_dims, weights_dir=None, rel_dir=None, fused_attention=True):
+    def __init__(self, ep, name, dynamic_dims, weights_dir=None, rel_dir=None, fused_attention=True, eager_sdpa=None):
         self.ep = ep
+        self.eager_sdpa = eager_sdpa  # eager_sdpa_calls(), or None: matched to the graph's SDPA nodes in order
         self.g = GraphBuilder(name)
         self.g.fused_attention = fused_attention
         self._seed = [0]
@@ -231,6 +261,10 @@ class Converter:
         counts = self.unmapped(need)
         if counts:
             raise UnmappedOps(counts)
+        sdpa = [n for n in self.ep.graph.nodes if n.op == "call_function" and n in need and
+                _packet(n.target) in SDPA_OPS]
+        # The eager calls name the graph's SDPA nodes only when they are as many (the same forward, in order).
+        self.eager_sdpa = dict(zip(sdpa, self.eager_sdpa)) if self.eager_sdpa and len(self.eager_sdpa) == len(sdpa) else {}
         for node in self.ep.graph.nodes:
             if node.op != "call_function" or node not in need or node in self.known:
                 continue
@@ -298,12 +332,13 @@ def export_graph(model, example_inputs, path, train=True, dynamic_dims=None, wei
     model.train(train)
     try:
         ep = capture(model, args, example_kwargs, dynamic_dims)
+        eager = eager_sdpa_calls(model, args, example_kwargs) if fused_attention else None
     finally:
         model.train(was_training)
-    return write_program(ep, path, dynamic_dims, weights, name or type(model).__name__, fused_attention)
+    return write_program(ep, path, dynamic_dims, weights, name or type(model).__name__, fused_attention, eager)
 
 
-def write_program(ep, path, dynamic_dims=None, weights=False, name="model", fused_attention=True):
+def write_program(ep, path, dynamic_dims=None, weights=False, name="model", fused_attention=True, eager_sdpa=None):
     """An ExportedProgram written as memplan's JSON graph (see export_graph)."""
     path = str(path)
     weights_dir = rel = None
@@ -312,7 +347,7 @@ def write_program(ep, path, dynamic_dims=None, weights=False, name="model", fuse
         rel = stem + ".weights"
         weights_dir = os.path.join(os.path.dirname(os.path.abspath(path)), rel)
         os.makedirs(weights_dir, exist_ok=True)
-    conv = Converter(ep, name, dynamic_dims, weights_dir, rel, fused_attention)
+    conv = Converter(ep, name, dynamic_dims, weights_dir, rel, fused_attention, eager_sdpa)
     g = conv.run()
     g.write(path)
     return g.document()

@@ -181,6 +181,12 @@ inline std::map<std::string, Values> run(const Graph& g, const std::map<std::str
       y = in[0];
     } else if (t == "Expand") {
       y = expand(in[0], sh(0), out);
+    } else if (t == "ConstantOfShape") {
+      const Attribute* v = op.attr("value");
+      y.assign(y.size(), v && v->t ? v->t->as_double().at(0) : 0.0);
+    } else if (t == "Trilu") {  // lower triangle, diagonal 0 (upper = 0, no k)
+      const std::int64_t r = out[out.size() - 2], c = out.back();
+      for (std::int64_t i = 0; i < numel(out); ++i) y[i] = (i % c) <= (i / c) % r ? in[0][i] : 0.0;
     } else if (t == "Transpose") {
       y = transpose(in[0], sh(0), op.attr_ints("perm"));
     } else if (t == "Softmax") {
