@@ -2,6 +2,7 @@
 // NVRTC kernels and gradient_expr cover them without new node kinds (the forms avoid exp overflow).
 #include <cmath>
 #include <string_view>
+#include <utility>
 
 #include "analysis/fused_expr.hpp"
 
@@ -11,7 +12,13 @@ namespace {
 constexpr std::string_view kActivations[] = {"Elu",      "Selu",     "Celu",    "ThresholdedRelu", "HardSigmoid",
                                              "HardSwish", "Softplus", "Softsign", "Shrink",          "Mish",
                                              "PRelu",     "Sum",      "Mean",     "Max",             "Min",
-                                             "Swish"};
+                                             "Swish",     "Tan",      "Asin",     "Acos",            "Atan",
+                                             "Sinh",      "Cosh",     "Asinh",    "Acosh",           "Atanh"};
+
+// The trigonometric and hyperbolic ops: one node each.
+constexpr std::pair<std::string_view, ElemOp> kTrig[] = {{"Tan", ElemOp::tan},     {"Asin", ElemOp::asin},   {"Acos", ElemOp::acos},
+                                                         {"Atan", ElemOp::atan},   {"Sinh", ElemOp::sinh},   {"Cosh", ElemOp::cosh},
+                                                         {"Asinh", ElemOp::asinh}, {"Acosh", ElemOp::acosh}, {"Atanh", ElemOp::atanh}};
 
 struct Builder {
   FusedExpr& e;
@@ -91,6 +98,11 @@ void build_activation(FusedExpr& e, const Op& op, const std::vector<std::uint32_
     const std::uint32_t v = b.fold(t == "Max" ? ElemOp::max : ElemOp::min, xs);
     if (xs.size() == 1) b.un(ElemOp::identity, v);
   } else {
+    for (const auto& [name, node] : kTrig)
+      if (t == name) {
+        b.un(node, x);
+        return;
+      }
     fail(ErrorKind::usage, "build_activation: op type '" + t + "' has no expression");
   }
 }
