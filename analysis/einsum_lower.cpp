@@ -107,8 +107,10 @@ TensorId sum_out(Chain& ch, TensorId x, Letters& have, const Letters& keep) {
   std::vector<std::int64_t> axes;
   Letters rest;
   for (std::size_t k = 0; k < have.size(); ++k) {
-    if (has(keep, have[k])) rest += have[k];
-    else axes.push_back(static_cast<std::int64_t>(k));
+    if (has(keep, have[k]))
+      rest += have[k];
+    else
+      axes.push_back(static_cast<std::int64_t>(k));
   }
   if (axes.empty()) return x;
   have = rest;
@@ -190,8 +192,10 @@ bool lower_einsum(Graph& g, const Op& op, std::int64_t opset) {
   }
   // A batched MatMul: [batch, a's other free letters, b's other free letters, m, k] x [..., k, n], absent m, k or n as
   // size-1 axes (upper-case placeholders cannot clash: they are added after the letters are classified).
-  const char m = free_a.empty() ? '\1' : free_a.back(), n = free_b.empty() ? '\2' : free_b.back(), k = contracted.empty() ? '\3' : contracted[0];
-  const Letters rest_a = free_a.empty() ? "" : free_a.substr(0, free_a.size() - 1), rest_b = free_b.empty() ? "" : free_b.substr(0, free_b.size() - 1);
+  const char m = free_a.empty() ? '\1' : free_a.back(), n = free_b.empty() ? '\2' : free_b.back(),
+             k = contracted.empty() ? '\3' : contracted[0];
+  const Letters rest_a = free_a.empty() ? "" : free_a.substr(0, free_a.size() - 1),
+                rest_b = free_b.empty() ? "" : free_b.substr(0, free_b.size() - 1);
   const Letters lhs_full = batch + rest_a + rest_b + m + k, rhs_full = batch + rest_a + rest_b + k + n;
   x = widen(ch, arrange(ch, x, a, only(lhs_full, a)), only(lhs_full, a), lhs_full);
   y = widen(ch, arrange(ch, y, b, only(rhs_full, b)), only(rhs_full, b), rhs_full);

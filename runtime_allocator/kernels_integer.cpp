@@ -20,7 +20,8 @@ void binary(const Op& op, const Refs& in, const Refs& out, F&& f) {
     const T* pa = a.as<T>();
     const T* pb = b.as<T>();
     Out* py = out[0].as<Out>();
-    broadcast_loop(out[0].shape, {&a.shape, &b.shape}, [&](std::int64_t i, const Offsets& o) { py[i] = f(op, pa[o[0]], pb[o[1]]); });
+    broadcast_loop(out[0].shape, {&a.shape, &b.shape},
+                   [&](std::int64_t i, const Offsets& o) { py[i] = f(op, pa[o[0]], pb[o[1]]); });
   });
 }
 
@@ -49,10 +50,9 @@ struct ModFn {
 
 void k_mod(const Op& op, const Refs& in, const Refs& out) { binary<void>(op, in, out, ModFn{op.attr_int("fmod", 0) != 0}); }
 
-template <int kWhich>  // 0 and, 1 or, 2 xor, 3 shift
+template <int kWhich>  // 0 and, 1 or, 2 xor, 3 shift left, 4 shift right
 void k_bits(const Op& op, const Refs& in, const Refs& out) {
-  const bool left = op.attr_string("direction", "LEFT") == "LEFT";
-  binary<void>(op, in, out, [left](const Op& o, auto a, auto b) -> decltype(a) {
+  binary<void>(op, in, out, [](const Op& o, auto a, auto b) -> decltype(a) {
     using T = decltype(a);
     if constexpr (std::is_floating_point_v<T>) {
       unsupported(o, "a float operand of a bitwise op");
@@ -66,9 +66,16 @@ void k_bits(const Op& op, const Refs& in, const Refs& out) {
       using U = std::make_unsigned_t<std::conditional_t<std::is_same_v<T, bool>, std::uint8_t, T>>;
       const auto s = static_cast<U>(b);
       if (s >= sizeof(U) * 8) return T(0);
-      return static_cast<T>(left ? static_cast<U>(static_cast<U>(a) << s) : static_cast<U>(static_cast<U>(a) >> s));
+      return static_cast<T>(kWhich == 3 ? static_cast<U>(static_cast<U>(a) << s) : static_cast<U>(static_cast<U>(a) >> s));
     }
   });
+}
+
+void k_bit_shift(const Op& op, const Refs& in, const Refs& out) {
+  if (op.attr_string("direction", "LEFT") == "LEFT")
+    k_bits<3>(op, in, out);
+  else
+    k_bits<4>(op, in, out);
 }
 
 void k_bitwise_not(const Op& op, const Refs& in, const Refs& out) {
@@ -79,8 +86,10 @@ void k_bitwise_not(const Op& op, const Refs& in, const Refs& out) {
       unsupported(op, "a float operand of BitwiseNot");
     } else {
       for (std::int64_t i = 0; i < x.elements(); ++i) {
-        if constexpr (std::is_same_v<T, bool>) out[0].as<T>()[i] = !x.as<T>()[i];
-        else out[0].as<T>()[i] = static_cast<T>(~x.as<T>()[i]);
+        if constexpr (std::is_same_v<T, bool>)
+          out[0].as<T>()[i] = !x.as<T>()[i];
+        else
+          out[0].as<T>()[i] = static_cast<T>(~x.as<T>()[i]);
       }
     }
   });
@@ -113,7 +122,7 @@ void add_integer_kernels(KernelTable& t) {
   t["BitwiseAnd"] = {k_bits<0>, true, kNumbers};
   t["BitwiseOr"] = {k_bits<1>, true, kNumbers};
   t["BitwiseXor"] = {k_bits<2>, true, kNumbers};
-  t["BitShift"] = {k_bits<3>, true, kNumbers};
+  t["BitShift"] = {k_bit_shift, true, kNumbers};
   t["BitwiseNot"] = {k_bitwise_not, true, kNumbers};
   t["IsInf"] = {k_is_inf, false, kNumbers};
   t["Size"] = {k_size, false, {kAnyDType}};

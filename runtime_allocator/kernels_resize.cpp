@@ -12,16 +12,20 @@ std::vector<double> float_values(const Op& op, const Refs& in, std::size_t i) {
   const TensorRef& t = in[i];
   std::vector<double> v(static_cast<std::size_t>(t.elements()));
   for (std::size_t k = 0; k < v.size(); ++k) {
-    if (t.dtype == DType::f32) v[k] = t.as<float>()[k];
-    else if (t.dtype == DType::f64) v[k] = t.as<double>()[k];
-    else unsupported(op, std::string("roi and scales of dtype ") + analysis::dtype_name(t.dtype));
+    if (t.dtype == DType::f32)
+      v[k] = t.as<float>()[k];
+    else if (t.dtype == DType::f64)
+      v[k] = t.as<double>()[k];
+    else
+      unsupported(op, std::string("roi and scales of dtype ") + analysis::dtype_name(t.dtype));
   }
   return v;
 }
 
 ResizeGeometry geometry(const Op& op, const Refs& in, const std::vector<std::int64_t>& x, const std::vector<std::int64_t>& y) {
   const bool legacy = resize_legacy_layout(op);
-  return resize_geometry(op, x, y, legacy ? std::vector<double>{} : float_values(op, in, 1), float_values(op, in, resize_scales_input(op)));
+  return resize_geometry(op, x, y, legacy ? std::vector<double>{} : float_values(op, in, 1),
+                         float_values(op, in, resize_scales_input(op)));
 }
 
 // Calls f(y_index, x_offset, weight) for every input element each output element reads (outside: x_offset -1).
@@ -67,8 +71,10 @@ void k_resize(const Op& op, const Refs& in, const Refs& out) {
   if (!g.mode.linear && x.dtype != DType::f32) {  // nearest moves bytes: any dtype (outside reads zeros)
     const auto es = static_cast<std::size_t>(analysis::dtype_bits(x.dtype) / 8);
     for_each_tap(g, x.shape, y.shape, [&](std::int64_t o, std::int64_t off, float) {
-      if (off < 0) std::memset(y.data + o * static_cast<std::int64_t>(es), 0, es);
-      else std::memcpy(y.data + o * static_cast<std::int64_t>(es), x.data + off * static_cast<std::int64_t>(es), es);
+      if (off < 0)
+        std::memset(y.data + o * static_cast<std::int64_t>(es), 0, es);
+      else
+        std::memcpy(y.data + o * static_cast<std::int64_t>(es), x.data + off * static_cast<std::int64_t>(es), es);
     });
     return;
   }
@@ -76,9 +82,8 @@ void k_resize(const Op& op, const Refs& in, const Refs& out) {
   const float* px = x.as<float>();
   float* py = y.as<float>();
   std::fill_n(py, y.elements(), 0.0f);
-  for_each_tap(g, x.shape, y.shape, [&](std::int64_t o, std::int64_t off, float w) {
-    py[o] = off < 0 ? g.mode.extrapolation : py[o] + w * px[off];
-  });
+  for_each_tap(g, x.shape, y.shape,
+               [&](std::int64_t o, std::int64_t off, float w) { py[o] = off < 0 ? g.mode.extrapolation : py[o] + w * px[off]; });
 }
 
 // ResizeGrad(dY, roi, scales, sizes) -> dX, the forward's attributes (and `legacy`) kept.

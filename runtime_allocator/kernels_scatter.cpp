@@ -3,29 +3,27 @@
 #include <algorithm>
 
 #include "runtime_allocator/cpu_kernels.hpp"
+#include "runtime_allocator/scatter_reduction.hpp"
 
 namespace memplan::runtime::cpu {
 namespace {
 
 std::int64_t esize(const TensorRef& t) { return static_cast<std::int64_t>(analysis::dtype_bits(t.dtype) / 8); }
 
-enum class Reduction : std::uint8_t { none, add, mul, max, min };
+using Reduction = ScatterReduction;
 
 Reduction reduction_of(const Op& op) {
-  const std::string r = op.attr_string("reduction", "none");
-  if (r == "none") return Reduction::none;
-  if (r == "add") return Reduction::add;
-  if (r == "mul") return Reduction::mul;
-  if (r == "max") return Reduction::max;
-  if (r == "min") return Reduction::min;
-  unsupported(op, "reduction '" + r + "'");
+  Reduction r{};
+  if (!parse_scatter_reduction(op.attr_string("reduction", "none"), r))
+    unsupported(op, "reduction '" + op.attr_string("reduction", "") + "'");
+  return r;
 }
 
 // Index j along a dim of `dim` elements, negative counting from the end; ErrorKind::runtime out of range.
 std::int64_t wrap_index(const Op& op, std::int64_t j, std::int64_t dim) {
   if (j < -dim || j >= dim)
-    fail(ErrorKind::runtime, "op '" + op.name + "' (" + op.type + "): index " + std::to_string(j) + " out of range for a dim of " +
-                                 std::to_string(dim));
+    fail(ErrorKind::runtime, "op '" + op.name + "' (" + op.type + "): index " + std::to_string(j) +
+                                 " out of range for a dim of " + std::to_string(dim));
   return j < 0 ? j + dim : j;
 }
 
@@ -33,11 +31,21 @@ std::int64_t wrap_index(const Op& op, std::int64_t j, std::int64_t dim) {
 template <class T>
 void apply(Reduction r, T& y, T u) {
   switch (r) {
-    case Reduction::none: y = u; break;
-    case Reduction::add: y = static_cast<T>(y + u); break;
-    case Reduction::mul: y = static_cast<T>(y * u); break;
-    case Reduction::max: y = std::max(y, u); break;
-    case Reduction::min: y = std::min(y, u); break;
+    case Reduction::none:
+      y = u;
+      break;
+    case Reduction::add:
+      y = static_cast<T>(y + u);
+      break;
+    case Reduction::mul:
+      y = static_cast<T>(y * u);
+      break;
+    case Reduction::max:
+      y = std::max(y, u);
+      break;
+    case Reduction::min:
+      y = std::min(y, u);
+      break;
   }
 }
 
@@ -49,7 +57,8 @@ void scatter_runs(const Op& op, const TensorRef& data, const TensorRef& indices,
   const auto k = static_cast<std::size_t>(indices.shape.back());
   if (k > data.shape.size()) unsupported(op, "index tuples longer than data's rank");
   const auto ds = contiguous_strides(data.shape);
-  const std::int64_t slice = dims_product(data.shape, k), tuples = k ? static_cast<std::int64_t>(idx.size() / k) : dims_product(indices.shape);
+  const std::int64_t slice = dims_product(data.shape, k),
+                     tuples = k ? static_cast<std::int64_t>(idx.size() / k) : dims_product(indices.shape);
   for (std::int64_t t = 0; t < tuples; ++t) {
     std::int64_t off = 0;
     for (std::size_t j = 0; j < k; ++j) off += wrap_index(op, idx[static_cast<std::size_t>(t) * k + j], data.shape[j]) * ds[j];
@@ -87,14 +96,17 @@ void k_scatter_elements(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& y = out[0];
   const std::size_t r = data.shape.size();
   const auto axis = static_cast<std::size_t>(normalize_axis(op, op.attr_int("axis", 0), r));
-  if (upd.shape.size() != r || in[1].shape != upd.shape) unsupported(op, "indices and updates of data's rank and one shape expected");
+  if (upd.shape.size() != r || in[1].shape != upd.shape)
+    unsupported(op, "indices and updates of data's rank and one shape expected");
   copy_if_moved(y.data, data.data, data.bytes);
   const Reduction red = reduction_of(op);
   const auto ds = contiguous_strides(data.shape);
   std::vector<std::int64_t> s = ds;
   s[axis] = 0;  // the axis coordinate comes from the index
   const std::int64_t dim = data.shape[axis], es = esize(y);
-  auto at = [&](std::int64_t i, const Offsets& o) { return o[0] + wrap_index(op, idx[static_cast<std::size_t>(i)], dim) * ds[axis]; };
+  auto at = [&](std::int64_t i, const Offsets& o) {
+    return o[0] + wrap_index(op, idx[static_cast<std::size_t>(i)], dim) * ds[axis];
+  };
   if (red == Reduction::none) {
     strided_loop(upd.shape, {s}, [&](std::int64_t i, const Offsets& o) {
       std::memcpy(y.data + at(i, o) * es, upd.data + i * es, static_cast<std::size_t>(es));

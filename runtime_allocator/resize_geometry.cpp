@@ -48,8 +48,10 @@ ResizeGeometry resize_geometry(const analysis::Op& op, const std::vector<std::in
   const bool legacy = resize_legacy_layout(op);
   ResizeGeometry g;
   const std::string mode = op.attr_string("mode", "nearest");
-  if (mode == "linear" || mode == "bilinear") g.mode.linear = true;
-  else if (mode != "nearest") refuse(op, "mode '" + mode + "' (nearest and linear only)");
+  if (mode == "linear" || mode == "bilinear")
+    g.mode.linear = true;
+  else if (mode != "nearest")
+    refuse(op, "mode '" + mode + "' (nearest and linear only)");
   if (legacy) {
     g.mode.coord = ResizeCoord::asymmetric;
     g.mode.nearest = ResizeNearest::simple;
@@ -58,7 +60,8 @@ ResizeGeometry resize_geometry(const analysis::Op& op, const std::vector<std::in
     g.mode.nearest = nearest_of(op);
     g.mode.extrapolation = static_cast<float>(op.attr_float("extrapolation_value", 0.0));
     if (op.attr_int("antialias", 0) != 0) refuse(op, "antialias");
-    if (op.attr_string("keep_aspect_ratio_policy", "stretch") != "stretch") refuse(op, "keep_aspect_ratio_policy other than stretch");
+    if (op.attr_string("keep_aspect_ratio_policy", "stretch") != "stretch")
+      refuse(op, "keep_aspect_ratio_policy other than stretch");
   }
   std::vector<double> given = scales;
   if (given.empty() && op.attr("scales")) given = op.attr("scales")->floats;  // Upsample-7

@@ -13,7 +13,13 @@ namespace memplan::runtime {
 inline constexpr int kResizeMaxRank = 8;
 
 enum class ResizeCoord : std::uint8_t {
-  half_pixel, half_pixel_symmetric, pytorch_half_pixel, align_corners, asymmetric, tf_half_pixel_for_nn, tf_crop_and_resize
+  half_pixel,
+  half_pixel_symmetric,
+  pytorch_half_pixel,
+  align_corners,
+  asymmetric,
+  tf_half_pixel_for_nn,
+  tf_crop_and_resize
 };
 // `simple` is Upsample's (and opset 10 Resize's) rule: ceil when downsampling, else truncation.
 enum class ResizeNearest : std::uint8_t { round_prefer_floor, round_prefer_ceil, floor, ceil, simple };
@@ -35,15 +41,20 @@ struct ResizeMode {
 MEMPLAN_HOST_DEVICE inline float resize_source(ResizeCoord c, const ResizeAxis& a, std::int64_t x) {
   const float xr = static_cast<float>(x), s = a.scale, in = static_cast<float>(a.in), out = static_cast<float>(a.out);
   switch (c) {
-    case ResizeCoord::half_pixel: return (xr + 0.5f) / s - 0.5f;
+    case ResizeCoord::half_pixel:
+      return (xr + 0.5f) / s - 0.5f;
     case ResizeCoord::half_pixel_symmetric: {  // in double, then rounded once: ONNX Runtime's results at .5 ties
       const double sd = s, ind = in, adjustment = static_cast<double>(out) / (sd * ind);
       return static_cast<float>(ind / 2.0 * (1.0 - adjustment) + (static_cast<double>(xr) + 0.5) / sd - 0.5);
     }
-    case ResizeCoord::pytorch_half_pixel: return a.out > 1 ? (xr + 0.5f) / s - 0.5f : 0.0f;
-    case ResizeCoord::align_corners: return a.out == 1 ? 0.0f : xr * (in - 1.0f) / (out - 1.0f);
-    case ResizeCoord::asymmetric: return xr / s;
-    case ResizeCoord::tf_half_pixel_for_nn: return (xr + 0.5f) / s;
+    case ResizeCoord::pytorch_half_pixel:
+      return a.out > 1 ? (xr + 0.5f) / s - 0.5f : 0.0f;
+    case ResizeCoord::align_corners:
+      return a.out == 1 ? 0.0f : xr * (in - 1.0f) / (out - 1.0f);
+    case ResizeCoord::asymmetric:
+      return xr / s;
+    case ResizeCoord::tf_half_pixel_for_nn:
+      return (xr + 0.5f) / s;
     case ResizeCoord::tf_crop_and_resize:
       return a.out > 1 ? a.roi_start * (in - 1.0f) + xr * (a.roi_end - a.roi_start) * (in - 1.0f) / (out - 1.0f)
                        : static_cast<float>(0.5 * static_cast<double>(a.roi_start + a.roi_end) * static_cast<double>(in - 1.0f));
@@ -76,12 +87,20 @@ MEMPLAN_HOST_DEVICE inline ResizeTap resize_tap(const ResizeMode& m, const Resiz
     switch (m.nearest) {
       case ResizeNearest::round_prefer_floor:
         i = src == static_cast<float>(static_cast<std::int64_t>(src)) + 0.5f ? static_cast<std::int64_t>(floorf(src))
-                                                                              : static_cast<std::int64_t>(roundf(src));
+                                                                             : static_cast<std::int64_t>(roundf(src));
         break;
-      case ResizeNearest::round_prefer_ceil: i = static_cast<std::int64_t>(roundf(src)); break;
-      case ResizeNearest::floor: i = static_cast<std::int64_t>(floorf(src)); break;
-      case ResizeNearest::ceil: i = static_cast<std::int64_t>(ceilf(src)); break;
-      case ResizeNearest::simple: i = a.scale < 1.0f ? static_cast<std::int64_t>(ceilf(src)) : static_cast<std::int64_t>(src); break;
+      case ResizeNearest::round_prefer_ceil:
+        i = static_cast<std::int64_t>(roundf(src));
+        break;
+      case ResizeNearest::floor:
+        i = static_cast<std::int64_t>(floorf(src));
+        break;
+      case ResizeNearest::ceil:
+        i = static_cast<std::int64_t>(ceilf(src));
+        break;
+      case ResizeNearest::simple:
+        i = a.scale < 1.0f ? static_cast<std::int64_t>(ceilf(src)) : static_cast<std::int64_t>(src);
+        break;
     }
     i = i < 0 ? 0 : i > a.in - 1 ? a.in - 1 : i;
     t.i0 = t.i1 = i;

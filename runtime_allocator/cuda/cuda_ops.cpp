@@ -322,6 +322,7 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"ArgMax", {run_arg_max, false, false, kSelect}},  // cuda_select.cpp
       {"ArgMin", {run_arg_max, false, false, kSelect}},
       {"TopK", {run_top_k, false, false, kSelect}},
+      {"Size", {run_size, false, false, kAny}},
       {"Softmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, false); }, true, false, kFloat}},
       {"LogSoftmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, true); }, true, false, kFloat}},
       {"LayerNormalization", {run_layer_norm, true, false, kFloat}},

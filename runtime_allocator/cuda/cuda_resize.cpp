@@ -21,7 +21,8 @@ std::vector<double> float_values(ExecState& s, const Op& op, std::size_t i) {
   if (x.dtype != DType::f32 && x.dtype != DType::f64) unsupported(op, "roi and scales must be float32 or float64");
   if (x.data && x.data->bytes.size() == x.bytes()) return x.data->as_double();
   analysis::TensorData v{x.dtype, x.shape(), std::vector<std::byte>(x.bytes())};
-  check(cudaMemcpyAsync(v.bytes.data(), s.ptr[t], v.bytes.size(), cudaMemcpyDeviceToHost, s.ctx.stream()), "read of '" + x.name + "'");
+  check(cudaMemcpyAsync(v.bytes.data(), s.ptr[t], v.bytes.size(), cudaMemcpyDeviceToHost, s.ctx.stream()),
+        "read of '" + x.name + "'");
   check(cudaStreamSynchronize(s.ctx.stream()), "read of '" + x.name + "'");
   return v.as_double();
 }
@@ -29,8 +30,8 @@ std::vector<double> float_values(ExecState& s, const Op& op, std::size_t i) {
 ResizeShape shape_of(ExecState& s, const Op& op, TensorId x, TensorId y) {
   const auto in = s.dims(x), out = s.dims(y);
   const bool legacy = resize_legacy_layout(op);
-  const ResizeGeometry g =
-      resize_geometry(op, in, out, legacy ? std::vector<double>{} : float_values(s, op, 1), float_values(s, op, resize_scales_input(op)));
+  const ResizeGeometry g = resize_geometry(op, in, out, legacy ? std::vector<double>{} : float_values(s, op, 1),
+                                           float_values(s, op, resize_scales_input(op)));
   ResizeShape r;
   r.rank = static_cast<int>(in.size());
   r.mode = g.mode;

@@ -18,25 +18,27 @@ bool index_dtype(const ExecState& s, const Op& op, TensorId idx) {
 }
 
 ScatterReduction reduction_of(const Op& op) {
-  const std::string r = op.attr_string("reduction", "none");
-  if (r == "none") return ScatterReduction::none;
-  if (r == "add") return ScatterReduction::add;
-  if (r == "mul") return ScatterReduction::mul;
-  if (r == "max") return ScatterReduction::max;
-  if (r == "min") return ScatterReduction::min;
-  unsupported(op, "reduction '" + r + "'");
+  ScatterReduction r{};
+  if (!parse_scatter_reduction(op.attr_string("reduction", "none"), r))
+    unsupported(op, "reduction '" + op.attr_string("reduction", "") + "'");
+  return r;
 }
 
 // The arithmetic type of a reducing scatter (any dtype scatters without a reduction: its bits are stored).
 ScatterDType scatter_dtype(const Op& op, DType d, ScatterReduction r) {
   switch (d) {
-    case DType::f32: return ScatterDType::f32;
-    case DType::f64: return ScatterDType::f64;
-    case DType::i32: return ScatterDType::i32;
-    case DType::i64: return ScatterDType::i64;
+    case DType::f32:
+      return ScatterDType::f32;
+    case DType::f64:
+      return ScatterDType::f64;
+    case DType::i32:
+      return ScatterDType::i32;
+    case DType::i64:
+      return ScatterDType::i64;
     default:
       if (r != ScatterReduction::none)
-        unsupported(op, std::string("a reducing scatter of dtype ") + analysis::dtype_name(d) + " (float32, float64, int32, int64)");
+        unsupported(op,
+                    std::string("a reducing scatter of dtype ") + analysis::dtype_name(d) + " (float32, float64, int32, int64)");
       return ScatterDType::f32;
   }
 }
@@ -68,7 +70,8 @@ IndexTuples tuples_of(const ExecState& s, const Op& op, TensorId data, TensorId 
 void copy_data(ExecState& s, const Op& op) {
   const TensorId x = op.inputs.at(0), y = op.outputs.at(0);
   if (s.ptr[x] != s.ptr[y])
-    check(cudaMemcpyAsync(s.ptr[y], s.ptr[x], s.tensor(y).bytes(), cudaMemcpyDeviceToDevice, s.ctx.stream()), "copy for op '" + op.name + "'");
+    check(cudaMemcpyAsync(s.ptr[y], s.ptr[x], s.tensor(y).bytes(), cudaMemcpyDeviceToDevice, s.ctx.stream()),
+          "copy for op '" + op.name + "'");
 }
 
 }  // namespace
@@ -82,8 +85,8 @@ std::string scatter_reason(const analysis::Graph& g, const Op& op) {
 
 void run_gather_nd(ExecState& s, const Op& op) {
   const auto b = static_cast<std::size_t>(op.attr_int("batch_dims", 0));
-  gather_nd(tuples_of(s, op, op.inputs.at(0), op.inputs.at(1), b), s.ptr[op.inputs[0]], s.ptr[op.inputs[1]], s.ptr[op.outputs.at(0)],
-            s.ctx.stream());
+  gather_nd(tuples_of(s, op, op.inputs.at(0), op.inputs.at(1), b), s.ptr[op.inputs[0]], s.ptr[op.inputs[1]],
+            s.ptr[op.outputs.at(0)], s.ctx.stream());
 }
 
 void run_scatter_nd(ExecState& s, const Op& op) {

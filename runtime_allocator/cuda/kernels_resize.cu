@@ -94,11 +94,24 @@ void resize_forward(const ResizeShape& s, const void* x, void* y, cudaStream_t s
     float_kernel<<<grid_for(n), kThreads, 0, stream>>>(s, static_cast<const float*>(x), static_cast<float*>(y), n);
   } else {
     switch (s.elem_bytes) {
-      case 1: nearest_kernel<<<grid_for(n), kThreads, 0, stream>>>(s, static_cast<const std::uint8_t*>(x), static_cast<std::uint8_t*>(y), n); break;
-      case 2: nearest_kernel<<<grid_for(n), kThreads, 0, stream>>>(s, static_cast<const std::uint16_t*>(x), static_cast<std::uint16_t*>(y), n); break;
-      case 4: nearest_kernel<<<grid_for(n), kThreads, 0, stream>>>(s, static_cast<const std::uint32_t*>(x), static_cast<std::uint32_t*>(y), n); break;
-      case 8: nearest_kernel<<<grid_for(n), kThreads, 0, stream>>>(s, static_cast<const std::uint64_t*>(x), static_cast<std::uint64_t*>(y), n); break;
-      default: fail(ErrorKind::unsupported, "Resize of " + std::to_string(s.elem_bytes) + "-byte elements");
+      case 1:
+        nearest_kernel<<<grid_for(n), kThreads, 0, stream>>>(s, static_cast<const std::uint8_t*>(x),
+                                                             static_cast<std::uint8_t*>(y), n);
+        break;
+      case 2:
+        nearest_kernel<<<grid_for(n), kThreads, 0, stream>>>(s, static_cast<const std::uint16_t*>(x),
+                                                             static_cast<std::uint16_t*>(y), n);
+        break;
+      case 4:
+        nearest_kernel<<<grid_for(n), kThreads, 0, stream>>>(s, static_cast<const std::uint32_t*>(x),
+                                                             static_cast<std::uint32_t*>(y), n);
+        break;
+      case 8:
+        nearest_kernel<<<grid_for(n), kThreads, 0, stream>>>(s, static_cast<const std::uint64_t*>(x),
+                                                             static_cast<std::uint64_t*>(y), n);
+        break;
+      default:
+        fail(ErrorKind::unsupported, "Resize of " + std::to_string(s.elem_bytes) + "-byte elements");
     }
   }
   check_launch("resize_forward");

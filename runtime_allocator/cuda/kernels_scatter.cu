@@ -32,11 +32,16 @@ __device__ std::int64_t tuple_offset(const IndexTuples& s, const void* idx, std:
 template <typename T>
 __device__ __forceinline__ T combine(ScatterReduction r, T a, T b) {
   switch (r) {
-    case ScatterReduction::add: return a + b;
-    case ScatterReduction::mul: return a * b;
-    case ScatterReduction::max: return a < b ? b : a;
-    case ScatterReduction::min: return b < a ? b : a;
-    default: return b;
+    case ScatterReduction::add:
+      return a + b;
+    case ScatterReduction::mul:
+      return a * b;
+    case ScatterReduction::max:
+      return a < b ? b : a;
+    case ScatterReduction::min:
+      return b < a ? b : a;
+    default:
+      return b;
   }
 }
 
@@ -70,8 +75,10 @@ __global__ void scatter_nd_kernel(IndexTuples s, ScatterReduction r, const T* up
   for (std::int64_t i = first_index(); i < n; i += stride()) {
     const std::int64_t off = tuple_offset(s, idx, i / s.slice);
     if (off < 0) continue;
-    if constexpr (kReduce) atomic_combine(y + off + i % s.slice, upd[i], r);
-    else y[off + i % s.slice] = upd[i];
+    if constexpr (kReduce)
+      atomic_combine(y + off + i % s.slice, upd[i], r);
+    else
+      y[off + i % s.slice] = upd[i];
   }
 }
 
@@ -88,8 +95,10 @@ __global__ void scatter_elements_kernel(ScatterElementsShape s, ScatterReduction
       rest /= s.u_dims[d];
       off += (d == s.axis ? j : c) * s.y_strides[d];
     }
-    if constexpr (kReduce) atomic_combine(y + off, upd[i], r);
-    else y[off] = upd[i];
+    if constexpr (kReduce)
+      atomic_combine(y + off, upd[i], r);
+    else
+      y[off] = upd[i];
   }
 }
 
@@ -97,11 +106,16 @@ __global__ void scatter_elements_kernel(ScatterElementsShape s, ScatterReduction
 template <typename F>
 void by_size(int elem_bytes, const char* what, F&& f) {
   switch (elem_bytes) {
-    case 1: return f(std::uint8_t{});
-    case 2: return f(std::uint16_t{});
-    case 4: return f(std::uint32_t{});
-    case 8: return f(std::uint64_t{});
-    default: fail(ErrorKind::unsupported, std::string(what) + " of " + std::to_string(elem_bytes) + "-byte elements");
+    case 1:
+      return f(std::uint8_t{});
+    case 2:
+      return f(std::uint16_t{});
+    case 4:
+      return f(std::uint32_t{});
+    case 8:
+      return f(std::uint64_t{});
+    default:
+      fail(ErrorKind::unsupported, std::string(what) + " of " + std::to_string(elem_bytes) + "-byte elements");
   }
 }
 
@@ -109,10 +123,14 @@ void by_size(int elem_bytes, const char* what, F&& f) {
 template <typename F>
 void by_dtype(ScatterDType dt, F&& f) {
   switch (dt) {
-    case ScatterDType::f32: return f(float{});
-    case ScatterDType::f64: return f(double{});
-    case ScatterDType::i32: return f(std::int32_t{});
-    case ScatterDType::i64: return f(std::int64_t{});
+    case ScatterDType::f32:
+      return f(float{});
+    case ScatterDType::f64:
+      return f(double{});
+    case ScatterDType::i32:
+      return f(std::int32_t{});
+    case ScatterDType::i64:
+      return f(std::int64_t{});
   }
 }
 
@@ -135,31 +153,35 @@ void scatter_nd(const IndexTuples& s, ScatterReduction r, ScatterDType dt, const
   if (r == ScatterReduction::none) {
     by_size(s.elem_bytes, "ScatterND", [&](auto tag) {
       using T = decltype(tag);
-      scatter_nd_kernel<T, false><<<grid_for(n), kThreads, 0, stream>>>(s, r, static_cast<const T*>(upd), idx, static_cast<T*>(y), n);
+      scatter_nd_kernel<T, false>
+          <<<grid_for(n), kThreads, 0, stream>>>(s, r, static_cast<const T*>(upd), idx, static_cast<T*>(y), n);
     });
   } else {
     by_dtype(dt, [&](auto tag) {
       using T = decltype(tag);
-      scatter_nd_kernel<T, true><<<grid_for(n), kThreads, 0, stream>>>(s, r, static_cast<const T*>(upd), idx, static_cast<T*>(y), n);
+      scatter_nd_kernel<T, true>
+          <<<grid_for(n), kThreads, 0, stream>>>(s, r, static_cast<const T*>(upd), idx, static_cast<T*>(y), n);
     });
   }
   check_launch("scatter_nd");
 }
 
-void scatter_elements(const ScatterElementsShape& s, ScatterReduction r, ScatterDType dt, const void* upd, const void* idx, void* y,
-                      cudaStream_t stream) {
+void scatter_elements(const ScatterElementsShape& s, ScatterReduction r, ScatterDType dt, const void* upd, const void* idx,
+                      void* y, cudaStream_t stream) {
   std::int64_t n = 1;
   for (int d = 0; d < s.rank; ++d) n *= s.u_dims[d];
   if (n == 0) return;
   if (r == ScatterReduction::none) {
     by_size(s.elem_bytes, "ScatterElements", [&](auto tag) {
       using T = decltype(tag);
-      scatter_elements_kernel<T, false><<<grid_for(n), kThreads, 0, stream>>>(s, r, static_cast<const T*>(upd), idx, static_cast<T*>(y), n);
+      scatter_elements_kernel<T, false>
+          <<<grid_for(n), kThreads, 0, stream>>>(s, r, static_cast<const T*>(upd), idx, static_cast<T*>(y), n);
     });
   } else {
     by_dtype(dt, [&](auto tag) {
       using T = decltype(tag);
-      scatter_elements_kernel<T, true><<<grid_for(n), kThreads, 0, stream>>>(s, r, static_cast<const T*>(upd), idx, static_cast<T*>(y), n);
+      scatter_elements_kernel<T, true>
+          <<<grid_for(n), kThreads, 0, stream>>>(s, r, static_cast<const T*>(upd), idx, static_cast<T*>(y), n);
     });
   }
   check_launch("scatter_elements");

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "runtime_allocator/cuda/kernels.hpp"
+#include "runtime_allocator/scatter_reduction.hpp"
 
 namespace memplan::runtime::cuda {
 
@@ -22,9 +23,8 @@ struct IndexTuples {
   std::int64_t strides[kMaxRank] = {};
 };
 
-// Reductions of the scatters: none (a store), add, mul, max, min; with a reduction the element type is
-// float32, float64, int32 or int64 (ScatterDType), updated with atomic compare-and-swap.
-enum class ScatterReduction : int { none, add, mul, max, min };
+// With a reduction other than none (a store) the element type is float32, float64, int32 or int64 (ScatterDType),
+// updated with atomic compare-and-swap.
 enum class ScatterDType : int { f32, f64, i32, i64 };
 
 // y[tuples * slice] gathered from data.
@@ -43,8 +43,8 @@ struct ScatterElementsShape {
   std::int64_t y_strides[kMaxRank] = {};
   std::int64_t axis_dim = 0;
 };
-void scatter_elements(const ScatterElementsShape& s, ScatterReduction r, ScatterDType dt, const void* upd, const void* idx, void* y,
-                      cudaStream_t stream);
+void scatter_elements(const ScatterElementsShape& s, ScatterReduction r, ScatterDType dt, const void* upd, const void* idx,
+                      void* y, cudaStream_t stream);
 
 #ifndef __CUDACC__  // the executor's side (C++20, analysis/graph.hpp): not seen by nvcc's C++17
 }  // namespace memplan::runtime::cuda

@@ -11,7 +11,8 @@ __device__ __forceinline__ std::int64_t first_index() { return blockIdx.x * stat
 __device__ __forceinline__ std::int64_t stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
 
 template <typename T>
-__global__ void arg_kernel(const T* x, std::int64_t* y, std::int64_t outer, std::int64_t len, std::int64_t inner, bool max, bool last) {
+__global__ void arg_kernel(const T* x, std::int64_t* y, std::int64_t outer, std::int64_t len, std::int64_t inner, bool max,
+                           bool last) {
   for (std::int64_t line = first_index(); line < outer * inner; line += stride()) {
     const T* p = x + (line / inner) * len * inner + line % inner;
     std::int64_t best = 0;
@@ -32,8 +33,8 @@ __device__ __forceinline__ bool before(T va, std::int64_t a, T vb, std::int64_t 
 }
 
 template <typename T>
-__global__ void top_k_kernel(const T* x, T* values, std::int64_t* indices, std::int64_t outer, std::int64_t len, std::int64_t inner,
-                             std::int64_t k, bool largest) {
+__global__ void top_k_kernel(const T* x, T* values, std::int64_t* indices, std::int64_t outer, std::int64_t len,
+                             std::int64_t inner, std::int64_t k, bool largest) {
   for (std::int64_t line = first_index(); line < outer * inner; line += stride()) {
     const std::int64_t o = line / inner, i = line % inner;
     const T* p = x + o * len * inner + i;
@@ -55,17 +56,21 @@ __global__ void top_k_kernel(const T* x, T* values, std::int64_t* indices, std::
 template <typename F>
 void by_dtype(SelectDType dt, F&& f) {
   switch (dt) {
-    case SelectDType::f32: return f(float{});
-    case SelectDType::f64: return f(double{});
-    case SelectDType::i32: return f(std::int32_t{});
-    case SelectDType::i64: return f(std::int64_t{});
+    case SelectDType::f32:
+      return f(float{});
+    case SelectDType::f64:
+      return f(double{});
+    case SelectDType::i32:
+      return f(std::int32_t{});
+    case SelectDType::i64:
+      return f(std::int64_t{});
   }
 }
 
 }  // namespace
 
-void arg_select(SelectDType dt, const void* x, std::int64_t* y, std::int64_t outer, std::int64_t len, std::int64_t inner, bool max,
-                bool last, cudaStream_t stream) {
+void arg_select(SelectDType dt, const void* x, std::int64_t* y, std::int64_t outer, std::int64_t len, std::int64_t inner,
+                bool max, bool last, cudaStream_t stream) {
   if (outer * inner == 0) return;
   by_dtype(dt, [&](auto tag) {
     using T = decltype(tag);
@@ -74,13 +79,13 @@ void arg_select(SelectDType dt, const void* x, std::int64_t* y, std::int64_t out
   check_launch("arg_select");
 }
 
-void top_k(SelectDType dt, const void* x, void* values, std::int64_t* indices, std::int64_t outer, std::int64_t len, std::int64_t inner,
-           std::int64_t k, bool largest, cudaStream_t stream) {
+void top_k(SelectDType dt, const void* x, void* values, std::int64_t* indices, std::int64_t outer, std::int64_t len,
+           std::int64_t inner, std::int64_t k, bool largest, cudaStream_t stream) {
   if (outer * inner == 0 || k == 0) return;
   by_dtype(dt, [&](auto tag) {
     using T = decltype(tag);
-    top_k_kernel<T><<<grid_for(outer * inner), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(values), indices, outer, len,
-                                                                      inner, k, largest);
+    top_k_kernel<T><<<grid_for(outer * inner), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(values), indices,
+                                                                      outer, len, inner, k, largest);
   });
   check_launch("top_k");
 }
