@@ -7,6 +7,7 @@
 #include "analysis/fused_expr.hpp"
 #include "runtime_allocator/cuda/cuda_state.hpp"
 #include "runtime_allocator/cuda/kernels.hpp"
+#include "runtime_allocator/cuda/kernels_misc.hpp"
 #include "runtime_allocator/cuda/kernels_pad_random.hpp"
 #include "runtime_allocator/cuda/kernels_random.hpp"
 #include "runtime_allocator/cuda/kernels_resize.hpp"
@@ -323,6 +324,9 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"ArgMin", {run_arg_max, false, false, kSelect}},
       {"TopK", {run_top_k, false, false, kSelect}},
       {"Size", {run_size, false, false, kAny}},
+      {"Range", {run_range, false, false, kSelect}},  // cuda_misc.cpp
+      {"Trilu", {run_trilu, true, false, kAny}},
+      {"IsInf", {run_is_inf, false, false, {kF32 | dtype_bit(DType::f64)}}},
       {"Softmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, false); }, true, false, kFloat}},
       {"LogSoftmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, true); }, true, false, kFloat}},
       {"LayerNormalization", {run_layer_norm, true, false, kFloat}},

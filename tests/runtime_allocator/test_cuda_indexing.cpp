@@ -1,10 +1,11 @@
 // GPU tests of N-d indexing and resampling against the CPU kernels: GatherND (batch_dims), ScatterND and
 // ScatterElements (every reduction, int64 and float data), Resize/Upsample in each mode, ArgMax/ArgMin/TopK/Size, the
-// trigonometric ops (generated kernels), and the gradients of a training step through them; exit 77 (skipped) without a
-// device.
+// trigonometric ops (generated kernels), Range, Trilu, IsInf, and the gradients of a training step through them; exit 77
+// (skipped) without a device.
 #include <doctest/doctest.h>
 
 #ifdef MEMPLAN_HAVE_CUDA
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <random>
@@ -158,6 +159,32 @@ TEST_CASE("ArgMax, ArgMin, TopK, Size and the trigonometric ops on the GPU equal
   for (const char* trig : {"Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Atanh"})
     add(trig, {x}, DType::f32, {5, 33, 7});
   check_against_cpu(shaped(b), checked, 1e-5);
+}
+
+TEST_CASE("Range, Trilu and IsInf on the GPU equal the CPU kernels") {
+  if (!runtime::cuda::cuda_available()) std::exit(77);
+  std::mt19937 rng(9);
+  OpGraph b;
+  b.g.opset = 18;
+  std::vector<TensorId> checked;
+  auto add = [&](const char* type, std::vector<TensorId> in, DType dt, std::vector<std::int64_t> dims, Attrs at = {}) {
+    checked.push_back(b.result(std::string(type) + std::to_string(checked.size()), dt, dims));
+    b.op(type, "", std::move(in), {checked.back()}, std::move(at));
+  };
+  auto scalar = [&](const char* name, DType dt, double v) { return b.constant(name, TensorData::from_double(dt, {}, {v})); };
+  add("Range", {scalar("f0", DType::f32, 0.5), scalar("f1", DType::f32, -70.0), scalar("f2", DType::f32, -0.3)}, DType::f32,
+      {235});
+  add("Range", {scalar("i0", DType::i64, -7), scalar("i1", DType::i64, 1000), scalar("i2", DType::i64, 3)}, DType::i64, {336});
+  const TensorId x = b.input("x", random_f32({3, 17, 9}, rng));
+  add("Trilu", {x, b.constant("k", ints(DType::i64, {}, {2}))}, DType::f32, {3, 17, 9}, {{"upper", int_attr(0)}});
+  add("Trilu", {x}, DType::f32, {3, 17, 9});
+  const TensorId inf = b.input("inf", TensorData::from_double(DType::f32, {5}, {1.0, INFINITY, -INFINITY, NAN, -2.0}));
+  add("IsInf", {inf}, DType::boolean, {5});
+  add("IsInf", {inf}, DType::boolean, {5}, {{"detect_positive", int_attr(0)}});
+  analysis::ShapeOptions so;
+  so.fold_max_elements = 0;  // keep Range of constants an op
+  b.g = analysis::infer_shapes(b.g, so);
+  check_against_cpu(b, checked, 0.0);
 }
 
 TEST_CASE("a training step through Resize (nearest, bilinear), GatherND and ScatterND gives the CPU's gradients on the GPU") {
