@@ -254,6 +254,7 @@ constexpr KernelConstraints kCopy{kAnyDType, static_cast<std::uint8_t>(kMaxRank)
 constexpr KernelConstraints kFloat{kF32};
 // Comparisons and Cast (cuda_compare.cpp): float32, int64, int32, bool; logic ops: rank 8 broadcasting.
 constexpr KernelConstraints kCompare{kF32 | dtype_bit(DType::i64) | dtype_bit(DType::i32) | kBool, static_cast<std::uint8_t>(kMaxRank)};
+constexpr KernelConstraints kInt{dtype_bit(DType::i64) | dtype_bit(DType::i32), static_cast<std::uint8_t>(kMaxRank)};
 // ArgMax, ArgMin, TopK (cuda_select.cpp).
 constexpr KernelConstraints kSelect{kF32 | dtype_bit(DType::f64) | dtype_bit(DType::i64) | dtype_bit(DType::i32)};
 constexpr KernelConstraints kCumSum{kF32 | dtype_bit(DType::f64) | dtype_bit(DType::i64) | dtype_bit(DType::i32)};
@@ -362,6 +363,10 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"Mul", {extra, true, false, kIntArith}},
       {"Min", {extra, true, false, kIntArith}},
       {"Max", {extra, true, false, kIntArith}},
+      {"Mod", {extra, true, false, kInt}},  // int64/int32 (cuda_compare.cpp); float Mod has no CUDA kernel
+      {"BitwiseAnd", {extra, true, false, kInt}},
+      {"BitwiseOr", {extra, true, false, kInt}},
+      {"BitwiseXor", {extra, true, false, kInt}},
       {"MatMul", {dnn, false, false, kProduct, same_float_dtype_reason}},
       {"Gemm", {dnn, false, false, kProduct, same_float_dtype_reason}},
       {"BatchNormalization", {dnn, true, true, kFloat}},

@@ -1,7 +1,7 @@
 // GPU tests of N-d indexing and resampling against the CPU kernels: GatherND (batch_dims), ScatterND and
 // ScatterElements (every reduction, int64 and float data), Resize/Upsample in each mode, ArgMax/ArgMin/TopK/Size, the
-// trigonometric ops (generated kernels), Range, Trilu, IsInf, and the gradients of a training step through them; exit 77
-// (skipped) without a device.
+// trigonometric ops (generated kernels), Range, Trilu, IsInf, integer Mod and bitwise ops, and the gradients of a training step
+// through them; exit 77 (skipped) without a device.
 #include <doctest/doctest.h>
 
 #ifdef MEMPLAN_HAVE_CUDA
@@ -161,7 +161,7 @@ TEST_CASE("ArgMax, ArgMin, TopK, Size and the trigonometric ops on the GPU equal
   check_against_cpu(shaped(b), checked, 1e-5);
 }
 
-TEST_CASE("Range, Trilu and IsInf on the GPU equal the CPU kernels") {
+TEST_CASE("Range, Trilu, IsInf, integer Mod and bitwise ops on the GPU equal the CPU kernels") {
   if (!runtime::cuda::cuda_available()) std::exit(77);
   std::mt19937 rng(9);
   OpGraph b;
@@ -181,6 +181,14 @@ TEST_CASE("Range, Trilu and IsInf on the GPU equal the CPU kernels") {
   const TensorId inf = b.input("inf", TensorData::from_double(DType::f32, {5}, {1.0, INFINITY, -INFINITY, NAN, -2.0}));
   add("IsInf", {inf}, DType::boolean, {5});
   add("IsInf", {inf}, DType::boolean, {5}, {{"detect_positive", int_attr(0)}});
+  std::vector<std::int64_t> av(4 * 6), bv(6);
+  for (std::size_t k = 0; k < av.size(); ++k) av[k] = static_cast<std::int64_t>(k * 7 % 41) - 20;
+  for (std::size_t k = 0; k < bv.size(); ++k) bv[k] = (k % 2 ? -1 : 1) * static_cast<std::int64_t>(k + 2);
+  const TensorId a = b.input("a", TensorData::from_int64(DType::i64, {4, 6}, av));
+  const TensorId d = b.input("d", TensorData::from_int64(DType::i64, {6}, bv));
+  add("Mod", {a, d}, DType::i64, {4, 6});
+  add("Mod", {a, d}, DType::i64, {4, 6}, {{"fmod", int_attr(1)}});
+  for (const char* bit : {"BitwiseAnd", "BitwiseOr", "BitwiseXor"}) add(bit, {a, d}, DType::i64, {4, 6});
   analysis::ShapeOptions so;
   so.fold_max_elements = 0;  // keep Range of constants an op
   b.g = analysis::infer_shapes(b.g, so);
