@@ -14,10 +14,10 @@ namespace memplan::analysis {
 
 namespace {
 
-constexpr std::array<const char*, 35> kNames = {
+constexpr std::array<const char*, 36> kNames = {
     "in",  "const", "add", "sub",  "mul",     "div", "pow", "max",  "min",        "neg",      "abs",
     "relu", "sigmoid", "tanh", "erf", "exp", "log", "sqrt", "reciprocal", "identity", "clip", "leaky_relu",
-    "gt",   "ge",    "floor", "ceil", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+    "gt",   "ge",    "floor", "ceil", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "keep",
 };
 
 // Reads a double written by fmt_double ("inf", "-inf" and "nan" included, which >> rejects).
@@ -41,7 +41,7 @@ const char* elem_op_name(ElemOp op) noexcept { return kNames[static_cast<std::si
 
 int elem_op_arity(ElemOp op) noexcept {
   if (op == ElemOp::input || op == ElemOp::constant) return 0;
-  if ((op >= ElemOp::add && op <= ElemOp::min) || op == ElemOp::gt || op == ElemOp::ge) return 2;
+  if ((op >= ElemOp::add && op <= ElemOp::min) || op == ElemOp::gt || op == ElemOp::ge || op == ElemOp::keep) return 2;
   return 1;
 }
 
@@ -154,6 +154,7 @@ float FusedExpr::evaluate(const float* operand_values, float* v) const {
       case ElemOp::asinh: r = std::asinh(x); break;
       case ElemOp::acosh: r = std::acosh(x); break;
       case ElemOp::atanh: r = std::atanh(x); break;
+      case ElemOp::keep: r = y > 0.0f ? x : 0.0f; break;
     }
     v[i] = r;
   }

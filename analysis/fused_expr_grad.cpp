@@ -243,6 +243,7 @@ class Reverse {
       case ElemOp::asinh: to(n.a, g, b_.un(ElemOp::reciprocal, b_.un(ElemOp::sqrt, add(mul(x, x), c(1))))); return;
       case ElemOp::acosh: to(n.a, g, b_.un(ElemOp::reciprocal, b_.un(ElemOp::sqrt, sub(mul(x, x), c(1))))); return;
       case ElemOp::atanh: to(n.a, g, b_.un(ElemOp::reciprocal, sub(c(1), mul(x, x)))); return;
+      case ElemOp::keep: acc(adj_[n.a], b_.bin(ElemOp::keep, g, w)); return;  // the mask passes dy; the mask itself: none
       case ElemOp::gt:
       case ElemOp::ge:
       case ElemOp::floor:

@@ -1,6 +1,8 @@
-// CPU kernels that select along an axis: ArgMax and ArgMin (keepdims, select_last_index) and TopK (largest or
-// smallest, sorted; ties by the lower index as ONNX specifies), over every visited dtype.
+// CPU kernels that select along an axis: ArgMax and ArgMin (keepdims, select_last_index), TopK (largest or
+// smallest, sorted; ties by the lower index as ONNX specifies) and Hardmax (1 at the first maximum), over every
+// visited dtype; and MeanVarianceNormalization.
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "runtime_allocator/cpu_kernels.hpp"
@@ -73,6 +75,54 @@ void k_top_k(const Op& op, const Refs& in, const Refs& out) {
   });
 }
 
+// Hardmax: 1 at the first maximum along `axis` (-1 from opset 13; the importer spells out older opsets' 1), else 0.
+void k_hardmax(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& x = required(op, in, 0);
+  const auto axis = static_cast<std::size_t>(normalize_axis(op, op.attr_int("axis", -1), x.shape.size()));
+  const Lines l = lines(x.shape, axis);
+  visit_dtype(op, x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = x.as<T>();
+    T* y = out[0].as<T>();
+    for (std::int64_t o = 0; o < l.outer; ++o)
+      for (std::int64_t i = 0; i < l.inner; ++i) {
+        const std::int64_t base = o * l.len * l.inner + i;
+        std::int64_t best = 0;
+        for (std::int64_t k = 1; k < l.len; ++k)
+          if (p[base + best * l.inner] < p[base + k * l.inner]) best = k;
+        for (std::int64_t k = 0; k < l.len; ++k) y[base + k * l.inner] = static_cast<T>(k == best ? 1 : 0);
+      }
+  });
+}
+
+// MeanVarianceNormalization over `axes` (default 0, 2, 3) as ONNX Runtime computes it, in float32:
+// (x - mean) * (1 / sqrt(mean((x - mean)^2))), no epsilon (ONNX's function body adds 1e-9 to the deviation), so a
+// constant group gives NaN there as here.
+void k_mean_variance_normalization(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& x = required(op, in, 0);
+  if (x.dtype != DType::f32) unsupported(op, "float32 only");
+  std::vector<std::int64_t> kept = x.shape;
+  for (auto a : op.attr_ints("axes", {0, 2, 3})) kept[static_cast<std::size_t>(normalize_axis(op, a, x.shape.size()))] = 1;
+  std::vector<std::int64_t> ostride = contiguous_strides(kept);
+  for (std::size_t k = 0; k < kept.size(); ++k)
+    if (kept[k] == 1 && x.shape[k] != 1) ostride[k] = 0;
+  const std::int64_t groups = dims_product(kept), n = groups ? x.elements() / groups : 0;
+  std::vector<float> mean(static_cast<std::size_t>(groups), 0.0f), var(static_cast<std::size_t>(groups), 0.0f);
+  const float* px = x.as<float>();
+  strided_loop(x.shape, {ostride}, [&](std::int64_t i, const Offsets& o) { mean[static_cast<std::size_t>(o[0])] += px[i]; });
+  for (float& m : mean) m /= static_cast<float>(n);
+  strided_loop(x.shape, {ostride}, [&](std::int64_t i, const Offsets& o) {
+    const float d = px[i] - mean[static_cast<std::size_t>(o[0])];
+    var[static_cast<std::size_t>(o[0])] += d * d;
+  });
+  for (float& v : var) v = 1.0f / std::sqrt(v / static_cast<float>(n));  // the inverse deviation
+  float* py = out[0].as<float>();
+  strided_loop(x.shape, {ostride}, [&](std::int64_t i, const Offsets& o) {
+    const auto g = static_cast<std::size_t>(o[0]);
+    py[i] = (px[i] - mean[g]) * var[g];
+  });
+}
+
 }  // namespace
 
 void add_select_kernels(KernelTable& t) {
@@ -80,6 +130,8 @@ void add_select_kernels(KernelTable& t) {
   t["ArgMax"] = {k_arg<true>, false, kNumbers};
   t["ArgMin"] = {k_arg<false>, false, kNumbers};
   t["TopK"] = {k_top_k, false, kNumbers};
+  t["Hardmax"] = {k_hardmax, false, kNumbers};
+  t["MeanVarianceNormalization"] = {k_mean_variance_normalization, false};
 }
 
 }  // namespace memplan::runtime::cpu

@@ -79,6 +79,7 @@ std::string node_code(const ExprNode& n) {
     case ElemOp::asinh: return "asinhf(" + a + ")";
     case ElemOp::acosh: return "acoshf(" + a + ")";
     case ElemOp::atanh: return "atanhf(" + a + ")";
+    case ElemOp::keep: return b + " > 0.0f ? " + a + " : 0.0f";
   }
   return a;
 }

@@ -21,7 +21,7 @@ const ElemOp kAllOps[] = {ElemOp::add,  ElemOp::sub,        ElemOp::mul,     Ele
                           ElemOp::tanh, ElemOp::erf,        ElemOp::exp,     ElemOp::log,      ElemOp::sqrt,
                           ElemOp::reciprocal, ElemOp::identity, ElemOp::clip, ElemOp::leaky_relu, ElemOp::gt, ElemOp::ge,
                           ElemOp::tan,  ElemOp::asin,       ElemOp::acos,    ElemOp::atan,     ElemOp::sinh, ElemOp::cosh,
-                          ElemOp::asinh, ElemOp::acosh,     ElemOp::atanh};
+                          ElemOp::asinh, ElemOp::acosh,     ElemOp::atanh, ElemOp::keep};
 
 // Random expression over `inputs` operands with `ops` operations; `forced` is among them.
 FusedExpr random_expr(std::mt19937& rng, std::uint32_t inputs, int ops, ElemOp forced) {
@@ -58,6 +58,9 @@ bool well_behaved(const FusedExpr& e, const std::vector<float>& x) {
     switch (n.op) {
       case ElemOp::abs: case ElemOp::relu: case ElemOp::leaky_relu:
         if (std::fabs(a) < m) return false;
+        break;
+      case ElemOp::keep:  // away from the mask's switch
+        if (std::fabs(b) < m) return false;
         break;
       case ElemOp::max: case ElemOp::min: case ElemOp::gt: case ElemOp::ge:
         if (std::fabs(a - b) < m) return false;

@@ -19,7 +19,7 @@ except ImportError:
 
 class Model:
     def __init__(self, rng):
-        self.rng, self.nodes, self.inputs, self.outputs, self.n = rng, [], [], [], 0
+        self.rng, self.nodes, self.inputs, self.outputs, self.n, self.declared = rng, [], [], [], 0, {}
 
     def input(self, name, a):
         self.inputs.append((name, a))
@@ -33,11 +33,15 @@ class Model:
             name + "_v", helper.np_dtype_to_tensor_dtype(a.dtype), a.shape, a.flatten().tolist())))
         return name
 
-    def add(self, op, ins, n_out=1, **attrs):
+    def add(self, op, ins, n_out=1, like=None, **attrs):
+        """`like`: an input whose type the output has (for ops onnx's shape inference fails on)."""
         self.n += 1
         outs = [f"{op.lower()}_{self.n}_{k}" for k in range(n_out)]
         self.nodes.append(helper.make_node(op, ins, outs, **attrs))
         self.outputs += outs
+        if like is not None:
+            a = dict(self.inputs)[like]
+            self.declared[outs[0]] = helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
         return outs[0]
 
 
@@ -131,7 +135,7 @@ def resize10(m):
 
 
 def select(m):
-    """ArgMax/ArgMin, TopK, Mod, IsInf, Size, the trigonometric and bitwise ops."""
+    """ArgMax/ArgMin, TopK, Mod, IsInf, Size, the trigonometric and bitwise ops, Hardmax, MVN, ReduceLogSum."""
     rng = m.rng
     x = m.input("x", rng.standard_normal([4, 5, 6]).astype(np.float32))
     ties = m.input("ties", rng.integers(-3, 3, size=[4, 5, 6]).astype(np.int64))
@@ -165,6 +169,12 @@ def select(m):
     for op in ("Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Atanh"):
         m.add(op, [unit])
     m.add("Acosh", [big])
+    m.add("Hardmax", [x], axis=1)
+    m.add("Hardmax", [m.input("tiesf", rng.integers(-3, 3, size=[4, 5, 6]).astype(np.float32))])
+    m.add("MeanVarianceNormalization", [m.input("nchw", rng.standard_normal([2, 3, 4, 5]).astype(np.float32))], like="nchw")
+    m.add("MeanVarianceNormalization", [x], like="x", axes=[1])
+    m.add("ReduceLogSum", [big, m.const(np.array([0], np.int64))], keepdims=0)
+    m.add("ReduceLogSum", [big])
 
 
 def einsum(m):
@@ -197,10 +207,13 @@ def save_model(path, m, opset):
                           [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in m.inputs],
                           [helper.make_value_info(o, onnx.TypeProto()) for o in m.outputs])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
-    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    # MeanVarianceNormalization's function body fails onnx's strict inference (onnx 1.23): its output is declared.
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=not m.declared)
     types = {vi.name: vi.type for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    types.update(m.declared)
     for o in model.graph.output:
         o.type.CopyFrom(types[o.name])
+    onnx.checker.check_model(model)
     onnx.save(model, path)
 
 

@@ -201,6 +201,9 @@ inline const std::vector<Example>& examples() {
     v.push_back({"", "BitShift", {bytes, shifts}, {{}}, A{{"direction", s("LEFT")}}});
     v.push_back({"", "IsInf", {x({2, 3})}, {{{}, DType::boolean}}, A{{"detect_negative", i(0)}}});
     v.push_back({"", "Size", {x({2, 3})}, {{{}, DType::i64}}});
+    v.push_back({"", "Hardmax", {x({2, 3, 4})}, {{}}, A{{"axis", i(1)}}});
+    v.push_back({"", "MeanVarianceNormalization", {x({2, 3, 2, 2})}});
+    v.push_back({"", "ReduceLogSum", {xp({2, 3, 4})}, {{}}, A{{"axes", is({1})}, {"keepdims", i(0)}}});
     for (const char* u : {"Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Atanh"}) v.push_back(unary(u));
     v.push_back({"", "Acosh", {{{2, 3}, DType::f32, Fill::above_one, true, std::nullopt}}});
     v.push_back({"", "Range", {i64({}, {1}), i64({}, {10}), i64({}, {3})}, {{{}, DType::i64}}});
