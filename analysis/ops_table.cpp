@@ -174,7 +174,8 @@ std::vector<OpSpec> build() {
       // Matmuls and convolutions.
       params(onnx("MatMul", K::matmul, matmul_flops, "batched matrix product (numpy matmul)"), kAllInputs),
       params(onnx("Gemm", K::matmul, gemm_flops, "alpha * A' B' + beta * C with optional transposes"), 6u),
-      onnx("Einsum", K::matmul, e1, "a tensor contraction written in Einstein notation"),
+      onnx("Einsum", K::matmul, e1,
+           "a tensor contraction in Einstein notation; lowered at import to Transpose/MatMul/ReduceSum ops unless it has an ellipsis or a diagonal"),
       params(workspace(onnx("Conv", K::convolution, conv_flops, "N-d convolution with groups, strides, dilations and pads")), 6u),
       params(workspace(onnx("ConvTranspose", K::convolution, conv_transpose_flops, "N-d transposed convolution (the input gradient of a Conv)")), 6u),
 
