@@ -114,7 +114,8 @@ void reduce_other(GradContext& c) {
 
 void add_math_grads(GradTable& t) {
   for (const char* unary : {"Elu", "Selu", "Celu", "ThresholdedRelu", "HardSigmoid", "HardSwish", "Softplus", "Softsign",
-                            "Shrink", "Mish", "Abs", "Swish"})
+                            "Shrink", "Mish", "Abs", "Swish", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh",
+                            "Atanh"})
     t[unary] = {by_expression, 1u, 1u};
   t["PRelu"] = {by_expression, 3u, 1u};
   for (const char* variadic : {"Max", "Min", "Mean"}) t[variadic] = {by_expression, kAll, 1u};

@@ -1,4 +1,5 @@
-// Backward rules of data-movement ops: views, Transpose, Concat/Split, Slice, Gather.
+// Backward rules of data-movement ops: views, Transpose, Concat/Split, Slice, Gather, GatherND, ScatterND/Elements.
+#include <memory>
 #include <numeric>
 
 #include "analysis/autodiff.hpp"
@@ -89,6 +90,74 @@ void gather(GradContext& c) {
   single(c, type, "memplan", {c.dy(), c.in(1)}, {{"axis", attr_i(axis)}});
 }
 
+// Zeros of `dtype` and `shape` (a ConstantOfShape whose value has the dtype).
+TensorId zeros(GradContext& c, const std::string& hint, DType dtype, const Shape& shape) {
+  const TensorId dims = c.int_constant(hint + "_shape", shape);
+  const TensorId z = c.temp(hint, dtype, shape);
+  Attribute v;
+  v.kind = Attribute::Kind::tensor;
+  v.t = std::make_shared<TensorData>(TensorData::from_double(dtype, {1}, {0.0}));
+  c.emit("ConstantOfShape", "", {dims}, {z}, {{"value", v}});
+  return z;
+}
+
+// GatherND (batch_dims 0): dX is zeros with each dY slice added at its index tuple (ScatterND, reduction add:
+// repeated tuples accumulate).
+void gather_nd(GradContext& c) {
+  if (c.fwd().attr_int("batch_dims", 0) != 0) c.unsupported("GatherND with batch_dims has no backward rule");
+  const TensorId x = c.in(0);
+  const DType dt = c.tensor(x).dtype;
+  const TensorId z = zeros(c, "zeros", dt, c.shape(x));
+  const TensorId g = c.grad_tensor(0);
+  c.emit("ScatterND", "", {z, c.in(1), c.dy()}, {g}, {{"reduction", attr_s("add")}});
+  c.give(0, g);
+}
+
+// ScatterND / ScatterElements with reduction none: dData is dY with the scattered positions zeroed (the same scatter
+// of zeros), dUpdates is dY gathered at the indices (GatherND / GatherElements), as torch's index_put and scatter.
+void scatter(GradContext& c) {
+  const bool nd = c.fwd().type == "ScatterND";
+  if (c.fwd().attr_string("reduction", "none") != "none") c.unsupported("only reduction 'none' has a backward rule");
+  std::map<std::string, Attribute> at;
+  if (!nd) at["axis"] = attr_i(axis_of(c, c.shape(c.in(0)).size()));
+  if (c.wants(0)) {
+    const TensorId u = c.in(2);
+    const DType dt = c.tensor(u).dtype;
+    const TensorId z = zeros(c, "zeros", dt, c.shape(u));
+    const TensorId g = c.grad_tensor(0);
+    c.emit(nd ? "ScatterND" : "ScatterElements", "", {c.dy(), c.in(1), z}, {g}, at);
+    c.give(0, g);
+  }
+  if (c.wants(2)) {
+    const TensorId g = c.grad_tensor(2);
+    c.emit(nd ? "GatherND" : "GatherElements", "", {c.dy(), c.in(1)}, {g}, at);
+    c.give(2, g);
+  }
+}
+
+// Resize / Upsample, nearest or linear: memplan ResizeGrad of dY with the forward's roi and scales inputs at their
+// positions and its attributes; `legacy` marks the layout of Upsample and opset-10 Resize (scales at input 1).
+void resize(GradContext& c) {
+  const Op f = c.fwd();
+  const std::string mode = f.attr_string("mode", "nearest");
+  if (mode != "nearest" && mode != "linear" && mode != "bilinear") c.unsupported("mode '" + mode + "' has no backward rule");
+  std::vector<TensorId> ins{c.dy()};
+  ins.insert(ins.end(), f.inputs.begin() + 1, f.inputs.end());
+  std::map<std::string, Attribute> at = f.attrs;
+  at["legacy"] = attr_i(f.type == "Upsample" || f.inputs.size() == 2 ? 1 : 0);
+  single(c, "ResizeGrad", "memplan", std::move(ins), std::move(at));
+}
+
+// TopK: the values' gradient lands where they were taken (memplan GatherElementsGrad of dY at the indices output along
+// the axis); the indices carry none.
+void top_k(GradContext& c) {
+  const auto r = static_cast<std::int64_t>(c.shape(c.in(0)).size());
+  std::int64_t axis = c.fwd().attr_int("axis", -1);
+  if (axis < -r || axis >= r) c.unsupported("axis " + std::to_string(axis) + " is out of range");
+  if (axis < 0) axis += r;
+  single(c, "GatherElementsGrad", "memplan", {c.dy(0), c.out(1)}, {{"axis", attr_i(axis)}});
+}
+
 // Constant Pad: the gradient is dY cropped back to x (a Slice from the leading pads); other modes and
 // negative pads (crops) have no rule here.
 void pad(GradContext& c) {
@@ -132,6 +201,12 @@ void add_tensor_grads(GradTable& t) {
   t[std::string(memplan_ops::kRoll)] = {roll, 1u, 1u};
   t["Gather"] = {gather, 1u, 1u};
   t["GatherElements"] = {gather, 1u, 1u};
+  t["GatherND"] = {gather_nd, 1u, 1u};
+  t["ScatterND"] = {scatter, 5u, 1u};
+  t["ScatterElements"] = {scatter, 5u, 1u};
+  t["Resize"] = {resize, 1u, 1u};
+  t["TopK"] = {top_k, 1u, 1u};
+  t["Upsample"] = {resize, 1u, 1u};
 }
 
 }  // namespace memplan::analysis::autodiff

@@ -8,15 +8,16 @@
 #include <sstream>
 
 #include "analysis/fused_expr.hpp"
+#include "analysis/fused_expr_types.hpp"
 
 namespace memplan::analysis {
 
 namespace {
 
-constexpr std::array<const char*, 26> kNames = {
+constexpr std::array<const char*, 36> kNames = {
     "in",  "const", "add", "sub",  "mul",     "div", "pow", "max",  "min",        "neg",      "abs",
     "relu", "sigmoid", "tanh", "erf", "exp", "log", "sqrt", "reciprocal", "identity", "clip", "leaky_relu",
-    "gt",   "ge",    "floor", "ceil",
+    "gt",   "ge",    "floor", "ceil", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "keep",
 };
 
 // Reads a double written by fmt_double ("inf", "-inf" and "nan" included, which >> rejects).
@@ -40,7 +41,7 @@ const char* elem_op_name(ElemOp op) noexcept { return kNames[static_cast<std::si
 
 int elem_op_arity(ElemOp op) noexcept {
   if (op == ElemOp::input || op == ElemOp::constant) return 0;
-  if ((op >= ElemOp::add && op <= ElemOp::min) || op == ElemOp::gt || op == ElemOp::ge) return 2;
+  if ((op >= ElemOp::add && op <= ElemOp::min) || op == ElemOp::gt || op == ElemOp::ge || op == ElemOp::keep) return 2;
   return 1;
 }
 
@@ -144,6 +145,16 @@ float FusedExpr::evaluate(const float* operand_values, float* v) const {
       case ElemOp::ge: r = x >= y ? 1.0f : 0.0f; break;
       case ElemOp::floor: r = std::floor(x); break;
       case ElemOp::ceil: r = std::ceil(x); break;
+      case ElemOp::tan: r = std::tan(x); break;
+      case ElemOp::asin: r = std::asin(x); break;
+      case ElemOp::acos: r = std::acos(x); break;
+      case ElemOp::atan: r = std::atan(x); break;
+      case ElemOp::sinh: r = std::sinh(x); break;
+      case ElemOp::cosh: r = std::cosh(x); break;
+      case ElemOp::asinh: r = std::asinh(x); break;
+      case ElemOp::acosh: r = std::acosh(x); break;
+      case ElemOp::atanh: r = std::atanh(x); break;
+      case ElemOp::keep: r = y > 0.0f ? x : 0.0f; break;
     }
     v[i] = r;
   }
@@ -189,6 +200,15 @@ std::optional<ElemOp> simple_op(const std::string& type) {
 }
 
 }  // namespace
+
+bool elementwise_expr_covers(const OpInfo& info) {
+  if (info.domain == kMemplanDomain) return info.type == kFusedOpType;
+  if (!info.domain.empty()) return false;
+  Op probe;
+  probe.type = std::string(info.type);
+  probe.inputs = {0, 1, 2};  // three operands: Max/Min and Sum/Mean of any arity are activations
+  return info.type == "Gelu" || simple_op(probe.type).has_value() || expressible_activation(probe);
+}
 
 std::optional<FusedExpr> elementwise_expr(const Graph& g, OpId id) { return elementwise_expr(g, g.ops[id]); }
 

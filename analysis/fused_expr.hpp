@@ -21,6 +21,8 @@ enum class ElemOp : std::uint8_t {
   clip, leaky_relu,                                         // unary with parameters
   gt, ge,  // binary comparisons as 1.0f / 0.0f (a > b, a >= b): the selections of derivatives (relu', max')
   floor, ceil,  // unary rounding (timm's DropPath mask floor(keep_prob + u)); derivative 0
+  tan, asin, acos, atan, sinh, cosh, asinh, acosh, atanh,  // unary trigonometric and hyperbolic (ONNX Tan ... Atanh)
+  keep,  // binary: a where b > 0, else 0 (a NaN or infinite a masked out gives 0: ThresholdedRelu, Shrink)
 };
 const char* elem_op_name(ElemOp op) noexcept;
 int elem_op_arity(ElemOp op) noexcept;  // 0 for leaves

@@ -2,6 +2,7 @@
 // NVRTC kernels and gradient_expr cover them without new node kinds (the forms avoid exp overflow).
 #include <cmath>
 #include <string_view>
+#include <utility>
 
 #include "analysis/fused_expr.hpp"
 
@@ -11,7 +12,13 @@ namespace {
 constexpr std::string_view kActivations[] = {"Elu",      "Selu",     "Celu",    "ThresholdedRelu", "HardSigmoid",
                                              "HardSwish", "Softplus", "Softsign", "Shrink",          "Mish",
                                              "PRelu",     "Sum",      "Mean",     "Max",             "Min",
-                                             "Swish"};
+                                             "Swish",     "Tan",      "Asin",     "Acos",            "Atan",
+                                             "Sinh",      "Cosh",     "Asinh",    "Acosh",           "Atanh"};
+
+// The trigonometric and hyperbolic ops: one node each.
+constexpr std::pair<std::string_view, ElemOp> kTrig[] = {{"Tan", ElemOp::tan},     {"Asin", ElemOp::asin},   {"Acos", ElemOp::acos},
+                                                         {"Atan", ElemOp::atan},   {"Sinh", ElemOp::sinh},   {"Cosh", ElemOp::cosh},
+                                                         {"Asinh", ElemOp::asinh}, {"Acosh", ElemOp::acosh}, {"Atanh", ElemOp::atanh}};
 
 struct Builder {
   FusedExpr& e;
@@ -62,8 +69,8 @@ void build_activation(FusedExpr& e, const Op& op, const std::vector<std::uint32_
     b.mul(b.c(op.attr_float("gamma", 1.0507009873554805)), v);
   } else if (t == "Celu") {
     b.elu(x, op.attr_float("alpha", 1.0), true);
-  } else if (t == "ThresholdedRelu") {
-    b.mul(x, b.bin(ElemOp::gt, x, b.c(op.attr_float("alpha", 1.0))));
+  } else if (t == "ThresholdedRelu") {  // x where x > alpha, else 0 (NaN too, as ONNX Runtime)
+    b.bin(ElemOp::keep, x, b.bin(ElemOp::gt, x, b.c(op.attr_float("alpha", 1.0))));
   } else if (t == "HardSigmoid") {
     b.clip(b.add(b.mul(x, b.c(op.attr_float("alpha", 0.2))), b.c(op.attr_float("beta", 0.5))), 0.0, 1.0);
   } else if (t == "HardSwish") {
@@ -74,8 +81,8 @@ void build_activation(FusedExpr& e, const Op& op, const std::vector<std::uint32_
     b.bin(ElemOp::div, x, b.add(b.c(1.0), b.un(ElemOp::abs, x)));
   } else if (t == "Shrink") {  // x - bias above lambd, x + bias below -lambd, else 0
     const double lambd = op.attr_float("lambd", 0.5), bias = op.attr_float("bias", 0.0);
-    const std::uint32_t hi = b.mul(b.bin(ElemOp::gt, x, b.c(lambd)), b.sub(x, b.c(bias)));
-    const std::uint32_t lo = b.mul(b.bin(ElemOp::gt, b.c(-lambd), x), b.add(x, b.c(bias)));
+    const std::uint32_t hi = b.bin(ElemOp::keep, b.sub(x, b.c(bias)), b.bin(ElemOp::gt, x, b.c(lambd)));
+    const std::uint32_t lo = b.bin(ElemOp::keep, b.add(x, b.c(bias)), b.bin(ElemOp::gt, b.c(-lambd), x));
     b.add(hi, lo);
   } else if (t == "Swish") {  // x * sigmoid(alpha x): PyTorch's SiLU with alpha 1
     b.mul(x, b.un(ElemOp::sigmoid, b.mul(x, b.c(op.attr_float("alpha", 1.0)))));
@@ -91,6 +98,11 @@ void build_activation(FusedExpr& e, const Op& op, const std::vector<std::uint32_
     const std::uint32_t v = b.fold(t == "Max" ? ElemOp::max : ElemOp::min, xs);
     if (xs.size() == 1) b.un(ElemOp::identity, v);
   } else {
+    for (const auto& [name, node] : kTrig)
+      if (t == name) {
+        b.un(node, x);
+        return;
+      }
     fail(ErrorKind::usage, "build_activation: op type '" + t + "' has no expression");
   }
 }

@@ -230,6 +230,20 @@ class Reverse {
         to(n.a, g, add(scaled, floor));
         return;
       }
+      case ElemOp::tan: to(n.a, g, add(c(1), mul(y, y))); return;  // 1 + tan^2
+      case ElemOp::asin:  // 1 / sqrt(1 - x^2), acos its negation
+      case ElemOp::acos: {
+        const std::uint32_t d = b_.un(ElemOp::reciprocal, b_.un(ElemOp::sqrt, sub(c(1), mul(x, x))));
+        to(n.a, g, n.op == ElemOp::asin ? d : neg(d));
+        return;
+      }
+      case ElemOp::atan: to(n.a, g, b_.un(ElemOp::reciprocal, add(c(1), mul(x, x)))); return;
+      case ElemOp::sinh: to(n.a, g, b_.un(ElemOp::cosh, x)); return;
+      case ElemOp::cosh: to(n.a, g, b_.un(ElemOp::sinh, x)); return;
+      case ElemOp::asinh: to(n.a, g, b_.un(ElemOp::reciprocal, b_.un(ElemOp::sqrt, add(mul(x, x), c(1))))); return;
+      case ElemOp::acosh: to(n.a, g, b_.un(ElemOp::reciprocal, b_.un(ElemOp::sqrt, sub(mul(x, x), c(1))))); return;
+      case ElemOp::atanh: to(n.a, g, b_.un(ElemOp::reciprocal, sub(c(1), mul(x, x)))); return;
+      case ElemOp::keep: acc(adj_[n.a], b_.bin(ElemOp::keep, g, w)); return;  // the mask passes dy; the mask itself: none
       case ElemOp::gt:
       case ElemOp::ge:
       case ElemOp::floor:

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "analysis/einsum_lower.hpp"
 #include "analysis/import.hpp"
 #include "analysis/names.hpp"
 #include "analysis/onnx_opset.hpp"
@@ -324,6 +325,7 @@ Graph graph_from_model(const Ctx& c, const onnx::ModelProto& model, std::int64_t
       op.inputs.push_back(t);
     }
     for (const auto& out : node.output()) op.outputs.push_back(out.empty() ? kNoTensor : g.find(out));
+    if (op.domain.empty() && op.type == "Einsum" && lower_einsum(g, op, opset)) continue;  // einsum_lower.hpp
     g.add_op(std::move(op));
   }
   for (const auto& vi : gp.output()) {

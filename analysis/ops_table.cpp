@@ -174,7 +174,8 @@ std::vector<OpSpec> build() {
       // Matmuls and convolutions.
       params(onnx("MatMul", K::matmul, matmul_flops, "batched matrix product (numpy matmul)"), kAllInputs),
       params(onnx("Gemm", K::matmul, gemm_flops, "alpha * A' B' + beta * C with optional transposes"), 6u),
-      onnx("Einsum", K::matmul, e1, "a tensor contraction written in Einstein notation"),
+      onnx("Einsum", K::matmul, e1,
+           "a tensor contraction in Einstein notation; lowered at import to Transpose/MatMul/ReduceSum ops unless it has an ellipsis or a diagonal"),
       params(workspace(onnx("Conv", K::convolution, conv_flops, "N-d convolution with groups, strides, dilations and pads")), 6u),
       params(workspace(onnx("ConvTranspose", K::convolution, conv_transpose_flops, "N-d transposed convolution (the input gradient of a Conv)")), 6u),
 
@@ -199,7 +200,7 @@ std::vector<OpSpec> build() {
       onnx("ReduceSumSquare", K::reduction, reduction_flops, "sum of squares over `axes`"),
       nondiff(onnx("ArgMax", K::reduction, e1, "index of the maximum along `axis`")),
       nondiff(onnx("ArgMin", K::reduction, e1, "index of the minimum along `axis`")),
-      nondiff(onnx("TopK", K::reduction, e1, "the K largest or smallest values along `axis` and their indices")),
+      onnx("TopK", K::reduction, e1, "the K largest or smallest values along `axis` and their indices"),
       onnx("CumSum", K::reduction, e1, "running sum along an axis"),
 
       // Layout: bytes moved without arithmetic.
@@ -272,6 +273,8 @@ std::vector<OpSpec> build() {
       mine("SplitGrad", K::layout, no_flops, "the split outputs' gradients joined along `axis`"),
       mine("GatherGrad", K::layout, no_flops, "zeros with dY rows added at the gathered indices"),
       mine("GatherElementsGrad", K::layout, no_flops, "zeros with dY elements added at the gathered indices"),
+      mine("ResizeGrad", K::layout, e1,
+           "dX of Resize/Upsample (nearest, linear): each dY element added to the input elements its output read, times their weights"),
 
       // Loss and optimizers.
       mine(memplan_ops::kMSELoss, K::loss, &per_element<3>, "mean of (y - target)^2"),

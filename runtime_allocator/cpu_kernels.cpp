@@ -51,6 +51,10 @@ KernelTable build_table() {
   add_norm_kernels(t);
   add_shape_kernels(t);
   add_indexing_kernels(t);
+  add_scatter_kernels(t);
+  add_resize_kernels(t);
+  add_select_kernels(t);
+  add_integer_kernels(t);
   add_training_kernels(t);
   add_attention_kernels(t);
   add_loss_kernels(t);

@@ -60,6 +60,10 @@ void add_reduce_kernels(KernelTable& t);
 void add_norm_kernels(KernelTable& t);  // memplan RMSNormalization and RMSNormGrad
 void add_shape_kernels(KernelTable& t);
 void add_indexing_kernels(KernelTable& t);  // Pad, GatherElements, Range, RandomUniformLike
+void add_scatter_kernels(KernelTable& t);   // GatherND, ScatterND, ScatterElements (kernels_scatter.cpp)
+void add_resize_kernels(KernelTable& t);    // Resize, Upsample, ResizeGrad (kernels_resize.cpp)
+void add_select_kernels(KernelTable& t);    // ArgMax, ArgMin, TopK, Hardmax, MeanVarianceNormalization (kernels_select.cpp)
+void add_integer_kernels(KernelTable& t);   // Mod, IsInf, Bitwise*, BitShift, Size (kernels_integer.cpp)
 void add_training_kernels(KernelTable& t);
 void add_gradient_elementwise_kernels(KernelTable& t);
 void add_gradient_layer_kernels(KernelTable& t);

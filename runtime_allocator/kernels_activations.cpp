@@ -49,7 +49,7 @@ void add_activation_kernels(KernelTable& t) {
   t["Trilu"] = {k_trilu, true, {kAnyDType}};
   t["CastLike"] = t["Cast"];  // the same conversion, the target dtype read from input 1 by shape inference
   // Sum and Mean of any dtype: kernels_onnx_legacy.cpp.
-  for (const char* name : {"Softsign", "ThresholdedRelu", "Shrink"})
+  for (const char* name : {"Softsign", "ThresholdedRelu", "Shrink", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh"})
     t[name] = {run_activation_expression, true, {kF32}};
 }
 

@@ -1,4 +1,4 @@
-// CPU reductions and normalisations: Reduce{Mean,Sum,Max,Min,Prod,SumSquare}, Softmax, LogSoftmax, LayerNormalization.
+// CPU reductions and normalisations: Reduce{Mean,Sum,Max,Min,Prod,SumSquare,L1,L2,LogSumExp,LogSum}, Softmax, LogSoftmax, LayerNormalization.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -8,7 +8,7 @@
 namespace memplan::runtime::cpu {
 namespace {
 
-enum class Reduce { mean, sum, max, min, prod, sum_square, l1, l2, log_sum_exp };
+enum class Reduce { mean, sum, max, min, prod, sum_square, l1, l2, log_sum_exp, log_sum };
 
 // Axes from the attribute (older opsets) or the optional second input (ReduceSum 13+, all in 18+).
 std::vector<bool> reduced_axes(const Op& op, const Refs& in, std::size_t rank) {
@@ -53,7 +53,7 @@ void k_reduce(const Op& op, const Refs& in, const Refs& out) {
       case Reduce::l1: a += std::fabs(v); break;
       case Reduce::l2: a += v * v; break;
       case Reduce::log_sum_exp: a += std::exp(v - shift[static_cast<std::size_t>(o[0])]); break;
-      case Reduce::mean: case Reduce::sum: a += v; break;
+      case Reduce::mean: case Reduce::sum: case Reduce::log_sum: a += v; break;
       case Reduce::sum_square: a += v * v; break;
       // NaN propagates (as in numpy and ONNX Runtime): once a is NaN no comparison replaces it.
       case Reduce::max: a = v > a || v != v ? v : a; break;
@@ -67,6 +67,7 @@ void k_reduce(const Op& op, const Refs& in, const Refs& out) {
     if (kKind == Reduce::mean) py[i] = a / static_cast<float>(n_red);
     else if (kKind == Reduce::l2) py[i] = std::sqrt(a);
     else if (kKind == Reduce::log_sum_exp) py[i] = std::log(a) + shift[static_cast<std::size_t>(i)];
+    else if (kKind == Reduce::log_sum) py[i] = std::log(a);
     else py[i] = a;
   }
 }
@@ -136,6 +137,7 @@ void add_reduce_kernels(KernelTable& t) {
   t["ReduceL1"] = {k_reduce<Reduce::l1>, false};
   t["ReduceL2"] = {k_reduce<Reduce::l2>, false};
   t["ReduceLogSumExp"] = {k_reduce<Reduce::log_sum_exp>, false};
+  t["ReduceLogSum"] = {k_reduce<Reduce::log_sum>, false};
   // Each row is read completely (statistics) before its outputs are written.
   t["Softmax"] = {k_softmax<false>, true};
   t["LogSoftmax"] = {k_softmax<true>, true};

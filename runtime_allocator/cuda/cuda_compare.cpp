@@ -1,6 +1,6 @@
 // The CUDA executor's comparison (Equal, Greater, GreaterOrEqual, Less, LessOrEqual), logic (And, Or, Xor,
-// Not), integer arithmetic (Add, Sub, Mul, Min, Max of int64/int32: float ones run as generated elementwise
-// kernels), Cast between float32, bf16, f16, int64, int32 and bool (between float dtypes a generated kernel runs it
+// Not), integer arithmetic (Add, Sub, Mul, Min, Max, Mod, BitwiseAnd/Or/Xor of int64/int32: float Add ... Max run as
+// generated elementwise kernels), Cast between float32, bf16, f16, int64, int32 and bool (between float dtypes a generated kernel runs it
 // first), and Sin/Cos (float32, bf16, f16). Semantics follow the CPU kernels
 // (runtime_allocator/kernels_elementwise.cpp).
 #include "runtime_allocator/cuda/cuda_compare.hpp"
@@ -46,9 +46,12 @@ std::optional<CompareOp> compare_op(const std::string& t) {
   return std::nullopt;
 }
 
-std::optional<IntOp> int_op(const std::string& t) {
+std::optional<IntOp> int_op(const Op& op) {
+  const std::string& t = op.type;
+  if (t == "Mod") return op.attr_int("fmod", 0) != 0 ? IntOp::fmod : IntOp::mod;
   static const std::pair<const char*, IntOp> table[] = {
-      {"Add", IntOp::add}, {"Sub", IntOp::sub}, {"Mul", IntOp::mul}, {"Min", IntOp::min}, {"Max", IntOp::max}};
+      {"Add", IntOp::add},         {"Sub", IntOp::sub},       {"Mul", IntOp::mul},        {"Min", IntOp::min},
+      {"Max", IntOp::max},         {"BitwiseAnd", IntOp::bit_and}, {"BitwiseOr", IntOp::bit_or}, {"BitwiseXor", IntOp::bit_xor}};
   for (const auto& [name, o] : table)
     if (t == name) return o;
   return std::nullopt;
@@ -87,7 +90,7 @@ std::int64_t elements(const ExecState& s, TensorId t) { return static_cast<std::
 bool run_compare_op(ExecState& s, const Op& op) {
   const std::string& t = op.type;
   if (auto c = compare_op(t)) return run_compare(s, op, *c), true;
-  if (auto o = int_op(t)) return run_int_binary(s, op, *o), true;
+  if (auto o = int_op(op)) return run_int_binary(s, op, *o), true;
   if (t != "Not" && t != "Cast" && t != "Sin" && t != "Cos") return false;
   const TensorId x = op.inputs.at(0), out = op.outputs.at(0);
   if (t == "Not") {

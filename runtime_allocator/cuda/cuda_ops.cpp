@@ -7,8 +7,12 @@
 #include "analysis/fused_expr.hpp"
 #include "runtime_allocator/cuda/cuda_state.hpp"
 #include "runtime_allocator/cuda/kernels.hpp"
+#include "runtime_allocator/cuda/kernels_misc.hpp"
 #include "runtime_allocator/cuda/kernels_pad_random.hpp"
 #include "runtime_allocator/cuda/kernels_random.hpp"
+#include "runtime_allocator/cuda/kernels_resize.hpp"
+#include "runtime_allocator/cuda/kernels_scatter.hpp"
+#include "runtime_allocator/cuda/kernels_select.hpp"
 
 namespace memplan::runtime::cuda {
 
@@ -250,6 +254,9 @@ constexpr KernelConstraints kCopy{kAnyDType, static_cast<std::uint8_t>(kMaxRank)
 constexpr KernelConstraints kFloat{kF32};
 // Comparisons and Cast (cuda_compare.cpp): float32, int64, int32, bool; logic ops: rank 8 broadcasting.
 constexpr KernelConstraints kCompare{kF32 | dtype_bit(DType::i64) | dtype_bit(DType::i32) | kBool, static_cast<std::uint8_t>(kMaxRank)};
+constexpr KernelConstraints kInt{dtype_bit(DType::i64) | dtype_bit(DType::i32), static_cast<std::uint8_t>(kMaxRank)};
+// ArgMax, ArgMin, TopK (cuda_select.cpp).
+constexpr KernelConstraints kSelect{kF32 | dtype_bit(DType::f64) | dtype_bit(DType::i64) | dtype_bit(DType::i32)};
 constexpr KernelConstraints kCumSum{kF32 | dtype_bit(DType::f64) | dtype_bit(DType::i64) | dtype_bit(DType::i32)};
 // Cast: those and bf16/f16 (casts between float dtypes run as generated elementwise kernels first).
 constexpr KernelConstraints kCast{kCompare.dtypes | dtype_bit(DType::bf16) | dtype_bit(DType::f16), kCompare.max_rank};
@@ -309,6 +316,19 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"CumSum", {run_cum_sum, false, false, kCumSum}},
       {"memplan::Roll", {run_roll, false, false, kAny}},  // cuda_pad_random.cpp
       {"GatherElements", {run_gather_elements, false, false, kCopy}},
+      {"GatherND", {run_gather_nd, false, false, kAny}},  // cuda_scatter.cpp
+      {"ScatterND", {run_scatter_nd, false, false, kAny, scatter_reason}},
+      {"ScatterElements", {run_scatter_elements, false, false, kCopy, scatter_reason}},
+      {"Resize", {run_resize, false, false, kAny, resize_reason}},  // cuda_resize.cpp
+      {"Upsample", {run_resize, false, false, kAny, resize_reason}},
+      {"memplan::ResizeGrad", {run_resize_grad, false, false, kFloat}},
+      {"ArgMax", {run_arg_max, false, false, kSelect}},  // cuda_select.cpp
+      {"ArgMin", {run_arg_max, false, false, kSelect}},
+      {"TopK", {run_top_k, false, false, kSelect}},
+      {"Size", {run_size, false, false, kAny}},
+      {"Range", {run_range, false, false, kSelect}},  // cuda_misc.cpp
+      {"Trilu", {run_trilu, true, false, kAny}},
+      {"IsInf", {run_is_inf, false, false, {kF32 | dtype_bit(DType::f64)}}},
       {"Softmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, false); }, true, false, kFloat}},
       {"LogSoftmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, true); }, true, false, kFloat}},
       {"LayerNormalization", {run_layer_norm, true, false, kFloat}},
@@ -344,6 +364,10 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"Mul", {extra, true, false, kIntArith}},
       {"Min", {extra, true, false, kIntArith}},
       {"Max", {extra, true, false, kIntArith}},
+      {"Mod", {extra, true, false, kInt}},  // int64/int32 (cuda_compare.cpp); float Mod has no CUDA kernel
+      {"BitwiseAnd", {extra, true, false, kInt}},
+      {"BitwiseOr", {extra, true, false, kInt}},
+      {"BitwiseXor", {extra, true, false, kInt}},
       {"MatMul", {dnn, false, false, kProduct, same_float_dtype_reason}},
       {"Gemm", {dnn, false, false, kProduct, same_float_dtype_reason}},
       {"BatchNormalization", {dnn, true, true, kFloat}},

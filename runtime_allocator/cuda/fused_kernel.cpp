@@ -70,6 +70,16 @@ std::string node_code(const ExprNode& n) {
     case ElemOp::ge: return a + " >= " + b + " ? 1.0f : 0.0f";
     case ElemOp::floor: return "floorf(" + a + ")";
     case ElemOp::ceil: return "ceilf(" + a + ")";
+    case ElemOp::tan: return "tanf(" + a + ")";
+    case ElemOp::asin: return "asinf(" + a + ")";
+    case ElemOp::acos: return "acosf(" + a + ")";
+    case ElemOp::atan: return "atanf(" + a + ")";
+    case ElemOp::sinh: return "sinhf(" + a + ")";
+    case ElemOp::cosh: return "coshf(" + a + ")";
+    case ElemOp::asinh: return "asinhf(" + a + ")";
+    case ElemOp::acosh: return "acoshf(" + a + ")";
+    case ElemOp::atanh: return "atanhf(" + a + ")";
+    case ElemOp::keep: return b + " > 0.0f ? " + a + " : 0.0f";
   }
   return a;
 }

@@ -52,6 +52,16 @@ __device__ __forceinline__ T apply(IntOp op, T x, T y) {
     case IntOp::mul: return static_cast<T>(static_cast<U>(x) * static_cast<U>(y));
     case IntOp::min: return x < y ? x : y;
     case IntOp::max: return x < y ? y : x;
+    case IntOp::mod:
+    case IntOp::fmod: {
+      if (y == 0) return T(0);
+      if (y == T(-1)) return T(0);  // the lowest value % -1 overflows
+      const T r = static_cast<T>(x % y);
+      return op == IntOp::mod && r != 0 && (r < 0) != (y < 0) ? static_cast<T>(r + y) : r;
+    }
+    case IntOp::bit_and: return static_cast<T>(x & y);
+    case IntOp::bit_or: return static_cast<T>(x | y);
+    case IntOp::bit_xor: return static_cast<T>(x ^ y);
   }
   return x;
 }

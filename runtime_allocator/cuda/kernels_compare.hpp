@@ -21,7 +21,8 @@ enum class CompareOp : std::uint8_t { equal, greater, greater_equal, less, less_
 void compare(CompareOp op, ElemType type, const void *a, const void *b, std::uint8_t *out, const BroadcastShape &shape,
              cudaStream_t stream);
 
-enum class IntOp : std::uint8_t { add, sub, mul, min, max };
+// mod: the divisor's sign (ONNX Mod fmod 0, Python's %); fmod: the dividend's (fmod 1, C's %); a zero divisor gives 0.
+enum class IntOp : std::uint8_t { add, sub, mul, min, max, mod, fmod, bit_and, bit_or, bit_xor };
 
 // out[i] = a[i'] OP b[i''] over int64 or int32 (wrapping as the CPU's two's complement does).
 void int_binary(IntOp op, ElemType type, const void *a, const void *b, void *out, const BroadcastShape &shape,

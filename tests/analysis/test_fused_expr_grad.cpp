@@ -19,7 +19,9 @@ constexpr std::uint32_t kSeed = 20260517;  // printed with every failure
 const ElemOp kAllOps[] = {ElemOp::add,  ElemOp::sub,        ElemOp::mul,     ElemOp::div,      ElemOp::pow,  ElemOp::max,
                           ElemOp::min,  ElemOp::neg,        ElemOp::abs,     ElemOp::relu,     ElemOp::sigmoid,
                           ElemOp::tanh, ElemOp::erf,        ElemOp::exp,     ElemOp::log,      ElemOp::sqrt,
-                          ElemOp::reciprocal, ElemOp::identity, ElemOp::clip, ElemOp::leaky_relu, ElemOp::gt, ElemOp::ge};
+                          ElemOp::reciprocal, ElemOp::identity, ElemOp::clip, ElemOp::leaky_relu, ElemOp::gt, ElemOp::ge,
+                          ElemOp::tan,  ElemOp::asin,       ElemOp::acos,    ElemOp::atan,     ElemOp::sinh, ElemOp::cosh,
+                          ElemOp::asinh, ElemOp::acosh,     ElemOp::atanh, ElemOp::keep};
 
 // Random expression over `inputs` operands with `ops` operations; `forced` is among them.
 FusedExpr random_expr(std::mt19937& rng, std::uint32_t inputs, int ops, ElemOp forced) {
@@ -57,6 +59,9 @@ bool well_behaved(const FusedExpr& e, const std::vector<float>& x) {
       case ElemOp::abs: case ElemOp::relu: case ElemOp::leaky_relu:
         if (std::fabs(a) < m) return false;
         break;
+      case ElemOp::keep:  // away from the mask's switch
+        if (std::fabs(b) < m) return false;
+        break;
       case ElemOp::max: case ElemOp::min: case ElemOp::gt: case ElemOp::ge:
         if (std::fabs(a - b) < m) return false;
         break;
@@ -68,6 +73,15 @@ bool well_behaved(const FusedExpr& e, const std::vector<float>& x) {
         break;
       case ElemOp::pow:
         if (a < 0.2f || std::fabs(b) > 4.0f) return false;
+        break;
+      case ElemOp::asin: case ElemOp::acos: case ElemOp::atanh:  // inside (-1, 1), away from the poles of the derivative
+        if (std::fabs(a) > 0.85f) return false;
+        break;
+      case ElemOp::acosh:
+        if (a < 1.15f) return false;
+        break;
+      case ElemOp::tan:
+        if (std::fabs(std::cos(a)) < 0.3f) return false;
         break;
       case ElemOp::div: case ElemOp::reciprocal:
         if (std::fabs(n.op == ElemOp::div ? b : a) < 0.2f) return false;

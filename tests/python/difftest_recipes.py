@@ -69,7 +69,10 @@ def first(b, op, schema, x, lo=0, hi=4, dtypes=None, kind=None):
         return None
     if x is not None and x.dtype in dts and lo <= len(x.shape) <= hi and kind is None and op not in POSITIVE | UNIT:
         return x
-    return b.fresh(rand_shape(b.rng, lo, hi), lib.pick_dtype(b.rng, dts), kind or value_kind(op))
+    dt = lib.pick_dtype(b.rng, dts)
+    if dt is None:  # only dtypes the generator does not draw (BitShift's unsigned ones beside uint8)
+        return None
+    return b.fresh(rand_shape(b.rng, lo, hi), dt, kind or value_kind(op))
 
 
 def has_attr(schema, name):

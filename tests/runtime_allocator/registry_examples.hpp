@@ -17,7 +17,7 @@ using analysis::DType;
 
 // How an input's values are drawn: `distinct` values are ±[0.2, 1] on a grid spaced far wider than the
 // finite-difference step, so no element sits near a kink (0 for Relu/Abs) or ties another (MaxPool).
-enum class Fill : std::uint8_t { distinct, positive, mask };
+enum class Fill : std::uint8_t { distinct, positive, mask, above_one };  // above_one: 1.2 + [0, 1) (Acosh)
 
 struct ExampleInput {
   Dims dims;
@@ -52,6 +52,10 @@ inline ExampleInput x(Dims d) { return {std::move(d), DType::f32, Fill::distinct
 inline ExampleInput xp(Dims d) { return {std::move(d), DType::f32, Fill::positive, false, std::nullopt}; }
 inline ExampleInput mask(Dims d) { return {std::move(d), DType::boolean, Fill::mask, false, std::nullopt}; }
 inline ExampleInput i64(Dims d, std::vector<double> v) { return {std::move(d), DType::i64, Fill::distinct, false, std::move(v)}; }
+inline ExampleInput f32s(std::vector<double> v) {
+  const auto n = static_cast<std::int64_t>(v.size());
+  return {{n}, DType::f32, Fill::distinct, false, std::move(v)};
+}
 inline ExampleInput f32(double v) { return {{}, DType::f32, Fill::distinct, false, std::vector<double>{v}}; }
 inline ExampleInput flag(bool v) { return {{}, DType::boolean, Fill::mask, false, std::vector<double>{v ? 1.0 : 0.0}}; }
 
@@ -154,6 +158,56 @@ inline const std::vector<Example>& examples() {
     v.push_back({"", "Gather", {t({5, 3}), i64({4}, {0, 2, 4, 2})}, {{}}, A{{"axis", i(0)}}});
     v.push_back({"", "GatherElements", {t({3, 4}), i64({3, 2}, {0, 3, 1, 1, 2, 0})}, {{}}, A{{"axis", i(1)}}});
     v.push_back({"", "GatherElements", {x({3, 4}), i64({2, 4}, {0, -1, 2, 1, 2, 2, 0, 1})}, {{}}, A{{"axis", i(0)}}});
+    // N-d indexing (kernels_scatter.cpp): negative indices, repeated tuples accumulating in GatherND's gradient,
+    // batch_dims, each scatter reduction, int64 data.
+    v.push_back({"", "GatherND", {t({3, 4}), i64({3, 1}, {2, -3, 2})}});
+    v.push_back({"", "GatherND", {t({2, 3, 2}), i64({2, 2}, {1, 2, 0, -1})}});
+    v.push_back({"", "GatherND", {x({2, 3, 2}), i64({2, 1, 1}, {1, 2})}, {{}}, A{{"batch_dims", i(1)}}});
+    v.push_back({"", "ScatterND", {t({4, 3}), i64({2, 1}, {3, -4}), t({2, 3})}});
+    v.push_back({"", "ScatterND", {t({2, 3, 2}), i64({2, 2}, {1, 2, 0, 0}), t({2, 2})}});
+    for (const char* r : {"add", "mul", "max", "min"})
+      v.push_back({"", "ScatterND", {x({4, 3}), i64({3, 1}, {1, 1, -2}), x({3, 3})}, {{}}, A{{"reduction", s(r)}}});
+    v.push_back({"", "ScatterND", {i64({2, 3}, {1, 2, 3, 4, 5, 6}), i64({2, 2}, {1, 0, 0, 2}), i64({2}, {-7, 9})}});
+    v.push_back({"", "ScatterElements", {t({3, 4}), i64({2, 4}, {0, 2, 1, -1, 2, 0, 0, 1}), t({2, 4})}, {{}}, A{{"axis", i(0)}}});
+    for (const char* r : {"add", "mul", "max", "min"})
+      v.push_back({"", "ScatterElements", {x({3, 4}), i64({3, 2}, {0, 0, 3, 3, -1, 2}), x({3, 2})}, {{}}, A{{"axis", i(1)}, {"reduction", s(r)}}});
+    v.push_back({"", "ScatterElements", {i64({2, 3}, {1, 2, 3, 4, 5, 6}), i64({1, 2}, {2, 0}), i64({1, 2}, {-7, 9})}, {{}}, A{{"axis", i(1)}}});
+    // Resize and Upsample (kernels_resize.cpp): nearest and linear in each coordinate mode, scales or sizes, 1-3 resized
+    // axes; their gradient memplan::ResizeGrad.
+    v.push_back({"", "Resize", {t({1, 2, 3, 4}), f32s({}), f32s({1, 1, 2, 1.5})}});
+    v.push_back({"", "Resize", {t({1, 1, 3, 3}), f32s({}), f32s({}), i64({4}, {1, 1, 5, 4})}, {{}},
+                 A{{"mode", s("linear")}, {"coordinate_transformation_mode", s("align_corners")}}});
+    v.push_back({"", "Resize", {t({2, 3, 4}), f32s({}), f32s({1, 0.5, 0.75})}, {{}}, A{{"mode", s("linear")}}});
+    v.push_back({"", "Resize", {t({1, 1, 2, 2, 3}), f32s({}), f32s({1, 1, 2, 1.5, 2})}, {{}},
+                 A{{"mode", s("linear")}, {"coordinate_transformation_mode", s("pytorch_half_pixel")}}});
+    v.push_back({"", "Resize", {t({1, 1, 3, 5}), f32s({}), f32s({}), i64({2}, {2, 7})}, {{}},
+                 A{{"axes", is({2, 3})}, {"nearest_mode", s("ceil")}, {"coordinate_transformation_mode", s("asymmetric")}}});
+    v.push_back({"", "Upsample", {t({1, 1, 2, 3}), f32s({1, 1, 2, 2})}});
+    v.push_back({"", "Upsample", {t({1, 2, 2, 3}), f32s({1, 1, 2, 1.5})}, {{}}, A{{"mode", s("linear")}}});
+    v.push_back({"", "Resize", {x({1, 1, 4, 4}), f32s({0, 0, 0.2, -0.1, 1, 1, 0.9, 1.2}), f32s({1, 1, 1.5, 1})}, {{}},
+                 A{{"mode", s("linear")}, {"coordinate_transformation_mode", s("tf_crop_and_resize")}, {"extrapolation_value", f(2.0)}}});
+    v.push_back({"", "Resize", {i64({1, 2, 3}, {1, 2, 3, 4, 5, 6}), f32s({}), f32s({1, 1.5, 0.7})}, {{}},
+                 A{{"coordinate_transformation_mode", s("tf_half_pixel_for_nn")}, {"nearest_mode", s("round_prefer_ceil")}}});
+    // Selections, integer and trigonometric ops (kernels_select.cpp, kernels_integer.cpp, fused_expr_activations.cpp).
+    v.push_back({"", "ArgMax", {x({3, 4, 2})}, {{}}, A{{"axis", i(1)}, {"keepdims", i(0)}}});
+    v.push_back({"", "ArgMin", {i64({2, 4}, {3, 1, 1, 2, 5, 5, 7, 5})}, {{}}, A{{"axis", i(-1)}, {"select_last_index", i(1)}}});
+    v.push_back({"", "TopK", {t({3, 5}), i64({1}, {2})}, {{}, {}}});
+    v.push_back({"", "TopK", {i64({3, 2}, {4, 1, 4, 2, 2, 9}), i64({1}, {3})}, {{}, {}}, A{{"axis", i(0)}, {"largest", i(0)}}});
+    v.push_back({"", "Mod", {i64({2, 3}, {7, -7, 7, -7, 0, 5}), i64({3}, {3, 3, -3})}});
+    v.push_back({"", "Mod", {x({2, 3}), xp({2, 3})}, {{}}, A{{"fmod", i(1)}}});
+    for (const char* b : {"BitwiseAnd", "BitwiseOr", "BitwiseXor"}) v.push_back({"", b, {i64({2, 2}, {12, -3, 5, 0}), i64({2}, {10, 6})}});
+    v.push_back({"", "BitwiseNot", {i64({3}, {0, 5, -1})}});
+    const ExampleInput bytes{{3}, DType::u8, Fill::distinct, false, std::vector<double>{1, 16, 255}};
+    const ExampleInput shifts{{3}, DType::u8, Fill::distinct, false, std::vector<double>{1, 3, 9}};
+    v.push_back({"", "BitShift", {bytes, shifts}, {{}}, A{{"direction", s("RIGHT")}}});
+    v.push_back({"", "BitShift", {bytes, shifts}, {{}}, A{{"direction", s("LEFT")}}});
+    v.push_back({"", "IsInf", {x({2, 3})}, {{{}, DType::boolean}}, A{{"detect_negative", i(0)}}});
+    v.push_back({"", "Size", {x({2, 3})}, {{{}, DType::i64}}});
+    v.push_back({"", "Hardmax", {x({2, 3, 4})}, {{}}, A{{"axis", i(1)}}});
+    v.push_back({"", "MeanVarianceNormalization", {x({2, 3, 2, 2})}});
+    v.push_back({"", "ReduceLogSum", {xp({2, 3, 4})}, {{}}, A{{"axes", is({1})}, {"keepdims", i(0)}}});
+    for (const char* u : {"Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Atanh"}) v.push_back(unary(u));
+    v.push_back({"", "Acosh", {{{2, 3}, DType::f32, Fill::above_one, true, std::nullopt}}});
     v.push_back({"", "Range", {i64({}, {1}), i64({}, {10}), i64({}, {3})}, {{{}, DType::i64}}});
     v.push_back({"", "Range", {f32(0.5), f32(-1.0), f32(-0.25)}});
     v.push_back({"", "CumSum", {t({2, 3, 4}), i64({}, {1})}});

@@ -43,6 +43,7 @@ TensorData draw(const ExampleInput& in, std::mt19937& rng) {
   for (auto& e : v) {
     if (in.fill == Fill::distinct) e = (coin(rng) ? 1.0 : -1.0) * (0.2 + 0.8 * e);
     else if (in.fill == Fill::positive) e = 0.5 + e;
+    else if (in.fill == Fill::above_one) e = 1.2 + e;
     else e = coin(rng) ? 1.0 : 0.0;
   }
   return TensorData::from_double(in.dtype, in.dims, v);

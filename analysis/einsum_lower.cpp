@@ -1,0 +1,215 @@
+// Einsum as Transpose / Unsqueeze / MatMul / Squeeze (or Mul and ReduceSum) chains (see einsum_lower.hpp).
+#include "analysis/einsum_lower.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace memplan::analysis {
+namespace {
+
+using Letters = std::string;  // one char per axis
+
+bool has(const Letters& s, char c) { return s.find(c) != std::string::npos; }
+
+// Emits the chain's ops into g: each step reads the previous value and writes a new tensor (the Einsum's output
+// for the last one, set by finish).
+class Chain {
+ public:
+  Chain(Graph& g, const Op& op, std::int64_t opset) : g_(g), op_(op), opset_(opset) {}
+
+  // A step of type `type` over `in` (axes as attribute or input by opset; perm as attribute): the new value.
+  TensorId step(const std::string& type, std::vector<TensorId> in, const std::vector<std::int64_t>& axes = {},
+                std::map<std::string, Attribute> attrs = {}) {
+    if (type == "Transpose") {
+      attrs["perm"] = Attribute{.kind = Attribute::Kind::ints, .ints = axes};
+    } else if (type == "Unsqueeze" || type == "Squeeze" || type == "ReduceSum") {
+      if (opset_ < 13) {
+        attrs["axes"] = Attribute{.kind = Attribute::Kind::ints, .ints = axes};
+      } else {
+        Tensor c;
+        c.name = unique(op_.name + "/einsum_axes");
+        c.dtype = DType::i64;
+        c.rank_known = true;
+        c.dims.push_back(Dim::of(static_cast<std::int64_t>(axes.size())));
+        c.role = TensorRole::weight;
+        c.data = std::make_shared<TensorData>(TensorData::from_int64(DType::i64, {static_cast<std::int64_t>(axes.size())}, axes));
+        in.push_back(g_.add_tensor(std::move(c)));
+      }
+    }
+    Op o;
+    o.name = unique_op(op_.name + "/" + type);
+    o.type = type;
+    o.inputs = std::move(in);
+    o.attrs = std::move(attrs);
+    pending_.push_back(std::move(o));
+    return kPending - static_cast<TensorId>(pending_.size() - 1);
+  }
+
+  // Adds the steps to g, the last one writing the Einsum's output (an Identity when there is no step).
+  void finish(TensorId result) {
+    if (pending_.empty() || result != kPending - static_cast<TensorId>(pending_.size() - 1)) step("Identity", {result});
+    std::vector<TensorId> made(pending_.size(), kNoTensor);
+    for (std::size_t k = 0; k < pending_.size(); ++k) {
+      Op o = std::move(pending_[k]);
+      for (auto& t : o.inputs)
+        if (t <= kPending && t > kPending - static_cast<TensorId>(pending_.size())) t = made[kPending - t];
+      if (k + 1 == pending_.size()) {
+        made[k] = op_.outputs.at(0);
+      } else {
+        Tensor t;
+        t.name = unique(op_.name + "/einsum");
+        made[k] = g_.add_tensor(std::move(t));
+      }
+      o.outputs = {made[k]};
+      g_.add_op(std::move(o));
+    }
+  }
+
+ private:
+  static constexpr TensorId kPending = kNoTensor - 1;  // pending values count down from here
+  std::string unique(const std::string& base) {
+    std::string n = base;
+    for (int k = 1; g_.find(n) != kNoTensor; ++k) n = base + "#" + std::to_string(k);
+    return n;
+  }
+  std::string unique_op(const std::string& base) { return base + "#" + std::to_string(pending_.size()); }
+
+  Graph& g_;
+  const Op& op_;
+  std::int64_t opset_;
+  std::vector<Op> pending_;
+};
+
+// The axes of `from` in the order of `to` (every letter of `to` in `from`).
+std::vector<std::int64_t> perm_to(const Letters& from, const Letters& to) {
+  std::vector<std::int64_t> p;
+  for (char c : to) p.push_back(static_cast<std::int64_t>(from.find(c)));
+  return p;
+}
+
+bool identity(const std::vector<std::int64_t>& p) {
+  for (std::size_t k = 0; k < p.size(); ++k)
+    if (p[k] != static_cast<std::int64_t>(k)) return false;
+  return true;
+}
+
+// x (letters `have`) transposed to `want` (the same letters).
+TensorId arrange(Chain& ch, TensorId x, const Letters& have, const Letters& want) {
+  const auto p = perm_to(have, want);
+  return identity(p) ? x : ch.step("Transpose", {x}, p);
+}
+
+// x (letters `have`) summed over the letters not in `keep`; `have` becomes what remains.
+TensorId sum_out(Chain& ch, TensorId x, Letters& have, const Letters& keep) {
+  std::vector<std::int64_t> axes;
+  Letters rest;
+  for (std::size_t k = 0; k < have.size(); ++k) {
+    if (has(keep, have[k]))
+      rest += have[k];
+    else
+      axes.push_back(static_cast<std::int64_t>(k));
+  }
+  if (axes.empty()) return x;
+  have = rest;
+  return ch.step("ReduceSum", {x}, axes, {{"keepdims", Attribute{.kind = Attribute::Kind::i, .i = 0}}});
+}
+
+// x with letters `have` (a subsequence of `want`, in its order) given size-1 axes for the letters of `want` it lacks.
+TensorId widen(Chain& ch, TensorId x, const Letters& have, const Letters& want) {
+  std::vector<std::int64_t> axes;
+  for (std::size_t k = 0; k < want.size(); ++k)
+    if (!has(have, want[k])) axes.push_back(static_cast<std::int64_t>(k));
+  return axes.empty() ? x : ch.step("Unsqueeze", {x}, axes);
+}
+
+// The letters of `want` that `have` holds, in `want`'s order.
+Letters only(const Letters& want, const Letters& have) {
+  Letters r;
+  for (char c : want)
+    if (has(have, c)) r += c;
+  return r;
+}
+
+}  // namespace
+
+bool lower_einsum(Graph& g, const Op& op, std::int64_t opset) {
+  std::string eq;
+  for (char c : op.attr_string("equation", ""))
+    if (c != ' ') eq += c;
+  if (eq.find('.') != std::string::npos || op.inputs.empty() || op.inputs.size() > 2 || op.outputs.size() != 1) return false;
+  const auto arrow = eq.find("->");
+  const std::string lhs = eq.substr(0, arrow);
+  std::vector<Letters> ins;
+  for (std::size_t at = 0;;) {
+    const auto comma = lhs.find(',', at);
+    ins.push_back(lhs.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  if (ins.size() != op.inputs.size()) return false;
+  for (const auto& s : ins)
+    for (std::size_t k = 0; k < s.size(); ++k)
+      if (!std::isalpha(static_cast<unsigned char>(s[k])) || s.find(s[k], k + 1) != std::string::npos) return false;
+  Letters out;
+  if (arrow != std::string::npos) {
+    out = eq.substr(arrow + 2);
+  } else {  // implicit: the letters seen once, alphabetically
+    const std::string all = ins.size() == 2 ? ins[0] + ins[1] : ins[0];
+    for (char c : all)
+      if (std::count(all.begin(), all.end(), c) == 1) out += c;
+    std::sort(out.begin(), out.end());
+  }
+  for (std::size_t k = 0; k < out.size(); ++k)
+    if (!std::isalpha(static_cast<unsigned char>(out[k])) || out.find(out[k], k + 1) != std::string::npos ||
+        !std::any_of(ins.begin(), ins.end(), [&](const Letters& s) { return has(s, out[k]); }))
+      return false;
+
+  Chain ch(g, op, opset);
+  if (ins.size() == 1) {
+    Letters a = ins[0];
+    const TensorId x = sum_out(ch, op.inputs[0], a, out);
+    ch.finish(arrange(ch, x, a, out));
+    return true;
+  }
+  Letters a = ins[0], b = ins[1];
+  // Letters of one operand only that the output drops are summed first.
+  TensorId x = sum_out(ch, op.inputs[0], a, out + b), y = sum_out(ch, op.inputs[1], b, out + a);
+  Letters batch, free_a, free_b, contracted;
+  for (char c : out) (has(a, c) && has(b, c) ? batch : has(a, c) ? free_a : free_b) += c;
+  for (char c : a)
+    if (has(b, c) && !has(out, c)) contracted += c;
+  if (contracted.size() > 1) {  // the product broadcast over every letter, then the contraction summed
+    const Letters all = batch + free_a + free_b + contracted;
+    x = widen(ch, arrange(ch, x, a, only(all, a)), only(all, a), all);
+    y = widen(ch, arrange(ch, y, b, only(all, b)), only(all, b), all);
+    Letters prod = all;
+    const TensorId p = sum_out(ch, ch.step("Mul", {x, y}), prod, out);
+    ch.finish(arrange(ch, p, prod, out));
+    return true;
+  }
+  // A batched MatMul: [batch, a's other free letters, b's other free letters, m, k] x [..., k, n], absent m, k or n as
+  // size-1 axes (upper-case placeholders cannot clash: they are added after the letters are classified).
+  const char m = free_a.empty() ? '\1' : free_a.back(), n = free_b.empty() ? '\2' : free_b.back(),
+             k = contracted.empty() ? '\3' : contracted[0];
+  const Letters rest_a = free_a.empty() ? "" : free_a.substr(0, free_a.size() - 1),
+                rest_b = free_b.empty() ? "" : free_b.substr(0, free_b.size() - 1);
+  const Letters lhs_full = batch + rest_a + rest_b + m + k, rhs_full = batch + rest_a + rest_b + k + n;
+  x = widen(ch, arrange(ch, x, a, only(lhs_full, a)), only(lhs_full, a), lhs_full);
+  y = widen(ch, arrange(ch, y, b, only(rhs_full, b)), only(rhs_full, b), rhs_full);
+  TensorId p = ch.step("MatMul", {x, y});
+  Letters prod = batch + rest_a + rest_b + m + n;
+  std::vector<std::int64_t> units;
+  for (std::size_t i = 0; i < prod.size(); ++i)
+    if (prod[i] == '\1' || prod[i] == '\2') units.push_back(static_cast<std::int64_t>(i));
+  if (!units.empty()) {
+    p = ch.step("Squeeze", {p}, units);
+    prod.erase(std::remove_if(prod.begin(), prod.end(), [](char c) { return c == '\1' || c == '\2'; }), prod.end());
+  }
+  ch.finish(arrange(ch, p, prod, out));
+  return true;
+}
+
+}  // namespace memplan::analysis
