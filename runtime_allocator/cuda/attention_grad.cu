@@ -36,8 +36,62 @@ __device__ __forceinline__ void probabilities(float (&s)[4][4], float (&dp)[4][4
     }
 }
 
+// The last key tile that reaches query tile qt (causal: no key after the tile's last row).
+__device__ __forceinline__ int last_key_tile(const AttentionParams& p, int qt) {
+  const int kv_tiles = (p.kv_len + kTile - 1) / kTile;
+  return p.causal ? min(kv_tiles - 1, (min((qt + 1) * kTile, p.q_len) - 1) / kTile) : kv_tiles - 1;
+}
+
+// dQ[i] += scale sum_j dS[i][j] K[j] for query tile qt from key tile `tile` (dS in sds, K rows in sk), after the
+// key tiles above it (see attention_dkdv_kernel); the last key tile writes instead of adding.
 template <int kD>
-__global__ void __launch_bounds__(kThreads, kD <= 64 ? 2 : 1) attention_dkdv_kernel(AttentionParams p, int kv_tiles) {
+__device__ __forceinline__ void add_dq(const AttentionParams& p, const float* sds, const float* sk, int* turn, int b, int h, int qt,
+                                       int tile) {
+  float dq[4][kD / 16];
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int e = 0; e < kD / 16; ++e) dq[r][e] = 0.0f;
+  tile_accumulate<kD, false>(dq, sds, sk, extent4(p.kv_len - tile * kTile, kTile));
+  const int q_tiles = (p.q_len + kTile - 1) / kTile;
+  int* my_turn = turn + (static_cast<std::int64_t>(b) * p.q_heads + h) * q_tiles + qt;
+  const int last = last_key_tile(p, qt);
+  if (threadIdx.x == 0)
+    while (*static_cast<volatile int*>(my_turn) != last - tile) __nanosleep(64);
+  __threadfence();
+  __syncthreads();
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const std::int64_t base = head_base(p.dq, b, h);
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int i = qt * kTile + ty * 4 + r;
+#pragma unroll
+    for (int k = 0; k < kD / 64; ++k) {
+      const int c = 64 * k + tx * 4;
+      if (i >= p.q_len || c >= p.head_dim) continue;
+      float4* at = reinterpret_cast<float4*>(static_cast<float*>(p.dq.data) + base + static_cast<std::int64_t>(i) * p.dq.row + c);
+      float4 v = tile == last ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : __ldcg(at);
+      v.x += p.scale * dq[r][4 * k];
+      v.y += p.scale * dq[r][4 * k + 1];
+      v.z += p.scale * dq[r][4 * k + 2];
+      v.w += p.scale * dq[r][4 * k + 3];
+      __stcg(at, v);
+    }
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) atomicExch(my_turn, last - tile + 1);
+}
+
+// One block per (batch, kv head, 64 keys) walks the query tiles of every query head of its group for dK and dV.
+// With kDq (float32 operands, kD 64) it also adds the tile's dQ = scale dS K to the query tile in global memory: the
+// key tiles of one query tile add in descending key order (`turn`: a counter per (batch, query head, query tile),
+// zeroed before the launch, says whose turn it is; blocks of higher keys are launched first, so a waiting block never
+// waits on one that has not started), so the backward is deterministic with five tile products per tile pair, not
+// seven. Descending, as the blocks walk the query tiles upwards: with a causal mask key tile t starts at query tile
+// t, which the key tiles above it have already passed, so no block waits for a longer one.
+template <int kD, bool kDq>
+__global__ void __launch_bounds__(kThreads, kD <= 64 ? 2 : 1) attention_dkdv_kernel(AttentionParams p, int kv_tiles, int* turn) {
   extern __shared__ float4 smem4[];
   float* skt = reinterpret_cast<float*>(smem4);  // K^T [kD][68]
   float* svt = skt + cols_floats<kD>();           // V^T [kD][68]
@@ -46,13 +100,16 @@ __global__ void __launch_bounds__(kThreads, kD <= 64 ? 2 : 1) attention_dkdv_ker
   float* sbuf = sdo + rows_floats<kD>();          // P', then dS [64 queries][68]
   float* sdelta = sbuf + kScoreFloats;            // [64]
   float* slse = sdelta + kTile;                   // [64], log2 units
-  const int tile = static_cast<int>(blockIdx.x % kv_tiles), bh = static_cast<int>(blockIdx.x / kv_tiles);
+  float* sk = slse + kTile;                       // kDq: K [64][kD + 4]
+  const int bh = static_cast<int>(blockIdx.x / kv_tiles), rank = static_cast<int>(blockIdx.x % kv_tiles);
+  const int tile = kDq ? kv_tiles - 1 - rank : rank;  // kDq: higher key tiles first
   const int b = bh / p.kv_heads, hk = bh % p.kv_heads, group = p.q_heads / p.kv_heads;
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int k0 = tile * kTile;
 
   load_cols<kD>(skt, p.k, b, hk, k0, p.kv_len, p.head_dim, p.vec4);
   load_cols<kD>(svt, p.v, b, hk, k0, p.kv_len, p.v_head_dim, p.vec4);
+  if (kDq) load_rows<kD>(sk, p.k, b, hk, k0, p.kv_len, p.head_dim, true);
   float dk[4][kD / 16], dv[4][kD / 16];
 #pragma unroll
   for (int r = 0; r < 4; ++r)
@@ -97,6 +154,7 @@ __global__ void __launch_bounds__(kThreads, kD <= 64 ? 2 : 1) attention_dkdv_ker
       }
       __syncthreads();
       tile_accumulate<kD, true>(dk, sbuf, sq, extent4(p.q_len - q0, kTile));  // dK[j] += sum_i dS[i][j] Q[i]
+      if (kDq) add_dq<kD>(p, sbuf, sk, turn, b, h, qt, tile);
     }
   }
   const float scale[4] = {p.scale, p.scale, p.scale, p.scale}, one[4] = {1.0f, 1.0f, 1.0f, 1.0f};
@@ -153,13 +211,14 @@ __global__ void __launch_bounds__(kThreads, kD <= 64 ? 2 : 1) attention_dq_kerne
   store_rows<kD>(p.dq, b, h, q0, p.q_len, p.head_dim, p.vec4, dq, scale);
 }
 
-template <class Kernel>
-void launch(Kernel kernel, long long blocks, int bytes, const AttentionParams& p, int tiles, cudaStream_t stream, const char* what) {
+template <class Kernel, class... Extra>
+void launch(Kernel kernel, long long blocks, int bytes, const AttentionParams& p, int tiles, cudaStream_t stream, const char* what,
+            Extra... extra) {
   if (blocks == 0) return;
   if (blocks > 0x7fffffffLL) fail(ErrorKind::unsupported, std::string("FusedAttentionGrad: more than 2^31 blocks of ") + what);
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
         std::string("FusedAttentionGrad: shared memory of ") + what);
-  kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(p, tiles);
+  kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(p, tiles, extra...);
   check_launch(std::string("FusedAttentionGrad ") + what);
 }
 
@@ -168,8 +227,8 @@ void launch_backward(const AttentionParams& p, cudaStream_t stream) {
   constexpr int bytes = grad_smem_bytes<kD>();
   if (p.dk.data || p.dv.data || p.dbias) {
     const int kv_tiles = (p.kv_len + kTile - 1) / kTile;
-    launch(attention_dkdv_kernel<kD>, static_cast<long long>(kv_tiles) * p.batch * p.kv_heads, bytes, p, kv_tiles, stream,
-           "dK/dV");
+    launch(attention_dkdv_kernel<kD, false>, static_cast<long long>(kv_tiles) * p.batch * p.kv_heads, bytes, p, kv_tiles, stream,
+           "dK/dV", static_cast<int*>(nullptr));
   }
   if (p.dq.data) {
     const int q_tiles = (p.q_len + kTile - 1) / kTile;
@@ -179,10 +238,38 @@ void launch_backward(const AttentionParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-void attention_backward(const AttentionParams& p, cudaStream_t stream) {
+namespace {
+
+constexpr int fused_grad_smem_bytes() { return grad_smem_bytes<64>() + static_cast<int>(sizeof(float)) * rows_floats<64>(); }
+
+// The one-kernel backward takes float32 operands (vec4) of head dims <= 64 with a dQ to sum into (key tile 0 writes
+// every row of it, so both lengths are positive).
+bool fused_grad_ok(const AttentionParams& p) {
+  return p.vec4 && p.dq.data && p.head_dim <= 64 && p.v_head_dim <= 64 && p.q_len > 0 && p.kv_len > 0;
+}
+
+std::size_t turn_count(const AttentionParams& p) {
+  return static_cast<std::size_t>(p.batch) * p.q_heads * ((p.q_len + kTile - 1) / kTile);
+}
+
+}  // namespace
+
+std::size_t attention_backward_scratch_bytes(const AttentionParams& p) {
+  return fused_grad_ok(p) ? turn_count(p) * sizeof(int) : 0;
+}
+
+void attention_backward(const AttentionParams& p, cudaStream_t stream, void* scratch) {
   if (p.dbias)
     check(cudaMemsetAsync(p.dbias, 0, static_cast<std::size_t>(p.dbias_elements) * sizeof(float), stream),
           "FusedAttentionGrad: zero dBias");
+  if (fused_grad_ok(p)) {
+    int* turn = static_cast<int*>(scratch);
+    if (!turn) fail(ErrorKind::runtime, "FusedAttentionGrad: no scratch for the dQ turn counters");
+    check(cudaMemsetAsync(turn, 0, turn_count(p) * sizeof(int), stream), "FusedAttentionGrad: zero the dQ turns");
+    const int kv_tiles = (p.kv_len + kTile - 1) / kTile;
+    return launch(attention_dkdv_kernel<64, true>, static_cast<long long>(kv_tiles) * p.batch * p.kv_heads, fused_grad_smem_bytes(),
+                  p, kv_tiles, stream, "dQ/dK/dV", turn);
+  }
   const int d = p.head_dim > p.v_head_dim ? p.head_dim : p.v_head_dim;
   if (d <= 64) return launch_backward<64>(p, stream);
   if (d <= kAttentionMaxHeadDim) return launch_backward<128>(p, stream);

@@ -166,7 +166,8 @@ void run_backward(ExecState& s, const Op& op) {
   p.dv = operand(s, op.output(a.packed ? 0 : 2), a.v);
   p.dbias = op.output(3) == kNoTensor ? nullptr : s.f32(op.output(3));
   p.vec4 = vec4_ok(p);
-  attention_backward(p, s.ctx.stream());
+  const std::size_t scratch = attention_backward_scratch_bytes(p);
+  attention_backward(p, s.ctx.stream(), scratch ? s.ctx.scratch(scratch) : nullptr);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Hand-written CUDA kernels of the executor: strided copies, softmax, layer norm, reductions, gather.
 #include <algorithm>
 #include <cfloat>
+#include <cstdint>
 
 #include "runtime_allocator/cuda/block_reduce.cuh"
 #include "runtime_allocator/cuda/half_io.cuh"
@@ -11,16 +12,18 @@ namespace memplan::runtime::cuda {
 
 namespace {
 
-template <typename T>
-__global__ void strided_copy_kernel(StridedCopy c, std::int64_t n) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    std::int64_t r = i, so = 0, d = 0;
+// One thread per unit T of the destination; I is the index type (32-bit where every offset fits: the div/mod chain
+// is the kernel's cost).
+template <typename T, typename I>
+__global__ void strided_copy_kernel(StridedCopy c, I n) {
+  for (I i = blockIdx.x * static_cast<I>(blockDim.x) + threadIdx.x; i < n; i += static_cast<I>(gridDim.x) * blockDim.x) {
+    I r = i, so = 0, d = 0;
     for (int k = c.rank - 1; k >= 0; --k) {
-      const std::int64_t q = r % c.dims[k];
-      r /= c.dims[k];
-      so += q * c.src_strides[k];
-      d += q * c.dst_strides[k];
+      const I dim = static_cast<I>(c.dims[k]);
+      const I q = r % dim;
+      r /= dim;
+      so += q * static_cast<I>(c.src_strides[k]);
+      d += q * static_cast<I>(c.dst_strides[k]);
     }
     static_cast<T*>(c.dst)[d] = static_cast<const T*>(c.src)[so];
   }
@@ -115,15 +118,85 @@ void launch_gather(const void* data, const std::int64_t* indices, void* out, std
 
 }  // namespace
 
-void strided_copy(const StridedCopy& c, cudaStream_t stream) {
+namespace {
+
+// The copy with size-1 axes dropped, axes contiguous in both source and destination merged, and the innermost axis
+// (contiguous in both) moved in the widest unit (up to 16 bytes) its length, the other strides and both addresses
+// allow: the same bytes moved by fewer, wider threads with a shorter index chain.
+StridedCopy simplified(const StridedCopy& c) {
+  StridedCopy o;
+  o.src = c.src;
+  o.dst = c.dst;
+  o.elem_bytes = c.elem_bytes;
+  for (int k = 0; k < c.rank; ++k) {
+    if (c.dims[k] == 1) continue;
+    const int j = o.rank - 1;
+    if (j >= 0 && o.src_strides[j] == c.dims[k] * c.src_strides[k] && o.dst_strides[j] == c.dims[k] * c.dst_strides[k]) {
+      o.dims[j] *= c.dims[k];
+      o.src_strides[j] = c.src_strides[k];
+      o.dst_strides[j] = c.dst_strides[k];
+      continue;
+    }
+    o.dims[o.rank] = c.dims[k];
+    o.src_strides[o.rank] = c.src_strides[k];
+    o.dst_strides[o.rank] = c.dst_strides[k];
+    ++o.rank;
+  }
+  if (o.rank == 0) {  // one element
+    o.rank = 1;
+    o.dims[0] = 1;
+    o.src_strides[0] = o.dst_strides[0] = 1;
+  }
+  const int last = o.rank - 1;
+  if (o.src_strides[last] != 1 || o.dst_strides[last] != 1) return o;
+  const std::int64_t eb = c.elem_bytes;
+  for (std::int64_t w = 16; w > eb; w /= 2) {
+    bool ok = (o.dims[last] * eb) % w == 0 && reinterpret_cast<std::uintptr_t>(c.src) % w == 0 &&
+              reinterpret_cast<std::uintptr_t>(c.dst) % w == 0;
+    for (int k = 0; ok && k < last; ++k) ok = (o.src_strides[k] * eb) % w == 0 && (o.dst_strides[k] * eb) % w == 0;
+    if (!ok) continue;
+    const std::int64_t per = w / eb;
+    o.elem_bytes = static_cast<int>(w);
+    o.dims[last] /= per;
+    for (int k = 0; k < last; ++k) {
+      o.src_strides[k] /= per;
+      o.dst_strides[k] /= per;
+    }
+    break;
+  }
+  return o;
+}
+
+template <typename T>
+void launch_strided_copy(const StridedCopy& c, std::int64_t n, cudaStream_t stream) {
+  std::int64_t src_end = 0, dst_end = 0;  // the largest offsets
+  bool negative = false;                   // a reversed axis (offsets below the base): signed 64-bit indices
+  for (int k = 0; k < c.rank; ++k) {
+    src_end += (c.dims[k] - 1) * c.src_strides[k];
+    dst_end += (c.dims[k] - 1) * c.dst_strides[k];
+    negative = negative || c.src_strides[k] < 0 || c.dst_strides[k] < 0;
+  }
+  constexpr std::int64_t kFits32 = 0x7fffffffLL;
+  if (!negative && n <= kFits32 && src_end < kFits32 && dst_end < kFits32)
+    strided_copy_kernel<T, unsigned int><<<grid_for(n), kThreads, 0, stream>>>(c, static_cast<unsigned int>(n));
+  else
+    strided_copy_kernel<T, std::int64_t><<<grid_for(n), kThreads, 0, stream>>>(c, n);
+}
+
+}  // namespace
+
+void strided_copy(const StridedCopy& copy, cudaStream_t stream) {
+  for (int k = 0; k < copy.rank; ++k)
+    if (copy.dims[k] == 0) return;
+  const StridedCopy c = simplified(copy);
   std::int64_t n = 1;
   for (int k = 0; k < c.rank; ++k) n *= c.dims[k];
-  if (n == 0) return;
   switch (c.elem_bytes) {
-    case 1: strided_copy_kernel<unsigned char><<<grid_for(n), kThreads, 0, stream>>>(c, n); break;
-    case 2: strided_copy_kernel<unsigned short><<<grid_for(n), kThreads, 0, stream>>>(c, n); break;
-    case 4: strided_copy_kernel<unsigned int><<<grid_for(n), kThreads, 0, stream>>>(c, n); break;
-    case 8: strided_copy_kernel<unsigned long long><<<grid_for(n), kThreads, 0, stream>>>(c, n); break;
+    case 1: launch_strided_copy<unsigned char>(c, n, stream); break;
+    case 2: launch_strided_copy<unsigned short>(c, n, stream); break;
+    case 4: launch_strided_copy<unsigned int>(c, n, stream); break;
+    case 8: launch_strided_copy<unsigned long long>(c, n, stream); break;
+    case 16: launch_strided_copy<uint4>(c, n, stream); break;
     default: fail(ErrorKind::unsupported, "strided copy of " + std::to_string(c.elem_bytes) + "-byte elements");
   }
   check_launch("strided_copy");

@@ -11,15 +11,18 @@ namespace {
 __device__ __forceinline__ std::int64_t first_index() { return blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; }
 __device__ __forceinline__ std::int64_t stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
 
-template <typename T>
+// I: the type the output index is split in (32-bit where the output fits: the div/mod chain is the kernel's cost).
+template <typename T, typename I>
 __global__ void pad_kernel(PadShape s, const T* x, const T* value, T* y, std::int64_t n) {
   const T fill = value ? *value : T(0);
   for (std::int64_t i = first_index(); i < n; i += stride()) {
-    std::int64_t rest = i, off = 0;
+    I rest = static_cast<I>(i);
+    std::int64_t off = 0;
     bool padded = false;
     for (int d = s.rank - 1; d >= 0; --d) {
-      const std::int64_t src = pad_source(s.mode, s.axes[d], rest % s.out_dims[d]);
-      rest /= s.out_dims[d];
+      const I dim = static_cast<I>(s.out_dims[d]);
+      const std::int64_t src = pad_source(s.mode, s.axes[d], static_cast<std::int64_t>(rest % dim));
+      rest /= dim;
       padded = padded || src < 0;
       off += src * s.in_strides[d];
     }
@@ -114,7 +117,12 @@ void launch_gather_elements(const GatherElementsShape& s, const void* x, const v
 
 template <typename T>
 void launch_pad(const PadShape& s, const void* x, const void* value, void* y, std::int64_t n, cudaStream_t stream) {
-  pad_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(s, static_cast<const T*>(x), static_cast<const T*>(value), static_cast<T*>(y), n);
+  if (n <= 0x7fffffffLL)
+    pad_kernel<T, unsigned int><<<grid_for(n), kThreads, 0, stream>>>(s, static_cast<const T*>(x), static_cast<const T*>(value),
+                                                                       static_cast<T*>(y), n);
+  else
+    pad_kernel<T, std::int64_t><<<grid_for(n), kThreads, 0, stream>>>(s, static_cast<const T*>(x), static_cast<const T*>(value),
+                                                                       static_cast<T*>(y), n);
 }
 
 }  // namespace
