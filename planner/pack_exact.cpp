@@ -6,9 +6,10 @@
 // so far over its lifetime). A search that places buffers in nondecreasing (offset, rank) order, each on its
 // skyline, therefore meets every packing worth finding. Pruning: a buffer whose skyline plus size passes
 // the capacity can never fit (skylines only rise); at each step the skyline plus the unplaced bytes live
-// there must fit, and so must the unplaced bytes live at a step above the lowest point any of them can still take
-// (its skyline, at least the last offset placed). Buffers live in disjoint time ranges pack independently, so each such component is solved
-// alone, and only components the greedy packed above the lower bound are searched.
+// there must fit, and so must the unplaced bytes live at a step above the lowest point any of them can still
+// take (its skyline, at least the last offset placed). Buffers live in disjoint time ranges pack independently,
+// so each such component is solved alone, and only components the greedy packed above the lower bound are
+// searched.
 #include <algorithm>
 #include <chrono>
 #include <numeric>
