@@ -6,6 +6,9 @@ TorchScript exporter (opset 17), symbolic batch (and seq), weights stripped (str
 `memplan analyze --json` at default settings and again with --exact-pack-seconds 20 --exact-pack-nodes 20000000.
 
 Usage: bench/arena_unseen.py [--memplan build/memplan] [--dir /tmp/memplan_unseen] [--out bench/results/arena_unseen_2026-11-26]
+                             [--samples] [--baseline OLD_MEMPLAN]
+--samples also plans the sample inference models (samples/, default settings only); --baseline adds the arena another
+memplan binary plans at the same settings (e.g. one built before a planner change).
 """
 import argparse
 import io
@@ -65,6 +68,14 @@ def export_all(d):
     return out
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLES = [(f"samples/models/{m}.dyn.onnx", "batch=32") for m in ("resnet18", "resnet50", "mobilenet_v2", "vgg16", "densenet121")] + [
+    ("samples/models/squeezenet1_1.onnx", ""), ("samples/models/bert_base.dyn.onnx", "batch=8,seq=128"),
+    ("samples/models/distilbert.dyn.onnx", "batch=8,seq=128")] + [(f"samples/models/{m}.onnx", "") for m in ("tiny_cnn", "tiny_densenet", "tiny_gpt", "tiny_mlp")] + [
+    (f"samples/transformers/{m}.dynamo.onnx", "batch=8,seq=256") for m in ("bert_small", "gpt2_small", "llama_gqa", "t5_encoder", "phi_small", "qwen2_gqa")] + [
+    ("samples/transformers/deit_tiny.dynamo.onnx", "batch=32")]
+
+
 def analyze(memplan, model, dims, extra):
     cmd = [memplan, "analyze", model, "--json"] + extra
     for x in filter(None, dims.split(",")):
@@ -80,25 +91,35 @@ def main():
     ap.add_argument("--memplan", default="build/memplan")
     ap.add_argument("--dir", default="/tmp/memplan_unseen")
     ap.add_argument("--out", default="bench/results/arena_unseen_2026-11-26")
+    ap.add_argument("--samples", action="store_true")
+    ap.add_argument("--baseline", default="")
     a = ap.parse_args()
     rows = []
-    for path, dims in export_all(a.dir):
-        for label, extra in (("default", []), ("long", ["--exact-pack-seconds", "20", "--exact-pack-nodes", "20000000"])):
-            j = analyze(a.memplan, path, dims, extra)
-            bound = j.get("aliased_lower_bound_bytes") or j["lower_bound_bytes"]
-            row = {"model": os.path.basename(path), "dims": dims, "settings": label, "ops": j.get("ops"), "arena_bytes": j["arena_bytes"],
-                   "aliased_lower_bound_bytes": bound, "gap": j["arena_bytes"] / bound - 1 if bound else 0.0,
-                   "arena_optimal": j.get("arena_optimal"), "arena_gap": j.get("arena_gap"), "plan_seconds": j.get("plan_seconds"),
-                   "schedule": j.get("schedule", {}).get("method") if isinstance(j.get("schedule"), dict) else None}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+    runs = [(p, d, s) for p, d in export_all(a.dir) for s in ("default", "long")]
+    if a.samples:
+        runs += [(os.path.join(ROOT, p), d, "default") for p, d in SAMPLES]
+    settings = {"default": [], "long": ["--exact-pack-seconds", "20", "--exact-pack-nodes", "20000000"]}
+    for path, dims, label in runs:
+        extra = settings[label]
+        j = analyze(a.memplan, path, dims, extra)
+        bound = j.get("aliased_lower_bound_bytes") or j["lower_bound_bytes"]
+        row = {"model": os.path.basename(path), "dims": dims, "settings": label, "ops": j.get("ops"), "arena_bytes": j["arena_bytes"],
+               "aliased_lower_bound_bytes": bound, "gap": j["arena_bytes"] / bound - 1 if bound else 0.0,
+               "arena_optimal": j.get("arena_optimal"), "arena_gap": j.get("arena_gap"), "plan_seconds": j.get("plan_seconds"),
+               "schedule": j.get("schedule", {}).get("method") if isinstance(j.get("schedule"), dict) else None}
+        if a.baseline:
+            row["baseline_arena_bytes"] = analyze(a.baseline, path, dims, extra)["arena_bytes"]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     with open(a.out + ".json", "w") as f:
         json.dump(rows, f, indent=1)
-    lines = ["| model | dims | settings | ops | arena MB | aliased bound MB | arena / bound | arena_optimal | arena_gap | plan s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    base = "baseline arena MB | " if a.baseline else ""
+    lines = [f"| model | dims | settings | ops | {base}arena MB | aliased bound MB | arena / bound | arena_optimal | arena_gap | plan s |",
+             "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if a.baseline else "")]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['dims']} | {r['settings']} | {r['ops']} | {r['arena_bytes'] / 1e6:.2f} | "
-                     f"{r['aliased_lower_bound_bytes'] / 1e6:.2f} | {1 + r['gap']:.4f} | {r['arena_optimal']} | {r['arena_gap']} | {r['plan_seconds']} |")
+        old = f"{r['baseline_arena_bytes'] / 1e6:.2f} | " if a.baseline else ""
+        lines.append(f"| {r['model']} | {r['dims']} | {r['settings']} | {r['ops']} | {old}{r['arena_bytes'] / 1e6:.2f} | "
+                     f"{r['aliased_lower_bound_bytes'] / 1e6:.2f} | {1 + r['gap']:.4f} | {r['arena_optimal']} | {r['arena_gap']:.4f} | {r['plan_seconds']:.3f} |")
     print("\n".join(lines))
 
 

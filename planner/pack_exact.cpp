@@ -6,8 +6,10 @@
 // so far over its lifetime). A search that places buffers in nondecreasing (offset, rank) order, each on its
 // skyline, therefore meets every packing worth finding. Pruning: a buffer whose skyline plus size passes
 // the capacity can never fit (skylines only rise); at each step the skyline plus the unplaced bytes live
-// there must fit. Buffers live in disjoint time ranges pack independently, so each such component is solved
-// alone, and only components the greedy packed above the lower bound are searched.
+// there must fit, and so must the unplaced bytes live at a step above the lowest point any of them can still
+// take (its skyline, at least the last offset placed). Buffers live in disjoint time ranges pack independently,
+// so each such component is solved alone, and only components the greedy packed above the lower bound are
+// searched.
 #include <algorithm>
 #include <chrono>
 #include <numeric>
@@ -87,13 +89,23 @@ class Component {
     *nodes_left_ -= work;
     if ((++visits_ & 255u) == 0 && Clock::now() > deadline_) return Found::gave_up;
     std::vector<std::pair<std::uint64_t, std::uint32_t>> children;  // (skyline, item)
+    lowest_.assign(steps_, UINT64_MAX);
     for (std::uint32_t i = 0; i < ids_.size(); ++i) {
       if (placed_[i]) continue;
       const std::uint64_t at = skyline(i);
       if (at + size_[i] > cap_) return Found::no;
       const bool after = at > last_offset || (at == last_offset && (last_item == UINT32_MAX || rank_[i] > last_rank));
       if (after) children.emplace_back(at, i);
+      // Placed later, the buffer rests at least on its skyline (skylines only rise) and, in offset order, at or above
+      // last_offset.
+      const std::uint64_t least = std::max(at, last_offset);
+      for (std::uint32_t s = first_[i]; s <= last_[i]; ++s) lowest_[s] = std::min(lowest_[s], least);
     }
+    // The unplaced buffers live at a step are disjoint there, all above the lowest of them: a step whose unplaced bytes
+    // do not fit above that point refutes the node (the floor check below misses buffers each raised by a different
+    // buffer placed at other steps, e.g. three residuals each above a wide buffer that another of them overlaps).
+    for (std::uint32_t s = 0; s < steps_; ++s)
+      if (lowest_[s] != UINT64_MAX && lowest_[s] + unplaced_[s] > cap_) return Found::no;
     std::sort(children.begin(), children.end(), [&](const auto& a, const auto& b) {
       return a.first != b.first ? a.first < b.first : rank_[a.second] < rank_[b.second];
     });
@@ -126,7 +138,7 @@ class Component {
   Clock::time_point deadline_;
   std::uint64_t* nodes_left_ = nullptr;
   std::uint64_t visits_ = 0;
-  std::vector<std::uint64_t> floor_, unplaced_, offset_;
+  std::vector<std::uint64_t> floor_, unplaced_, offset_, lowest_;
   std::vector<bool> placed_;
 };
 

@@ -63,14 +63,8 @@ struct Evaluated {
 };
 using Maybe = std::optional<Evaluated>;
 
-Evaluated evaluate(const Context& c, RematChoice choice) {
-  Evaluated e;
-  e.tr = apply_remat(c.g, c.schedule, choice);
-  e.live = analysis::analyze_liveness(e.tr.graph, e.tr.schedule, c.opts.assign.alignment);
-  AssignOptions greedy = c.opts.assign;  // the exact packer runs once, on the plan chosen (plan_training)
-  greedy.exact_pack_seconds = 0.0;
-  e.plan = assign(e.tr.graph, e.live, greedy);
-  e.recompute = recompute_flops(e.tr, c.flops);
+// The step time of `e`'s plan (its offsets decide which swap-in waits for which bytes to come free): e.seconds, e.stall.
+void time_step(const Context& c, Evaluated& e) {
   // Clones cost what their originals cost; swap copies take the host link's time, and the step counts
   // whatever compute waits for them (estimate_step), not the placement's hope that they hide.
   std::vector<double> seconds(e.tr.graph.ops.size(), 0.0);
@@ -88,6 +82,17 @@ Evaluated evaluate(const Context& c, RematChoice choice) {
   const StepEstimate step = estimate_step(e.tr.graph, e.plan, seconds);
   e.seconds = step.step_seconds;
   e.stall = step.stall_seconds;
+}
+
+Evaluated evaluate(const Context& c, RematChoice choice) {
+  Evaluated e;
+  e.tr = apply_remat(c.g, c.schedule, choice);
+  e.live = analysis::analyze_liveness(e.tr.graph, e.tr.schedule, c.opts.assign.alignment);
+  AssignOptions greedy = c.opts.assign;  // the exact packer runs once, on the plan chosen (plan_training)
+  greedy.exact_pack_seconds = 0.0;
+  e.plan = assign(e.tr.graph, e.live, greedy);
+  e.recompute = recompute_flops(e.tr, c.flops);
+  time_step(c, e);
   e.choice = std::move(choice);
   return e;
 }
@@ -477,14 +482,17 @@ TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlan
       // The searches see greedy arenas; the exact packer may bring the least-memory plan under the budget.
       if (options.assign.exact_pack_seconds > 0.0 && !chosen->plan.arena_optimal) {
         chosen->plan = assign(chosen->tr.graph, chosen->live, options.assign);
+        time_step(c, *chosen);
         if (chosen->arena() <= arena_budget) break;
       }
       infeasible("budget " + gib(*options.budget_bytes) + " cannot be met by strategy " + options.strategy);
     }
     target -= chosen->arena() - arena_budget;
   }
-  if (options.assign.exact_pack_seconds > 0.0 && !chosen->plan.arena_optimal)
+  if (options.assign.exact_pack_seconds > 0.0 && !chosen->plan.arena_optimal) {
     chosen->plan = assign(chosen->tr.graph, chosen->live, options.assign);  // never larger: the greedy packing is its start
+    time_step(c, *chosen);  // new offsets: swap-ins may wait on other bytes
+  }
   Plan& plan = chosen->plan;
   r.report = verify_plan(chosen->tr.graph, plan);
   if (!r.report.valid) fail(ErrorKind::verification, "the training plan (" + options.strategy + ") failed the verifier");
