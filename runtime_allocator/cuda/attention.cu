@@ -13,27 +13,31 @@ using namespace attention_tile;
 
 namespace {
 
+// Q, K^T, V and P tiles.
 template <int kD>
 constexpr int forward_smem_bytes() {
-  return static_cast<int>(sizeof(float)) * (rows_floats<kD>() + cols_floats<kD>() + kScoreFloats);
+  return static_cast<int>(sizeof(float)) * (2 * rows_floats<kD>() + cols_floats<kD>() + kScoreFloats);
 }
 
-template <int kD>
-__global__ void __launch_bounds__(kThreads, 2) attention_forward_kernel(AttentionParams p, int q_tiles) {
+// kR query rows per thread: 8 (128 threads, 32 scores each: fewer shared loads per FMA) for head dims <= 64, 4 (256
+// threads) for 128, where 8 rows of output would not fit in registers.
+template <int kD, int kR>
+__global__ void __launch_bounds__(threads_for<kR>(), kR == 8 ? 3 : 2) attention_forward_kernel(AttentionParams p, int q_tiles) {
   extern __shared__ float4 smem4[];
   float* sq = reinterpret_cast<float*>(smem4);  // Q [64][kD + 4]
-  float* skv = sq + rows_floats<kD>();           // K^T [kD][68], then V [64][kD + 4]
-  float* sp = skv + cols_floats<kD>();           // P [64][68]
+  float* skt = sq + rows_floats<kD>();           // K^T [kD][68]
+  float* sv = skt + cols_floats<kD>();           // V [64][kD + 4]
+  float* sp = sv + rows_floats<kD>();            // P [64][68]
   const int tile = static_cast<int>(blockIdx.x % q_tiles), bh = static_cast<int>(blockIdx.x / q_tiles);
   const int b = bh / p.q_heads, h = bh % p.q_heads, hk = h / (p.q_heads / p.kv_heads);
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int q0 = tile * kTile;
 
-  load_rows<kD>(sq, p.q, b, h, q0, p.q_len, p.head_dim, p.vec4);
-  float o[4][kD / 16];
-  float m[4], l[4];
+  load_rows<kD, kR>(sq, p.q, b, h, q0, p.q_len, p.head_dim, p.vec4);
+  float o[kR][kD / 16];
+  float m[kR], l[kR];
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
+  for (int r = 0; r < kR; ++r) {
     m[r] = -INFINITY;
     l[r] = 0.0f;
 #pragma unroll
@@ -46,15 +50,15 @@ __global__ void __launch_bounds__(kThreads, 2) attention_forward_kernel(Attentio
   }
   for (int t = 0; t < kv_tiles; ++t) {
     const int k0 = t * kTile;
-    __syncthreads();  // the previous tile's P V is done with skv and sp
-    load_cols<kD>(skv, p.k, b, hk, k0, p.kv_len, p.head_dim, p.vec4);
+    __syncthreads();  // the previous tile's P V is done with skv, sv and sp
+    load_cols<kD, kR>(skt, p.k, b, hk, k0, p.kv_len, p.head_dim, p.vec4);
+    load_rows<kD, kR>(sv, p.v, b, hk, k0, p.kv_len, p.v_head_dim, p.vec4);
     __syncthreads();
-    float s[4][4] = {};
-    tile_scores<kD>(s, sq, skv, extent4(p.head_dim, kD));
-    masked_scores(s, p, b, h, q0 + ty * 4, k0 + tx * 4);
-    float pv[4][4];
+    float s[kR][4] = {};
+    tile_scores<kD, kR>(s, sq, skt, extent4(p.head_dim, kD));
+    masked_scores<kR>(s, p, b, h, q0 + ty * kR, k0 + tx * 4);
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < kR; ++r) {
       const float mx = row_max(fmaxf(fmaxf(s[r][0], s[r][1]), fmaxf(s[r][2], s[r][3])));
       const float m_new = fmaxf(m[r], mx);
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row masked so far keeps l = 0, O = 0
@@ -64,43 +68,41 @@ __global__ void __launch_bounds__(kThreads, 2) attention_forward_kernel(Attentio
       for (int c = 0; c < 4; ++c) {
         const float e = exp2f(s[r][c] - m_use);
         sum += e;
-        pv[r][c] = e * dropout_factor(p, b, h, q0 + ty * 4 + r, k0 + tx * 4 + c);  // LSE is before dropout
+        s[r][c] = e * dropout_factor(p, b, h, q0 + ty * kR + r, k0 + tx * 4 + c);  // LSE is before dropout
       }
       l[r] = l[r] * alpha + row_sum(sum);
       m[r] = m_new;
 #pragma unroll
       for (int e = 0; e < kD / 16; ++e) o[r][e] *= alpha;
     }
-    store_scores(sp, pv);
-    __syncthreads();  // K^T read by every thread, P complete
-    load_rows<kD>(skv, p.v, b, hk, k0, p.kv_len, p.v_head_dim, p.vec4);
-    __syncthreads();
-    tile_accumulate<kD, false>(o, sp, skv, extent4(p.kv_len - k0, kTile));
+    store_scores<kR>(sp, s);
+    __syncthreads();  // P complete
+    tile_accumulate<kD, false, kR>(o, sp, sv, extent4(p.kv_len - k0, kTile));
   }
-  float inv[4];
+  float inv[kR];
 #pragma unroll
-  for (int r = 0; r < 4; ++r) inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-  store_rows<kD>(p.o, b, h, q0, p.q_len, p.v_head_dim, p.vec4, o, inv);
+  for (int r = 0; r < kR; ++r) inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+  store_rows<kD, kR>(p.o, b, h, q0, p.q_len, p.v_head_dim, p.vec4, o, inv);
   if (p.lse && tx == 0) {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int i = q0 + ty * 4 + r;
+    for (int r = 0; r < kR; ++r) {
+      const int i = q0 + ty * kR + r;
       if (i < p.q_len)
         p.lse[(static_cast<std::int64_t>(b) * p.q_heads + h) * p.q_len + i] = l[r] > 0.0f ? (m[r] + log2f(l[r])) * kLn2 : -INFINITY;
     }
   }
 }
 
-template <int kD>
+template <int kD, int kR>
 void launch_forward(const AttentionParams& p, cudaStream_t stream) {
   const int q_tiles = (p.q_len + kTile - 1) / kTile;
   const long long blocks = static_cast<long long>(q_tiles) * p.batch * p.q_heads;
   if (blocks == 0) return;
   if (blocks > 0x7fffffffLL) fail(ErrorKind::unsupported, "FusedAttention: more than 2^31 query tiles");
   constexpr int bytes = forward_smem_bytes<kD>();
-  check(cudaFuncSetAttribute(attention_forward_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+  check(cudaFuncSetAttribute(attention_forward_kernel<kD, kR>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
         "FusedAttention: shared memory of the forward kernel");
-  attention_forward_kernel<kD><<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(p, q_tiles);
+  attention_forward_kernel<kD, kR><<<static_cast<unsigned>(blocks), threads_for<kR>(), bytes, stream>>>(p, q_tiles);
   check_launch("FusedAttention forward");
 }
 
@@ -108,8 +110,8 @@ void launch_forward(const AttentionParams& p, cudaStream_t stream) {
 
 void attention_forward(const AttentionParams& p, cudaStream_t stream) {
   const int d = p.head_dim > p.v_head_dim ? p.head_dim : p.v_head_dim;
-  if (d <= 64) return launch_forward<64>(p, stream);
-  if (d <= kAttentionMaxHeadDim) return launch_forward<128>(p, stream);
+  if (d <= 64) return launch_forward<64, 8>(p, stream);
+  if (d <= kAttentionMaxHeadDim) return launch_forward<128, 4>(p, stream);
   fail(ErrorKind::unsupported, "FusedAttention: head dim " + std::to_string(d) + " above " + std::to_string(kAttentionMaxHeadDim));
 }
 

@@ -1,6 +1,7 @@
-// Device building blocks of the attention kernels: 64 x 64 tiles in shared memory, 256 threads as a 16 x 16 grid
-// each owning a 4 x 4 block of a score tile (rows ty*4.., columns tx*4..) and 4 rows x kD/16 columns of an
-// output tile (columns 64k + tx*4 + e), the score recomputation with masks, and the dropout replay.
+// Device building blocks of the attention kernels: 64 x 64 tiles in shared memory, threads as a 16-wide grid each
+// owning a kR x 4 block of a score tile (rows ty*kR.., columns tx*4..) and kR rows x kD/16 columns of an output tile
+// (columns 64k + tx*4 + e): kR = 4 is 256 threads (16 x 16), kR = 8 is 128 (16 x 8). The score recomputation with
+// masks, and the dropout replay.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -15,7 +16,10 @@
 namespace memplan::runtime::cuda::attention_tile {
 
 constexpr int kTile = 64;        // query rows and key rows per tile
-constexpr int kThreads = 256;    // 16 x 16
+constexpr int kThreads = 256;    // 16 x 16: kR = 4
+// Threads of a block whose threads own kR rows of a tile each.
+template <int kR>
+__host__ __device__ constexpr int threads_for() { return 16 * kTile / kR; }
 constexpr int kTStride = kTile + 4;  // row stride of a transposed tile [d][s] and of a score tile [i][j]
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -66,17 +70,18 @@ __device__ __forceinline__ float4 load4(const AttnOperand& t, std::int64_t base,
   return v;
 }
 
-// Rows [r0, r0 + 64) of head (b, h) into dst[s][d] (row_stride<kD>). Thread t loads row t / 4 (so with `dot`
-// a group of 4 adjacent lanes owns one row).
-template <int kD>
+// Rows [r0, r0 + 64) of head (b, h) into dst[s][d] (row_stride<kD>). Thread t loads rows t / 4 + k * (threads / 4)
+// (so with `dot` a group of 4 adjacent lanes owns one row).
+template <int kD, int kR = 4>
 __device__ __forceinline__ void load_rows(float* dst, const AttnOperand& t, int b, int h, int r0, int len, int dim, bool vec4) {
   const std::int64_t base = head_base(t, b, h);
-  const int r = threadIdx.x / 4;
 #pragma unroll
-  for (int it = 0; it < kD / 16; ++it) {
-    const int c = 4 * (threadIdx.x % 4 + 4 * it);
-    *reinterpret_cast<float4*>(dst + r * row_stride<kD>() + c) = load4(t, base, r0 + r, c, len, dim, vec4);
-  }
+  for (int r = threadIdx.x / 4; r < kTile; r += threads_for<kR>() / 4)
+#pragma unroll
+    for (int it = 0; it < kD / 16; ++it) {
+      const int c = 4 * (threadIdx.x % 4 + 4 * it);
+      *reinterpret_cast<float4*>(dst + r * row_stride<kD>() + c) = load4(t, base, r0 + r, c, len, dim, vec4);
+    }
 }
 
 // load_rows of dO, also writing delta[s] = sum_d dO[s][d] * O[s][d] (FlashAttention-2's D_i; 0 past len).
@@ -100,13 +105,14 @@ __device__ __forceinline__ void load_rows_dot(float* dst, float* delta, const At
 }
 
 // Rows [r0, r0 + 64) of head (b, h) transposed into dst[d][s] (stride kTStride): lanes take consecutive rows.
-template <int kD>
+template <int kD, int kR = 4>
 __device__ __forceinline__ void load_cols(float* dst, const AttnOperand& t, int b, int h, int r0, int len, int dim, bool vec4) {
   const std::int64_t base = head_base(t, b, h);
   const int s = threadIdx.x % kTile;
+  constexpr int kGroups = threads_for<kR>() / kTile;  // threads per row
 #pragma unroll
-  for (int it = 0; it < kD / 16; ++it) {
-    const int c = 4 * (threadIdx.x / kTile + 4 * it);
+  for (int it = 0; it < kD / (4 * kGroups); ++it) {
+    const int c = 4 * (threadIdx.x / kTile + kGroups * it);
     const float4 v = load4(t, base, r0 + s, c, len, dim, vec4);
     dst[(c + 0) * kTStride + s] = v.x;
     dst[(c + 1) * kTStride + s] = v.y;
@@ -126,48 +132,50 @@ __device__ __forceinline__ void unpack(float (&out)[4], const float4& v) {
 // only the first n hold data (the rest were loaded as zeros and add nothing).
 __device__ __forceinline__ int extent4(int n, int cap) { return n >= cap ? cap : (n <= 0 ? 0 : (n + 3) & ~3); }
 
-// acc[r][c] += sum_d A[ty*4 + r][d] * Bt[d][tx*4 + c] over d < dims (a multiple of 4, at most kD; the columns
+// acc[r][c] += sum_d A[ty*kR + r][d] * Bt[d][tx*4 + c] over d < dims (a multiple of 4, at most kD; the columns
 // past the head dim are zeros): A row-major (row_stride<kD>), Bt transposed (kTStride).
-template <int kD>
-__device__ __forceinline__ void tile_scores(float (&acc)[4][4], const float* a, const float* bt, int dims) {
+template <int kD, int kR = 4>
+__device__ __forceinline__ void tile_scores(float (&acc)[kR][4], const float* a, const float* bt, int dims) {
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 #pragma unroll 2
   for (int d = 0; d < dims; d += 4) {
-    float av[4][4];
+    float av[kR][4];
 #pragma unroll
-    for (int r = 0; r < 4; ++r) unpack(av[r], *reinterpret_cast<const float4*>(a + (ty * 4 + r) * row_stride<kD>() + d));
+    for (int r = 0; r < kR; ++r) unpack(av[r], *reinterpret_cast<const float4*>(a + (ty * kR + r) * row_stride<kD>() + d));
 #pragma unroll
     for (int dd = 0; dd < 4; ++dd) {
       float bv[4];
       unpack(bv, *reinterpret_cast<const float4*>(bt + (d + dd) * kTStride + tx * 4));
 #pragma unroll
-      for (int r = 0; r < 4; ++r)
+      for (int r = 0; r < kR; ++r)
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[r][c] = fmaf(av[r][dd], bv[c], acc[r][c]);
     }
   }
 }
 
-// acc[r][4k + e] += sum_s A(ty*4 + r, s) * B[s][64k + tx*4 + e] over the first `rows` rows s of B (row-major,
+// acc[r][4k + e] += sum_s A(ty*kR + r, s) * B[s][64k + tx*4 + e] over the first `rows` rows s of B (row-major,
 // row_stride<kD>; a multiple of 4, at most 64: rows past the sequence are zeros). A is a score tile (kTStride):
 // A(x, s) = A[x][s], or with kTransA A(x, s) = A[s][x].
-template <int kD, bool kTransA>
-__device__ __forceinline__ void tile_accumulate(float (&acc)[4][kD / 16], const float* a, const float* b, int rows) {
+template <int kD, bool kTransA, int kR = 4>
+__device__ __forceinline__ void tile_accumulate(float (&acc)[kR][kD / 16], const float* a, const float* b, int rows) {
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 #pragma unroll 2
   for (int s = 0; s < rows; s += 4) {
-    float av[4][4];  // av[r][ss] = A(ty*4 + r, s + ss)
+    float av[kR][4];  // av[r][ss] = A(ty*kR + r, s + ss)
     if (kTransA) {
 #pragma unroll
-      for (int ss = 0; ss < 4; ++ss) {
-        float col[4];
-        unpack(col, *reinterpret_cast<const float4*>(a + (s + ss) * kTStride + ty * 4));
+      for (int ss = 0; ss < 4; ++ss)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) av[r][ss] = col[r];
-      }
+        for (int q = 0; q < kR / 4; ++q) {
+          float col[4];
+          unpack(col, *reinterpret_cast<const float4*>(a + (s + ss) * kTStride + ty * kR + 4 * q));
+#pragma unroll
+          for (int r = 0; r < 4; ++r) av[4 * q + r][ss] = col[r];
+        }
     } else {
 #pragma unroll
-      for (int r = 0; r < 4; ++r) unpack(av[r], *reinterpret_cast<const float4*>(a + (ty * 4 + r) * kTStride + s));
+      for (int r = 0; r < kR; ++r) unpack(av[r], *reinterpret_cast<const float4*>(a + (ty * kR + r) * kTStride + s));
     }
 #pragma unroll
     for (int ss = 0; ss < 4; ++ss)
@@ -176,19 +184,20 @@ __device__ __forceinline__ void tile_accumulate(float (&acc)[4][kD / 16], const 
         float bv[4];
         unpack(bv, *reinterpret_cast<const float4*>(b + (s + ss) * row_stride<kD>() + 64 * k + tx * 4));
 #pragma unroll
-        for (int r = 0; r < 4; ++r)
+        for (int r = 0; r < kR; ++r)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[r][4 * k + e] = fmaf(av[r][ss], bv[e], acc[r][4 * k + e]);
       }
   }
 }
 
-// Writes this thread's block of a score tile (rows ty*4.., columns tx*4..) into dst (kTStride).
-__device__ __forceinline__ void store_scores(float* dst, const float (&v)[4][4]) {
+// Writes this thread's block of a score tile (rows ty*kR.., columns tx*4..) into dst (kTStride).
+template <int kR>
+__device__ __forceinline__ void store_scores(float* dst, const float (&v)[kR][4]) {
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 #pragma unroll
-  for (int r = 0; r < 4; ++r)
-    *reinterpret_cast<float4*>(dst + (ty * 4 + r) * kTStride + tx * 4) = make_float4(v[r][0], v[r][1], v[r][2], v[r][3]);
+  for (int r = 0; r < kR; ++r)
+    *reinterpret_cast<float4*>(dst + (ty * kR + r) * kTStride + tx * 4) = make_float4(v[r][0], v[r][1], v[r][2], v[r][3]);
 }
 
 // Offset of element (b, h, i, j) of the broadcast bias.
@@ -198,9 +207,10 @@ __device__ __forceinline__ std::int64_t bias_offset(const AttentionParams& p, in
 
 // s[r][c] = (scale * qk + bias) * log2(e) for query i0 + r and key j0 + c, -inf where masked (past the lengths,
 // causal j > i, mask false).
-__device__ __forceinline__ void masked_scores(float (&s)[4][4], const AttentionParams& p, int b, int h, int i0, int j0) {
+template <int kR>
+__device__ __forceinline__ void masked_scores(float (&s)[kR][4], const AttentionParams& p, int b, int h, int i0, int j0) {
 #pragma unroll
-  for (int r = 0; r < 4; ++r)
+  for (int r = 0; r < kR; ++r)
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int i = i0 + r, j = j0 + c;
@@ -235,15 +245,15 @@ __device__ __forceinline__ float row_sum(float v) {
   return v;
 }
 
-// Writes this thread's rows (row0 + ty*4 + r) and columns (64k + tx*4 + e) of an output tile, times `mul[r]`.
-template <int kD>
+// Writes this thread's rows (row0 + ty*kR + r) and columns (64k + tx*4 + e) of an output tile, times `mul[r]`.
+template <int kD, int kR = 4>
 __device__ __forceinline__ void store_rows(const AttnOperand& t, int b, int h, int row0, int len, int dim, bool vec4,
-                                           const float (&acc)[4][kD / 16], const float (&mul)[4]) {
+                                           const float (&acc)[kR][kD / 16], const float (&mul)[kR]) {
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const std::int64_t base = head_base(t, b, h);
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int s = row0 + ty * 4 + r;
+  for (int r = 0; r < kR; ++r) {
+    const int s = row0 + ty * kR + r;
     if (s >= len) continue;
     const std::int64_t row_at = base + static_cast<std::int64_t>(s) * t.row;
 #pragma unroll
