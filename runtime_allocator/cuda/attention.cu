@@ -32,6 +32,9 @@ __global__ void __launch_bounds__(threads_for<kR>(), kR == 8 ? 3 : 2) attention_
   const int b = bh / p.q_heads, h = bh % p.q_heads, hk = h / (p.q_heads / p.kv_heads);
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int q0 = tile * kTile;
+  // Rows past the sequence (the last tile of a length that is not a multiple of 64) hold zeros: a thread whose rows
+  // all lie there skips the products (whole warps where the tile is short).
+  const bool active = ty * kR < p.q_len - q0;
 
   load_rows<kD, kR>(sq, p.q, b, h, q0, p.q_len, p.head_dim, p.vec4);
   float o[kR][kD / 16];
@@ -55,7 +58,7 @@ __global__ void __launch_bounds__(threads_for<kR>(), kR == 8 ? 3 : 2) attention_
     load_rows<kD, kR>(sv, p.v, b, hk, k0, p.kv_len, p.v_head_dim, p.vec4);
     __syncthreads();
     float s[kR][4] = {};
-    tile_scores<kD, kR>(s, sq, skt, extent4(p.head_dim, kD));
+    if (active) tile_scores<kD, kR>(s, sq, skt, extent4(p.head_dim, kD));
     masked_scores<kR>(s, p, b, h, q0 + ty * kR, k0 + tx * 4);
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
@@ -77,7 +80,7 @@ __global__ void __launch_bounds__(threads_for<kR>(), kR == 8 ? 3 : 2) attention_
     }
     store_scores<kR>(sp, s);
     __syncthreads();  // P complete
-    tile_accumulate<kD, false, kR>(o, sp, sv, extent4(p.kv_len - k0, kTile));
+    if (active) tile_accumulate<kD, false, kR>(o, sp, sv, extent4(p.kv_len - k0, kTile));
   }
   float inv[kR];
 #pragma unroll

@@ -52,7 +52,7 @@ __device__ __forceinline__ void add_dq(const AttentionParams& p, const float* sd
   for (int r = 0; r < 4; ++r)
 #pragma unroll
     for (int e = 0; e < kD / 16; ++e) dq[r][e] = 0.0f;
-  tile_accumulate<kD, false>(dq, sds, sk, extent4(p.kv_len - tile * kTile, kTile));
+  if ((threadIdx.x / 16) * 4 < p.q_len - qt * kTile) tile_accumulate<kD, false>(dq, sds, sk, extent4(p.kv_len - tile * kTile, kTile));
   const int q_tiles = (p.q_len + kTile - 1) / kTile;
   int* my_turn = turn + (static_cast<std::int64_t>(b) * p.q_heads + h) * q_tiles + qt;
   const int last = last_key_tile(p, qt);
@@ -130,8 +130,11 @@ __global__ void __launch_bounds__(kThreads, kD <= 64 ? 2 : 1) attention_dkdv_ker
       }
       __syncthreads();
       float s[4][4] = {}, dp[4][4] = {}, pd[4][4], lse2[4], delta[4];
-      tile_scores<kD>(s, sq, skt, extent4(p.head_dim, kD));
-      tile_scores<kD>(dp, sdo, svt, extent4(p.v_head_dim, kD));
+      const bool active = ty * 4 < p.q_len - q0;  // rows past the sequence are zeros: their P and dS are 0
+      if (active) {
+        tile_scores<kD>(s, sq, skt, extent4(p.head_dim, kD));
+        tile_scores<kD>(dp, sdo, svt, extent4(p.v_head_dim, kD));
+      }
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         lse2[r] = slse[ty * 4 + r];
