@@ -96,6 +96,136 @@ __global__ void __launch_bounds__(threads_for<kR>(), kR == 8 ? 3 : 2) attention_
   }
 }
 
+// 16 bytes from global to shared memory without passing through registers (sm_80 cp.async), zeros where !valid
+// (gmem must still be a valid address).
+__device__ __forceinline__ void copy_async16(float* smem, const float* gmem, bool valid) {
+  const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void commit_async() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most one committed group of this thread is still in flight.
+__device__ __forceinline__ void wait_async_but_one() { asm volatile("cp.async.wait_group 1;\n" ::); }
+
+// Rows [r0, r0 + 64) of head (b, h) (float32, 16-byte aligned rows, dim % 4 == 0) into dst[s][d] (row_stride<kD>),
+// copied asynchronously by kN threads; zeros past `len` rows or `dim` columns.
+template <int kD, int kN>
+__device__ __forceinline__ void rows_async(float* dst, const AttnOperand& t, int b, int h, int r0, int len, int dim) {
+  const float* base = static_cast<const float*>(t.data) + head_base(t, b, h);
+#pragma unroll
+  for (int x = threadIdx.x; x < kTile * kD / 4; x += kN) {
+    const int r = x / (kD / 4), c = 4 * (x % (kD / 4));
+    const bool ok = r0 + r < len && c < dim;
+    copy_async16(dst + r * row_stride<kD>() + c, ok ? base + static_cast<std::int64_t>(r0 + r) * t.row + c : base, ok);
+  }
+}
+
+// acc[r][c] += sum_d Q[ty*kR + r][d] K[tx + 16c][d] with both tiles row-major (row_stride<kD>): the columns of a
+// thread are 16 apart, so each quarter warp's float4 loads of K rows fall in distinct banks.
+template <int kD, int kR>
+__device__ __forceinline__ void scores_from_rows(float (&acc)[kR][4], const float* q, const float* k, int dims) {
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+#pragma unroll 2
+  for (int d = 0; d < dims; d += 4) {
+    float av[kR][4], bv[4][4];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) unpack(av[r], *reinterpret_cast<const float4*>(q + (ty * kR + r) * row_stride<kD>() + d));
+#pragma unroll
+    for (int c = 0; c < 4; ++c) unpack(bv[c], *reinterpret_cast<const float4*>(k + (tx + 16 * c) * row_stride<kD>() + d));
+#pragma unroll
+    for (int dd = 0; dd < 4; ++dd)
+#pragma unroll
+      for (int r = 0; r < kR; ++r)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[r][c] = fmaf(av[r][dd], bv[c][dd], acc[r][c]);
+  }
+}
+
+// The forward of float32 operands (vec4) with head dims <= 64, 8 query rows per thread: K and V tiles stay
+// row-major and the next pair is copied asynchronously (two buffers) while this one is used, so the key loop does not
+// wait on global memory.
+constexpr int kAsyncR = 8, kAsyncThreads = threads_for<kAsyncR>();
+constexpr int async_smem_bytes() { return static_cast<int>(sizeof(float)) * (5 * rows_floats<64>() + kScoreFloats); }
+
+__global__ void __launch_bounds__(kAsyncThreads, 2) attention_forward_async_kernel(AttentionParams p, int q_tiles) {
+  constexpr int kD = 64, kR = kAsyncR;
+  extern __shared__ float4 smem4[];
+  float* sq = reinterpret_cast<float*>(smem4);  // Q [64][kD + 4]
+  float* skv = sq + rows_floats<kD>();           // buffer x: K at skv + 2x rows, V at skv + (2x + 1) rows
+  float* sp = skv + 4 * rows_floats<kD>();       // P [64][68]
+  const int tile = static_cast<int>(blockIdx.x % q_tiles), bh = static_cast<int>(blockIdx.x / q_tiles);
+  const int b = bh / p.q_heads, h = bh % p.q_heads, hk = h / (p.q_heads / p.kv_heads);
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int q0 = tile * kTile;
+  const bool active = ty * kR < p.q_len - q0;  // rows past the sequence are zeros: skip their products
+
+  int kv_tiles = (p.kv_len + kTile - 1) / kTile;
+  if (p.causal) kv_tiles = min(kv_tiles, (min(q0 + kTile, p.q_len) - 1) / kTile + 1);
+  rows_async<kD, kAsyncThreads>(sq, p.q, b, h, q0, p.q_len, p.head_dim);
+  if (kv_tiles > 0) {
+    rows_async<kD, kAsyncThreads>(skv, p.k, b, hk, 0, p.kv_len, p.head_dim);
+    rows_async<kD, kAsyncThreads>(skv + rows_floats<kD>(), p.v, b, hk, 0, p.kv_len, p.v_head_dim);
+  }
+  commit_async();
+  float o[kR][kD / 16];
+  float m[kR], l[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kD / 16; ++e) o[r][e] = 0.0f;
+  }
+  for (int t = 0; t < kv_tiles; ++t) {
+    const int k0 = t * kTile;
+    const float* sk = skv + 2 * (t & 1) * rows_floats<kD>();
+    const float* sv = sk + rows_floats<kD>();
+    if (t + 1 < kv_tiles) {  // the next pair into the other buffer (its readers passed the barrier ending t - 1)
+      float* nk = skv + 2 * ((t + 1) & 1) * rows_floats<kD>();
+      rows_async<kD, kAsyncThreads>(nk, p.k, b, hk, k0 + kTile, p.kv_len, p.head_dim);
+      rows_async<kD, kAsyncThreads>(nk + rows_floats<kD>(), p.v, b, hk, k0 + kTile, p.kv_len, p.v_head_dim);
+    }
+    commit_async();
+    wait_async_but_one();  // this tile's pair (and Q) landed
+    __syncthreads();
+    float s[kR][4] = {};
+    if (active) scores_from_rows<kD, kR>(s, sq, sk, extent4(p.head_dim, kD));
+    masked_scores<kR, 16>(s, p, b, h, q0 + ty * kR, k0 + tx);
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const float mx = row_max(fmaxf(fmaxf(s[r][0], s[r][1]), fmaxf(s[r][2], s[r][3])));
+      const float m_new = fmaxf(m[r], mx);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row masked so far keeps l = 0, O = 0
+      const float alpha = exp2f(m[r] - m_use);
+      float sum = 0.0f;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const float e = exp2f(s[r][c] - m_use);
+        sum += e;
+        sp[(ty * kR + r) * kTStride + tx + 16 * c] = e * dropout_factor(p, b, h, q0 + ty * kR + r, k0 + tx + 16 * c);
+      }
+      l[r] = l[r] * alpha + row_sum(sum);
+      m[r] = m_new;
+#pragma unroll
+      for (int e = 0; e < kD / 16; ++e) o[r][e] *= alpha;
+    }
+    __syncthreads();  // P complete
+    if (active) tile_accumulate<kD, false, kR>(o, sp, sv, extent4(p.kv_len - k0, kTile));
+    __syncthreads();  // done with this pair and P before the next prefetch overwrites them
+  }
+  float inv[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+  store_rows<kD, kR>(p.o, b, h, q0, p.q_len, p.v_head_dim, true, o, inv);
+  if (p.lse && tx == 0) {
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const int i = q0 + ty * kR + r;
+      if (i < p.q_len)
+        p.lse[(static_cast<std::int64_t>(b) * p.q_heads + h) * p.q_len + i] = l[r] > 0.0f ? (m[r] + log2f(l[r])) * kLn2 : -INFINITY;
+    }
+  }
+}
+
 template <int kD, int kR>
 void launch_forward(const AttentionParams& p, cudaStream_t stream) {
   const int q_tiles = (p.q_len + kTile - 1) / kTile;
@@ -113,6 +243,16 @@ void launch_forward(const AttentionParams& p, cudaStream_t stream) {
 
 void attention_forward(const AttentionParams& p, cudaStream_t stream) {
   const int d = p.head_dim > p.v_head_dim ? p.head_dim : p.v_head_dim;
+  if (d <= 64 && p.vec4) {
+    const int q_tiles = (p.q_len + kTile - 1) / kTile;
+    const long long blocks = static_cast<long long>(q_tiles) * p.batch * p.q_heads;
+    if (blocks == 0) return;
+    if (blocks > 0x7fffffffLL) fail(ErrorKind::unsupported, "FusedAttention: more than 2^31 query tiles");
+    check(cudaFuncSetAttribute(attention_forward_async_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, async_smem_bytes()),
+          "FusedAttention: shared memory of the forward kernel");
+    attention_forward_async_kernel<<<static_cast<unsigned>(blocks), kAsyncThreads, async_smem_bytes(), stream>>>(p, q_tiles);
+    return check_launch("FusedAttention forward");
+  }
   if (d <= 64) return launch_forward<64, 8>(p, stream);
   if (d <= kAttentionMaxHeadDim) return launch_forward<128, 4>(p, stream);
   fail(ErrorKind::unsupported, "FusedAttention: head dim " + std::to_string(d) + " above " + std::to_string(kAttentionMaxHeadDim));

@@ -205,15 +205,15 @@ __device__ __forceinline__ std::int64_t bias_offset(const AttentionParams& p, in
   return b * p.bias_strides[0] + h * p.bias_strides[1] + i * p.bias_strides[2] + j * p.bias_strides[3];
 }
 
-// s[r][c] = (scale * qk + bias) * log2(e) for query i0 + r and key j0 + c, -inf where masked (past the lengths,
-// causal j > i, mask false).
-template <int kR>
+// s[r][c] = (scale * qk + bias) * log2(e) for query i0 + r and key j0 + c * kCS, -inf where masked (past the
+// lengths, causal j > i, mask false).
+template <int kR, int kCS = 1>
 __device__ __forceinline__ void masked_scores(float (&s)[kR][4], const AttentionParams& p, int b, int h, int i0, int j0) {
 #pragma unroll
   for (int r = 0; r < kR; ++r)
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const int i = i0 + r, j = j0 + c;
+      const int i = i0 + r, j = j0 + c * kCS;
       bool ok = i < p.q_len && j < p.kv_len && !(p.causal && j > i);
       float x = s[r][c] * p.scale;
       if (ok && p.bias) {
