@@ -79,17 +79,28 @@ def err(pred, meas):
     return None if not pred or not meas else 100.0 * (pred - meas) / meas
 
 
-def row(name, family, dims, runs, sdpa, eager):
+def sdpa_ran_eager(sdpa_run, eager_run):
+    """True when PyTorch's SDPA and eager runs of a transformers model are the same computation: the same loss to the
+    last bit and the same peak (the model's attention code has no SDPA path in that transformers version, so asking
+    for attn_implementation="sdpa" ran eager attention; SDPA's kernels and eager's softmax chain round differently
+    and draw dropout differently, so genuinely different runs do not agree bit for bit)."""
+    return (sdpa_run.get("loss") is not None and sdpa_run.get("loss") == eager_run.get("loss")
+            and sdpa_run["max_allocated_bytes"] == eager_run["max_allocated_bytes"])
+
+
+def row(name, family, dims, runs, sdpa, eager, ran_eager=False):
     f, n, e = runs["fused"], runs["no_fuse"], runs["pytorch_eager_attention"]
     ok = all("error" not in x for x in (f, n, e))
-    out = {"model": name, "family": family, "dims": dims, "memplan": runs, "pytorch_sdpa": sdpa, "pytorch_eager": eager}
+    out = {"model": name, "family": family, "dims": dims, "memplan": runs, "pytorch_sdpa": sdpa, "pytorch_eager": eager,
+           "pytorch_sdpa_ran_eager_attention": ran_eager}
     if ok:
         out.update({
             "keep_all_peak_bytes": f["peak_bytes"], "keep_all_no_fuse_peak_bytes": n["peak_bytes"],
             "fusion_groups": f["fusion"]["groups"], "fusion_by_kind": f["fusion"]["by_kind"],
             "predicted_sdpa_bytes": f["pytorch_peak_bytes"], "predicted_eager_bytes": e["pytorch_peak_bytes"],
             "keep_all_over_sdpa_measured": f["peak_bytes"] / sdpa["measured_bytes"] if sdpa else None,
-            "predicted_sdpa_error_pct": err(f["pytorch_peak_bytes"], sdpa and sdpa["measured_bytes"]),
+            # No SDPA measurement to hold the SDPA prediction against when PyTorch ran eager attention for both.
+            "predicted_sdpa_error_pct": None if ran_eager else err(f["pytorch_peak_bytes"], sdpa and sdpa["measured_bytes"]),
             "predicted_eager_error_pct": err(e["pytorch_peak_bytes"], eager and eager["measured_bytes"]),
         })
     return out
@@ -111,7 +122,7 @@ def print_table(rows):
         s, e = r["pytorch_sdpa"], r["pytorch_eager"]
         print(f"{r['model']:13} {shape:10} {r['keep_all_peak_bytes']/MiB:9.1f} {r['keep_all_no_fuse_peak_bytes']/MiB:9.1f} "
               f"{r['fusion_groups']:6d} {fmt(s and s['measured_bytes']/MiB, '{:9.1f}'):>9} {fmt(r['keep_all_over_sdpa_measured'], '{:6.3f}'):>6} "
-              f"{r['predicted_sdpa_bytes']/MiB:9.1f} {fmt(r['predicted_sdpa_error_pct'], '{:+6.1f}%'):>7} "
+              f"{r['predicted_sdpa_bytes']/MiB:9.1f} {'eager*' if r['pytorch_sdpa_ran_eager_attention'] else fmt(r['predicted_sdpa_error_pct'], '{:+6.1f}%'):>7} "
               f"{fmt(e and e['measured_bytes']/MiB, '{:9.1f}'):>9} {r['predicted_eager_bytes']/MiB:10.1f} "
               f"{fmt(r['predicted_eager_error_pct'], '{:+6.1f}%'):>7}")
 
@@ -122,22 +133,30 @@ def main():
     ap.add_argument("--samples", default="samples")
     ap.add_argument("--only", default="", help="comma-separated model names (default: all)")
     ap.add_argument("--json", default="", help="write the rows here")
+    ap.add_argument("--torch-peaks", default=TORCH_TRANSFORMERS,
+                    help="bench/torch_transformer_peaks.py's JSON to compare with (its models are the rows; default: the "
+                         "sample set measured 2026-11-23)")
+    ap.add_argument("--models-dir", default="", help="where NAME.train.onnx lies (default: SAMPLES/transformers); e.g. "
+                    "held-out exports of bench/export_transformers.py")
+    ap.add_argument("--no-cnns", action="store_true", help="transformer rows only")
     a = ap.parse_args()
     only = {x for x in a.only.split(",") if x}
-    torch_t = json.load(open(TORCH_TRANSFORMERS))
+    torch_t = json.load(open(a.torch_peaks))
+    models_dir = a.models_dir or os.path.join(a.samples, "transformers")
     torch_c = json.load(open(TORCH_CNNS))
     rows = []
-    for name in TRANSFORMERS:
+    for name in (TRANSFORMERS if a.torch_peaks == TORCH_TRANSFORMERS else list(torch_t["models"])):
         if only and name not in only:
             continue
         m = torch_t["models"][name]
         sdpa, eager = m["sdpa"], m["eager"]
         shape = sdpa["input_shape"]  # [batch, seq] or [batch, 3, H, W]
         dims = {"batch": shape[0]} if m["family"] == "vision" else {"batch": shape[0], "seq": shape[1]}
-        runs = memplan_runs(a.memplan, os.path.join(a.samples, "transformers", f"{name}.train.onnx"), dims)
-        rows.append(row(name, m["family"], dims, runs, transformer_measured(sdpa), transformer_measured(eager)))
+        runs = memplan_runs(a.memplan, os.path.join(models_dir, f"{name}.train.onnx"), dims)
+        rows.append(row(name, m["family"], dims, runs, transformer_measured(sdpa), transformer_measured(eager),
+                        sdpa_ran_eager(sdpa, eager)))
         print(f"  {name} done", file=sys.stderr)
-    for name in CNNS:
+    for name in [] if a.no_cnns else CNNS:
         if only and name not in only:
             continue
         t = next((x for x in torch_c["training"] if x["model"] == name and not x["segments"]), None)
@@ -149,7 +168,11 @@ def main():
     print(f"memplan beside PyTorch ({torch_t['device']}, torch {torch_t['torch']}, float32, optimizer none); "
           f"transformers measured {torch_t['date']}, CNNs {torch_c['date']}")
     print_table(rows)
-    doc = {"torch_transformers": os.path.relpath(TORCH_TRANSFORMERS, HERE), "torch_cnns": os.path.relpath(TORCH_CNNS, HERE),
+    if any(r.get("pytorch_sdpa_ran_eager_attention") for r in rows):
+        print("eager*: PyTorch's SDPA and eager runs were the same computation (same loss bit for bit, same peak): the "
+              "model's attention code has no SDPA path in that transformers version, so there is no SDPA measurement "
+              "for the SDPA prediction; its eager prediction is held against the run")
+    doc = {"torch_transformers": os.path.relpath(a.torch_peaks, HERE), "models_dir": models_dir, "torch_cnns": os.path.relpath(TORCH_CNNS, HERE),
            "measured_bytes": "max_allocated_bytes - other_persistent_bytes (library workspaces)", "rows": rows}
     if a.json:
         with open(a.json, "w") as fh:
