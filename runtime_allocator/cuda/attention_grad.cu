@@ -245,8 +245,8 @@ namespace {
 
 constexpr int fused_grad_smem_bytes() { return grad_smem_bytes<64>() + static_cast<int>(sizeof(float)) * rows_floats<64>(); }
 
-// The one-kernel backward takes float32 operands (vec4) of head dims <= 64 with a dQ to sum into (key tile 0 writes
-// every row of it, so both lengths are positive).
+// The one-kernel backward takes float32 operands (vec4) of head dims <= 64 with a dQ to sum into (the first key tile
+// in each query tile's order writes every row of it, so both lengths must be positive).
 bool fused_grad_ok(const AttentionParams& p) {
   return p.vec4 && p.dq.data && p.head_dim <= 64 && p.v_head_dim <= 64 && p.q_len > 0 && p.kv_len > 0;
 }
