@@ -13,6 +13,50 @@ using namespace attention_tile;
 
 namespace {
 
+// One key tile of the online softmax for this thread's rows (i0 + r) and keys (j0 + c * kCS): s holds the masked
+// scores in log2 units and leaves as the probabilities times the dropout factors (relative to the running max);
+// m, l (running max and sum) and the output accumulators o are rescaled to the new max.
+template <int kD, int kR, int kCS>
+__device__ __forceinline__ void online_softmax(float (&s)[kR][4], float (&m)[kR], float (&l)[kR], float (&o)[kR][kD / 16],
+                                               const AttentionParams& p, int b, int h, int i0, int j0) {
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    const float mx = row_max(fmaxf(fmaxf(s[r][0], s[r][1]), fmaxf(s[r][2], s[r][3])));
+    const float m_new = fmaxf(m[r], mx);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row masked so far keeps l = 0, O = 0
+    const float alpha = exp2f(m[r] - m_use);
+    float sum = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const float e = exp2f(s[r][c] - m_use);
+      sum += e;
+      s[r][c] = e * dropout_factor(p, b, h, i0 + r, j0 + c * kCS);  // LSE is before dropout
+    }
+    l[r] = l[r] * alpha + row_sum(sum);
+    m[r] = m_new;
+#pragma unroll
+    for (int e = 0; e < kD / 16; ++e) o[r][e] *= alpha;
+  }
+}
+
+// O = o / l for this thread's rows of the query tile at q0, and LSE = m + log(l) (-inf for a row with every key masked).
+template <int kD, int kR>
+__device__ __forceinline__ void finish_rows(const AttentionParams& p, int b, int h, int q0, bool vec4, const float (&o)[kR][kD / 16],
+                                            const float (&m)[kR], const float (&l)[kR]) {
+  float inv[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+  store_rows<kD, kR>(p.o, b, h, q0, p.q_len, p.v_head_dim, vec4, o, inv);
+  if (p.lse && threadIdx.x % 16 == 0) {
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const int i = q0 + static_cast<int>(threadIdx.x / 16) * kR + r;
+      if (i < p.q_len)
+        p.lse[(static_cast<std::int64_t>(b) * p.q_heads + h) * p.q_len + i] = l[r] > 0.0f ? (m[r] + log2f(l[r])) * kLn2 : -INFINITY;
+    }
+  }
+}
+
 // Q, K^T, V and P tiles.
 template <int kD>
 constexpr int forward_smem_bytes() {
@@ -60,40 +104,12 @@ __global__ void __launch_bounds__(threads_for<kR>(), kR == 8 ? 3 : 2) attention_
     float s[kR][4] = {};
     if (active) tile_scores<kD, kR>(s, sq, skt, extent4(p.head_dim, kD));
     masked_scores<kR>(s, p, b, h, q0 + ty * kR, k0 + tx * 4);
-#pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      const float mx = row_max(fmaxf(fmaxf(s[r][0], s[r][1]), fmaxf(s[r][2], s[r][3])));
-      const float m_new = fmaxf(m[r], mx);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row masked so far keeps l = 0, O = 0
-      const float alpha = exp2f(m[r] - m_use);
-      float sum = 0.0f;
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const float e = exp2f(s[r][c] - m_use);
-        sum += e;
-        s[r][c] = e * dropout_factor(p, b, h, q0 + ty * kR + r, k0 + tx * 4 + c);  // LSE is before dropout
-      }
-      l[r] = l[r] * alpha + row_sum(sum);
-      m[r] = m_new;
-#pragma unroll
-      for (int e = 0; e < kD / 16; ++e) o[r][e] *= alpha;
-    }
+    online_softmax<kD, kR, 1>(s, m, l, o, p, b, h, q0 + ty * kR, k0 + tx * 4);
     store_scores<kR>(sp, s);
     __syncthreads();  // P complete
     if (active) tile_accumulate<kD, false, kR>(o, sp, sv, extent4(p.kv_len - k0, kTile));
   }
-  float inv[kR];
-#pragma unroll
-  for (int r = 0; r < kR; ++r) inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-  store_rows<kD, kR>(p.o, b, h, q0, p.q_len, p.v_head_dim, p.vec4, o, inv);
-  if (p.lse && tx == 0) {
-#pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      const int i = q0 + ty * kR + r;
-      if (i < p.q_len)
-        p.lse[(static_cast<std::int64_t>(b) * p.q_heads + h) * p.q_len + i] = l[r] > 0.0f ? (m[r] + log2f(l[r])) * kLn2 : -INFINITY;
-    }
-  }
+  finish_rows<kD, kR>(p, b, h, q0, p.vec4, o, m, l);
 }
 
 // 16 bytes from global to shared memory without passing through registers (sm_80 cp.async), zeros where !valid
@@ -190,40 +206,16 @@ __global__ void __launch_bounds__(kAsyncThreads, 2) attention_forward_async_kern
     float s[kR][4] = {};
     if (active) scores_from_rows<kD, kR>(s, sq, sk, extent4(p.head_dim, kD));
     masked_scores<kR, 16>(s, p, b, h, q0 + ty * kR, k0 + tx);
+    online_softmax<kD, kR, 16>(s, m, l, o, p, b, h, q0 + ty * kR, k0 + tx);
 #pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      const float mx = row_max(fmaxf(fmaxf(s[r][0], s[r][1]), fmaxf(s[r][2], s[r][3])));
-      const float m_new = fmaxf(m[r], mx);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row masked so far keeps l = 0, O = 0
-      const float alpha = exp2f(m[r] - m_use);
-      float sum = 0.0f;
+    for (int r = 0; r < kR; ++r)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const float e = exp2f(s[r][c] - m_use);
-        sum += e;
-        sp[(ty * kR + r) * kTStride + tx + 16 * c] = e * dropout_factor(p, b, h, q0 + ty * kR + r, k0 + tx + 16 * c);
-      }
-      l[r] = l[r] * alpha + row_sum(sum);
-      m[r] = m_new;
-#pragma unroll
-      for (int e = 0; e < kD / 16; ++e) o[r][e] *= alpha;
-    }
+      for (int c = 0; c < 4; ++c) sp[(ty * kR + r) * kTStride + tx + 16 * c] = s[r][c];
     __syncthreads();  // P complete
     if (active) tile_accumulate<kD, false, kR>(o, sp, sv, extent4(p.kv_len - k0, kTile));
     __syncthreads();  // done with this pair and P before the next prefetch overwrites them
   }
-  float inv[kR];
-#pragma unroll
-  for (int r = 0; r < kR; ++r) inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-  store_rows<kD, kR>(p.o, b, h, q0, p.q_len, p.v_head_dim, true, o, inv);
-  if (p.lse && tx == 0) {
-#pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      const int i = q0 + ty * kR + r;
-      if (i < p.q_len)
-        p.lse[(static_cast<std::int64_t>(b) * p.q_heads + h) * p.q_len + i] = l[r] > 0.0f ? (m[r] + log2f(l[r])) * kLn2 : -INFINITY;
-    }
-  }
+  finish_rows<kD, kR>(p, b, h, q0, true, o, m, l);
 }
 
 template <int kD, int kR>
