@@ -35,9 +35,9 @@ void add_training_args(CLI::App* cmd, TrainingArgs& args) {
   cmd->add_option("--budget", args.budget, "device memory budget, e.g. 16GiB, 512MB, 1e9")
       ->check(CLI::Validator([](std::string& v) { return v.find_first_not_of(" \t") == std::string::npos ? std::string("a size is needed, e.g. 16GiB") : std::string(); },
                              "SIZE"));
-  cmd->add_option("--strategy", args.strategy, "none | sqrt | budget | optimal | swap | auto (default: auto with --budget, else none); exact (opt-in: the stage-chain MILP through GLPK on up to --exact-stages stages, started from the segment DP, used where it recomputes less than optimal)");
-  cmd->add_option("--exact-stages", args.exact_stages, "strategy exact: the forward stages coarsened to at most this many for the MILP (default 64)");
-  cmd->add_option("--exact-nodes", args.exact_nodes, "strategy exact: branch-and-bound nodes per MILP solve, the deterministic limit (default 30)");
+  cmd->add_option("--strategy", args.strategy, "none | sqrt | budget | optimal | swap | auto (default: auto with --budget, else none); exact (opt-in: keep / swap / recompute per stage as a MILP through CBC on up to --exact-stages stages, started from the segment DP, used where its estimated step is faster than optimal's)");
+  cmd->add_option("--exact-stages", args.exact_stages, "strategy exact: the forward stages coarsened to at most this many for the MILP (default 300)");
+  cmd->add_option("--exact-nodes", args.exact_nodes, "strategy exact: branch-and-bound nodes per MILP solve, the deterministic limit (default 2000)");
   cmd->add_option("--exact-seconds", args.exact_seconds, "strategy exact: most seconds per MILP solve, only a cap (default 20)");
   add_library_bytes_arg(cmd, args.library_bytes);
   add_arena_args(cmd, args.arena);
@@ -110,20 +110,22 @@ namespace {
 
 nlohmann::json exact_remat_json(const planner::ExactRematReport& e) {
   auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
-  return {{"stages", e.stages}, {"solves", e.solves}, {"status", e.status}, {"model_budget_bytes", e.model_budget},
-          {"dp_flops", num(e.dp_flops)}, {"milp_flops", num(e.milp_flops)}, {"lower_bound_flops", num(e.lower_bound)}, {"gap", e.gap},
-          {"seconds", e.seconds}, {"nodes", e.nodes}, {"used", e.used}, {"optimal_recompute_flops", num(e.optimal_recompute_flops)}};
+  return {{"stages", e.stages}, {"swappable_stages", e.swappable}, {"solves", e.solves}, {"variables", e.variables}, {"status", e.status},
+          {"model_budget_bytes", e.model_budget}, {"dp_model_seconds", num(e.dp_cost)}, {"milp_model_seconds", num(e.milp_cost)},
+          {"lower_bound_model_seconds", num(e.lower_bound)}, {"gap", e.gap}, {"swapped_stages", e.swaps}, {"seconds", e.seconds},
+          {"nodes", e.nodes}, {"used", e.used}, {"optimal_recompute_flops", num(e.optimal_recompute_flops)},
+          {"optimal_step_seconds", num(e.optimal_step_seconds)}, {"exact_step_seconds", e.exact_step_seconds > 0 ? num(e.exact_step_seconds) : nlohmann::json()}};
 }
 
 std::string exact_remat_text(const planner::ExactRematReport& e) {
   if (e.solves == 0) return "exact remat          no MILP solve (" + std::to_string(e.stages) + " stages): optimal's plan kept\n";
-  char buf[512];
+  char buf[640];
   std::snprintf(buf, sizeof buf,
-                "exact remat          %zu stages, %zu MILP solves (%.2f s, %llu nodes), last kept: %s, DP %s FLOPs -> MILP %s, bound %s "
-                "(gap %.1f%%: the share of the DP's recompute the optimum may save); %s\n",
-                e.stages, e.solves, e.seconds, static_cast<unsigned long long>(e.nodes), e.status.c_str(), human_count(e.dp_flops).c_str(),
-                human_count(e.milp_flops).c_str(), human_count(e.lower_bound).c_str(), 100.0 * e.gap,
-                e.used ? "the MILP's plan used (less recompute than optimal's)" : "optimal's plan kept (no more recompute)");
+                "exact remat          %zu stages (%zu can swap), %zu MILP solves (%.2f s, %llu nodes), last kept: %s, model cost DP %.3f ms -> "
+                "MILP %.3f ms (%zu stages swapped), bound %.3f ms (gap %.1f%%: the share of the DP's cost the optimum may save); %s\n",
+                e.stages, e.swappable, e.solves, e.seconds, static_cast<unsigned long long>(e.nodes), e.status.c_str(), 1e3 * e.dp_cost,
+                1e3 * e.milp_cost, e.swaps, 1e3 * e.lower_bound, 100.0 * e.gap,
+                e.used ? "the MILP's plan used (a faster estimated step than optimal's)" : "optimal's plan kept (its estimated step is no slower)");
   return buf;
 }
 

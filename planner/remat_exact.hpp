@@ -1,5 +1,5 @@
 // Exact rematerialization over the forward stages: a Checkmate-style MILP (Jain et al. 2020) over the backward
-// phases of the stage chain, solved with GLPK when the build found it; a brute force for tests; the gap of the
+// phases of the stage chain, solved with CBC (planner/milp.hpp) when the build found it; a brute force for tests; the gap of the
 // segment DP (optimal_segments, strategy `optimal`) to the optimum of this model.
 #pragma once
 
@@ -36,15 +36,12 @@ enum class ExactStatus : std::uint8_t { optimal, feasible, infeasible, no_soluti
 const char* exact_status_name(ExactStatus s) noexcept;
 
 struct ExactRematOptions {
-  double seconds = 10.0;            // GLPK's time limit (a cap: results differ between machines only past it)
+  double seconds = 10.0;            // the solver's time limit (a cap: results differ between machines only past it)
   std::uint64_t max_nodes = 20000;  // branch-and-bound nodes: the deterministic limit
   std::size_t max_stages = 300;
   // Plans a training graph can run (strategy `exact`, choice_from_exact): each stage rebuilt at most once, from
   // the boundary before it as the forward kept it or as the same phase rebuilds it.
   bool once = false;
-  // GLPK's cutting planes (Gomory, MIR, cover, clique) and feasibility pump: off by default (measured in
-  // bench_remat_exact's last argument).
-  bool cuts = false, pump = false;
 };
 
 struct ExactRematResult {
@@ -70,9 +67,9 @@ ChainPoint chain_point_of_segments(const StageChain& c, const SegmentPlan& plan)
 // The recompute FLOPs of a point, infinity where it breaks a need or the budget.
 double chain_flops(const StageChain& c, const ChainPoint& p, std::uint64_t budget);
 
-// Whether this build has a MILP solver (GLPK; CMake option MEMPLAN_GLPK).
+// Whether this build has a MILP solver (CBC; CMake option MEMPLAN_CBC).
 bool exact_remat_available() noexcept;
-// The least recompute FLOPs of the model with every phase's bytes <= budget. Without GLPK: not_built. `start`, a
+// The least recompute FLOPs of the model with every phase's bytes <= budget. Without CBC: not_built. `start`, a
 // point within the budget (the DP's), is the solver's first incumbent: the result is never worse than it.
 ExactRematResult exact_remat(const StageChain& c, std::uint64_t budget, const ExactRematOptions& o = {}, const ChainPoint* start = nullptr);
 // The same optimum by dynamic programming over the held sets (exponential: at most 5 stages), for tests;

@@ -13,6 +13,7 @@
 #include "analysis/liveness.hpp"
 #include "analysis/ops.hpp"
 #include "planner/remat_exact.hpp"
+#include "planner/remat_exact_segments.hpp"
 #include "planner/remat_segments.hpp"
 #include "planner/step_time.hpp"
 #include "planner/swap.hpp"
@@ -210,85 +211,118 @@ Maybe strategy_optimal(const Context& c, std::uint64_t target, bool by_time = fa
   return plain;
 }
 
-// Exact remat (remat_exact.hpp): the stage-chain MILP on the plain stages coarsened to at most opts.exact_stages, each
-// stage rebuilt at most once (what a recompute group expresses), started from the segment DP's plan on the same
-// stages (so never worse than it in the model). The model budget comes from calibrating that DP on the packed
-// arena (cheap); the MILP is solved there, lowered by any overshoot (at most 2 solves), then bisected up once towards
-// the budget found too much. `optimal`'s own plan (128 stages, cheap recomputation, partial stages) is
-// planned too, and the MILP's plan is used only where it recomputes less.
+// A swap-segment plan on stages `s` as per-tensor actions: segments as choice_from_segments, and every saved tensor
+// of a swapped stage but its boundary swapped where the swap planner can hide its copies (kept otherwise).
+RematChoice choice_from_swap_plan(const Context& c, const ForwardStages& s, const SwapSegmentPlan& p) {
+  RematChoice ch = choice_from_segments(c.g, s, p.segments);
+  if (std::none_of(p.swapped.begin(), p.swapped.end(), [](bool b) { return b; })) return ch;
+  std::vector<std::vector<TensorId>> saved(s.size());
+  for (TensorId t : find_saved_for_backward(c.g)) {
+    const std::uint32_t st = s.stage_of_op[c.g.tensors[t].producer];
+    if (st < s.size() && p.swapped[st] && t != s.boundary[st] && ch.action[t] == RematAction::keep) saved[st].push_back(t);
+  }
+  SwapPlanner planner(c.g, c.schedule, c.seconds, c.links);
+  for (const auto& ts : saved)
+    for (TensorId t : ts) planner.try_swap(t, ch, UINT32_MAX);
+  return ch;
+}
+
+// Exact remat with swap (remat_exact_segments.hpp): the MILP over the plain stages coarsened to at most
+// opts.exact_stages, keep / swap / recompute segment per stage, the least estimated seconds, started from the segment
+// DP's plan on the same stages (never worse than it in the model). The model budget comes from calibrating that DP on
+// the packed arena; the MILP is solved there, lowered by any overshoot (at most 2 solves), then once halfway towards
+// the budget found too much. Where the DP reaches no plan under the target (swaps can go lower), the calibration runs
+// on the MILP itself (at most 8 solves). `optimal`'s own plan (cheap recomputation, partial stages) is planned too;
+// the MILP's plan is used where its estimated step is faster.
 Maybe strategy_exact(const Context& c, std::uint64_t target) {
-  if (!exact_remat_available()) fail(ErrorKind::unsupported, "strategy exact: this build has no MILP solver (GLPK, CMake MEMPLAN_GLPK)");
+  if (!exact_remat_available()) fail(ErrorKind::unsupported, "strategy exact: this build has no MILP solver (CBC, CMake MEMPLAN_CBC)");
   Maybe dp_best = strategy_optimal(c, target);
   ExactRematReport& rep = *c.exact;
   rep = {};
   rep.ran = true;
   rep.optimal_recompute_flops = dp_best ? dp_best->recompute : std::numeric_limits<double>::infinity();
+  rep.optimal_step_seconds = dp_best ? dp_best->seconds : std::numeric_limits<double>::infinity();
   const ForwardStages s = coarsen_stages(c.stages, std::max<std::size_t>(1, c.opts.exact_stages));
   rep.stages = s.size();
   if (s.size() == 0) return dp_best;
-  const StageChain chain = stage_chain(s);
+  const SwapStageModel model = swap_stage_model(c.g, c.schedule, s, c.seconds, c.links);
+  for (std::size_t i = 0; i < model.size(); ++i) rep.swappable += model.moved[i] > 0 && i + 1 < model.size() ? 1 : 0;
   ExactRematOptions o;
-  o.once = true;
   o.seconds = c.opts.exact_seconds;
   o.max_nodes = c.opts.exact_nodes;
   o.max_stages = std::max(o.max_stages, s.size());
-  o.cuts = true;  // a tighter bound (the gap reported) for about twice the time per node (bench_remat_exact)
   auto dp_at = [&](std::uint64_t mb) { return optimal_segments(s, mb); };
+  ExactRematReport last;  // the latest solve's figures
+  auto solve = [&](std::uint64_t at) -> std::optional<RematChoice> {
+    const SegmentPlan dp = dp_at(at);
+    const SwapSegmentPlan start = swap_plan_of_segments(model, dp);
+    const SwapExactResult r = exact_swap_remat(model, at, o, dp.empty() ? nullptr : &start);
+    ++rep.solves;
+    rep.seconds += r.seconds;
+    rep.nodes += r.nodes;
+    last.status = exact_status_name(r.status);
+    last.model_budget = at;
+    last.variables = r.variables;
+    last.dp_cost = dp.empty() ? std::numeric_limits<double>::infinity() : swap_plan_cost(model, start, at).cost;
+    last.milp_cost = r.cost;
+    last.lower_bound = r.lower_bound;
+    last.gap = last.dp_cost > 0.0 && std::isfinite(last.dp_cost) ? std::max(0.0, (last.dp_cost - r.lower_bound) / last.dp_cost) : 0.0;
+    last.swaps = static_cast<std::size_t>(std::count(r.plan.swapped.begin(), r.plan.swapped.end(), true));
+    if (r.status != ExactStatus::optimal && r.status != ExactStatus::feasible) return std::nullopt;
+    return choice_from_swap_plan(c, s, r.plan);
+  };
+  auto record = [&] {
+    rep.status = last.status, rep.model_budget = last.model_budget, rep.dp_cost = last.dp_cost, rep.variables = last.variables;
+    rep.milp_cost = last.milp_cost, rep.lower_bound = last.lower_bound, rep.gap = last.gap, rep.swaps = last.swaps;
+  };
   ModelBudget mb;
   const Maybe dp_here = fit_choices(c, target, s, [&](std::uint64_t at) -> std::optional<RematChoice> {
     const SegmentPlan plan = dp_at(at);
     if (plan.empty()) return std::nullopt;
     return choice_from_segments(c.g, s, plan);
   }, &mb);
-  if (!dp_here) return dp_best;
-  ExactRematReport last;  // the latest solve's figures
-  auto solve = [&](std::uint64_t at) -> Maybe {
-    const SegmentPlan dp = dp_at(at);
-    if (dp.empty()) return std::nullopt;
-    const ChainPoint start = chain_point_of_segments(chain, dp);
-    const ExactRematResult r = exact_remat(chain, at, o, &start);
-    ++rep.solves;
-    rep.seconds += r.seconds;
-    rep.nodes += r.nodes;
-    last.status = exact_status_name(r.status);
-    last.model_budget = at;
-    last.dp_flops = chain_flops(chain, start, at);
-    last.milp_flops = r.recompute_flops;
-    last.lower_bound = r.lower_bound;
-    last.gap = last.dp_flops > 0.0 && std::isfinite(last.dp_flops) ? std::max(0.0, (last.dp_flops - r.lower_bound) / last.dp_flops) : 0.0;
-    if (r.status != ExactStatus::optimal && r.status != ExactStatus::feasible) return std::nullopt;
-    return evaluate(c, choice_from_exact(c.g, s, r));
-  };
-  auto record = [&] {
-    rep.status = last.status, rep.model_budget = last.model_budget, rep.dp_flops = last.dp_flops;
-    rep.milp_flops = last.milp_flops, rep.lower_bound = last.lower_bound, rep.gap = last.gap;
-  };
   Maybe found;
-  std::uint64_t at = mb.at, too_much = mb.too_much;
-  for (int k = 0; k < 2 && !found; ++k) {
-    Maybe e = solve(at);
-    record();
-    if (!e) break;
-    if (e->arena() <= target) {
-      found = std::move(e);
-      break;
+  if (!dp_here) {  // below the DP's reach: calibrate the MILP itself
+    int solves = 0;
+    found = fit_choices(c, target, s, [&](std::uint64_t at) -> std::optional<RematChoice> {
+      if (++solves > 8) return std::nullopt;
+      std::optional<RematChoice> ch = solve(at);
+      if (ch) record();
+      return ch;
+    });
+  } else {
+    auto attempt = [&](std::uint64_t at) -> Maybe {
+      std::optional<RematChoice> ch = solve(at);
+      if (!ch) return std::nullopt;
+      return evaluate(c, std::move(*ch));
+    };
+    std::uint64_t at = mb.at, too_much = mb.too_much;
+    for (int k = 0; k < 2 && !found; ++k) {
+      Maybe e = attempt(at);
+      record();
+      if (!e) break;
+      if (e->arena() <= target) {
+        found = std::move(e);
+        break;
+      }
+      too_much = at;
+      const std::uint64_t step = std::max(e->arena() - target, at / 64 + 1);
+      if (at <= step) break;
+      at -= step;
     }
-    too_much = at;
-    const std::uint64_t step = std::max(e->arena() - target, at / 64 + 1);
-    if (at <= step) break;
-    at -= step;
-  }
-  for (int k = 0; found && k < 1 && at + std::max<std::uint64_t>(1, too_much / 256) < too_much; ++k) {
-    const std::uint64_t mid = at + (too_much - at) / 2;
-    Maybe e = solve(mid);
-    if (!e || e->arena() > target) {
-      too_much = mid;
-      continue;
+    for (int k = 0; found && k < 1 && at + std::max<std::uint64_t>(1, too_much / 256) < too_much; ++k) {
+      const std::uint64_t mid = at + (too_much - at) / 2;
+      Maybe e = attempt(mid);
+      if (!e || e->arena() > target) {
+        too_much = mid;
+        continue;
+      }
+      at = mid;
+      if (e->seconds < found->seconds) found = std::move(e), record();
     }
-    at = mid;
-    if (e->recompute < found->recompute) found = std::move(e), record();
   }
-  if (found && (!dp_best || found->recompute < dp_best->recompute * (1 - 1e-9))) {
+  if (found) rep.exact_step_seconds = found->seconds;
+  if (found && (!dp_best || found->seconds < dp_best->seconds * (1 - 1e-9))) {
     rep.used = true;
     return found;
   }

@@ -28,32 +28,38 @@ struct TrainingPlanOptions {
   analysis::DeviceProfile profile = analysis::default_device_profile();
   AssignOptions assign;
   ScheduleOptions schedule;  // the order of the training graph every strategy plans on
-  // Strategy `exact` (docs/strategies.md): the stage-chain MILP on the forward stages coarsened to at most
-  // exact_stages, each solve stopped after exact_nodes branch-and-bound nodes (the deterministic limit) or
+  // Strategy `exact` (docs/strategies.md): the keep / swap / recompute MILP on the forward stages coarsened to at
+  // most exact_stages, each solve stopped after exact_nodes branch-and-bound nodes (the deterministic limit) or
   // exact_seconds (only a cap).
-  std::size_t exact_stages = 64;
-  std::uint64_t exact_nodes = 30;
+  std::size_t exact_stages = 300;
+  std::uint64_t exact_nodes = 2000;
   double exact_seconds = 20.0;
 };
 
 // What strategy `exact` ran and proved: the MILP solve behind the plan it kept (its last solve where the segment
-// DP's plan was kept). FLOPs and bounds in the MILP's stage-chain model, on `stages` plain stages.
+// DP's plan was kept). Costs and bounds in the model's seconds (remat_exact_segments.hpp: rebuild seconds plus
+// swap_weight times the copy-back seconds of swaps), on `stages` plain stages.
 struct ExactRematReport {
   bool ran = false;
   std::size_t stages = 0;
+  std::size_t swappable = 0;     // stages whose copy back hides under the backward of the stage after them
   std::size_t solves = 0;        // MILP solves of the calibration
+  std::size_t variables = 0;     // columns of the last solve
   std::string status;            // exact_status_name: optimal (proven), feasible (stopped at a limit), ...
-  double dp_flops = 0.0;         // the segment DP's plan on the same stages and model budget (the MILP's start)
-  double milp_flops = 0.0;       // the best plan the MILP found (never above dp_flops)
-  double lower_bound = 0.0;      // no plan of the model recomputes less
-  double gap = 0.0;              // (dp_flops - lower_bound) / dp_flops: the most the DP's plan can lose there
+  double dp_cost = 0.0;          // the segment DP's plan on the same stages and model budget (the MILP's start)
+  double milp_cost = 0.0;        // the best plan the MILP found (never above dp_cost)
+  double lower_bound = 0.0;      // no plan of the model costs less
+  double gap = 0.0;              // (dp_cost - lower_bound) / dp_cost: the most the DP's plan can lose there
+  std::size_t swaps = 0;         // stages the MILP's plan swaps
   double seconds = 0.0;          // all solves
   std::uint64_t nodes = 0;       // all solves
   std::uint64_t model_budget = 0;
-  // The MILP's plan was kept: it recomputes less than `optimal` (the segment DP with cheap recomputation and
-  // partial stages on up to 128 stages), which `exact` plans too and keeps otherwise.
+  // The MILP's plan was kept: its estimated step is faster than `optimal`'s (the segment DP with cheap
+  // recomputation and partial stages on up to 128 stages), which `exact` plans too and keeps otherwise.
   bool used = false;
   double optimal_recompute_flops = 0.0;  // `optimal`'s plan (real recompute; infinity where it found none)
+  double optimal_step_seconds = 0.0;     // its estimated step (infinity where it found none)
+  double exact_step_seconds = 0.0;       // the MILP's fitted plan's estimated step (0: none fitted)
 };
 
 // A tensor the plan recomputes or swaps, and the layer (op) that makes it.

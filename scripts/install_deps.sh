@@ -2,7 +2,7 @@
 # Installs the Debian packages memplan builds and tests with; safe to run again (idempotent).
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libboost-graph-dev libonnx-dev libprotobuf-dev protobuf-compiler
-      nlohmann-json3-dev doctest-dev libgraphviz-dev libcli11-dev python3 python3-pip libglpk-dev)
+      nlohmann-json3-dev doctest-dev libgraphviz-dev libcli11-dev python3 python3-pip coinor-libcbc-dev)
 # The sanitized tests and the fuzz targets (scripts/test_sanitize.sh, scripts/fuzz.sh): clang, its sanitizer and
 # libFuzzer runtimes, llvm-symbolizer for the stack traces.
 if [ "${1:-}" = "--test" ]; then pkgs+=(clang libclang-rt-dev llvm); fi
