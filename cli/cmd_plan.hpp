@@ -33,6 +33,7 @@ struct TrainingArgs {
   std::size_t exact_stages = planner::TrainingPlanOptions{}.exact_stages;
   std::uint64_t exact_nodes = planner::TrainingPlanOptions{}.exact_nodes;
   double exact_seconds = planner::TrainingPlanOptions{}.exact_seconds;
+  double exact_gap = planner::TrainingPlanOptions{}.exact_gap;
 };
 
 struct TrainingSetup {

@@ -90,7 +90,7 @@ Milp::Result Milp::solve(const Options& o, const std::vector<double>* start) con
   Cbc_setMaximumSeconds(m, o.seconds);
   Cbc_setMaximumNodes(m, static_cast<int>(std::min<std::uint64_t>(o.max_nodes, 1u << 30)));
   Cbc_setAllowableGap(m, 1e-9);
-  Cbc_setAllowableFractionGap(m, 1e-9);
+  Cbc_setAllowableFractionGap(m, std::max(1e-9, o.relative_gap));
   if (start && start->size() == cost_.size()) {
     std::vector<int> idx;
     std::vector<double> val;
@@ -111,8 +111,10 @@ Milp::Result Milp::solve(const Options& o, const std::vector<double>* start) con
   if (have) {
     res.x = std::move(x);
     res.objective = objective(res.x);
-    res.status = proven ? Status::optimal : Status::feasible;
-    res.bound = proven ? res.objective : std::min(bound, res.objective);
+    // Proven within the allowed gap is optimal only where the bound meets the solution.
+    res.bound = std::min(std::isfinite(bound) && bound < 1e299 ? bound : -kInf, res.objective);
+    if (proven && o.relative_gap <= 1e-9) res.bound = res.objective;
+    res.status = res.bound >= res.objective - 1e-9 * std::max(1.0, std::abs(res.objective)) ? Status::optimal : Status::feasible;
   }
   if (res.x.empty()) {
     res.status = infeasible ? Status::infeasible : Status::no_solution;

@@ -29,6 +29,7 @@ class Milp {
     double seconds = 10.0;            // a cap only: results differ between machines past it
     std::uint64_t max_nodes = 20000;  // branch-and-bound nodes: the deterministic limit
     double objective_offset = 0.0;    // added to every objective value reported
+    double relative_gap = 0.0;        // stop once the best solution is within this share of the bound
   };
   enum class Status : std::uint8_t { optimal, feasible, infeasible, no_solution, not_built };
   struct Result {

@@ -39,6 +39,8 @@ struct ExactRematOptions {
   double seconds = 10.0;            // the solver's time limit (a cap: results differ between machines only past it)
   std::uint64_t max_nodes = 20000;  // branch-and-bound nodes: the deterministic limit
   std::size_t max_stages = 300;
+  // Stop once the best plan is within this share of the bound (the status is then feasible, with that gap).
+  double relative_gap = 0.0;
   // Plans a training graph can run (strategy `exact`, choice_from_exact): each stage rebuilt at most once, from
   // the boundary before it as the forward kept it or as the same phase rebuilds it.
   bool once = false;

@@ -327,6 +327,7 @@ SwapExactResult exact_swap_remat(const SwapStageModel& m, std::uint64_t budget, 
   Milp::Options mo;
   mo.seconds = o.seconds;
   mo.max_nodes = o.max_nodes;
+  mo.relative_gap = o.relative_gap;
   const Milp::Result r = milp.solve(mo, x0.empty() ? nullptr : &x0);
   res.seconds = r.seconds;
   res.nodes = r.nodes;

@@ -232,8 +232,9 @@ RematChoice choice_from_swap_plan(const Context& c, const ForwardStages& s, cons
 // DP's plan on the same stages (never worse than it in the model). The model budget comes from calibrating that DP on
 // the packed arena; the MILP is solved there, lowered by any overshoot (at most 2 solves), then once halfway towards
 // the budget found too much. Where the DP reaches no plan under the target (swaps can go lower), the calibration runs
-// on the MILP itself (at most 8 solves). `optimal`'s own plan (cheap recomputation, partial stages) is planned too;
-// the MILP's plan is used where its estimated step is faster.
+// on the MILP itself (at most 8 solves). Where the plan swaps, the same runs without swaps (a swap the model counts as
+// hidden can stall in the step estimate) and the faster plan is kept. `optimal`'s own plan (cheap recomputation,
+// partial stages) is planned too; the MILP's plan is used where its estimated step is faster.
 Maybe strategy_exact(const Context& c, std::uint64_t target) {
   if (!exact_remat_available()) fail(ErrorKind::unsupported, "strategy exact: this build has no MILP solver (CBC, CMake MEMPLAN_CBC)");
   Maybe dp_best = strategy_optimal(c, target);
@@ -245,82 +246,99 @@ Maybe strategy_exact(const Context& c, std::uint64_t target) {
   const ForwardStages s = coarsen_stages(c.stages, std::max<std::size_t>(1, c.opts.exact_stages));
   rep.stages = s.size();
   if (s.size() == 0) return dp_best;
-  const SwapStageModel model = swap_stage_model(c.g, c.schedule, s, c.seconds, c.links);
-  for (std::size_t i = 0; i < model.size(); ++i) rep.swappable += model.moved[i] > 0 && i + 1 < model.size() ? 1 : 0;
+  const SwapStageModel with_swaps = swap_stage_model(c.g, c.schedule, s, c.seconds, c.links);
+  for (std::size_t i = 0; i < with_swaps.size(); ++i) rep.swappable += with_swaps.moved[i] > 0 && i + 1 < with_swaps.size() ? 1 : 0;
+  SwapStageModel recompute_only = with_swaps;
+  std::fill(recompute_only.moved.begin(), recompute_only.moved.end(), 0);
   ExactRematOptions o;
   o.seconds = c.opts.exact_seconds;
   o.max_nodes = c.opts.exact_nodes;
   o.max_stages = std::max(o.max_stages, s.size());
+  o.relative_gap = c.opts.exact_gap;
   auto dp_at = [&](std::uint64_t mb) { return optimal_segments(s, mb); };
-  ExactRematReport last;  // the latest solve's figures
-  auto solve = [&](std::uint64_t at) -> std::optional<RematChoice> {
-    const SegmentPlan dp = dp_at(at);
-    const SwapSegmentPlan start = swap_plan_of_segments(model, dp);
-    const SwapExactResult r = exact_swap_remat(model, at, o, dp.empty() ? nullptr : &start);
-    ++rep.solves;
-    rep.seconds += r.seconds;
-    rep.nodes += r.nodes;
-    last.status = exact_status_name(r.status);
-    last.model_budget = at;
-    last.variables = r.variables;
-    last.dp_cost = dp.empty() ? std::numeric_limits<double>::infinity() : swap_plan_cost(model, start, at).cost;
-    last.milp_cost = r.cost;
-    last.lower_bound = r.lower_bound;
-    last.gap = last.dp_cost > 0.0 && std::isfinite(last.dp_cost) ? std::max(0.0, (last.dp_cost - r.lower_bound) / last.dp_cost) : 0.0;
-    last.swaps = static_cast<std::size_t>(std::count(r.plan.swapped.begin(), r.plan.swapped.end(), true));
-    if (r.status != ExactStatus::optimal && r.status != ExactStatus::feasible) return std::nullopt;
-    return choice_from_swap_plan(c, s, r.plan);
-  };
-  auto record = [&] {
-    rep.status = last.status, rep.model_budget = last.model_budget, rep.dp_cost = last.dp_cost, rep.variables = last.variables;
-    rep.milp_cost = last.milp_cost, rep.lower_bound = last.lower_bound, rep.gap = last.gap, rep.swaps = last.swaps;
-  };
   ModelBudget mb;
   const Maybe dp_here = fit_choices(c, target, s, [&](std::uint64_t at) -> std::optional<RematChoice> {
     const SegmentPlan plan = dp_at(at);
     if (plan.empty()) return std::nullopt;
     return choice_from_segments(c.g, s, plan);
   }, &mb);
+  // The model with swaps, and without them where it swapped (the swap planner's placement and the step estimate's
+  // copy waits can make a swap the model counts as hidden stall): the faster fitted plan is kept.
   Maybe found;
-  if (!dp_here) {  // below the DP's reach: calibrate the MILP itself
-    int solves = 0;
-    found = fit_choices(c, target, s, [&](std::uint64_t at) -> std::optional<RematChoice> {
-      if (++solves > 8) return std::nullopt;
-      std::optional<RematChoice> ch = solve(at);
-      if (ch) record();
-      return ch;
-    });
-  } else {
-    auto attempt = [&](std::uint64_t at) -> Maybe {
-      std::optional<RematChoice> ch = solve(at);
-      if (!ch) return std::nullopt;
-      return evaluate(c, std::move(*ch));
+  ExactRematReport found_rep;
+  for (const SwapStageModel* model : {&with_swaps, static_cast<const SwapStageModel*>(&recompute_only)}) {
+    if (model == &recompute_only && (rep.swappable == 0 || (found && found_rep.swaps == 0))) break;
+    ExactRematReport last;  // the latest solve's figures
+    ExactRematReport kept;  // those of the solve behind this model's plan
+    auto solve = [&](std::uint64_t at) -> std::optional<RematChoice> {
+      const SegmentPlan dp = dp_at(at);
+      const SwapSegmentPlan start = swap_plan_of_segments(*model, dp);
+      const SwapExactResult r = exact_swap_remat(*model, at, o, dp.empty() ? nullptr : &start);
+      ++rep.solves;
+      rep.seconds += r.seconds;
+      rep.nodes += r.nodes;
+      last.status = exact_status_name(r.status);
+      last.model_budget = at;
+      last.variables = r.variables;
+      last.dp_cost = dp.empty() ? std::numeric_limits<double>::infinity() : swap_plan_cost(*model, start, at).cost;
+      last.milp_cost = r.cost;
+      last.lower_bound = r.lower_bound;
+      last.gap = last.dp_cost > 0.0 && std::isfinite(last.dp_cost) ? std::max(0.0, (last.dp_cost - r.lower_bound) / last.dp_cost) : 0.0;
+      last.milp_gap = r.cost > 0.0 && std::isfinite(r.cost) ? std::max(0.0, (r.cost - r.lower_bound) / r.cost) : 0.0;
+      last.swaps = static_cast<std::size_t>(std::count(r.plan.swapped.begin(), r.plan.swapped.end(), true));
+      if (r.status != ExactStatus::optimal && r.status != ExactStatus::feasible) return std::nullopt;
+      return choice_from_swap_plan(c, s, r.plan);
     };
-    std::uint64_t at = mb.at, too_much = mb.too_much;
-    for (int k = 0; k < 2 && !found; ++k) {
-      Maybe e = attempt(at);
-      record();
-      if (!e) break;
-      if (e->arena() <= target) {
-        found = std::move(e);
-        break;
+    Maybe here;
+    if (!dp_here) {  // below the DP's reach: calibrate the MILP itself
+      int solves = 0;
+      here = fit_choices(c, target, s, [&](std::uint64_t at) -> std::optional<RematChoice> {
+        if (++solves > 8) return std::nullopt;
+        std::optional<RematChoice> ch = solve(at);
+        if (ch) kept = last;
+        return ch;
+      });
+    } else {
+      auto attempt = [&](std::uint64_t at) -> Maybe {
+        std::optional<RematChoice> ch = solve(at);
+        if (!ch) return std::nullopt;
+        return evaluate(c, std::move(*ch));
+      };
+      std::uint64_t at = mb.at, too_much = mb.too_much;
+      for (int k = 0; k < 2 && !here; ++k) {
+        Maybe e = attempt(at);
+        kept = last;
+        if (!e) break;
+        if (e->arena() <= target) {
+          here = std::move(e);
+          break;
+        }
+        too_much = at;
+        const std::uint64_t step = std::max(e->arena() - target, at / 64 + 1);
+        if (at <= step) break;
+        at -= step;
       }
-      too_much = at;
-      const std::uint64_t step = std::max(e->arena() - target, at / 64 + 1);
-      if (at <= step) break;
-      at -= step;
+      for (int k = 0; here && k < 1 && at + std::max<std::uint64_t>(1, too_much / 256) < too_much; ++k) {
+        const std::uint64_t mid = at + (too_much - at) / 2;
+        Maybe e = attempt(mid);
+        if (!e || e->arena() > target) {
+          too_much = mid;
+          continue;
+        }
+        at = mid;
+        if (e->seconds < here->seconds) here = std::move(e), kept = last;
+      }
     }
-    for (int k = 0; found && k < 1 && at + std::max<std::uint64_t>(1, too_much / 256) < too_much; ++k) {
-      const std::uint64_t mid = at + (too_much - at) / 2;
-      Maybe e = attempt(mid);
-      if (!e || e->arena() > target) {
-        too_much = mid;
-        continue;
-      }
-      at = mid;
-      if (e->seconds < found->seconds) found = std::move(e), record();
+    if (here && (!found || here->seconds < found->seconds)) {
+      found = std::move(here);
+      found_rep = kept;
+    } else if (!found) {
+      found_rep = kept;  // report the last solve where nothing fitted
     }
   }
+  rep.status = found_rep.status, rep.model_budget = found_rep.model_budget, rep.dp_cost = found_rep.dp_cost;
+  rep.variables = found_rep.variables, rep.milp_cost = found_rep.milp_cost, rep.lower_bound = found_rep.lower_bound;
+  rep.gap = found_rep.gap, rep.milp_gap = found_rep.milp_gap, rep.swaps = found_rep.swaps;
   if (found) rep.exact_step_seconds = found->seconds;
   if (found && (!dp_best || found->seconds < dp_best->seconds * (1 - 1e-9))) {
     rep.used = true;

@@ -32,8 +32,9 @@ struct TrainingPlanOptions {
   // most exact_stages, each solve stopped after exact_nodes branch-and-bound nodes (the deterministic limit) or
   // exact_seconds (only a cap).
   std::size_t exact_stages = 300;
-  std::uint64_t exact_nodes = 2000;
+  std::uint64_t exact_nodes = 200;
   double exact_seconds = 20.0;
+  double exact_gap = 0.001;  // each solve stops once its plan is within this share of the bound
 };
 
 // What strategy `exact` ran and proved: the MILP solve behind the plan it kept (its last solve where the segment
@@ -50,6 +51,7 @@ struct ExactRematReport {
   double milp_cost = 0.0;        // the best plan the MILP found (never above dp_cost)
   double lower_bound = 0.0;      // no plan of the model costs less
   double gap = 0.0;              // (dp_cost - lower_bound) / dp_cost: the most the DP's plan can lose there
+  double milp_gap = 0.0;         // (milp_cost - lower_bound) / milp_cost: the most the MILP's own plan can lose
   std::size_t swaps = 0;         // stages the MILP's plan swaps
   double seconds = 0.0;          // all solves
   std::uint64_t nodes = 0;       // all solves
