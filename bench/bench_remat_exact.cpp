@@ -1,7 +1,7 @@
-// The segment DP (strategy `optimal`'s optimal_segments) against exact remat (the stage-chain MILP through GLPK) on
+// The segment DP (strategy `optimal`'s optimal_segments) against exact remat (the stage-chain MILP through CBC) on
 // sample training graphs: recompute FLOPs at several model budgets, the gap, and the solve times.
 //
-// Usage: bench_remat_exact MODELS_DIR [MAX_STAGES [SECONDS [MAX_NODES [FLAGS]]]]  (FLAGS: c cuts, p pump, o once)
+// Usage: bench_remat_exact MODELS_DIR [MAX_STAGES [SECONDS [MAX_NODES [FLAGS]]]]  (FLAGS: o once)
 // Stages: the plain forward stages of the training graph (file order, SGD, no fusion), coarsened to MAX_STAGES
 // (default 32) as the planner coarsens to 128. Budgets: from the DP's least model peak to keeping everything.
 #include <algorithm>
@@ -49,11 +49,9 @@ int main(int argc, char** argv) {
   planner::ExactRematOptions eo;
   if (argc > 3) eo.seconds = std::stod(argv[3]);
   if (argc > 4) eo.max_nodes = std::stoull(argv[4]);
-  const std::string flags = argc > 5 ? argv[5] : "";  // letters: c cuts, p feasibility pump, o once
-  eo.cuts = flags.find('c') != std::string::npos;
-  eo.pump = flags.find('p') != std::string::npos;
+  const std::string flags = argc > 5 ? argv[5] : "";  // letters: o once
   eo.once = flags.find('o') != std::string::npos;
-  std::printf("exact remat: GLPK %s; stages <= %zu, limit %.0f s / %llu nodes per solve\n",
+  std::printf("exact remat: CBC %s; stages <= %zu, limit %.0f s / %llu nodes per solve\n",
               planner::exact_remat_available() ? "linked" : "NOT BUILT", max_stages, eo.seconds, static_cast<unsigned long long>(eo.max_nodes));
   std::printf("| model | stages | budget MiB | DP GFLOP | DP s | exact GFLOP | bound GFLOP | status | exact s | nodes | gap |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Strategy `exact` (the stage-chain MILP through GLPK, used where it recomputes less) against `optimal` (the segment
-DP) on the sample training models: recompute FLOPs and plan time at two budgets between the least peak `optimal`
-reaches and keep-all's peak (30% and 70% of the way), with the MILP's stages, status and the DP's gap.
+"""Strategy `exact` (keep / swap / recompute per stage as a MILP through CBC, least estimated seconds, used where its
+estimated step is faster) against `optimal` (the segment DP, least recompute FLOPs) and `auto` (the default under a
+budget) on the sample training models and deep generated GPTs (bench/make_gpt.py: 24 and 128 layers, 57 and 265
+stages): estimated step, recompute FLOPs and plan time at two budgets between the least peak `optimal` reaches and
+keep-all's peak (30% and 70% of the way), with the MILP's stages, solves, status, model costs, bound and gaps.
 
-Usage: bench/exact_remat.py [--memplan build/memplan] [--out bench/results/exact_remat_2026-11-26] [--quick]
-Each budget is least + SHARE x (keep-all - least), totals with library bytes 0 (50% of keep-all's arena is below
-what any strategy reaches on the CNNs). Plans are made with
---schedule file and --exact-pack-seconds 0 (one order, greedy packers: the comparison of the two strategies, at half
-the time); add --memory-order for the default schedule.
+Usage: bench/exact_remat.py [--memplan build/memplan] [--out bench/results/exact_remat_2026-11-24] [--models a,b]
+Each budget is least + SHARE x (keep-all - least), totals with library bytes 0. Plans are made with --schedule file
+and --exact-pack-seconds 0 (one order, greedy packers: the comparison of the strategies, at half the time).
 """
 import argparse
 import json
@@ -24,7 +24,10 @@ MODELS = [
     ("samples/transformers/llama_gqa.train.onnx", "batch=4,seq=128"), ("samples/transformers/qwen2_gqa.train.onnx", "batch=4,seq=128"),
     ("samples/transformers/phi_small.train.onnx", "batch=4,seq=128"), ("samples/transformers/t5_encoder.train.onnx", "batch=4,seq=128"),
     ("samples/transformers/deit_tiny.train.onnx", "batch=8"), ("samples/transformers/swin_tiny.train.onnx", "batch=4"),
+    ("GEN:gpt24.onnx:--layers 24 --d 256 --heads 4 --seq 128 --batch 8 --out-dim 256", ""),
+    ("GEN:gpt128.onnx:--layers 128 --d 128 --heads 4 --seq 128 --batch 8 --out-dim 128", ""),
 ]
+STRATEGIES = ("optimal", "exact", "auto")
 SHARES = [0.3, 0.7]
 
 
@@ -47,14 +50,20 @@ def gf(x):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--memplan", default="build/memplan")
-    ap.add_argument("--out", default="bench/results/exact_remat_2026-11-26")
+    ap.add_argument("--out", default="bench/results/exact_remat_2026-11-24")
+    ap.add_argument("--gen-dir", default="/tmp/memplan_exact_remat", help="where the generated GPTs are written")
     ap.add_argument("--memory-order", action="store_true")
     ap.add_argument("--models", default="", help="comma-separated substrings: only these models")
     a = ap.parse_args()
     common = ["--exact-pack-seconds", "0", "--schedule", "memory" if a.memory_order else "file"]
     rows = []
     models = [m for m in MODELS if not a.models or any(s in m[0] for s in a.models.split(","))]
+    os.makedirs(a.gen_dir, exist_ok=True)
     for model, dims in models:
+        if model.startswith("GEN:"):
+            _, name, args = model.split(":", 2)
+            model = os.path.join(a.gen_dir, name)
+            subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "make_gpt.py"), model] + args.split(), check=True)
         none, err, _ = plan(a.memplan, model, dims, common + ["--strategy", "none"])
         if not none:
             print(f"{model}: keep-all failed: {err}", file=sys.stderr)
@@ -67,26 +76,35 @@ def main():
             budget = least["peak_bytes"] + int(share * (none["peak_bytes"] - least["peak_bytes"]))
             row = {"model": os.path.basename(model), "dims": dims, "ops": none["ops"], "share": share, "budget_bytes": budget,
                    "keep_all_peak_bytes": none["peak_bytes"], "least_peak_bytes": least["peak_bytes"], "training_flops": none["training_flops"]}
-            for strategy in ("optimal", "exact"):
+            for strategy in STRATEGIES:
                 j, err, wall = plan(a.memplan, model, dims, common + ["--strategy", strategy, "--budget", str(budget)])
                 row[strategy] = {"error": err, "wall_s": wall} if not j else {
                     "recompute_flops": j["recompute_flops"], "plan_seconds": j["plan_seconds"], "wall_s": wall, "peak_bytes": j["peak_bytes"],
-                    "exact_remat": j.get("exact_remat")}
+                    "step_seconds": j["estimated_step_seconds"], "swap_bytes": j["swap_bytes"], "exact_remat": j.get("exact_remat")}
             rows.append(row)
             print(json.dumps(row), flush=True)
     with open(a.out + ".json", "w") as f:
         json.dump({"schedule": common[-1], "rows": rows}, f, indent=1)
-    lines = ["| model | dims | budget (share least->keep-all) | optimal GFLOP | optimal s | exact GFLOP | exact s | stages | solves | MILP status | "
-             "DP model GFLOP | MILP model GFLOP | bound GFLOP | DP gap | MILP used |", "|" + "---|" * 15]
+    def ms(x):
+        return "-" if x is None else f"{1e3 * x:.3f}"
+
+    def cell(r, k):
+        x = r[k]
+        if "error" in x:
+            return "infeasible | - | -"
+        return f"{ms(x['step_seconds'])} | {gf(x['recompute_flops'])} | {x['plan_seconds']:.2f}"
+
+    lines = ["| model | budget (share) | optimal step ms / GFLOP / plan s | exact step ms / GFLOP / plan s | auto step ms / GFLOP / plan s | "
+             "stages (can swap) | solves | columns | MILP s | status | DP model ms | MILP model ms | bound ms | DP gap | MILP gap | swapped | "
+             "exact used |", "|" + "---|" * 17]
     for r in rows:
-        o, e = r["optimal"], r["exact"]
-        x = e.get("exact_remat") or {}
-        lines.append("| {} | {} | {:.0f}% | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
-            r["model"], r["dims"], 100 * r["share"], gf(o.get("recompute_flops")) if "error" not in o else "infeasible",
-            f"{o['plan_seconds']:.2f}" if "plan_seconds" in o else "-", gf(e.get("recompute_flops")) if "error" not in e else "infeasible",
-            f"{e['plan_seconds']:.2f}" if "plan_seconds" in e else "-", x.get("stages", "-"), x.get("solves", "-"), x.get("status", "-"),
-            gf(x.get("dp_flops")), gf(x.get("milp_flops")), gf(x.get("lower_bound_flops")),
-            f"{100 * x['gap']:.1f}%" if "gap" in x else "-", x.get("used", "-")))
+        x = r["exact"].get("exact_remat") or {}
+        lines.append("| {} {} | {:.0f}% | {} | {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+            r["model"], r["dims"], 100 * r["share"], cell(r, "optimal"), cell(r, "exact"), cell(r, "auto"), x.get("stages", "-"),
+            x.get("swappable_stages", "-"), x.get("solves", "-"), x.get("variables", "-"),
+            f"{x['seconds']:.2f}" if "seconds" in x else "-", x.get("status", "-"), ms(x.get("dp_model_seconds")),
+            ms(x.get("milp_model_seconds")), ms(x.get("lower_bound_model_seconds")), f"{100 * x['gap']:.1f}%" if "gap" in x else "-",
+            f"{100 * x['milp_gap']:.2f}%" if "milp_gap" in x else "-", x.get("swapped_stages", "-"), x.get("used", "-")))
     with open(a.out + ".table.md", "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -371,7 +371,7 @@ SwapExactResult exact_swap_remat(const SwapStageModel& m, std::uint64_t budget, 
     keep_start(ExactStatus::feasible, std::isfinite(found) ? res.lower_bound : bound);
   } else if (!std::isfinite(found)) {
     res.status = r.status == Milp::Status::infeasible ? ExactStatus::infeasible : ExactStatus::no_solution;
-    res.lower_bound = bound;
+    res.lower_bound = res.status == ExactStatus::infeasible ? kInf : bound;
   }
   return res;
 }

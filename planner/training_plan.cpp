@@ -292,10 +292,12 @@ Maybe strategy_exact(const Context& c, std::uint64_t target) {
     Maybe here;
     if (!dp_here) {  // below the DP's reach: calibrate the MILP itself
       int solves = 0;
+      bool planned = false;
       here = fit_choices(c, target, s, [&](std::uint64_t at) -> std::optional<RematChoice> {
         if (++solves > 8) return std::nullopt;
         std::optional<RematChoice> ch = solve(at);
-        if (ch) kept = last;
+        if (ch || !planned) kept = last;  // the solve behind the plan, else the last one
+        planned = planned || ch;
         return ch;
       });
     } else {

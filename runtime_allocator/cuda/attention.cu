@@ -63,6 +63,25 @@ constexpr int forward_smem_bytes() {
   return static_cast<int>(sizeof(float)) * (2 * rows_floats<kD>() + cols_floats<kD>() + kScoreFloats);
 }
 
+// Both forward kernels: the running output, maximum and sum of kR rows before the first key tile.
+template <int kD, int kR>
+__device__ __forceinline__ void start_rows(float (&o)[kR][kD / 16], float (&m)[kR], float (&l)[kR]) {
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kD / 16; ++e) o[r][e] = 0.0f;
+  }
+}
+
+// The key tiles the query tile at q0 reads: all, or with causal masking those up to its last row's position (the
+// keys past it are masked for all its rows).
+__device__ __forceinline__ int forward_kv_tiles(const AttentionParams& p, int q0) {
+  const int all = (p.kv_len + kTile - 1) / kTile;
+  return p.causal ? min(all, (min(q0 + kTile, p.q_len) - 1) / kTile + 1) : all;
+}
+
 // kR query rows per thread: 8 (128 threads, 32 scores each: fewer shared loads per FMA) for head dims <= 64, 4 (256
 // threads) for 128, where 8 rows of output would not fit in registers.
 template <int kD, int kR>
@@ -83,18 +102,8 @@ __global__ void __launch_bounds__(threads_for<kR>(), kR == 8 ? 3 : 2) attention_
   load_rows<kD, kR>(sq, p.q, b, h, q0, p.q_len, p.head_dim, p.vec4);
   float o[kR][kD / 16];
   float m[kR], l[kR];
-#pragma unroll
-  for (int r = 0; r < kR; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < kD / 16; ++e) o[r][e] = 0.0f;
-  }
-  int kv_tiles = (p.kv_len + kTile - 1) / kTile;
-  if (p.causal) {  // keys past the tile's last query row are masked for all its rows
-    const int last = min(q0 + kTile, p.q_len) - 1;
-    kv_tiles = min(kv_tiles, last / kTile + 1);
-  }
+  start_rows<kD, kR>(o, m, l);
+  const int kv_tiles = forward_kv_tiles(p, q0);
   for (int t = 0; t < kv_tiles; ++t) {
     const int k0 = t * kTile;
     __syncthreads();  // the previous tile's P V is done with skv, sv and sp
@@ -174,8 +183,7 @@ __global__ void __launch_bounds__(kAsyncThreads, 2) attention_forward_async_kern
   const int q0 = tile * kTile;
   const bool active = ty * kR < p.q_len - q0;  // rows past the sequence are zeros: skip their products
 
-  int kv_tiles = (p.kv_len + kTile - 1) / kTile;
-  if (p.causal) kv_tiles = min(kv_tiles, (min(q0 + kTile, p.q_len) - 1) / kTile + 1);
+  const int kv_tiles = forward_kv_tiles(p, q0);
   rows_async<kD, kAsyncThreads>(sq, p.q, b, h, q0, p.q_len, p.head_dim);
   if (kv_tiles > 0) {
     rows_async<kD, kAsyncThreads>(skv, p.k, b, hk, 0, p.kv_len, p.head_dim);
@@ -184,13 +192,7 @@ __global__ void __launch_bounds__(kAsyncThreads, 2) attention_forward_async_kern
   commit_async();
   float o[kR][kD / 16];
   float m[kR], l[kR];
-#pragma unroll
-  for (int r = 0; r < kR; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < kD / 16; ++e) o[r][e] = 0.0f;
-  }
+  start_rows<kD, kR>(o, m, l);
   for (int t = 0; t < kv_tiles; ++t) {
     const int k0 = t * kTile;
     const float* sk = skv + 2 * (t & 1) * rows_floats<kD>();
@@ -218,16 +220,15 @@ __global__ void __launch_bounds__(kAsyncThreads, 2) attention_forward_async_kern
   finish_rows<kD, kR>(p, b, h, q0, true, o, m, l);
 }
 
-template <int kD, int kR>
-void launch_forward(const AttentionParams& p, cudaStream_t stream) {
+// One block per (query tile, batch, head) with `bytes` of dynamic shared memory.
+template <typename Kernel>
+void launch_forward(Kernel kernel, int threads, int bytes, const AttentionParams& p, cudaStream_t stream) {
   const int q_tiles = (p.q_len + kTile - 1) / kTile;
   const long long blocks = static_cast<long long>(q_tiles) * p.batch * p.q_heads;
   if (blocks == 0) return;
   if (blocks > 0x7fffffffLL) fail(ErrorKind::unsupported, "FusedAttention: more than 2^31 query tiles");
-  constexpr int bytes = forward_smem_bytes<kD>();
-  check(cudaFuncSetAttribute(attention_forward_kernel<kD, kR>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-        "FusedAttention: shared memory of the forward kernel");
-  attention_forward_kernel<kD, kR><<<static_cast<unsigned>(blocks), threads_for<kR>(), bytes, stream>>>(p, q_tiles);
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), "FusedAttention: shared memory of the forward kernel");
+  kernel<<<static_cast<unsigned>(blocks), threads, bytes, stream>>>(p, q_tiles);
   check_launch("FusedAttention forward");
 }
 
@@ -235,18 +236,9 @@ void launch_forward(const AttentionParams& p, cudaStream_t stream) {
 
 void attention_forward(const AttentionParams& p, cudaStream_t stream) {
   const int d = p.head_dim > p.v_head_dim ? p.head_dim : p.v_head_dim;
-  if (d <= 64 && p.vec4) {
-    const int q_tiles = (p.q_len + kTile - 1) / kTile;
-    const long long blocks = static_cast<long long>(q_tiles) * p.batch * p.q_heads;
-    if (blocks == 0) return;
-    if (blocks > 0x7fffffffLL) fail(ErrorKind::unsupported, "FusedAttention: more than 2^31 query tiles");
-    check(cudaFuncSetAttribute(attention_forward_async_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, async_smem_bytes()),
-          "FusedAttention: shared memory of the forward kernel");
-    attention_forward_async_kernel<<<static_cast<unsigned>(blocks), kAsyncThreads, async_smem_bytes(), stream>>>(p, q_tiles);
-    return check_launch("FusedAttention forward");
-  }
-  if (d <= 64) return launch_forward<64, 8>(p, stream);
-  if (d <= kAttentionMaxHeadDim) return launch_forward<128, 4>(p, stream);
+  if (d <= 64 && p.vec4) return launch_forward(attention_forward_async_kernel, kAsyncThreads, async_smem_bytes(), p, stream);
+  if (d <= 64) return launch_forward(attention_forward_kernel<64, 8>, threads_for<8>(), forward_smem_bytes<64>(), p, stream);
+  if (d <= kAttentionMaxHeadDim) return launch_forward(attention_forward_kernel<128, 4>, threads_for<4>(), forward_smem_bytes<128>(), p, stream);
   fail(ErrorKind::unsupported, "FusedAttention: head dim " + std::to_string(d) + " above " + std::to_string(kAttentionMaxHeadDim));
 }
 
