@@ -10,28 +10,13 @@
 #include "analysis/training.hpp"
 #include "planner/remat_exact.hpp"
 #include "planner/training_plan.hpp"
+#include "tests/planner/random_stages.hpp"
 
 using namespace memplan;
 using namespace memplan::planner;
+using memplan::planner::testing::random_stages;
 
 namespace {
-
-// Plain stages (no cheap or partial options) with random bytes, FLOPs, loose boundaries and backward bytes.
-ForwardStages random_stages(std::mt19937& rng, std::size_t m) {
-  std::uniform_int_distribution<int> kb(1, 64), small(0, 8), coin(0, 3);
-  ForwardStages s;
-  for (std::size_t i = 0; i < m; ++i) {
-    const bool last = i + 1 == m;
-    s.boundary.push_back(last ? analysis::kNoTensor : static_cast<analysis::TensorId>(i));
-    s.saved_bytes.push_back(coin(rng) == 0 ? 0 : static_cast<std::uint64_t>(kb(rng)) * 1024);  // some stages save only their boundary
-    s.boundary_bytes.push_back(last ? 0 : static_cast<std::uint64_t>(kb(rng)) * 1024);
-    s.loose_bytes.push_back(!last && coin(rng) == 0 ? s.boundary_bytes.back() : 0);
-    s.backward_bytes.push_back(static_cast<std::uint64_t>(small(rng)) * 1024);
-    s.flops.push_back(1e6 * kb(rng));
-    s.boundary_flops.push_back(last || coin(rng) == 0 ? 0.0 : s.flops.back() / 4);
-  }
-  return s;
-}
 
 std::uint64_t keep_all_peak(const ForwardStages& s) { return evaluate_segments(s, {Segment{0, static_cast<std::uint32_t>(s.size() - 1), false}}).peak_bytes; }
 
