@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -33,6 +34,9 @@ struct DeviceProfile {
   double interconnect_bytes_per_s = 450e9;
   bool measured = false;                    // false: placeholder values, not measured on the device
   std::string notes;
+  // Per op type (Op::type): measured seconds over the roofline's on the device (bench/calibrate_profile.py from
+  // bench_cuda's per-op timings of keep-all steps); the estimate of an op of that type is scaled by it. Empty: 1.
+  std::map<std::string, double> op_scale;
 };
 
 // An H100-SXM-like placeholder (datasheet-derived, measured = false) until a measured profile exists.
@@ -46,6 +50,9 @@ nlohmann::json device_profile_to_json(const DeviceProfile& p);
 
 // Roofline: max(flops / peak_flops, bytes / hbm_bytes_per_s) plus one kernel launch (views cost 0).
 double op_seconds(const OpCost& c, const DeviceProfile& p);
+// The roofline of op `o` of `g` times the profile's op_scale of its type: what the planners' time estimates use.
+double op_seconds(const Graph& g, OpId o, const DeviceProfile& p);
+double op_seconds(const Graph& g, OpId o, const OpCost& c, const DeviceProfile& p);
 // Seconds to move `bytes` over the host link in either direction.
 double host_to_device_seconds(std::uint64_t bytes, const DeviceProfile& p);
 double device_to_host_seconds(std::uint64_t bytes, const DeviceProfile& p);

@@ -1,5 +1,6 @@
 // Device profiles (FLOP/s, HBM and host-link bandwidth, launch cost) in JSON, and roofline timing.
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -58,6 +59,15 @@ DeviceProfile device_profile_from_json(const nlohmann::json& j, const std::strin
     if (!j.at("notes").is_string()) fail(ErrorKind::malformed, origin + ": \"notes\" must be a string");
     p.notes = j.at("notes").get<std::string>();
   }
+  if (j.contains("op_scale")) {
+    const auto& m = j.at("op_scale");
+    if (!m.is_object()) fail(ErrorKind::malformed, origin + ": \"op_scale\" must be an object of op type -> positive number");
+    for (const auto& [type, v] : m.items()) {
+      if (!v.is_number() || !(v.get<double>() > 0.0) || !std::isfinite(v.get<double>()))
+        fail(ErrorKind::malformed, origin + ": op_scale of \"" + type + "\" must be a positive number");
+      p.op_scale[type] = v.get<double>();
+    }
+  }
   return p;
 }
 
@@ -70,7 +80,7 @@ DeviceProfile read_device_profile(const std::string& path) {
 }
 
 nlohmann::json device_profile_to_json(const DeviceProfile& p) {
-  return nlohmann::json{{"name", p.name},
+  nlohmann::json j{{"name", p.name},
                         {"peak_flops", p.peak_flops},
                         {"hbm_bytes_per_s", p.hbm_bytes_per_s},
                         {"host_to_device_bytes_per_s", p.host_to_device_bytes_per_s},
@@ -79,6 +89,8 @@ nlohmann::json device_profile_to_json(const DeviceProfile& p) {
                         {"interconnect_bytes_per_s", p.interconnect_bytes_per_s},
                         {"measured", p.measured},
                         {"notes", p.notes}};
+  if (!p.op_scale.empty()) j["op_scale"] = p.op_scale;
+  return j;
 }
 
 double op_seconds(const OpCost& c, const DeviceProfile& p) {
@@ -88,6 +100,14 @@ double op_seconds(const OpCost& c, const DeviceProfile& p) {
   const double memory = p.hbm_bytes_per_s > 0 ? bytes / p.hbm_bytes_per_s : 0.0;
   return std::max(compute, memory) + p.kernel_launch_seconds;
 }
+
+double op_seconds(const Graph& g, OpId o, const OpCost& c, const DeviceProfile& p) {
+  const double s = op_seconds(c, p);
+  if (p.op_scale.empty() || s == 0.0) return s;
+  const auto it = p.op_scale.find(g.ops[o].type);
+  return it == p.op_scale.end() ? s : s * it->second;
+}
+double op_seconds(const Graph& g, OpId o, const DeviceProfile& p) { return op_seconds(g, o, op_cost(g, o), p); }
 
 double host_to_device_seconds(std::uint64_t bytes, const DeviceProfile& p) {
   return static_cast<double>(bytes) / p.host_to_device_bytes_per_s;

@@ -10,7 +10,9 @@
 // same for every plan), device_workspace=0 (train: each convolution's planned scratch from the planner's sizing rule
 // instead of what cuDNN asks on this device), loss=mse|ce|none and class_axis=N (train: the loss; ce feeds labels in range), train=1 (workspace: a training step instead of inference), fuse=0|1 (train: the forward graph
 // fused before the training graph is built; default 1), strategies=none (train: plan and run `none` alone),
-// profile=1 (train: one more step of `none` with every op timed alone: op_profile, seconds per op type).
+// profile=1 (train: one more step of `none` with every op timed alone: op_profile, seconds per op type, and per
+// Op::type measured beside the roofline: by_op_type, for bench/calibrate_profile.py), device_profile=PATH (train: the
+// profile the plans' step estimates use).
 #ifdef MEMPLAN_HAVE_CUDA
 #include <algorithm>
 #include <cmath>
@@ -247,7 +249,7 @@ std::uint64_t device_bytes_in_use() {
 
 // One training step of plan `r` on the GPU: warm-up runs, then `steps` timed runs (events; the median).
 json run_training_plan(const planner::TrainingPlanResult& r, const std::map<std::string, HostValue>& feed, int steps,
-                       bool side_workspace = false, bool profile_ops = false) {
+                       bool side_workspace = false, bool profile_ops = false, const analysis::DeviceProfile* estimate = nullptr) {
   const std::uint64_t before = device_bytes_in_use();
   GpuRun gpu(r.graph, r.plan, side_workspace);
   runtime::Executor& ex = gpu.ex;
@@ -268,13 +270,23 @@ json run_training_plan(const planner::TrainingPlanResult& r, const std::map<std:
     prof.ex.run_device();
     const auto& secs = prof.ex.stats().op_seconds;
     std::map<std::string, std::pair<double, int>> by_type;
+    std::map<std::string, std::pair<double, double>> by_op_type;  // Op::type: measured, roofline (bench/calibrate_profile.py)
     for (analysis::OpId o = 0; o < secs.size(); ++o) {
       const auto& op = r.graph.ops[o];
       std::string key = op.type + (op.phase == analysis::Phase::forward ? "" : std::string(" (") + analysis::phase_name(op.phase) + ")");
       by_type[key].first += secs[o];
       by_type[key].second += 1;
+      if (estimate) {
+        by_op_type[op.type].first += secs[o];
+        by_op_type[op.type].second += analysis::op_seconds(analysis::op_cost(r.graph, o), *estimate);
+      }
     }
     for (const auto& [k, v] : by_type) profile[k] = {{"seconds", v.first}, {"ops", v.second}};
+    if (estimate) {
+      json types = json::object();
+      for (const auto& [k, v] : by_op_type) types[k] = {{"measured_seconds", v.first}, {"roofline_seconds", v.second}};
+      profile["by_op_type"] = types;
+    }
   }
   const auto& st = ex.stats();
   const std::uint64_t resident_bytes = st.separate_bytes + st.pool_peak_bytes;  // inputs, weights, tensors outside the arena
@@ -393,6 +405,7 @@ struct BenchArgs {
   bool fuse = true;             // train: the forward graph fused (planner::fuse_graph) before the training graph
   bool sqrt_too = true;         // train: also sqrt (strategies=none plans `none` alone)
   bool profile = false;         // train: also one step with every op timed alone (op_profile: seconds per op type)
+  std::string device_profile;   // train: device_profile=PATH, the profile the plans' step estimates use
 };
 
 BenchArgs parse_args(int argc, char** argv, int from) {
@@ -409,6 +422,7 @@ BenchArgs parse_args(int argc, char** argv, int from) {
     else if (k == "device_workspace") a.device_workspace = v == "1";
     else if (k == "fuse") a.fuse = v == "1";
     else if (k == "profile") a.profile = v == "1";
+    else if (k == "device_profile") a.device_profile = v;
     else if (k == "loss") {
       const auto l = analysis::loss_from_name(v);
       if (!l) throw std::invalid_argument("unknown loss '" + v + "' (mse, ce, none)");
@@ -456,6 +470,7 @@ json bench_train(const std::string& path, int steps, const BenchArgs& args) {
   const auto tg = load_training(path, args);
   const std::map<std::string, HostValue> feed = synthetic_feed(tg.graph);
   planner::TrainingPlanOptions po;
+  if (!args.device_profile.empty()) po.profile = analysis::read_device_profile(args.device_profile);
   std::optional<CudaBackend> asked;  // the device the plans' convolution scratch is sized for
   if (args.device_workspace && !args.side_workspace) {
     asked.emplace();
@@ -482,7 +497,7 @@ json bench_train(const std::string& path, int steps, const BenchArgs& args) {
   }
   run_training_plan(plans[0], feed, 1);  // loads the libraries' kernels once, outside the measurements
   json rows = json::object();
-  for (const auto& r : plans) rows[r.strategy] = run_training_plan(r, feed, steps, args.side_workspace, args.profile && r.strategy == "none");
+  for (const auto& r : plans) rows[r.strategy] = run_training_plan(r, feed, steps, args.side_workspace, args.profile && r.strategy == "none", &po.profile);
   const double base = rows["none"]["step_seconds"].get<double>();
   for (auto& [name, row] : rows.items()) row["step_overhead_vs_none"] = row["step_seconds"].get<double>() / base - 1.0;
   std::size_t half_ops = 0;  // ops with a bf16/f16 output: 0 means the graph runs in float32 whatever the precision

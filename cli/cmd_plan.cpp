@@ -41,6 +41,9 @@ void add_training_args(CLI::App* cmd, TrainingArgs& args) {
   cmd->add_option("--exact-gap", args.exact_gap, "strategy exact: each MILP solve stops once its plan is within this share of the bound (default 0.001)");
   cmd->add_option("--exact-seconds", args.exact_seconds, "strategy exact: most seconds per MILP solve, only a cap (default 20)");
   add_library_bytes_arg(cmd, args.library_bytes);
+  cmd->add_option("--device-profile", args.device_profile,
+                  "device profile JSON for the step-time estimates the strategies choose by (FLOP/s, bandwidths, per-op-type scales "
+                  "from bench/calibrate_profile.py; default: an H100-like placeholder)");
   add_arena_args(cmd, args.arena);
 }
 
@@ -87,6 +90,7 @@ TrainingSetup training_setup(const analysis::Graph& shaped_forward, const Traini
     fail(ErrorKind::usage, "--strategy '" + s.options.strategy + "' is not one of none, sqrt, budget, optimal, swap, auto");
   if (!args.budget.empty()) s.options.budget_bytes = planner::parse_size(args.budget);
   s.options.library_bytes = parse_library_bytes(args.library_bytes);
+  if (!args.device_profile.empty()) s.options.profile = analysis::read_device_profile(args.device_profile);
   s.options.assign = assign_options(args.arena);
   s.options.schedule = schedule_options(args.arena);
   s.options.exact_stages = args.exact_stages;

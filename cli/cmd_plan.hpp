@@ -28,6 +28,7 @@ struct TrainingArgs {
   std::string budget;  // "16GiB"; empty: none
   std::string strategy;  // empty: auto with --budget, none without (training_setup resolves it)
   std::string library_bytes = kDefaultLibraryBytes;  // CUDA context and library workspaces beside the plan
+  std::string device_profile;  // JSON (analysis/cost.hpp) for the step-time estimates; empty: the H100-like default
   ArenaArgs arena;
   // Strategy exact (TrainingPlanOptions::exact_*).
   std::size_t exact_stages = planner::TrainingPlanOptions{}.exact_stages;

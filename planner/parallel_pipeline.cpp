@@ -49,7 +49,7 @@ std::vector<PipelineStage> pipeline_cuts(const analysis::Graph& g, int stages, c
   const std::size_t n = g.ops.size();
   if (stages <= 1) {
     PipelineStage s{0, n, 0.0, 0};
-    for (OpId o = 0; o < n; ++o) s.forward_seconds += analysis::op_seconds(analysis::op_cost(g, o), p);
+    for (OpId o = 0; o < n; ++o) s.forward_seconds += analysis::op_seconds(g, o, p);
     return {s};
   }
   // A cut at position k (between op k-1 and op k) sends what was made before k and is read at or after k.
@@ -85,7 +85,7 @@ std::vector<PipelineStage> pipeline_cuts(const analysis::Graph& g, int stages, c
                                " segments between layer boundaries (points where only " + std::to_string(fewest) +
                                " activation(s) cross), fewer than the stages asked for");
   std::vector<double> prefix(n + 1, 0.0);
-  for (OpId o = 0; o < n; ++o) prefix[o + 1] = prefix[o] + analysis::op_seconds(analysis::op_cost(g, o), p);
+  for (OpId o = 0; o < n; ++o) prefix[o + 1] = prefix[o] + analysis::op_seconds(g, o, p);
   // Cuts minimising the slowest stage: best[j][c] = the least max stage time of j + 1 stages ending at cand[c].
   const std::size_t m = cand.size();
   const auto P = static_cast<std::size_t>(stages);

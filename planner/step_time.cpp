@@ -60,7 +60,7 @@ std::vector<double> estimated_op_seconds(const Graph& g, const analysis::DeviceP
       out[o] = info->type == analysis::memplan_ops::kSwapOut ? analysis::device_to_host_seconds(bytes, profile)
                                                              : analysis::host_to_device_seconds(bytes, profile);
     } else {
-      out[o] = analysis::op_seconds(analysis::op_cost(g, o), profile);
+      out[o] = analysis::op_seconds(g, o, profile);
     }
   }
   return out;

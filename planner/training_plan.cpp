@@ -464,7 +464,7 @@ TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlan
   for (OpId o = 0; o < g.ops.size(); ++o) {
     const analysis::OpCost oc = analysis::op_cost(g, o);
     c.flops[o] = oc.flops;
-    c.seconds[o] = analysis::op_seconds(oc, options.profile);
+    c.seconds[o] = analysis::op_seconds(g, o, oc, options.profile);
     r.training_flops += oc.flops;
     if (g.ops[o].phase == Phase::forward) r.forward_flops += oc.flops;
   }

@@ -117,4 +117,28 @@ TEST_CASE("a bad device profile is malformed, a missing file is io") {
   CHECK(kind_of([&] { device_profile_from_json(text); }) == ErrorKind::malformed);
   CHECK(kind_of([&] { device_profile_from_json(nlohmann::json::array()); }) == ErrorKind::malformed);
   CHECK(kind_of([] { read_device_profile("/nonexistent/profile.json"); }) == ErrorKind::io);
+  for (const nlohmann::json& bad : {nlohmann::json(2.0), nlohmann::json{{"Conv", 0.0}}, nlohmann::json{{"Conv", "x"}}, nlohmann::json{{"Conv", -1.0}}}) {
+    auto scaled = j;
+    scaled["op_scale"] = bad;
+    CHECK(kind_of([&] { device_profile_from_json(scaled); }) == ErrorKind::malformed);
+  }
+}
+
+TEST_CASE("a profile's op_scale multiplies the roofline of ops of that type, and round-trips") {
+  GraphBuilder b;
+  auto x = b.input("x", {64, 64});
+  auto w = b.weight("w", {64, 64});
+  auto y = b.op1("MatMul", {x, w}, "y", {64, 64});
+  b.output(b.op1("Relu", {y}, "z", {64, 64}));
+  DeviceProfile p = default_device_profile();
+  const double mm = op_seconds(op_cost(b.g, 0), p), relu = op_seconds(op_cost(b.g, 1), p);
+  REQUIRE(mm > 0.0);
+  p.op_scale["MatMul"] = 2.5;
+  CHECK(op_seconds(b.g, 0, p) == doctest::Approx(2.5 * mm));
+  CHECK(op_seconds(b.g, 1, p) == relu);  // no scale for Relu
+  const DeviceProfile q = device_profile_from_json(device_profile_to_json(p));
+  REQUIRE(q.op_scale.size() == 1);
+  CHECK(q.op_scale.at("MatMul") == 2.5);
+  const DeviceProfile s = read_device_profile(std::string(MEMPLAN_SOURCE_DIR) + "/samples/device_profiles/h100_op_scaled.json");
+  CHECK(s.op_scale.count("Conv") == 1);
 }
