@@ -120,9 +120,6 @@ Milp::Result Milp::solve(const Options& o, const std::vector<double>* start) con
     res.status = infeasible ? Status::infeasible : Status::no_solution;
     res.bound = std::isfinite(bound) && bound < 1e299 ? bound : -kInf;
   }
-  if (!std::isfinite(res.bound) || res.bound > 1e299) res.bound = res.x.empty() ? -kInf : res.objective;
-  res.objective += o.objective_offset;
-  res.bound += o.objective_offset;
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
 }

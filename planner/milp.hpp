@@ -23,19 +23,17 @@ class Milp {
   void row(const std::vector<std::pair<int, double>>& terms, Sense sense, double bound);
   std::size_t columns() const noexcept { return cost_.size(); }
   std::size_t rows() const noexcept { return row_lo_.size(); }
-  std::size_t nonzeros() const noexcept { return entries_.size(); }
 
   struct Options {
     double seconds = 10.0;            // a cap only: results differ between machines past it
     std::uint64_t max_nodes = 20000;  // branch-and-bound nodes: the deterministic limit
-    double objective_offset = 0.0;    // added to every objective value reported
     double relative_gap = 0.0;        // stop once the best solution is within this share of the bound
   };
   enum class Status : std::uint8_t { optimal, feasible, infeasible, no_solution, not_built };
   struct Result {
     Status status = Status::not_built;
-    double objective = kInf;  // the best solution's (optimal or feasible), offset included
-    double bound = -kInf;     // no solution is below it, offset included
+    double objective = kInf;  // the best solution's (optimal or feasible)
+    double bound = -kInf;     // no solution is below it (-infinity: the solver gave none)
     std::vector<double> x;    // the best solution
     std::uint64_t nodes = 0;
     double seconds = 0.0;

@@ -16,10 +16,6 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
 
-bool can_swap(const SwapStageModel& m, std::size_t i) {
-  return m.moved[i] > 0 && m.window[i] >= 1 && i + m.window[i] < m.size();
-}
-
 void check_sizes(const SwapStageModel& m) {
   const std::size_t n = m.size();
   for (std::size_t k : {m.boundary.size(), m.moved.size(), m.input.size(), m.extra.size(), m.seconds.size(), m.boundary_seconds.size(),
@@ -136,7 +132,7 @@ SwapPlanCost swap_plan_cost(const SwapStageModel& m, const SwapSegmentPlan& p, s
       continue;
     }
     for (std::uint32_t i = seg.first; i <= seg.last; ++i) {
-      if (p.swapped[i] && !can_swap(m, i)) return broken();
+      if (p.swapped[i] && !m.can_swap(i)) return broken();
       row(below + m.held[i] + m.extra[i] + back(i));
       below += p.swapped[i] ? m.boundary[i] : m.held[i];
       if (p.swapped[i]) c.swap_seconds += m.in_seconds[i], ++c.swaps;
@@ -180,7 +176,7 @@ SwapSegmentPlan brute_force_swap_plan(const SwapStageModel& m, std::uint64_t bud
       return;
     }
     for (int mode = 0; mode < 2; ++mode) {  // kept, swapped
-      if (mode == 1 && !can_swap(m, i)) continue;
+      if (mode == 1 && !m.can_swap(i)) continue;
       cur.swapped[i] = mode == 1;
       cur.segments.push_back({i, i, false, 0});
       self(self, i + 1);
@@ -234,7 +230,7 @@ SwapExactResult exact_swap_remat(const SwapStageModel& m, std::uint64_t budget, 
   std::vector<std::vector<int>> y(n);  // y[r][i - r]: stage i in the recompute segment starting at r
   for (std::size_t i = 0; i < n; ++i) {
     K[i] = milp.binary();
-    if (can_swap(m, i)) S[i] = milp.binary(kMs * m.swap_weight * m.in_seconds[i]);
+    if (m.can_swap(i)) S[i] = milp.binary(kMs * m.swap_weight * m.in_seconds[i]);
   }
   for (std::size_t r = 0; r < n; ++r)
     for (std::size_t i = r; i < n; ++i) {

@@ -37,6 +37,8 @@ struct SwapStageModel {
   // taken only where it saves recompute or is the only way under the budget.
   double swap_weight = 0.01;
   std::size_t size() const noexcept { return held.size(); }
+  // Stage i has bytes to move and its copy back fits within the stages above it.
+  bool can_swap(std::size_t i) const noexcept { return moved[i] > 0 && window[i] >= 1 && i + window[i] < size(); }
 };
 
 // The model of plain stages `s`. `op_seconds` per op of g (the step-time estimate), `links` the host copy links

@@ -247,7 +247,7 @@ Maybe strategy_exact(const Context& c, std::uint64_t target) {
   rep.stages = s.size();
   if (s.size() == 0) return dp_best;
   const SwapStageModel with_swaps = swap_stage_model(c.g, c.schedule, s, c.seconds, c.links);
-  for (std::size_t i = 0; i < with_swaps.size(); ++i) rep.swappable += with_swaps.moved[i] > 0 && i + 1 < with_swaps.size() ? 1 : 0;
+  for (std::size_t i = 0; i < with_swaps.size(); ++i) rep.swappable += with_swaps.can_swap(i) ? 1 : 0;
   SwapStageModel recompute_only = with_swaps;
   std::fill(recompute_only.moved.begin(), recompute_only.moved.end(), 0);
   ExactRematOptions o;
