@@ -4,6 +4,7 @@
 #include "analysis/error.hpp"
 #include "planner/plan.hpp"
 #include "torch_allocator/caching_model.hpp"
+#include "torch_allocator/step_plan.hpp"
 
 namespace memplan::torch_allocator {
 
@@ -69,11 +70,15 @@ Trace read_trace(const nlohmann::json& j) {
   Trace t;
   t.device = field<int>(j, "device", "the file");
   t.step.primary_stream = static_cast<StreamId>(field<std::uint64_t>(j, "primary_stream", "the file"));
-  t.plan.packer = field<std::string>(j, "packer", "the file");
-  t.plan.arena_bytes = field<std::uint64_t>(j, "arena_bytes", "the file");
-  t.plan.periodic_bytes = j.contains("periodic_bytes") ? field<std::uint64_t>(j, "periodic_bytes", "the file") : 0;
-  if (t.plan.periodic_bytes > t.plan.arena_bytes) bad("periodic_bytes is larger than arena_bytes");
-  t.plan.peak_live_bytes = field<std::uint64_t>(j, "peak_live_bytes", "the file");
+  // A step recorded without a plan (memplan_torch.estimate_step's trace): memplan plans it once it is read.
+  const bool planned = j.contains("planned") ? field<bool>(j, "planned", "the file") : true;
+  if (planned) {
+    t.plan.packer = field<std::string>(j, "packer", "the file");
+    t.plan.arena_bytes = field<std::uint64_t>(j, "arena_bytes", "the file");
+    t.plan.periodic_bytes = j.contains("periodic_bytes") ? field<std::uint64_t>(j, "periodic_bytes", "the file") : 0;
+    if (t.plan.periodic_bytes > t.plan.arena_bytes) bad("periodic_bytes is larger than arena_bytes");
+    t.plan.peak_live_bytes = field<std::uint64_t>(j, "peak_live_bytes", "the file");
+  }
   t.caching_reserved_bytes = field<std::uint64_t>(j, "caching_allocator_reserved_bytes", "the file");
   t.caching_max_allocated_bytes = field<std::uint64_t>(j, "caching_allocator_max_allocated_bytes", "the file");
   const auto& blocks = field<nlohmann::json>(j, "blocks", "the file");
@@ -90,6 +95,7 @@ Trace read_trace(const nlohmann::json& j) {
     if (r.free_event != kNotFreed && r.free_event <= r.alloc_event) bad(where + " is freed before it is allocated");
     t.step.blocks.push_back(r);
     const bool has_offset = b.contains("offset") && !b.at("offset").is_null();
+    if (has_offset && !planned) bad(where + " has an offset in a trace that is not planned");
     const std::uint64_t off = has_offset ? field<std::uint64_t>(b, "offset", where) : planner::kNotInArena;
     if (has_offset && off < t.plan.periodic_bytes && off + r.bytes > t.plan.periodic_bytes) bad(where + " straddles the periodic region's end");
     t.plan.offsets.push_back(off);
@@ -119,6 +125,9 @@ Trace read_trace(const nlohmann::json& j) {
     if (!seen_alloc[k] || seen_free[k] != (t.step.blocks[k].free_event != kNotFreed))
       bad("block " + std::to_string(k) + "'s events are not all in the event list");
   link_carried(t.step);  // next_free_event follows from the events; a written one must agree
+  if (!planned) {
+    t.plan = plan_step(t.step);
+  }
   for (std::size_t k = 0; k < blocks.size(); ++k) {
     const std::string where = "block " + std::to_string(k);
     if (blocks[k].contains("next_free_event") && optional_event(blocks[k], "next_free_event", where) != t.step.blocks[k].next_free_event)

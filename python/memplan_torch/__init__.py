@@ -13,6 +13,15 @@ def export_graph(model, example_inputs, path, train=True, **kw):
 
 export_graph.__doc__ = "See memplan_torch.export.export_graph."
 
-__all__ = ["MemplanTorchError", "UnmappedOps", "export_graph", "is_installed", "reserved_bytes", "save_trace",
+
+def estimate_step(model, example_inputs, **kw):
+    from .estimate import estimate_step as _estimate
+
+    return _estimate(model, example_inputs, **kw)
+
+
+estimate_step.__doc__ = "See memplan_torch.estimate.estimate_step."
+
+__all__ = ["MemplanTorchError", "UnmappedOps", "estimate_step", "export_graph", "is_installed", "reserved_bytes", "save_trace",
            "stats", "step", "step_begin", "step_end", "use_planned_allocator"]
 __version__ = "0.1.0"
