@@ -14,6 +14,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
 bash scripts/install_deps.sh --test
+# PyTorch for memplan_torch's tests (a virtual environment outside the checkout, reused while its pins match)
+MEMPLAN_TORCH_PYTHON="$(bash scripts/install_torch_env.sh)"
+export MEMPLAN_TORCH_PYTHON
 t1=$(date +%s)
 # Optimized as RelWithDebInfo but without debug info: a third less compile time, and the tests need no symbols
 # (a failure is re-run under gdb or the sanitized build locally).
@@ -23,7 +26,7 @@ labels=(-LE '^python$')  # the Python tests but the corpus-wide ones run in the 
 if [ "$sanitize" = 0 ]; then stages="analysis;planner;runtime_allocator;torch_allocator;viz;cli"; labels=(); fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE="-O2 -DNDEBUG" \
   -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" -DCMAKE_CUDA_FLAGS_RELEASE="-O2 -DNDEBUG" -DMEMPLAN_WERROR=ON \
-  "-DMEMPLAN_TEST_STAGES=$stages" > /dev/null
+  "-DMEMPLAN_TEST_STAGES=$stages" "-DMEMPLAN_TORCH_PYTHON=$MEMPLAN_TORCH_PYTHON" > /dev/null
 cmake --build build -j"$(nproc)"
 t2=$(date +%s)
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 900 "${labels[@]}"

@@ -24,7 +24,8 @@ stages="analysis;planner;runtime_allocator;torch_allocator;viz;cli"
 if [ $ci -eq 1 ]; then stages="analysis;torch_allocator;viz;readers"; fi
 "${lock[@]}" cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1 -DMEMPLAN_SANITIZE=ON -DMEMPLAN_FUZZ=ON -DMEMPLAN_CUDA=OFF \
-  -DMEMPLAN_BENCH=OFF -DMEMPLAN_WERROR=ON "-DMEMPLAN_TEST_STAGES=$stages" > /dev/null
+  -DMEMPLAN_BENCH=OFF -DMEMPLAN_WERROR=ON "-DMEMPLAN_TEST_STAGES=$stages" \
+  "-DMEMPLAN_TORCH_PYTHON=${MEMPLAN_TORCH_PYTHON:-python3}" > /dev/null
 targets=()
 if [ $ci -eq 1 ]; then
   # The command, the unit-test executables of $stages and every fuzz target; not the samples, not the install test.

@@ -33,6 +33,7 @@ class _Recorder:
         self.phase = "setup"
         self.gemm_threads = set()
         self.warnings = Counter()
+        self.cudnn_reserves = []
         self.op_log = None  # a list when estimate_step(op_log=True): (step, phase, op, allocated after it)
 
     def note(self, storage, op, category=None):
@@ -166,6 +167,7 @@ def _modes(rec, rules, params_ids):
         unit = dirs * seq * batch * hidden * x.element_size()
         nbytes = layers * unit * per + (layers - 1) * unit
         reserve = torch.empty(nbytes, dtype=torch.uint8, device=x.device)
+        rec.cudnn_reserves.append(nbytes)
         return (out[0], out[1], out[2], reserve, out[4])
 
     return Track, Rules
@@ -270,32 +272,64 @@ def estimate_step(model, example_inputs, *, loss_fn, targets=(), optimizer=None,
     model.train()
     notes = []
     try:
-        try:
+        result = None
+        # 1. fake tensors that libraries cannot tell from real ones (they take their GPU path); 2. on a
+        # data-dependent read, fake tensors they can see (libraries take their tracing path, built to avoid such
+        # reads); 3. real CPU tensors at the example's values (slower: it computes)
+        for attempt in ("fake", "visible fake", "real"):
             rec = _Recorder()
             rec.op_log = [] if op_log else None
-            fake = FakeTensorMode(allow_non_fake_inputs=True)
-            with fake:
-                result = _run(model, example_inputs, targets, loss_fn, optimizer, autocast_dtype, steps, rules, rec,
-                              lambda t: fake.from_tensor(t).clone())
-        except _data_dependent_errors() as e:
-            # Python read a tensor's values (an .item(), a routing decision, a mask check): the step runs again
-            # on real CPU tensors, at the example's values, with the same rules (slower: it computes)
-            notes.append(f"data-dependent step ({type(e).__name__}): estimated at the example's values")
-            rec = _Recorder()
-            rec.op_log = [] if op_log else None
-            with _cpu_kernels_for_cuda_ops():
-                result = _run(model, example_inputs, targets, loss_fn, optimizer, autocast_dtype, steps, rules, rec,
-                              lambda t: t.detach().clone())
+            try:
+                if attempt == "real":
+                    with _cpu_kernels_for_cuda_ops():
+                        result = _run(model, example_inputs, targets, loss_fn, optimizer, autocast_dtype, steps,
+                                      rules, rec, lambda t: t.detach().clone())
+                else:
+                    fake = FakeTensorMode(allow_non_fake_inputs=True)
+                    with fake, (_fakes_unseen() if attempt == "fake" else _Null()):
+                        result = _run(model, example_inputs, targets, loss_fn, optimizer, autocast_dtype, steps,
+                                      rules, rec, lambda t, fake=fake: fake.from_tensor(t).clone())
+                break
+            except _data_dependent_errors() as e:
+                notes.append(f"{attempt} step stopped at a data-dependent read ({type(e).__name__})")
+        if attempt == "visible fake":
+            notes.append("estimated with the model's tracing path (it reads tensor values on its GPU path)")
+        elif attempt == "real":
+            notes.append("data-dependent step: estimated at the example's values on real CPU tensors")
     finally:
         model.train(was_training)
     report = _replay(rec, steps, rules)
     report.update(result)
     report["gpu"] = rules.name
     report["notes"] = notes
+    if rec.cudnn_reserves:
+        report["cudnn_rnn_reserve_bytes"] = max(rec.cudnn_reserves)
     if trace_path:
         from .trace_io import write_trace
         write_trace(trace_path, rec, report, steps)
     return report
+
+
+class _fakes_unseen:
+    """Libraries take another path when they see a FakeTensor (transformers builds explicit attention masks, as
+    for tracing: `isinstance(x, torch._subclasses.FakeTensor)`); the estimate wants the path a GPU step takes, so
+    the package-level name stops matching while the step runs (PyTorch's own code holds the class itself)."""
+
+    def __enter__(self):
+        import torch
+
+        class _NotFake:
+            pass
+
+        self.saved = torch._subclasses.FakeTensor
+        torch._subclasses.FakeTensor = _NotFake
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+
+        torch._subclasses.FakeTensor = self.saved
+        return False
 
 
 def _data_dependent_errors():
