@@ -12,6 +12,7 @@
 #include "cli/cmd_plan.hpp"
 #include "cli/parallel_report.hpp"
 #include "cli/plan_report.hpp"
+#include "planner/eager_doubts.hpp"
 #include "planner/eager_model.hpp"
 #include "planner/plan_json.hpp"
 #include "planner/training_plan.hpp"
@@ -180,6 +181,7 @@ int run_plan(const PlanArgs& a) {
   const bool sdpa = a.pytorch_attention == "sdpa";
   const std::uint64_t pytorch_workspace = planner::parse_size(a.pytorch_workspace);
   const std::uint64_t pytorch_peak = pytorch_peak_bytes(shaped, a.train, sdpa, pytorch_workspace);
+  const std::vector<planner::EagerDoubt> doubts = planner::pytorch_eager_doubts(shaped, sdpa);
   const analysis::Graph& g = r.graph;
   std::uint64_t naive = 0;
   std::size_t unresolved = 0;
@@ -226,6 +228,9 @@ int run_plan(const PlanArgs& a) {
     j["pytorch_peak_bytes"] = pytorch_peak;  // PyTorch eager's own peak (pytorch_peak_bytes above)
     j["pytorch_workspace_bytes"] = pytorch_workspace;  // of pytorch_peak_bytes: the libraries' workspaces
     j["pytorch_attention"] = a.pytorch_attention;
+    // where that prediction guessed (empty: nothing it could not tell apart)
+    j["pytorch_peak_doubts"] = nlohmann::json::array();
+    for (const auto& d : doubts) j["pytorch_peak_doubts"].push_back({{"kind", d.kind}, {"count", d.count}, {"detail", d.detail}});
     j["fusion"] = fusion_json(s.fusion);
     j["training_flops"] = r.training_flops;
     j["forward_flops"] = r.forward_flops;
@@ -281,6 +286,8 @@ int run_plan(const PlanArgs& a) {
   std::printf("PyTorch eager (%s attention, %s, optimizer %s %s) would peak at %s (max_memory_allocated, %s of library workspaces included)\n",
               sdpa ? "SDPA" : "eager", a.train.precision == "fp32" ? "fp32" : ("autocast " + a.train.precision).c_str(),
               a.train.optimizer.c_str(), a.train.optimizer_impl.c_str(), human_bytes(pytorch_peak).c_str(), human_bytes(pytorch_workspace).c_str());
+  for (const auto& d : doubts)
+    std::printf("  unsure: %zu x %s: %s\n", d.count, d.kind.c_str(), d.detail.c_str());
   std::printf("plan                 %s, planned in %.3f s\n", r.report.valid ? "valid (verified)" : "INVALID", r.plan_seconds);
   if (!a.plan_file.empty()) std::printf("plan written to      %s\n", analysis::terminal_safe(a.plan_file).c_str());
   return 0;

@@ -12,6 +12,8 @@ class GpuRules:
     # The workspace PyTorch's cuBLAS handle takes through the caching allocator, once per (thread, stream), on the
     # first GEMM of that thread: the forward runs on the caller's thread, the backward on autograd's device thread.
     cublas_workspace_bytes: int
+    multiprocessors: int = 132        # the reduction kernel sizes its grid by these two
+    max_threads_per_multiprocessor: int = 2048
 
 
 GPUS = {

@@ -12,9 +12,12 @@ import weakref
 from collections import Counter, defaultdict
 
 from .caching_allocator import CachingAllocator, round_size
+from .cuda_kernels import _ACC_BYTES as _REDUCTIONS
+from .cuda_kernels import reduction_dims, reduction_staging_bytes
 from .device_rules import gpu_rules, sdpa_backend
 from .step_loop import run_steps
 
+REAL_RERUN_PARAM_BYTES = 256 << 20  # the largest model a data-dependent step is computed for on the host
 CATEGORIES = ("parameters", "buffers", "inputs", "gradients", "optimizer_state", "autocast_weights",
               "saved_for_backward", "workspaces", "other")
 # ATen ops that run through cuBLAS on CUDA (each thread's first one allocates its handle's workspace).
@@ -63,6 +66,19 @@ class _Recorder:
         if bid is not None and not (only_if_unset and self.blocks[bid]["category"]):
             self.blocks[bid]["category"] = category
 
+    def transient(self, sizes, op):
+        """Blocks a kernel takes and gives back inside one op (after its outputs), in order."""
+        bids = []
+        for nbytes in sizes:
+            if nbytes:
+                bid = len(self.blocks)
+                self.blocks.append({"bytes": nbytes, "step": self.step, "phase": self.phase, "op": op,
+                                    "category": "workspaces"})
+                self.events.append(("alloc", bid))
+                bids.append(bid)
+        for bid in reversed(bids):
+            self.events.append(("free", bid))
+
     def workspace(self, nbytes, key):
         if key in self.gemm_threads or nbytes == 0:
             return
@@ -93,6 +109,11 @@ def _modes(rec, rules, params_ids):
                 out = func(*args, **kwargs)
             if name == "_cudnn_rnn":
                 out = _with_cudnn_reserve(args, out)
+            if name in _REDUCTIONS and not any(isinstance(a, torch.Tensor) for a in args[1:]):
+                dims = reduction_dims(name, args, kwargs)
+                if dims is not None:
+                    rec.transient(reduction_staging_bytes(name, args[0], dims, rules.multiprocessors,
+                                                          rules.max_threads_per_multiprocessor), name)
             cat = None
             if name == "_to_copy" and args and isinstance(args[0], torch.Tensor) and id(args[0]) in params_ids:
                 cat = "autocast_weights"
@@ -252,7 +273,7 @@ def _default_foreach(opt):
 
 
 def estimate_step(model, example_inputs, *, loss_fn, targets=(), optimizer=None, autocast_dtype=None,
-                  device="cuda", gpu="h100", steps=3, trace_path=None, op_log=False):
+                  device="cuda", gpu="h100", steps=2, trace_path=None, op_log=False):
     """Peak allocated and reserved bytes of one steady-state training step of `model` as PyTorch eager runs it on
     `gpu`, without a GPU. `example_inputs` and `targets`: tuples of CPU tensors at the real sizes (placed on the
     device each step); `loss_fn(output, *targets)` -> loss; `optimizer(params)` -> a torch optimizer, or None;
@@ -274,9 +295,14 @@ def estimate_step(model, example_inputs, *, loss_fn, targets=(), optimizer=None,
     try:
         result = None
         # 1. fake tensors that libraries cannot tell from real ones (they take their GPU path); 2. on a
-        # data-dependent read, fake tensors they can see (libraries take their tracing path, built to avoid such
-        # reads); 3. real CPU tensors at the example's values (slower: it computes)
-        for attempt in ("fake", "visible fake", "real"):
+        # data-dependent read (a routing decision, a mask check), real CPU tensors at the example's values, for
+        # a model whose parameters fit REAL_RERUN_PARAM_BYTES and whose step fits the host (it computes); 3. fake
+        # tensors libraries can see (they take their tracing path, built to avoid such reads)
+        param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        for attempt in ("fake", "real", "visible fake"):
+            if attempt == "real" and param_bytes > REAL_RERUN_PARAM_BYTES:
+                notes.append(f"no real rerun: {param_bytes} parameter bytes exceed {REAL_RERUN_PARAM_BYTES}")
+                continue
             rec = _Recorder()
             rec.op_log = [] if op_log else None
             try:
@@ -291,9 +317,13 @@ def estimate_step(model, example_inputs, *, loss_fn, targets=(), optimizer=None,
                                       rules, rec, lambda t, fake=fake: fake.from_tensor(t).clone())
                 break
             except _data_dependent_errors() as e:
-                notes.append(f"{attempt} step stopped at a data-dependent read ({type(e).__name__})")
+                notes.append(f"the {attempt} step stopped at a data-dependent read ({type(e).__name__})")
+            except (MemoryError, RuntimeError) as e:
+                if attempt != "real" or "allocate" not in str(e):
+                    raise
+                notes.append("the real rerun does not fit the host's memory")
         if attempt == "visible fake":
-            notes.append("estimated with the model's tracing path (it reads tensor values on its GPU path)")
+            notes.append("estimated on the model's tracing path (its GPU path reads tensor values)")
         elif attempt == "real":
             notes.append("data-dependent step: estimated at the example's values on real CPU tensors")
     finally:
