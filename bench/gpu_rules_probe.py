@@ -121,12 +121,57 @@ def rnn_reserve():
     return rows
 
 
+def conv_workspaces():
+    """Transient bytes (max allocated within the op less allocated after it) of cuDNN convolutions, forward and
+    backward, over a grid of shapes (benchmark mode off, TF32 off: the zoo's settings)."""
+    import torch
+
+    torch.backends.cudnn.allow_tf32 = False
+    rows = []
+    for dtype, (n, c, hw, k, ks, stride, groups) in itertools.product(
+            (torch.float32, torch.bfloat16),
+            ((8, 3, 224, 64, 3, 1, 1), (8, 64, 224, 64, 3, 1, 1), (8, 64, 112, 128, 3, 1, 1),
+             (8, 128, 112, 128, 3, 1, 1), (8, 128, 56, 256, 3, 1, 1), (8, 256, 56, 256, 3, 1, 1),
+             (8, 256, 28, 512, 3, 1, 1), (8, 512, 28, 512, 3, 1, 1), (8, 512, 14, 512, 3, 1, 1),
+             (8, 3, 224, 64, 7, 2, 1), (8, 64, 56, 64, 1, 1, 1), (8, 256, 56, 64, 1, 1, 1),
+             (8, 64, 56, 256, 1, 1, 1), (8, 32, 112, 32, 3, 1, 32), (8, 96, 112, 96, 3, 2, 96),
+             (8, 144, 56, 144, 3, 1, 144), (8, 240, 28, 240, 5, 1, 240), (8, 3, 224, 96, 4, 4, 1),
+             (8, 96, 56, 96, 7, 1, 96), (32, 64, 56, 64, 3, 1, 1), (2, 64, 224, 64, 3, 1, 1))):
+        conv = torch.nn.Conv2d(c, k, ks, stride=stride, padding=ks // 2, groups=groups, bias=False).cuda()
+        x = torch.randn(n, c, hw, hw, device="cuda", requires_grad=True)
+        row = {"dtype": str(dtype)[6:], "n": n, "c": c, "hw": hw, "k": k, "kernel": ks, "stride": stride,
+               "groups": groups}
+        with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
+            for _ in range(2):  # the first call may choose differently; the second is the steady one
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                y = conv(x)
+                torch.cuda.synchronize()
+                after = torch.cuda.memory_allocated()
+                row["forward_transient"] = torch.cuda.max_memory_allocated() - after
+                g = torch.ones_like(y)
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                gx, gw = torch.autograd.grad(y, (x, conv.weight), g)
+                torch.cuda.synchronize()
+                after = torch.cuda.memory_allocated()
+                row["backward_transient"] = torch.cuda.max_memory_allocated() - after
+                del y, g, gx, gw
+        row["input_bytes"] = x.numel() * (4 if dtype == torch.float32 else 2)
+        rows.append(row)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpu", default="h100")
+    ap.add_argument("--only", choices=["conv"], help="run one part")
     a = ap.parse_args()
+    if a.only == "conv":
+        json.dump({"versions": versions(), "conv": conv_workspaces()}, sys.stdout, indent=1)
+        return
     out = {"versions": versions(), "cublas": cublas_workspaces(), "sdpa": sdpa_grid(a.gpu),
-           "rnn_reserve": rnn_reserve()}
+           "rnn_reserve": rnn_reserve(), "conv": conv_workspaces()}
     json.dump(out, sys.stdout, indent=1)
 
 

@@ -17,7 +17,7 @@ from .cuda_kernels import reduction_dims, reduction_staging_bytes
 from .device_rules import gpu_rules, sdpa_backend
 from .step_loop import run_steps
 
-REAL_RERUN_PARAM_BYTES = 256 << 20  # the largest model a data-dependent step is computed for on the host
+REAL_RERUN_PARAM_BYTES = 1 << 30  # the largest model a data-dependent step is computed for on the host
 CATEGORIES = ("parameters", "buffers", "inputs", "gradients", "optimizer_state", "autocast_weights",
               "saved_for_backward", "workspaces", "other")
 # ATen ops that run through cuBLAS on CUDA (each thread's first one allocates its handle's workspace).
@@ -322,12 +322,14 @@ def estimate_step(model, example_inputs, *, loss_fn, targets=(), optimizer=None,
                 if attempt != "real" or "allocate" not in str(e):
                     raise
                 notes.append("the real rerun does not fit the host's memory")
-        if attempt == "visible fake":
+        if result is not None and attempt == "visible fake":
             notes.append("estimated on the model's tracing path (its GPU path reads tensor values)")
-        elif attempt == "real":
+        elif result is not None and attempt == "real":
             notes.append("data-dependent step: estimated at the example's values on real CPU tensors")
     finally:
         model.train(was_training)
+    if result is None:
+        raise RuntimeError("estimate_step: no attempt completed the step (" + "; ".join(notes) + ")")
     report = _replay(rec, steps, rules)
     report.update(result)
     report["gpu"] = rules.name
