@@ -11,12 +11,15 @@ class MemplanTorchError(RuntimeError):
 
 
 class UnmappedOps(ValueError):
-    """Raised when the graph holds ATen ops memplan has no mapping for; `counts` maps each to its count."""
+    """Raised when the graph holds ATen ops memplan has no mapping for (or refuses, with `reasons`); `counts` maps
+    each to its count."""
 
-    def __init__(self, counts):
+    def __init__(self, counts, reasons=None):
         self.counts = dict(sorted(counts.items()))
+        self.reasons = dict(sorted((reasons or {}).items()))  # refused ops (aten_ops.REFUSED): why
         lines = ", ".join(f"{k} x{v}" for k, v in self.counts.items())
-        super().__init__(f"{len(self.counts)} ATen op(s) have no memplan mapping: {lines}")
+        why = "".join(f"; {k}: {r}" for k, r in self.reasons.items())
+        super().__init__(f"{len(self.counts)} ATen op(s) have no memplan mapping: {lines}{why}")
 
 
 def candidate_paths(lib=None):

@@ -87,7 +87,9 @@ def _batch_norm(c):
         training, momentum, eps = a[5], a[6], a[7]
     if rm is None:
         raise ValueError(f"{c.where()}: batch norm without running statistics is not mapped")
-    ch = c.concrete_shape(x)[1]
+    ch = c.shape(x)[1]
+    if not isinstance(ch, int):
+        raise ValueError(f"{c.where()}: batch norm over a symbolic channel count is not mapped")
     ins = [c.t(x), _ones_or(c, w, ch, 1.0), _ones_or(c, b, ch, 0.0), c.t(rm), c.t(rv)]
     attrs = {"epsilon": float(eps), "momentum": 1.0 - float(momentum or 0.0)}
     if training:
@@ -217,9 +219,12 @@ def _avg_pool(c):
     return c.op1("AveragePool", [c.x()], attrs)
 
 
-@aten("adaptive_avg_pool2d", "_adaptive_avg_pool2d", "adaptive_avg_pool1d", "mean_global")
+@aten("adaptive_avg_pool2d", "_adaptive_avg_pool2d", "adaptive_avg_pool1d", "mean_global", "_adaptive_avg_pool3d",
+      "adaptive_avg_pool3d")
 def _adaptive_avg(c):
-    in_shape = c.concrete_shape(c.arg(0))
+    in_shape = c.shape(c.arg(0))
+    if not all(isinstance(d, int) for d in in_shape[2:]):
+        raise ValueError(f"{c.where()}: adaptive pooling over symbolic spatial dims is not mapped")
     out = list(c.arg(1))
     if all(o == 1 for o in out):
         return c.op1("GlobalAveragePool", [c.x()])
@@ -284,11 +289,13 @@ def _sdpa_decomposed(c, q, k, v, mask, p, causal, scale, qs, ks):
     s = c.op1("Mul", [c.op1("MatMul", [c.t(q), kt]), c.scalar(float(scale), dt)])
     if causal:
         sq, sk = qs[2], ks[2]
-        if not isinstance(sq, int) or not isinstance(sk, int):
-            raise ValueError(f"{c.where()}: causal attention with symbolic sequence length is not mapped")
-        m = torch.tril(torch.ones(sq, sk, dtype=torch.bool))
-        s = c.op1("Where", [c.g.const(m.flatten().tolist(), "bool", [sq, sk], "causal_mask"), s,
-                            c.scalar(float("-inf"), dt)])
+        if isinstance(sq, int) and isinstance(sk, int):
+            m = c.g.const(torch.tril(torch.ones(sq, sk, dtype=torch.bool)).flatten().tolist(), "bool", [sq, sk],
+                          "causal_mask")
+        else:  # torch's is_causal mask (tril, top-left aligned) of the symbolic sizes
+            size = c.sizes([c.meta(q).shape[2], c.meta(k).shape[2]])
+            m = c.op1("Trilu", [c.op1("Expand", [c.g.scalar(1, "bool", "c"), size])], {"upper": 0})
+        s = c.op1("Where", [m, s, c.scalar(float("-inf"), dt)])
     if mask is not None:
         s = c.op1("Where", [c.t(mask), s, c.scalar(float("-inf"), dt)]) if c.dtype(mask) == "bool" \
             else c.op1("Add", [s, c.t(mask)])

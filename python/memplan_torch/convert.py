@@ -35,6 +35,12 @@ class Context:
 
     def dtype(self, a=None):
         v = self.meta(a)
+        if isinstance(v, torch.SymInt):
+            return "int64"
+        if isinstance(v, torch.SymBool):
+            return "bool"
+        if isinstance(v, torch.SymFloat):
+            return "float32"
         return dtype_name(v.dtype) if isinstance(v, torch.Tensor) else None
 
     def rank(self, a=None):
@@ -49,6 +55,41 @@ class Context:
         if not all(isinstance(d, int) for d in s):
             raise ValueError(f"{self.where()}: needs a concrete shape, got {s} (symbolic dims)")
         return s
+
+    def is_sym(self, a):
+        """An fx node of a symbolic int/float/bool (sym_size and its arithmetic)."""
+        return isinstance(a, torch.fx.Node) and isinstance(self.meta(a), (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+    def sizes(self, dims, base="shape"):
+        """A list of sizes (ints, symbolic-int nodes, SymInts) as a 1-D int64 tensor: a constant when all are
+        ints, else a Concat of the symbolic ones' scalars (memplan folds it once --dim binds them)."""
+        vals = [self.conv.dim_of(d) if isinstance(d, torch.SymInt) else d for d in dims]
+        if all(isinstance(d, int) for d in vals):
+            return self.g.i64(vals, base)
+        parts = []
+        for d, orig in zip(vals, dims):
+            if isinstance(d, int):
+                parts.append(self.g.i64([d], base))
+            else:
+                s = self.t(orig) if isinstance(orig, torch.fx.Node) else self.conv.sym_value(orig.node.expr)
+                parts.append(self.op1("Reshape", [s, self.g.i64([1], "shape")]))
+        return parts[0] if len(parts) == 1 else self.op1("Concat", parts, {"axis": 0})
+
+    def out_sizes(self):
+        """The node's own output shape as a 1-D int64 tensor (see sizes)."""
+        return self.sizes(list(self.meta().shape))
+
+    def i64_1d(self, v, base="c"):
+        """An int or symbolic-int argument as a 1-element int64 tensor."""
+        if isinstance(v, torch.fx.Node):
+            return self.op1("Reshape", [self.operand(v, "int64"), self.g.i64([1], "shape")])
+        if isinstance(v, torch.SymInt):
+            return self.op1("Reshape", [self.conv.sym_value(v.node.expr), self.g.i64([1], "shape")])
+        return self.g.i64([int(v)], base)
+
+    def approximate(self, what):
+        """Records that this node is planned at the example's sizes, not exactly (export_graph warns)."""
+        self.conv.approximated[what] += 1
 
     def where(self):
         return f"node '{self.node.name}' ({self.node.target})"

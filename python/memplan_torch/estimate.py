@@ -18,6 +18,7 @@ from .device_rules import gpu_rules, sdpa_backend
 from .step_loop import run_steps
 
 REAL_RERUN_PARAM_BYTES = 1 << 30  # the largest model a data-dependent step is computed for on the host
+REAL_RERUN_STEP_BYTES = 4 << 30   # and the most its fake step may have held before the read
 CATEGORIES = ("parameters", "buffers", "inputs", "gradients", "optimizer_state", "autocast_weights",
               "saved_for_backward", "workspaces", "other")
 # ATen ops that run through cuBLAS on CUDA (each thread's first one allocates its handle's workspace).
@@ -299,9 +300,11 @@ def estimate_step(model, example_inputs, *, loss_fn, targets=(), optimizer=None,
         # a model whose parameters fit REAL_RERUN_PARAM_BYTES and whose step fits the host (it computes); 3. fake
         # tensors libraries can see (they take their tracing path, built to avoid such reads)
         param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        reached = 0  # the most bytes the fake step held before it stopped
         for attempt in ("fake", "real", "visible fake"):
-            if attempt == "real" and param_bytes > REAL_RERUN_PARAM_BYTES:
-                notes.append(f"no real rerun: {param_bytes} parameter bytes exceed {REAL_RERUN_PARAM_BYTES}")
+            if attempt == "real" and (param_bytes > REAL_RERUN_PARAM_BYTES or reached > REAL_RERUN_STEP_BYTES):
+                notes.append(f"no real rerun: {param_bytes} parameter bytes (limit {REAL_RERUN_PARAM_BYTES}), "
+                             f"{reached} bytes held before the read (limit {REAL_RERUN_STEP_BYTES})")
                 continue
             rec = _Recorder()
             rec.op_log = [] if op_log else None
@@ -318,6 +321,8 @@ def estimate_step(model, example_inputs, *, loss_fn, targets=(), optimizer=None,
                 break
             except _data_dependent_errors() as e:
                 notes.append(f"the {attempt} step stopped at a data-dependent read ({type(e).__name__})")
+                if attempt == "fake":
+                    reached = _held_so_far(rec)
             except (MemoryError, RuntimeError) as e:
                 if attempt != "real" or "allocate" not in str(e):
                     raise
@@ -362,6 +367,18 @@ class _fakes_unseen:
 
         torch._subclasses.FakeTensor = self.saved
         return False
+
+
+def _held_so_far(rec):
+    """The most bytes live at once in what a stopped step recorded."""
+    live = peak = 0
+    for kind, bid in rec.events:
+        if kind == "alloc":
+            live += rec.blocks[bid]["bytes"]
+            peak = max(peak, live)
+        elif kind == "free":
+            live -= rec.blocks[bid]["bytes"]
+    return peak
 
 
 def _data_dependent_errors():
