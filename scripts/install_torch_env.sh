@@ -4,7 +4,7 @@
 # machines). A virtual environment outside the checkout, made once and reused while its pins match:
 # $MEMPLAN_TORCH_VENV, default ~/.cache/memplan/torch-venv (about 5.5 GB; a few minutes to make). Prints its python.
 set -euo pipefail
-venv="${MEMPLAN_TORCH_VENV:-$HOME/.cache/memplan/torch-venv}"
+venv="${MEMPLAN_TORCH_VENV:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/memplan/torch-venv}"
 pins=(torch==2.11.0 torchvision==0.26.0 transformers==5.17.0 timm==1.0.31 numpy onnx onnxruntime)
 stamp="$venv/.memplan-pins"
 want="${pins[*]}"
