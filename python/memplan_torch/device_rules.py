@@ -70,7 +70,9 @@ def sdpa_backend(rules, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
         if backend == "cudnn":
             # measured on the H200 with cuDNN 9.19 (bench/gpu_rules_probe.py): every bf16 case of the grid (head
             # sizes 32-256, boolean and float masks, causal, grouped heads, dropout, both layouts) ran cuDNN
-            if half and b_ok and (heads_equal or gqa_ok):
+            # a mask that needs a gradient goes to the efficient kernel (the only one that returns the bias's
+            # gradient; measured: a learned per-head mask in bf16 ran memory-efficient attention)
+            if half and b_ok and (heads_equal or gqa_ok) and not (attn_mask is not None and attn_mask.requires_grad):
                 return "cudnn"
         elif backend == "flash":
             if (half and attn_mask is None and dq == dk == dv and dq <= 256 and rules.sm >= (8, 0) and b_ok
