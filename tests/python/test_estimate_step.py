@@ -130,7 +130,7 @@ def dropout_mask_is_one_byte():
     class D(nn.Module):
         def __init__(self):
             super().__init__()
-            self.lin = nn.Linear(1024, 1024)
+            self.lin = nn.Linear(1024, 1024, bias=False)  # no bias: its gradient's sum would be the peak
 
         def forward(self, x):
             return F.dropout(self.lin(x), 0.5, training=self.training).sum()
