@@ -206,12 +206,28 @@ def bad_arguments_are_refused():
             raise AssertionError(f"{kw} was accepted")
 
 
+def reduction_staging_matches_gpu():
+    from memplan_torch.cuda_kernels import reduction_staging_bytes
+
+    rules = gpu_rules("h200")
+    # measured on the H200 (bench/zoo_optrace.py, BERT's 8000-word decoder bias gradient): 62.5 MiB within the sum
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.empty(1024, 8000, dtype=dtype, device="meta")
+        got = reduction_staging_bytes("sum", x, [0], rules.multiprocessors, rules.max_threads_per_multiprocessor)
+        assert got[0] == 65536000, got
+    # a reduction along the contiguous dim, or few inputs per output, takes no staging buffer
+    x = torch.empty(1024, 8000, device="meta")
+    assert reduction_staging_bytes("sum", x, [1], 132, 2048) == (0, 0)
+    assert reduction_staging_bytes("sum", torch.empty(8, 8000, device="meta"), [0], 132, 2048) == (0, 0)
+
+
 R = Results()
 R.run("caching allocator: 512-byte rounding, 2/20 MiB segments, unsplit rests, merging", caching_rules)
 R.run("CUDA autocast policies on the fake CPU step (from PyTorch's header)", autocast_policies)
 R.run("SDPA kernel rule equals PyTorch's choice on every case of the H200 grid", sdpa_rules_match_probe)
 R.run("cuDNN RNN reserve equals the H200's", rnn_reserve_matches_probe)
 R.run("dropout saves CUDA's one-byte mask", dropout_mask_is_one_byte)
+R.run("a CUDA reduction's staging buffer equals the H200's", reduction_staging_matches_gpu)
 R.run("a model on the meta device estimates as on the CPU", meta_model_equals_cpu_model)
 R.run("a data-dependent step is rerun at the example's values, with a note", data_dependent_step_reruns)
 R.run("the estimated step's trace is drawn by memplan viz --trace", trace_drawn_by_viz)
