@@ -23,7 +23,8 @@ def compare(truth, est):
     out = []
     for key, t in sorted(truth.items()):
         e = est.get(key)
-        row = {"id": key[0], "case": key[1], "measured_ok": t.get("ok", False), "estimated_ok": bool(e and e.get("ok"))}
+        row = {"id": key[0], "case": key[1], "measured_ok": t.get("ok", False), "estimated_ok": bool(e and e.get("ok")),
+               "estimate_ran": e is not None}
         if row["measured_ok"] and row["estimated_ok"]:
             for f in ("peak_allocated_bytes", "before_step_bytes", "peak_reserved_bytes"):
                 row[f + "_measured"] = t[f]
@@ -43,7 +44,8 @@ def summary(rows):
     errs = [abs(r["peak_allocated_error"]) for r in both]
     return {"measured_cases": len(measured), "estimated_cases": len(both),
             "within_3pct": sum(e <= 0.03 for e in errs), "within_10pct": sum(e <= 0.10 for e in errs),
-            "estimate_failed": len(measured) - len(both),
+            "estimate_failed": sum(1 for r in measured if r["estimate_ran"] and not r["estimated_ok"]),
+            "not_estimated": sum(1 for r in measured if not r["estimate_ran"]),
             "max_abs_error": max(errs) if errs else None}
 
 
@@ -62,7 +64,7 @@ def main():
         print(f"{r['id']:50s} {r['case']:11s} peak {r['peak_allocated_error']:+.3f} before {r['before_step_error']:+.3f} "
               f"reserved {r['peak_reserved_error']:+.3f}  measured {r['peak_allocated_bytes_measured'] / 2**20:8.1f} MiB "
               f"sdpa {r['sdpa_measured']} vs {r['sdpa_estimated']}")
-    fails = [r for r in rows if r["measured_ok"] and not r["estimated_ok"]]
+    fails = [r for r in rows if r["measured_ok"] and r["estimate_ran"] and not r["estimated_ok"]]
     for r in fails[:a.worst]:
         print(f"{r['id']:50s} {r['case']:11s} estimate failed: {r.get('estimate_error')}")
     if a.md:
@@ -78,7 +80,7 @@ def write_md(path, rows, s):
                 f.write(f"| {r['id']} | {r['case']} | {r['peak_allocated_bytes_measured'] / 2**20:.1f} | "
                         f"{r['peak_allocated_bytes_estimated'] / 2**20:.1f} | {100 * r['peak_allocated_error']:+.2f}% | "
                         f"{100 * r['before_step_error']:+.2f}% | {100 * r['peak_reserved_error']:+.2f}% |\n")
-            elif r["measured_ok"]:
+            elif r["measured_ok"] and r["estimate_ran"]:
                 f.write(f"| {r['id']} | {r['case']} | measured | estimate failed: {r.get('estimate_error', '')} | | | |\n")
         f.write(f"\n{json.dumps(s)}\n")
 
