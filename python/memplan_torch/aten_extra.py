@@ -66,6 +66,21 @@ def _rand(c):
     return c.op1("RandomUniformLike", [zeros], {"dtype": onnx_dtype(dt), "low": 0.0, "high": 1.0})
 
 
+@aten("uniform", "uniform_")
+def _uniform(c):  # x's shape filled from U[from, to)
+    lo, hi = c.arg(1, c.kw("from", 0.0)), c.arg(2, c.kw("to", 1.0))
+    return c.op1("RandomUniformLike", [c.x()], {"dtype": onnx_dtype(c.dtype()), "low": float(lo), "high": float(hi)})
+
+
+@aten("exponential", "exponential_")
+def _exponential(c):  # inverse-CDF sampling: -log(1 - U[0, 1)) / lambd
+    dt = c.dtype()
+    u = c.op1("RandomUniformLike", [c.x()], {"dtype": onnx_dtype(dt), "low": 0.0, "high": 1.0})
+    e = c.op1("Neg", [c.op1("Log", [c.op1("Sub", [c.scalar(1.0, dt), u])])])
+    lambd = float(c.arg(1, c.kw("lambd", 1.0)))
+    return e if lambd == 1.0 else c.op1("Div", [e, c.scalar(lambd, dt)])
+
+
 @aten("copy", "copy_")
 def _copy(c):  # src broadcast into self's shape and dtype
     y = c.operand(c.arg(1), c.dtype())

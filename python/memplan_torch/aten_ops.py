@@ -16,7 +16,6 @@ _SYMBOLIC = ("a symbolic int, no tensor: its value is written from its sympy exp
 # Core ATen ops (torch.Tag.core) memplan does not map, each with the reason; export_graph raises UnmappedOps
 # naming them. tests/python/test_torch_core_aten.py fails on a core op in neither OPS nor this table.
 REFUSED = {
-    "sort": "no memplan sort op (TopK over the whole axis gives the values but not torch's stable tie order)",
     "randperm": "a random permutation: no memplan op (no gradient; build it outside the captured model)",
     "_local_scalar_dense": "Tensor.item(): a Python scalar, no tensor; what reads it is data-dependent",
     "_embedding_bag": "no memplan op for bag reductions (per-bag offsets are data-dependent)",
@@ -88,9 +87,13 @@ def _div(c):
     dt = c.dtype()
     if mode is None:
         return c.op1("Div", [c.operand(c.arg(0), dt), c.operand(c.arg(1), dt)])
+    a, b = c.operand(c.arg(0), dt), c.operand(c.arg(1), dt)
     if dt not in FLOAT_DTYPES:
-        raise ValueError(f"{c.where()}: integer division with rounding_mode={mode!r} is not mapped")
-    q = c.op1("Div", [c.operand(c.arg(0), dt), c.operand(c.arg(1), dt)])
+        if mode == "trunc":  # integer Div truncates toward zero, as C
+            return c.op1("Div", [a, b])
+        # floor: a minus its floor modulus (the divisor's sign, Python's %) divides exactly
+        return c.op1("Div", [c.op1("Sub", [a, c.op1("Mod", [a, b], {"fmod": 0})]), b])
+    q = c.op1("Div", [a, b])
     if mode == "floor":
         return c.op1("Floor", [q])
     return c.op1("Mul", [c.op1("Sign", [q]), c.op1("Floor", [c.op1("Abs", [q])])])  # trunc
@@ -159,8 +162,14 @@ def _clip(c, x, lo, hi):
 @aten("clamp", "clamp_", "clip")
 def _clamp(c):
     lo, hi = c.kw("min", c.arg(1)), c.kw("max", c.arg(2))
-    if isinstance(lo, torch.fx.Node) or isinstance(hi, torch.fx.Node):
-        raise ValueError(f"{c.where()}: clamp with tensor bounds is not mapped")
+    if isinstance(lo, torch.fx.Node) or isinstance(hi, torch.fx.Node):  # tensor bounds: max, then min (torch's order)
+        dt = c.dtype()
+        y = c.operand(c.arg(0), dt)
+        if lo is not None:
+            y = c.op1("Max", [y, c.operand(lo, dt)])
+        if hi is not None:
+            y = c.op1("Min", [y, c.operand(hi, dt)])
+        return y
     return _clip(c, c.x(), lo, hi)
 
 
@@ -260,9 +269,8 @@ def _reduce(onnx_type, axes_as_input):
         rank = c.rank(c.arg(0))
         axes = _dims(c, 1, rank)
         keep = int(bool(c.kw("keepdim", c.arg(2, False))))
-        x = c.x()
-        if c.kw("dtype") is not None and c.dtype() != c.dtype(c.arg(0)):
-            x = c.cast(x, c.dtype(c.arg(0)), c.dtype())
+        # in the output's dtype: an explicit dtype=, or torch's promotion (sum of bool or int32 is int64)
+        x = c.cast(c.x(), c.dtype(c.arg(0)), c.dtype())
         if axes_as_input:
             return c.op1(onnx_type, [x, c.g.i64(axes, "axes")], {"keepdims": keep})
         return c.op1(onnx_type, [x], {"axes": axes, "keepdims": keep})
@@ -516,10 +524,16 @@ def _arange(c):
     return c.op1("Range", [c.operand(a, dt) for a in args])
 
 
-aten("bitwise_and")(lambda c: c.op1("And", [c.operand(c.arg(0), "bool"), c.operand(c.arg(1), "bool")])
-                    if c.dtype() == "bool" else c.op1("BitwiseAnd", [c.x(0), c.x(1)]))
-aten("bitwise_or")(lambda c: c.op1("Or", [c.operand(c.arg(0), "bool"), c.operand(c.arg(1), "bool")])
-                   if c.dtype() == "bool" else c.op1("BitwiseOr", [c.x(0), c.x(1)]))
+def _bitwise(logical, bitwise):
+    # both operands in the node's dtype: torch promotes bool & int32 to int32, memplan's ops take one dtype
+    def fn(c):
+        dt = c.dtype()
+        return c.op1(logical if dt == "bool" else bitwise, [c.operand(c.arg(0), dt), c.operand(c.arg(1), dt)])
+    return fn
+
+
+aten("bitwise_and")(_bitwise("And", "BitwiseAnd"))
+aten("bitwise_or")(_bitwise("Or", "BitwiseOr"))
 aten("bitwise_not")(lambda c: c.op1("Not", [c.x()]) if c.dtype() == "bool" else c.op1("BitwiseNot", [c.x()]))
 
 

@@ -3,7 +3,7 @@ import operator
 import os
 from collections import Counter
 
-from . import aten_extra, aten_nn  # noqa: F401  (register their ops in aten_ops.OPS)
+from . import aten_extra, aten_moe, aten_nn  # noqa: F401  (register their ops in aten_ops.OPS)
 from .aten_nn import SDPA_OPS
 from .aten_ops import OPS, REFUSED
 from .convert import Context, UnmappedOps
@@ -11,10 +11,11 @@ from .graph_json import INLINE_LIMIT, GraphBuilder, dtype_name
 
 # Ops whose value is random: never folded into constants.
 _RANDOM = {"native_dropout", "dropout", "bernoulli", "rand", "randn", "rand_like", "randn_like", "randint",
-           "randperm", "normal", "uniform", "feature_dropout", "alpha_dropout"}
+           "randperm", "normal", "uniform", "exponential", "feature_dropout", "alpha_dropout"}
 
 
 _FOLD_CREATION_LIMIT = 4096
+_FOLD_LIMIT = 1 << 26  # elements of a folded constant at most (its inputs' folds are what is written inline)
 
 
 def _packet(target):
@@ -98,8 +99,15 @@ def _export(model, args, kwargs, dyn, info):
 
     import torch
 
+    exported = None
     try:
-        return torch.export.export(model, tuple(args), kwargs=kwargs or None, dynamic_shapes=dyn, strict=False)
+        exported = torch.export.export(model, tuple(args), kwargs=kwargs or None, dynamic_shapes=dyn, strict=False)
+        unbacked = _unbacked_symbols(exported)
+        if not unbacked:
+            return exported
+        # sizes read from tensor values (.tolist(), .item()) that torch.export kept as unbacked symbols: memplan
+        # plans them at the example's values, which only draft_export records
+        info["data_dependent"] = f"sizes from tensor values ({', '.join(unbacked[:4])})"
     except Exception as e:  # noqa: BLE001 - classified below, re-raised when not a data-dependent guard
         if not _data_dependent(e):
             raise
@@ -109,8 +117,28 @@ def _export(model, args, kwargs, dyn, info):
     quiet.setLevel(logging.ERROR)
     try:
         return torch.export.draft_export(model, tuple(args), kwargs=kwargs or None, dynamic_shapes=dyn, strict=False)
+    except Exception:  # noqa: BLE001 - the exported program, whose unbacked sizes the conversion then names
+        if exported is None:
+            raise
+        info.pop("data_dependent", None)
+        return exported
     finally:
         quiet.setLevel(level)
+
+
+def _unbacked_symbols(ep):
+    """The unbacked symbols (data-dependent sizes) in the values of `ep`'s nodes, sorted."""
+    import torch
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    found = set()
+    for node in ep.graph.nodes:
+        v = node.meta.get("val")
+        vals = v if isinstance(v, (list, tuple)) else [v]
+        for x in vals:
+            if isinstance(x, (torch.Tensor, torch.SymInt, torch.SymBool, torch.SymFloat)):
+                found |= {str(f) for f in free_unbacked_symbols(x)}
+    return sorted(found)
 
 
 def _first_line(e):
@@ -323,6 +351,15 @@ class Converter:
 
     def _emit_known(self, node):
         v = self.known[node].detach().cpu().contiguous()
+        packet = _packet(node.target) if node.op == "call_function" else None
+        if v.numel() > INLINE_LIMIT and packet in OPS and packet not in REFUSED:
+            # too large to write inline (a mask expanded to the batch): the op itself, over its folded inputs
+            try:
+                out = OPS[packet](Context(self, node))
+            except (ValueError, KeyError, IndexError, TypeError) as e:
+                raise ValueError(f"node '{node.name}' ({node.target}): {e}") from e
+            self.names[node] = out
+            return out
         if v.numel() > INLINE_LIMIT:
             raise ValueError(f"constant '{node.name}' has {v.numel()} elements, more than the {INLINE_LIMIT} "
                              "written inline")
@@ -439,6 +476,8 @@ class Converter:
             return False
         if not node.all_input_nodes and _packet(node.target) in OPS and val.numel() > _FOLD_CREATION_LIMIT:
             return False  # a large fill (zeros, full, empty) stays an op: no constant of its size inline
+        if val.numel() > _FOLD_LIMIT and _packet(node.target) in OPS:
+            return False  # evaluating it would hold a tensor of the model's activation sizes in this process
         try:
             args = torch.fx.node.map_arg(node.args, lambda n: self.known[n])
             kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.known[n])
@@ -568,7 +607,12 @@ def export_graph(model, example_inputs, path, train=True, dynamic_dims=None, wei
     info = {}
     try:
         ep = capture(model, args, example_kwargs, dynamic_dims, info=info)
-        eager = eager_sdpa_calls(model, args, example_kwargs) if fused_attention else None
+        try:
+            eager = eager_sdpa_calls(model, args, example_kwargs) if fused_attention else None
+        except (RuntimeError, MemoryError):
+            # the eager forward only tells how PyTorch calls SDPA; one that does not fit this host's memory
+            # leaves the graph's own calls
+            eager = None
     finally:
         model.train(was_training)
     try:

@@ -236,17 +236,68 @@ def check_as_strided_error(tmp):
 
 class Unmapped(nn.Module):
     def forward(self, x):
-        return torch.cumprod(x, 1) + torch.cumprod(x, 0) + torch.sort(x, 1).values
+        return torch.cumprod(x, 1) + torch.cumprod(x, 0) + torch.cdist(x, x)[:, :4]
 
 
 def check_unmapped(tmp):
     try:
-        memplan_torch.export_graph(Unmapped(), (torch.randn(3, 4),), os.path.join(tmp, "u.json"))
+        memplan_torch.export_graph(Unmapped(), (torch.randn(4, 4),), os.path.join(tmp, "u.json"))
     except memplan_torch.UnmappedOps as e:
-        assert e.counts == {"aten.cumprod.default": 2, "aten.sort.default": 1}, e.counts
-        assert "aten.cumprod.default x2" in str(e) and "aten.sort.default x1" in str(e), str(e)
+        assert e.counts == {"aten.cumprod.default": 2, "aten._cdist_forward.default": 1}, e.counts
+        assert "aten.cumprod.default x2" in str(e) and "aten._cdist_forward.default x1" in str(e), str(e)
+        assert "pairwise distances" in e.reasons["aten._cdist_forward.default"], e.reasons
         return
     raise AssertionError("no UnmappedOps error")
+
+
+class Routing(nn.Module):
+    """What transformers' MoE layers do before the grouped matmul: sort the expert ids (with ties and values out of
+    histc's range), count them per expert, and integer floor division of negative values."""
+
+    def forward(self, x):
+        ids = (x * 3).floor().clamp(-4, 6).to(torch.int64).reshape(-1)
+        v, _ = torch.sort(ids)
+        h = torch.histc(v.float(), bins=5, min=0, max=4)
+        fd = torch.div(ids - 2, 3, rounding_mode="floor")
+        return torch.cat([v.float(), h, fd.float(), torch.sort(x.reshape(-1), descending=True).values])
+
+
+def check_routing_numerics(tmp):
+    torch.manual_seed(0)
+    x = torch.randn(4, 5)
+    path = os.path.join(tmp, "routing.json")
+    memplan_torch.export_graph(Routing(), (x,), path, train=False, weights=True)
+    f, out = os.path.join(tmp, "routing.in.npy"), os.path.join(tmp, "routing.out.npy")
+    np.save(f, x.numpy())
+    memplan(A.memplan, "run", path, "--input", f, "--output", out)
+    want, got = Routing()(x).numpy(), np.load(out)
+    assert got.shape == want.shape and np.array_equal(got, want), f"memplan {got} vs PyTorch {want}"
+
+
+class GroupedExperts(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 8, 16))
+
+    def forward(self, x, offs):
+        return torch.ops.transformers.grouped_mm_fallback(x, self.w, offs).sum()
+
+
+def check_grouped_mm(tmp):
+    try:
+        import transformers.integrations.moe  # noqa: F401  (registers transformers::grouped_mm_fallback)
+    except ImportError:
+        return
+    import warnings
+
+    path = os.path.join(tmp, "grouped.json")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        doc = memplan_torch.export_graph(GroupedExperts(), (torch.randn(6, 8), torch.tensor([2, 3, 5, 6])), path,
+                                         dynamic_dims={0: {0: "rows"}})
+    assert any("per-expert splits" in a for a in doc["captured"]["approximated"]), doc["captured"]
+    assert any("per-expert splits" in str(x.message) for x in w), [str(x.message) for x in w]
+    memplan(A.memplan, "plan", path, "--train", "--dim", "rows=6")
 
 
 def main():
@@ -259,6 +310,8 @@ def main():
         r.run("symbolic batch: decoder planned through the decomposed attention/RMSNorm", check_dynamic_decoder, tmp)
         r.run("as_strided that is no view: a ValueError naming the node", check_as_strided_error, tmp)
         r.run("unmapped ops: one error listing every op with its count", check_unmapped, tmp)
+        r.run("MoE routing: sort, histc and integer floor division equal PyTorch's", check_routing_numerics, tmp)
+        r.run("grouped_mm_fallback: planned as one matmul, with a warning", check_grouped_mm, tmp)
     return r.finish()
 
 
