@@ -240,6 +240,24 @@ def _logits_ce(out, y):
     return F.cross_entropy(logits, y)
 
 
+def cuda_case(entry, case):
+    """A zoo case set up on the GPU as bench/zoo_truth.py measures it (TF32 off, seed 0): the model moved to the
+    device, its trained parameters, inputs, targets, loss, the case's optimizer (or None) and an autocast factory
+    (or None)."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(0)
+    model, inputs, targets, loss_fn = build(entry)
+    model = model.cuda()
+    trained = [p for p in model.parameters() if p.requires_grad]
+    opt_fn, ac_dtype = case_args(case)
+    opt = opt_fn(trained) if opt_fn else None
+    autocast = (lambda: torch.autocast("cuda", dtype=ac_dtype)) if ac_dtype else None
+    return model, trained, inputs, targets, loss_fn, opt, autocast
+
+
 def case_args(case):
     """(optimizer factory or None, autocast dtype or None) of a case."""
     import torch

@@ -23,15 +23,8 @@ def gpu_side(entry_id, case):
     import zoo
     from memplan_torch.step_loop import run_steps, to_device
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
     entry = next(e for e in zoo.list_zoo() if e["id"] == entry_id)
-    torch.manual_seed(0)
-    model, inputs, targets, loss_fn = zoo.build(entry)
-    model = model.cuda()
-    trained = [p for p in model.parameters() if p.requires_grad]
-    opt_fn, ac = zoo.case_args(case)
-    opt = opt_fn(trained) if opt_fn else None
+    model, trained, inputs, targets, loss_fn, opt, autocast = zoo.cuda_case(entry, case)
     log = []
 
     class Ops(TorchDispatchMode):
@@ -54,8 +47,7 @@ def gpu_side(entry_id, case):
         if step == 2 and name == "end":
             mode[0].__exit__(None, None, None)
 
-    run_steps(model, trained, inputs, targets, loss_fn, opt,
-              (lambda: torch.autocast("cuda", dtype=ac)) if ac else None, 3, lambda o: to_device(o, "cuda"), on_phase)
+    run_steps(model, trained, inputs, targets, loss_fn, opt, autocast, 3, lambda o: to_device(o, "cuda"), on_phase)
     json.dump({"id": entry_id, "case": case, "ops": log}, sys.stdout)
 
 

@@ -29,14 +29,7 @@ def measure(entry, case):
     import zoo
     from memplan_torch.step_loop import run_steps, to_device
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.manual_seed(0)
-    model, inputs, targets, loss_fn = zoo.build(entry)
-    model = model.cuda()
-    trained = [p for p in model.parameters() if p.requires_grad]
-    opt_fn, ac_dtype = zoo.case_args(case)
-    opt = opt_fn(trained) if opt_fn else None
+    model, trained, inputs, targets, loss_fn, opt, autocast = zoo.cuda_case(entry, case)
     kernels = {}
 
     class Kernels(TorchDispatchMode):
@@ -66,7 +59,6 @@ def measure(entry, case):
             rec["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
             rec["end_allocated_bytes"] = torch.cuda.memory_allocated()
 
-    autocast = (lambda: torch.autocast("cuda", dtype=ac_dtype)) if ac_dtype else None
     t0 = time.time()
     out, loss = run_steps(model, trained, inputs, targets, loss_fn, opt, autocast, STEPS,
                           lambda o: to_device(o, "cuda"), on_phase)

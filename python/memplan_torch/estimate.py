@@ -9,6 +9,7 @@ workspaces. Every storage's birth and death is replayed through a model of the C
 (caching_allocator), which gives the allocated and reserved bytes as torch.cuda's statistics report them.
 """
 import weakref
+from contextlib import nullcontext
 from collections import Counter, defaultdict
 
 from .caching_allocator import CachingAllocator, round_size
@@ -315,7 +316,7 @@ def estimate_step(model, example_inputs, *, loss_fn, targets=(), optimizer=None,
                                       rules, rec, lambda t: t.detach().clone())
                 else:
                     fake = FakeTensorMode(allow_non_fake_inputs=True)
-                    with fake, (_fakes_unseen() if attempt == "fake" else _Null()):
+                    with fake, (_fakes_unseen() if attempt == "fake" else nullcontext()):
                         result = _run(model, example_inputs, targets, loss_fn, optimizer, autocast_dtype, steps,
                                       rules, rec, lambda t, fake=fake: fake.from_tensor(t).clone())
                 break
@@ -534,7 +535,7 @@ def _run(model, inputs, targets, loss_fn, optimizer, autocast_dtype, steps, rule
     metas = torch.library.Library("aten", "IMPL")
     metas.impl("_cudnn_rnn_backward", _cudnn_rnn_backward_meta, "Meta")
 
-    with _Destroy(metas), (ac if ac is not None else _Null()), Rules(), Track(), \
+    with _Destroy(metas), (ac if ac is not None else nullcontext()), Rules(), Track(), \
             torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out, loss = run_steps(forward, trained, inputs, targets, loss_fn, opt, autocast if ac else None, steps,
                               place_inputs, on_phase)
@@ -553,14 +554,6 @@ class _Destroy:
 
     def __exit__(self, *exc):
         self.lib._destroy()
-        return False
-
-
-class _Null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
         return False
 
 
