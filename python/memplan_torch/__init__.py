@@ -1,5 +1,7 @@
-"""memplan inside PyTorch: a planned-arena CUDA allocator (use_planned_allocator, step, stats, save_trace) and
-graphs straight from PyTorch (export_graph). torch is imported lazily: importing this package needs no torch."""
+"""memplan inside PyTorch: a planned-arena CUDA allocator (use_planned_allocator, step, stats, save_trace),
+graphs straight from PyTorch (export_graph), a training step's memory without the GPU (estimate_step) and plans
+that make it meet a budget by recompute and offload (plan_step, load_plan). torch is imported lazily: importing
+this package needs no torch."""
 from ._lib import MemplanTorchError, UnmappedOps
 from .allocator import (is_installed, reserved_bytes, save_trace, stats, step, step_begin, step_end,
                         use_planned_allocator)
@@ -22,6 +24,24 @@ def estimate_step(model, example_inputs, **kw):
 
 estimate_step.__doc__ = "See memplan_torch.estimate.estimate_step."
 
-__all__ = ["MemplanTorchError", "UnmappedOps", "estimate_step", "export_graph", "is_installed", "reserved_bytes", "save_trace",
-           "stats", "step", "step_begin", "step_end", "use_planned_allocator"]
+
+def plan_step(model, example_inputs, **kw):
+    from .step_plan import plan_step as _plan
+
+    return _plan(model, example_inputs, **kw)
+
+
+plan_step.__doc__ = "See memplan_torch.step_plan.plan_step."
+
+
+def load_plan(path):
+    from .step_plan import load_plan as _load
+
+    return _load(path)
+
+
+load_plan.__doc__ = "See memplan_torch.step_plan.load_plan: a StepPlan saved by StepPlan.save."
+
+__all__ = ["MemplanTorchError", "UnmappedOps", "estimate_step", "export_graph", "is_installed", "load_plan",
+           "plan_step", "reserved_bytes", "save_trace", "stats", "step", "step_begin", "step_end", "use_planned_allocator"]
 __version__ = "0.1.0"

@@ -1,0 +1,172 @@
+"""plan_step: what to recompute or offload so that a PyTorch training step's peak allocated bytes meet a budget, chosen
+on the estimate of the step (estimate_step's accounting), verified by estimating the step again with the plan
+applied, and returned as a StepPlan that applies itself to the user's model (plan_apply) or saves itself as JSON."""
+import json
+
+from ._lib import MemplanTorchError
+from .plan_apply import AppliedPlan, check_model, fingerprint, model_structure
+from .plan_capture import capture_step
+from .plan_policy import GPU_SPEEDS, analyze, choose_regions, decisions, ladder, predicted_peak
+
+FORMAT = "memplan.step_plan/1"
+
+
+class BudgetUnreachable(MemplanTorchError):
+    """No plan meets the budget; `closest_peak_bytes` is the lowest estimated peak found, `strategy` how."""
+
+    def __init__(self, message, closest_peak_bytes, strategy):
+        super().__init__(message)
+        self.closest_peak_bytes, self.strategy = closest_peak_bytes, strategy
+
+
+class StepPlan:
+    """A plan for one training step: `policy` is its JSON form (docs/torch.md, "plan_step")."""
+
+    def __init__(self, policy):
+        if policy.get("format") != FORMAT:
+            raise MemplanTorchError(f"not a memplan step plan (format {policy.get('format')!r}, expected {FORMAT!r})")
+        self.policy = policy
+
+    @property
+    def estimated_peak_bytes(self):
+        return self.policy["estimated_peak_bytes"]
+
+    @property
+    def budget_bytes(self):
+        return self.policy["budget_bytes"]
+
+    def summary(self):
+        return dict(self.policy["summary"])
+
+    def apply(self, model, *, offload=True, offload_copy=None, compiled=False):
+        """A context manager that runs the model's forward under the plan while entered:
+        `with plan.apply(model): train...`. `offload=False` keeps offloaded tensors on the device;
+        `compiled=True` leaves offload out and checkpoints regions as torch.compile traces them."""
+        return AppliedPlan(self.policy, model, offload=offload, copy=offload_copy, compiled=compiled)
+
+    def wrap(self, model, **kw):
+        """Applies the plan to `model` for good and returns it."""
+        AppliedPlan(self.policy, model, **kw).install()
+        return model
+
+    def check(self, model):
+        """Raises PlanMismatch when `model` is not the model this plan was made for."""
+        check_model(self.policy, model)
+
+    def save(self, path):
+        with open(path, "w") as f:
+            json.dump(self.policy, f, indent=1, sort_keys=True)
+            f.write("\n")
+
+    def __repr__(self):
+        s = self.policy["summary"]
+        return (f"StepPlan(budget={self.budget_bytes}, estimated_peak={self.estimated_peak_bytes}, "
+                f"recomputed_ops={s['recomputed_op_calls']}, offloaded_bytes={s['offloaded_bytes']})")
+
+
+def load_plan(path):
+    with open(path) as f:
+        return StepPlan(json.load(f))
+
+
+def plan_step(model, example_inputs, *, loss_fn, targets=(), optimizer=None, autocast_dtype=None, budget,
+              gpu="h100", allow_offload=True, prefetch=2, max_estimates=12):
+    """The cheapest plan found whose estimated step peak (estimate_step's peak_allocated_bytes, what
+    torch.cuda.max_memory_allocated reports) is at most `budget` bytes. Raises BudgetUnreachable naming the lowest
+    peak reached when no plan meets it. The plan is the shortest prefix of a fixed ladder of actions (plan_policy)
+    whose verified peak meets the budget, so a smaller budget never gives a larger planned peak."""
+    budget = int(budget)
+    gpu_key = str(gpu).lower()
+    if gpu_key not in GPU_SPEEDS:
+        raise ValueError(f"unknown gpu {gpu!r}: one of {', '.join(sorted(GPU_SPEEDS))}")
+    speed = GPU_SPEEDS[gpu_key]
+    est_kw = dict(loss_fn=loss_fn, targets=targets, optimizer=optimizer, autocast_dtype=autocast_dtype, gpu=gpu)
+    cap = capture_step(model, example_inputs, speed, **est_kw)
+    baseline = cap.estimate["peak_allocated_bytes"]
+    regions = choose_regions(cap, model)
+    scopes = analyze(cap, regions)
+    actions = ladder(cap, scopes, speed, allow_offload)
+    rows = model_structure(model)
+    head = {"format": FORMAT, "fingerprint": fingerprint(rows), "structure": rows, "gpu": gpu_key,
+            "budget_bytes": budget, "baseline_peak_bytes": baseline,
+            "autocast_dtype": str(autocast_dtype).replace("torch.", "") if autocast_dtype else None}
+
+    def policy_for(k):
+        p = dict(head)
+        p.update(decisions(cap, scopes, regions, actions[:k], prefetch))
+        return p
+
+    from .estimate import estimate_step
+
+    verified = {0: baseline}
+
+    def peak(k):
+        if k not in verified:
+            applied = AppliedPlan(policy_for(k), model, host_invisible=True)
+            with applied:
+                verified[k] = estimate_step(model, example_inputs, **est_kw)["peak_allocated_bytes"]
+        return verified[k]
+
+    n = len(actions)
+    k = 0
+    if baseline > budget:
+        k = _search(peak, n, budget, baseline, actions, max_estimates)
+        if k is None:
+            for j in (n // 2, (3 * n) // 4):  # the ladder's peak need not fall all the way: look inside it too
+                peak(j)
+            best = min(verified, key=lambda j: (verified[j], j))
+            raise BudgetUnreachable(
+                f"no plan meets the budget of {budget} bytes: the lowest estimated peak is {verified[best]} bytes "
+                f"(unplanned {baseline}), {_strategy(actions[:best])}; allow_offload={allow_offload}",
+                verified[best], _strategy(actions[:best]))
+    policy = policy_for(k)
+    policy["estimated_peak_bytes"] = verified[k]
+    policy["actions_taken"] = k
+    policy["actions_available"] = n
+    policy["verified"] = {str(j): v for j, v in sorted(verified.items())}
+    policy["summary"] = _summary(actions[:k], [r.key for r in regions])
+    return StepPlan(policy)
+
+
+def _search(peak, n, budget, baseline, actions, max_estimates):
+    """The smallest k whose verified peak meets the budget, assuming the verified peak falls as k grows; the first
+    guess from the bytes the actions give back. None when even all n actions miss it."""
+    if n == 0:
+        return None
+    guess = next((k for k in range(1, n + 1) if predicted_peak(baseline, actions, k) <= budget), n)
+    lo, hi = 0, None  # lo: known over the budget; hi: known within it
+    k, step = guess, 1
+    tries = 0
+    while hi is None:
+        tries += 1
+        if peak(k) <= budget:
+            hi = k
+        else:
+            lo = k
+            if k == n:
+                return None
+            k = min(n, k + step)
+            step *= 2
+    while hi - lo > 1 and tries < max_estimates:
+        mid = (lo + hi) // 2
+        tries += 1
+        if peak(mid) <= budget:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _strategy(actions):
+    s = _summary(actions, [])
+    return (f"{s['recomputed_op_calls']} op calls recomputed ({s['recomputed_bytes']} bytes) in "
+            f"{s['checkpointed_regions']} regions, {s['offloaded_bytes']} bytes offloaded")
+
+
+def _summary(actions, region_keys):
+    rec = [a for a in actions if a.kind == "recompute"]
+    off = [a for a in actions if a.kind != "recompute"]
+    return {"recomputed_op_calls": len(rec), "recomputed_bytes": sum(a.nbytes for a in rec),
+            "recompute_seconds": sum(a.seconds for a in rec), "checkpointed_regions": len({a.scope for a in rec}),
+            "offloaded_bytes": sum(a.nbytes for a in off), "offload_seconds": sum(a.seconds for a in off),
+            "regions": region_keys}
