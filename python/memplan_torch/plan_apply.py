@@ -75,7 +75,7 @@ class OffloadHooks:
             return h
         h = _Handle()
         h.pos, h.dev, h.ready, h.uses, h.done = len(self.handles), None, None, 1, None
-        dense = torch._prims_common.is_non_overlapping_and_dense_or_false(t)
+        dense = _dense(t)
         h.meta = (tuple(t.shape), tuple(t.stride()) if dense else None, t.dtype, t.device)
         if is_fake(t) or self.host_invisible:
             with _disable_current_modes():
@@ -167,6 +167,16 @@ class OffloadHooks:
         if h.uses <= 0:
             h.dev, h.ready = None, None
         return dev
+
+
+def _dense(t):
+    """Whether t's elements fill its storage span without gaps or overlap (then a copy keeps its strides)."""
+    expected = 1
+    for stride, size in sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 class _ScopeHooks:

@@ -48,6 +48,13 @@ def choose_regions(cap, model):
     types = {path: type(m).__name__ for path, m in model.named_modules()}
     regions = []
 
+    def fill(path):  # containers that are never called (ModuleList) hold what their children hold
+        below = sum([fill(k) for k in cap.module_children.get(path, [])])
+        saved.setdefault(path, below)
+        return saved[path]
+
+    fill("")
+
     def composite(path):
         return bool(cap.module_children.get(path)) and types.get(path) not in CONTAINERS
 

@@ -74,58 +74,73 @@ def plan_step(model, example_inputs, *, loss_fn, targets=(), optimizer=None, aut
     """The cheapest plan found whose estimated step peak (estimate_step's peak_allocated_bytes, what
     torch.cuda.max_memory_allocated reports) is at most `budget` bytes. Raises BudgetUnreachable naming the lowest
     peak reached when no plan meets it. The plan is the shortest prefix of a fixed ladder of actions (plan_policy)
-    whose verified peak meets the budget, so a smaller budget never gives a larger planned peak."""
-    budget = int(budget)
-    gpu_key = str(gpu).lower()
-    if gpu_key not in GPU_SPEEDS:
-        raise ValueError(f"unknown gpu {gpu!r}: one of {', '.join(sorted(GPU_SPEEDS))}")
-    speed = GPU_SPEEDS[gpu_key]
-    est_kw = dict(loss_fn=loss_fn, targets=targets, optimizer=optimizer, autocast_dtype=autocast_dtype, gpu=gpu)
-    cap = capture_step(model, example_inputs, speed, **est_kw)
-    baseline = cap.estimate["peak_allocated_bytes"]
-    regions = choose_regions(cap, model)
-    scopes = analyze(cap, regions)
-    actions = ladder(cap, scopes, speed, allow_offload)
-    rows = model_structure(model)
-    head = {"format": FORMAT, "fingerprint": fingerprint(rows), "structure": rows, "gpu": gpu_key,
-            "budget_bytes": budget, "baseline_peak_bytes": baseline,
-            "autocast_dtype": str(autocast_dtype).replace("torch.", "") if autocast_dtype else None}
+    whose verified peak meets the budget, so a smaller budget never gives a larger planned peak. Planner plans
+    several budgets on one capture."""
+    return Planner(model, example_inputs, loss_fn=loss_fn, targets=targets, optimizer=optimizer,
+                   autocast_dtype=autocast_dtype, gpu=gpu, allow_offload=allow_offload, prefetch=prefetch,
+                   max_estimates=max_estimates).plan(budget)
 
-    def policy_for(k):
-        p = dict(head)
-        p.update(decisions(cap, scopes, regions, actions[:k], prefetch))
+
+class Planner:
+    """One capture of the step and its ladder; plan(budget) for each budget, sharing the verified estimates (so
+    the planned peaks of its budgets are monotonic in the budget)."""
+
+    def __init__(self, model, example_inputs, *, loss_fn, targets=(), optimizer=None, autocast_dtype=None,
+                 gpu="h100", allow_offload=True, prefetch=2, max_estimates=12):
+        gpu_key = str(gpu).lower()
+        if gpu_key not in GPU_SPEEDS:
+            raise ValueError(f"unknown gpu {gpu!r}: one of {', '.join(sorted(GPU_SPEEDS))}")
+        speed = GPU_SPEEDS[gpu_key]
+        self.model, self.example_inputs = model, example_inputs
+        self.allow_offload, self.prefetch, self.max_estimates = allow_offload, prefetch, max_estimates
+        self.est_kw = dict(loss_fn=loss_fn, targets=targets, optimizer=optimizer, autocast_dtype=autocast_dtype,
+                           gpu=gpu)
+        self.cap = capture_step(model, example_inputs, speed, **self.est_kw)
+        self.baseline = self.cap.estimate["peak_allocated_bytes"]
+        self.regions = choose_regions(self.cap, model)
+        self.scopes = analyze(self.cap, self.regions)
+        self.actions = ladder(self.cap, self.scopes, speed, allow_offload)
+        rows = model_structure(model)
+        self.head = {"format": FORMAT, "fingerprint": fingerprint(rows), "structure": rows, "gpu": gpu_key,
+                     "baseline_peak_bytes": self.baseline,
+                     "autocast_dtype": str(autocast_dtype).replace("torch.", "") if autocast_dtype else None}
+        self.verified = {0: self.baseline}
+
+    def policy_for(self, k):
+        p = dict(self.head)
+        p.update(decisions(self.cap, self.scopes, self.regions, self.actions[:k], self.prefetch))
         return p
 
-    from .estimate import estimate_step
+    def peak(self, k):
+        """The estimated peak with the first k actions applied (estimate_step on fake tensors)."""
+        from .estimate import estimate_step
 
-    verified = {0: baseline}
+        if k not in self.verified:
+            with AppliedPlan(self.policy_for(k), self.model, host_invisible=True):
+                self.verified[k] = estimate_step(self.model, self.example_inputs, **self.est_kw)["peak_allocated_bytes"]
+        return self.verified[k]
 
-    def peak(k):
-        if k not in verified:
-            applied = AppliedPlan(policy_for(k), model, host_invisible=True)
-            with applied:
-                verified[k] = estimate_step(model, example_inputs, **est_kw)["peak_allocated_bytes"]
-        return verified[k]
-
-    n = len(actions)
-    k = 0
-    if baseline > budget:
-        k = _search(peak, n, budget, baseline, actions, max_estimates)
+    def plan(self, budget):
+        budget = int(budget)
+        actions, n = self.actions, len(self.actions)
+        k = 0 if self.baseline <= budget else _search(self.peak, n, budget, self.baseline, actions,
+                                                         self.max_estimates)
         if k is None:
             for j in (n // 2, (3 * n) // 4):  # the ladder's peak need not fall all the way: look inside it too
-                peak(j)
-            best = min(verified, key=lambda j: (verified[j], j))
+                self.peak(j)
+            best = min(self.verified, key=lambda j: (self.verified[j], j))
             raise BudgetUnreachable(
-                f"no plan meets the budget of {budget} bytes: the lowest estimated peak is {verified[best]} bytes "
-                f"(unplanned {baseline}), {_strategy(actions[:best])}; allow_offload={allow_offload}",
-                verified[best], _strategy(actions[:best]))
-    policy = policy_for(k)
-    policy["estimated_peak_bytes"] = verified[k]
-    policy["actions_taken"] = k
-    policy["actions_available"] = n
-    policy["verified"] = {str(j): v for j, v in sorted(verified.items())}
-    policy["summary"] = _summary(actions[:k], [r.key for r in regions])
-    return StepPlan(policy)
+                f"no plan meets the budget of {budget} bytes: the lowest estimated peak is {self.verified[best]} "
+                f"bytes (unplanned {self.baseline}), {_strategy(actions[:best])}; "
+                f"allow_offload={self.allow_offload}", self.verified[best], _strategy(actions[:best]))
+        policy = self.policy_for(k)
+        policy["budget_bytes"] = budget
+        policy["estimated_peak_bytes"] = self.verified[k]
+        policy["actions_taken"] = k
+        policy["actions_available"] = n
+        policy["verified"] = {str(j): v for j, v in sorted(self.verified.items())}
+        policy["summary"] = _summary(actions[:k], [r.key for r in self.regions])
+        return StepPlan(policy)
 
 
 def _search(peak, n, budget, baseline, actions, max_estimates):
