@@ -121,54 +121,172 @@ def rnn_reserve():
     return rows
 
 
-def conv_workspaces():
-    """Transient bytes (max allocated within the op less allocated after it) of cuDNN convolutions, forward and
-    backward, over a grid of shapes (benchmark mode off, TF32 off: the zoo's settings)."""
+def conv_grid(name="layers"):
+    """(dtype, n, c, h, w, k, kh, kw, stride, padding, dilation, groups) of a convolution grid. "layers": the
+    layers of convolution nets (stems, 3x3 and 1x1 at each stage's size, strided, grouped, depthwise, dilated,
+    asymmetric, patch embeddings, 1-d), and batch sweeps; "fp32_3x3": fp32 3x3 stride-1 convolutions over channels,
+    sizes and batch, where cuDNN's heuristic picks among engines of very different workspaces."""
+    if name == "fp32_3x3":
+        out = []
+        for c in (48, 64, 76, 96, 128, 152, 192, 256, 384, 512, 768):
+            for kf in (0.5, 1, 2):
+                for hw in (7, 14, 28, 56, 112):
+                    k = int(c * kf)
+                    if c * hw * hw <= 512 * 56 * 56 and k * hw * hw <= 512 * 56 * 56:
+                        out.append(("float32", 8, c, hw, hw, k, 3, 3, 1, [1, 1], 1, 1))
+        for n in (1, 2, 4, 16, 32):
+            for c, hw in ((64, 56), (128, 28), (96, 56), (256, 14), (128, 7), (152, 28)):
+                out.append(("float32", n, c, hw, hw, c, 3, 3, 1, [1, 1], 1, 1))
+        return out
+    cfgs = []
+    for dt in ("float32", "bfloat16"):
+        def add(n, c, hw, k, ks, stride=1, groups=1, dilation=1, pad=None):
+            kh, kw = ks if isinstance(ks, tuple) else (ks, ks)
+            h, w = hw if isinstance(hw, tuple) else (hw, hw)
+            p = pad if pad is not None else (dilation * (kh - 1) // 2, dilation * (kw - 1) // 2)
+            cfgs.append((dt, n, c, h, w, k, kh, kw, stride, list(p) if isinstance(p, tuple) else [p, p], dilation,
+                         groups))
+
+        for c in (16, 32, 64, 128, 256, 512, 1024):
+            for hw in (7, 14, 28, 56, 112, 224):
+                if c * hw * hw <= 256 * 112 * 112:
+                    add(8, c, hw, c, 3)
+                    add(8, c, hw, c, 1)
+                    add(8, c, hw, 2 * c, 3, stride=2)
+        for c, k in ((3, 32), (3, 64), (64, 128), (128, 64), (64, 256), (256, 64), (512, 2048), (2048, 512),
+                     (96, 384), (384, 96)):
+            for hw in (14, 56, 112):
+                add(8, c, hw, k, 3)
+                add(8, c, hw, k, 1)
+        for c, hw in ((3, 224), (3, 299), (12, 112), (48, 56)):
+            add(8, c, hw, 64, 7, stride=2)
+            add(8, c, hw, 32, 3, stride=2)
+            add(8, c, hw, 96, 4, stride=4, pad=0)
+            add(8, c, hw, 768, 16, stride=16, pad=0)
+        for c, hw in ((64, 56), (128, 28), (256, 14), (64, 112)):
+            add(8, c, hw, c, 5)
+            add(8, c, hw, c, 7)
+            add(8, c, hw, c, 3, dilation=2)
+            add(8, c, hw, c, (1, 7))
+            add(8, c, hw, c, (7, 1))
+            add(8, c, hw, 2 * c, 1, stride=2)
+            for g in (2, 4, 8, 32):
+                add(8, c, hw, c, 3, groups=g)
+            for ks in (3, 5, 7):
+                add(8, c, hw, c, ks, groups=c)
+            add(8, c, hw, c, 3, stride=2, groups=c)
+        for n in (1, 2, 4, 16, 32):
+            add(n, 64, 56, 64, 3)
+            add(n, 128, 28, 128, 3)
+            add(n, 256, 56, 64, 1)
+            add(n, 3, 224, 64, 7, stride=2)
+        for c, l in ((512, 256), (1536, 256), (256, 1024)):  # 1-d depthwise (state-space models' short conv)
+            cfgs.append((dt, 4, c, 1, l, c, 1, 4, 1, [0, 3], 1, c))
+            cfgs.append((dt, 4, c, 1, l, c, 1, 3, 1, [0, 1], 1, 1))
+    return cfgs
+
+
+def conv_workspaces(emit=None, grid="layers", kernels=True):
+    """Per convolution of conv_grid: the transient bytes (the most allocated within the op less allocated after
+    it) of the forward, the input gradient and the weight gradient, each run alone as aten.convolution /
+    aten.convolution_backward with one output, the second time (the first builds and caches cuDNN's plan),
+    benchmark mode off, TF32 off (the zoo's settings); the backend PyTorch selects, and the CUDA kernels each pass
+    launched (torch.profiler), which name cuDNN's engine."""
     import torch
 
     torch.backends.cudnn.allow_tf32 = False
-    rows = []
-    for dtype, (n, c, hw, k, ks, stride, groups) in itertools.product(
-            (torch.float32, torch.bfloat16),
-            ((8, 3, 224, 64, 3, 1, 1), (8, 64, 224, 64, 3, 1, 1), (8, 64, 112, 128, 3, 1, 1),
-             (8, 128, 112, 128, 3, 1, 1), (8, 128, 56, 256, 3, 1, 1), (8, 256, 56, 256, 3, 1, 1),
-             (8, 256, 28, 512, 3, 1, 1), (8, 512, 28, 512, 3, 1, 1), (8, 512, 14, 512, 3, 1, 1),
-             (8, 3, 224, 64, 7, 2, 1), (8, 64, 56, 64, 1, 1, 1), (8, 256, 56, 64, 1, 1, 1),
-             (8, 64, 56, 256, 1, 1, 1), (8, 32, 112, 32, 3, 1, 32), (8, 96, 112, 96, 3, 2, 96),
-             (8, 144, 56, 144, 3, 1, 144), (8, 240, 28, 240, 5, 1, 240), (8, 3, 224, 96, 4, 4, 1),
-             (8, 96, 56, 96, 7, 1, 96), (32, 64, 56, 64, 3, 1, 1), (2, 64, 224, 64, 3, 1, 1))):
-        conv = torch.nn.Conv2d(c, k, ks, stride=stride, padding=ks // 2, groups=groups, bias=False).cuda()
-        x = torch.randn(n, c, hw, hw, device="cuda", requires_grad=True)
-        row = {"dtype": str(dtype)[6:], "n": n, "c": c, "hw": hw, "k": k, "kernel": ks, "stride": stride,
-               "groups": groups}
-        with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
-            for _ in range(2):  # the first call may choose differently; the second is the steady one
+    torch.backends.cudnn.benchmark = False
+    aten = torch.ops.aten
+    rows, calls = [], []
+    for dt, n, c, h, w, k, kh, kw, stride, pad, dil, groups in conv_grid(grid):
+        dtype = getattr(torch, dt)
+        x = torch.randn(n, c, h, w, device="cuda", dtype=dtype)
+        wt = torch.randn(k, c // groups, kh, kw, device="cuda", dtype=dtype)
+        st, dl = [stride, stride], [dil, dil]
+        if h == 1:  # a 1-d convolution as PyTorch runs it: (n, c, l) viewed as (n, c, 1, l)
+            x, wt, st, dl = x[:, :, 0], wt[:, :, 0], [stride], [dil]
+            pad = [pad[1]]
+        y = aten.convolution(x, wt, None, st, pad, dl, False, [0] * len(st), groups)
+        go = torch.randn_like(y)
+        passes = {
+            "forward": lambda: aten.convolution(x, wt, None, st, pad, dl, False, [0] * len(st), groups),
+            "backward_data": lambda: aten.convolution_backward(go, x, wt, None, st, pad, dl, False, [0] * len(st),
+                                                               groups, [True, False, False]),
+            "backward_filter": lambda: aten.convolution_backward(go, x, wt, None, st, pad, dl, False,
+                                                                 [0] * len(st), groups, [False, True, False]),
+        }
+        row = {"dtype": dt, "n": n, "c": c, "h": h, "w": w, "k": k, "kh": kh, "kw": kw, "stride": stride,
+               "padding": pad, "dilation": dil, "groups": groups, "x_bytes": x.numel() * x.element_size(),
+               "y_bytes": y.numel() * y.element_size(), "w_bytes": wt.numel() * wt.element_size(),
+               "backend": str(torch._C._select_conv_backend(x, wt, None, st, pad, dl, False, [0] * len(st),
+                                                            groups)).split(".")[-1]}
+        for name, fn in passes.items():
+            try:
+                fn()  # builds the plan
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
-                y = conv(x)
-                torch.cuda.synchronize()
+                out = fn()
                 after = torch.cuda.memory_allocated()
-                row["forward_transient"] = torch.cuda.max_memory_allocated() - after
-                g = torch.ones_like(y)
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-                gx, gw = torch.autograd.grad(y, (x, conv.weight), g)
-                torch.cuda.synchronize()
-                after = torch.cuda.memory_allocated()
-                row["backward_transient"] = torch.cuda.max_memory_allocated() - after
-                del y, g, gx, gw
-        row["input_bytes"] = x.numel() * (4 if dtype == torch.float32 else 2)
+                row[name] = torch.cuda.max_memory_allocated() - after
+                del out
+            except Exception as e:  # noqa: BLE001 - recorded per pass
+                row[name] = None
+                row[name + "_error"] = f"{type(e).__name__}: {str(e)[:200]}"
         rows.append(row)
+        calls.append(passes)
+        if emit:
+            emit(row)
+        del y, go
+    try:
+        if kernels:
+            _conv_kernels(rows, calls)
+    except Exception as e:  # noqa: BLE001 - the kernels are a description, the bytes the measurement
+        rows.append({"kernels_error": f"{type(e).__name__}: {str(e)[:300]}"})
     return rows
+
+
+def _conv_kernels(rows, calls):
+    """The CUDA kernels each pass launched, one profiler session over all (the plans are cached: no engine search
+    runs), each pass inside a record_function range."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i, passes in enumerate(calls):
+            for name, fn in passes.items():
+                if rows[i].get(name) is not None:
+                    with record_function(f"probe:{i}:{name}"):
+                        fn()
+        torch.cuda.synchronize()
+
+    def kernels(ev, acc):
+        for kk in getattr(ev, "kernels", []) or []:
+            acc.add(kk.name)
+        for ch in ev.cpu_children:
+            if str(getattr(ch, "device_type", "")).endswith("CUDA"):
+                acc.add(ch.name)
+            kernels(ch, acc)
+        return acc
+
+    for ev in prof.events():
+        if ev.name.startswith("probe:"):
+            _, i, name = ev.name.split(":")
+            rows[int(i)][name + "_kernels"] = sorted(kernels(ev, set()))
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpu", default="h100")
     ap.add_argument("--only", choices=["conv"], help="run one part")
+    ap.add_argument("--conv-grid", default="layers", choices=["layers", "fp32_3x3"])
     a = ap.parse_args()
-    if a.only == "conv":
-        json.dump({"versions": versions(), "conv": conv_workspaces()}, sys.stdout, indent=1)
+    if a.only == "conv":  # one JSON object a line, each as it is measured, the kernels last
+        def emit(obj):
+            print(json.dumps(obj), flush=True)
+
+        emit({"versions": versions()})
+        for i, row in enumerate(conv_workspaces(emit, a.conv_grid, kernels=a.conv_grid == "layers")):
+            emit({"index": i, **{k: v for k, v in row.items() if k.endswith("_kernels")}})
         return
     out = {"versions": versions(), "cublas": cublas_workspaces(), "sdpa": sdpa_grid(a.gpu),
            "rnn_reserve": rnn_reserve(), "conv": conv_workspaces()}

@@ -40,6 +40,7 @@ class _Recorder:
         self.warnings = Counter()
         self.cudnn_reserves = []
         self.op_log = None  # a list when estimate_step(op_log=True): (step, phase, op, allocated after it)
+        self.freed = set()  # blocks whose free is recorded
 
     def note(self, storage, op, category=None):
         if storage in self.by_storage:
@@ -60,7 +61,7 @@ class _Recorder:
                             "category": category})
         self.by_storage[storage] = bid
         self.events.append(("alloc", bid))
-        weakref.finalize(storage, self.events.append, ("free", bid))
+        weakref.finalize(storage, self._finalized, bid)
 
     def mark(self, tensor, category, only_if_unset=False):
         st = tensor.untyped_storage()
@@ -79,6 +80,38 @@ class _Recorder:
                 self.events.append(("alloc", bid))
                 bids.append(bid)
         for bid in reversed(bids):
+            self.events.append(("free", bid))
+
+    def sequence(self, items, op):
+        """One op's allocations in the order its kernel makes them: ("hold", bytes) taken until the op ends,
+        ("workspace", bytes) taken and given back at once, ("out", tensor) an output born there."""
+        held = []
+        for kind, val in items:
+            if kind == "out":
+                if val is not None:
+                    self.note(val.untyped_storage(), op)
+            elif val:
+                bid = len(self.blocks)
+                self.blocks.append({"bytes": val, "step": self.step, "phase": self.phase, "op": op,
+                                    "category": "workspaces"})
+                self.events.append(("alloc", bid))
+                if kind == "hold":
+                    held.append(bid)
+                else:
+                    self.events.append(("free", bid))
+        for bid in reversed(held):
+            self.events.append(("free", bid))
+
+    def free_now(self, storage):
+        """The block of `storage` given back here (its storage object may die later: that free is ignored)."""
+        bid = self.by_storage.get(storage)
+        if bid is not None and bid not in self.freed:
+            self.freed.add(bid)
+            self.events.append(("free", bid))
+
+    def _finalized(self, bid):
+        if bid not in self.freed:
+            self.freed.add(bid)
             self.events.append(("free", bid))
 
     def workspace(self, nbytes, key):
@@ -105,10 +138,15 @@ def _modes(rec, rules, params_ids):
             name = func._overloadpacket.__name__ if hasattr(func, "_overloadpacket") else str(func)
             if name in _CUBLAS_OPS:
                 rec.workspace(rules.cublas_workspace_bytes, "backward" if rec.phase == "backward" else "forward")
+            accumulate = rec.phase == "backward" and _inplace_accumulation(name, args, kwargs)
             if name == "_grouped_mm" and args[0].dtype != torch.bfloat16:
                 out = _grouped_mm_meta(*args, **kwargs)  # PyTorch 2.11's meta kernel takes bf16 only
             else:
                 out = func(*args, **kwargs)
+            if accumulate and isinstance(out, torch.Tensor) and out.shape == args[0].shape:
+                rec.free_now(args[0].untyped_storage())
+            if name in ("convolution", "convolution_backward"):
+                rec.sequence(conv_sequence(name, args, out), name)
             if name == "_cudnn_rnn":
                 out = _with_cudnn_reserve(args, out)
             if name in _REDUCTIONS and not any(isinstance(a, torch.Tensor) for a in args[1:]):
@@ -152,6 +190,22 @@ def _modes(rec, rules, params_ids):
             return x * 0
         return aten.native_dropout(x, p, True)[0]
 
+    def _inplace_accumulation(name, args, kwargs):
+        """Autograd sums a tensor's gradients in place (InputBuffer::accumulate: old.add_(new)) when it holds the
+        only reference to a dense buffer; under fake tensors (a tensor subclass) it adds out of place. The
+        accumulating add is the engine's add of two same-shaped gradients; its first operand is the buffer, alone
+        when its storage's count is the dispatcher's 2 (measured the same for real and fake tensors)."""
+        if name != "add" or len(args) != 2 or kwargs or not all(isinstance(a, torch.Tensor) for a in args):
+            return False
+        from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
+
+        a, b = args
+        return (a.shape == b.shape and a.dtype == b.dtype and is_non_overlapping_and_dense(a)
+                and torch._C._storage_Use_Count(a.untyped_storage()._cdata) <= 2)
+
+    def conv_sequence(name, args, out):
+        return _conv_sequence(name, args, out)
+
     _RNN_FUNCS = {torch._VF.lstm: 2, torch._VF.gru: 3, torch._VF.rnn_tanh: 1, torch._VF.rnn_relu: 0}
 
     def _cudnn_rnn(func, args):
@@ -194,6 +248,48 @@ def _modes(rec, rules, params_ids):
         return (out[0], out[1], out[2], reserve, out[4])
 
     return Track, Rules
+
+
+def _conv_sequence(name, args, out):
+    """A CUDA convolution's allocations in order (aten/src/ATen/native/Convolution.cpp, cudnn/ConvShared.cpp):
+    the contiguous copies of operands not laid out as the kernel runs (held through the op), each output, and
+    after it the cuDNN workspace of the pass that wrote it (device_rules.conv_workspace_bytes)."""
+    import torch
+
+    from .device_rules import conv_backend, conv_memory_format, conv_workspace_bytes
+
+    def copy_bytes(t, fmt):
+        if t.dim() not in (4, 5):
+            fmt = torch.contiguous_format
+        return 0 if t.is_contiguous(memory_format=fmt) else t.numel() * t.element_size()
+
+    if name == "convolution":
+        x, w, stride, dilation, transposed, groups = args[0], args[1], args[3], args[5], args[6], args[8]
+        fmt = conv_memory_format(x, w)
+        items = [("hold", copy_bytes(x, fmt)), ("hold", copy_bytes(w, fmt)), ("out", out)]
+        if not transposed and conv_backend(x, w, transposed, groups) == "cudnn":
+            items.append(("workspace", conv_workspace_bytes(x, w, out, _expand(stride, x), _expand(dilation, x),
+                                                            groups, "forward")))
+        return items
+    go, x, w = args[0], args[1], args[2]
+    stride, dilation, transposed, groups, mask = args[4], args[6], args[7], args[9], args[10]
+    fmt = conv_memory_format(x, w)
+    cudnn = not transposed and conv_backend(x, w, transposed, groups) == "cudnn"
+    gi, gw, gb = out
+    items = [("hold", copy_bytes(go, fmt)), ("hold", copy_bytes(x, fmt) if mask[1] else 0),
+             ("hold", copy_bytes(w, fmt) if mask[0] else 0), ("out", gi)]
+    st, dl = _expand(stride, x), _expand(dilation, x)
+    if cudnn and gi is not None:
+        items.append(("workspace", conv_workspace_bytes(x, w, go, st, dl, groups, "backward_data")))
+    items.append(("out", gw))
+    if cudnn and gw is not None:
+        items.append(("workspace", conv_workspace_bytes(x, w, go, st, dl, groups, "backward_filter")))
+    return items  # the bias gradient (a reduction after the copies are gone) is noted with the outputs
+
+
+def _expand(v, x):
+    v = list(v)
+    return v * (x.dim() - 2) if len(v) == 1 else v
 
 
 def _cudnn_rnn_backward_meta(input, weight, weight_stride0, weight_buf, hx, cx, output, grad_output, grad_hy,
@@ -252,18 +348,20 @@ def _sdpa(rules, rec, query, key, value, attn_mask=None, dropout_p=0.0, is_causa
 
 
 def _pad_bias(bias, query):
-    """SDPA's efficient path expands the bias to the attention's (batch, heads, q, k) and pads its last dim to a
-    multiple of 16 elements (sdp::preprocess_mask), copying it when that dim is not aligned."""
+    """SDPA's efficient path pads the bias's last dim to a multiple of 16 elements (sdp::preprocess_mask,
+    pad_bias): the bias as given is padded, then expanded to the attention's (batch, heads, q, k) (measured: a
+    (1, heads, q, k) bias is copied once, not once per batch element)."""
     import torch
 
     target = (query.shape[0], query.shape[1], query.shape[-2], bias.shape[-1])
-    bias = bias.expand(target) if bias.dim() == 4 else bias.expand(target)
+    if bias.dim() < 4:
+        bias = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
     k = bias.shape[-1]
     if k % 16 == 0:
-        return bias
-    padded = torch.empty(*target[:-1], (k + 15) // 16 * 16, dtype=bias.dtype, device=bias.device)
+        return bias.expand(target)
+    padded = torch.empty(*bias.shape[:-1], (k + 15) // 16 * 16, dtype=bias.dtype, device=bias.device)
     padded[..., :k].copy_(bias)
-    return padded[..., :k]
+    return padded[..., :k].expand(target)
 
 
 def _default_foreach(opt):
@@ -372,12 +470,14 @@ class _fakes_unseen:
 
 def _held_so_far(rec):
     """The most bytes live at once in what a stopped step recorded."""
-    live = peak = 0
+    live, held, peak = 0, set(), 0
     for kind, bid in rec.events:
         if kind == "alloc":
+            held.add(bid)
             live += rec.blocks[bid]["bytes"]
             peak = max(peak, live)
-        elif kind == "free":
+        elif kind == "free" and bid in held:
+            held.discard(bid)
             live -= rec.blocks[bid]["bytes"]
     return peak
 
