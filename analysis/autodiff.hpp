@@ -9,7 +9,7 @@
 
 #include "analysis/fused_expr.hpp"
 #include "analysis/graph.hpp"
-#include "analysis/training.hpp"
+#include "analysis/training_options.hpp"
 
 namespace memplan::analysis::autodiff {
 

@@ -30,7 +30,7 @@ struct DeviceProfile {
   double device_to_host_bytes_per_s = 0.0;  // device -> pinned host memory (swap-out)
   double kernel_launch_seconds = 0.0;       // fixed cost per launched kernel
   // Per-GPU bandwidth of the link between the GPUs of one host, one direction (NVLink 4 on H100/H200 SXM:
-  // 450 GB/s). Collectives are timed over it (planner/parallel.hpp: ring all-reduce 2(N-1)/N bytes / bw).
+  // 450 GB/s). Collectives are timed over it (planner/parallel/parallel.hpp: ring all-reduce 2(N-1)/N bytes / bw).
   double interconnect_bytes_per_s = 450e9;
   bool measured = false;                    // false: placeholder values, not measured on the device
   std::string notes;

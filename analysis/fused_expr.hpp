@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "analysis/graph.hpp"
-#include "analysis/ops.hpp"  // kMemplanDomain
+#include "analysis/graph.hpp"
+#include "analysis/op_kinds.hpp"  // memplan_ops
 
 namespace memplan::analysis {
 

@@ -11,7 +11,6 @@
 #include <iterator>
 
 #include "analysis/float16.hpp"
-#include "analysis/ops.hpp"
 
 namespace memplan::analysis {
 

@@ -104,6 +104,9 @@ struct Attribute {
   std::shared_ptr<const TensorData> t;
 };
 
+// memplan's own op domain, named once.
+inline constexpr std::string_view kMemplanDomain = "memplan";
+
 struct Op {
   std::string name;
   std::string type;    // ONNX op_type, e.g. "Conv"; our own ops use domain "memplan"

@@ -6,7 +6,6 @@
 #include <utility>
 #include <vector>
 
-#include "analysis/autodiff.hpp"
 #include "analysis/ops_detail.hpp"
 #include "analysis/shape_rules.hpp"
 
@@ -30,20 +29,6 @@ const shape_detail::RuleTable& shape_rules() {
   return table;
 }
 
-const autodiff::GradTable& grad_rules() {
-  static const autodiff::GradTable table = [] {
-    autodiff::GradTable t;
-    autodiff::add_elementwise_grads(t);
-    autodiff::add_nn_grads(t);
-    autodiff::add_tensor_grads(t);
-    autodiff::add_loss_grads(t);
-    autodiff::add_fused_grads(t);
-    autodiff::add_fused_elementwise_grads(t);
-    autodiff::add_math_grads(t);
-    return t;
-  }();
-  return table;
-}
 
 [[noreturn]] void inconsistent(const std::string& what) { fail(ErrorKind::verification, "op registry: " + what); }
 
@@ -53,7 +38,6 @@ struct Registry {
 
   Registry() {
     const auto& rules = shape_rules();
-    const auto& grads = grad_rules();
     std::vector<const OpSpec*> specs;
     for (const OpSpec& s : ops_detail::op_specs()) specs.push_back(&s);
     std::sort(specs.begin(), specs.end(), [](const OpSpec* a, const OpSpec* b) {
@@ -76,9 +60,9 @@ struct Registry {
       i.launches = s->kind != OpKind::view;
       i.inplace_inputs = s->inplace_inputs;
       i.inplace = s->inplace;
-      if (auto g = grads.find(std::string(s->type)); g != grads.end()) {
+      if (const autodiff::GradRule* g = ops_detail::grad_rule(s->type)) {
         i.grad_kind = GradKind::rule;
-        i.grad = &g->second;
+        i.grad = g;
       } else if (s->not_differentiable) {
         i.grad_kind = GradKind::not_differentiable;
       }
@@ -101,11 +85,11 @@ struct Registry {
     // Every shape rule and every backward rule belongs to a declared op.
     for (const auto& [type, rule] : rules)
       if (!by_name.count({std::string_view{}, type})) inconsistent("shape rule of '" + type + "' has no op");
-    for (const auto& [type, rule] : grads) {
+    for (std::string_view type : ops_detail::grad_rule_types()) {
       const OpTypeId* id = nullptr;
       for (std::string_view d : {std::string_view{}, kMemplanDomain})
         if (auto it = by_name.find({d, type}); it != by_name.end() && !id) id = &it->second;
-      if (!id) inconsistent("backward rule of '" + type + "' has no op");
+      if (!id) inconsistent("backward rule of '" + std::string(type) + "' has no op");
     }
   }
 };
@@ -117,34 +101,7 @@ const Registry& registry() {
 
 }  // namespace
 
-const char* op_kind_name(OpKind k) noexcept {
-  switch (k) {
-    case OpKind::view: return "view";
-    case OpKind::elementwise: return "elementwise";
-    case OpKind::reduction: return "reduction";
-    case OpKind::normalization: return "normalization";
-    case OpKind::layout: return "layout";
-    case OpKind::matmul: return "matmul";
-    case OpKind::convolution: return "convolution";
-    case OpKind::pooling: return "pooling";
-    case OpKind::random: return "random";
-    case OpKind::shape: return "shape";
-    case OpKind::loss: return "loss";
-    case OpKind::optimizer: return "optimizer";
-    case OpKind::memory: return "memory";
-    case OpKind::fused: return "fused";
-  }
-  return "?";
-}
 
-const char* grad_kind_name(GradKind k) noexcept {
-  switch (k) {
-    case GradKind::rule: return "rule";
-    case GradKind::not_differentiable: return "not_differentiable";
-    case GradKind::none: return "none";
-  }
-  return "?";
-}
 
 const OpInfo* OpRegistry::find(std::string_view domain, std::string_view type) const noexcept {
   const Registry& r = registry();

@@ -1,11 +1,19 @@
-// Internal interface of the op registry: the FLOP formulas (ops_flops.cpp) and the per-op table (ops_table.cpp).
+// Internal interface of the op registry (ops.cpp): the FLOP formulas (ops_flops.cpp), the per-op table (ops_table.cpp)
+// and the backward rules (autodiff_table.cpp). Includes nothing above the graph and the registry's vocabulary.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <span>
+#include <string_view>
+#include <vector>
 
-#include "analysis/ops.hpp"
+#include "analysis/graph.hpp"
+#include "analysis/op_kinds.hpp"
+
+namespace memplan::analysis::autodiff {
+struct GradRule;
+}
 
 namespace memplan::analysis::ops_detail {
 
@@ -61,5 +69,10 @@ struct OpSpec {
 };
 
 std::span<const OpSpec> op_specs();
+
+// The backward rule of the forward op type `type` (either domain), or null (autodiff_table.cpp).
+const autodiff::GradRule* grad_rule(std::string_view type);
+// Every op type with a backward rule, sorted.
+std::vector<std::string_view> grad_rule_types();
 
 }  // namespace memplan::analysis::ops_detail

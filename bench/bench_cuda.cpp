@@ -27,6 +27,7 @@
 #include "analysis/ops.hpp"
 #include "analysis/shapes.hpp"
 #include "analysis/training.hpp"
+#include "planner/step.hpp"
 #include "planner/fusion.hpp"
 #include "planner/inference.hpp"
 #include "planner/training_plan.hpp"
@@ -34,7 +35,7 @@
 #include "runtime_allocator/cuda/cuda_context.hpp"
 #include "runtime_allocator/cuda/cuda_backend.hpp"
 #include "runtime_allocator/executor.hpp"
-#include "runtime_allocator/fused_cpu.hpp"
+#include "runtime_allocator/kernels/fused_cpu.hpp"
 #include "runtime_allocator/npy.hpp"
 
 using namespace memplan;
@@ -452,16 +453,13 @@ BenchArgs parse_args(int argc, char** argv, int from) {
 analysis::TrainingGraph load_training(const std::string& path, const BenchArgs& a) {
   analysis::ImportOptions io;
   io.keep_weight_data = true;
-  analysis::TrainingOptions to;
-  to.optimizer = a.optimizer;
-  to.precision = a.precision;
-  to.loss = a.loss;
-  to.class_axis = a.class_axis;
-  analysis::Graph forward = analysis::infer_shapes(analysis::import_onnx(path, io), a.shapes);
-  planner::FuseOptions fo;
-  fo.training = true;
-  if (a.fuse) forward = planner::fuse_graph(forward, fo).graph;
-  return analysis::build_training_graph(forward, to);
+  planner::StepRequest req;  // built as `memplan plan --train` builds it (planner/step.hpp)
+  req.training.optimizer = a.optimizer;
+  req.training.precision = a.precision;
+  req.training.loss = a.loss;
+  req.training.class_axis = a.class_axis;
+  if (!a.fuse) req.fuse = planner::FuseOptions::none();
+  return planner::build_training_step(analysis::infer_shapes(analysis::import_onnx(path, io), a.shapes), req).training;
 }
 
 // A training step of an ONNX model planned under none, sqrt, and the other strategies (default optimal and

@@ -16,7 +16,8 @@
 #include "analysis/import.hpp"
 #include "analysis/shapes.hpp"
 #include "analysis/training.hpp"
-#include "planner/remat_exact.hpp"
+#include "planner/step.hpp"
+#include "planner/exact/remat_exact.hpp"
 
 using namespace memplan;
 namespace fs = std::filesystem;
@@ -59,9 +60,10 @@ int main(int argc, char** argv) {
     analysis::ImportOptions io;
     analysis::ShapeOptions so;
     so.dims = spec.dims;
-    analysis::TrainingOptions to;
-    to.optimizer = analysis::Optimizer::sgd;
-    const analysis::TrainingGraph tg = analysis::build_training_graph(analysis::infer_shapes(analysis::import_onnx((dir / spec.file).string(), io), so), to);
+    planner::StepRequest req;  // fused as `memplan plan --train` fuses (planner/step.hpp)
+    req.training.optimizer = analysis::Optimizer::sgd;
+    const analysis::TrainingGraph tg =
+        planner::build_training_step(analysis::infer_shapes(analysis::import_onnx((dir / spec.file).string(), io), so), req).training;
     const analysis::Graph& g = tg.graph;
     const std::vector<analysis::OpId> schedule = analysis::topological_order(g);
     std::vector<double> flops(g.ops.size());

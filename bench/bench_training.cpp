@@ -18,6 +18,7 @@
 #include "analysis/import.hpp"
 #include "analysis/shapes.hpp"
 #include "analysis/training.hpp"
+#include "planner/step.hpp"
 #include "planner/training_plan.hpp"
 #include "viz/svg.hpp"
 
@@ -164,9 +165,10 @@ int main(int argc, char** argv) {
     if (!fs::exists(dir / spec.file)) continue;
     analysis::ShapeOptions so;
     so.dims = spec.dims;
-    analysis::TrainingOptions to;
-    to.optimizer = analysis::Optimizer::adam;
-    const analysis::TrainingGraph tg = analysis::build_training_graph(analysis::infer_shapes(analysis::import_onnx((dir / spec.file).string()), so), to);
+    planner::StepRequest req;  // fused as `memplan plan --train` fuses (planner/step.hpp)
+    req.training.optimizer = analysis::Optimizer::adam;
+    const analysis::TrainingGraph tg =
+        planner::build_training_step(analysis::infer_shapes(analysis::import_onnx((dir / spec.file).string()), so), req).training;
     std::string title = spec.file;
     for (const auto& [k, v] : spec.dims) title += " " + k + "=" + std::to_string(v);
     std::printf("\n%s: %zu training ops\n", title.c_str(), tg.graph.ops.size());

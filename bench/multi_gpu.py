@@ -15,7 +15,7 @@ state sharded). Per rank: torch.cuda.max_memory_allocated / max_memory_reserved 
 
 memplan part (rank 0, after the PyTorch part released the GPUs): the GPT-2 model exported to a training ONNX graph
 (TorchScript exporter, weights stripped: memplan synthesizes them from their names), then `memplan train` with
---dp-world N, one process per GPU (batch 8 each), and the same model on one GPU on the combined batch (8 N): step
+--gpus N, one process per GPU (batch 8 each), and the same model on one GPU on the combined batch (8 N): step
 time, device memory beside the plan, and the first step's gradients compared (max |diff| / max |g| per gradient).
 If `memplan plan --help` lists --gpus, the per-rank plans of each PyTorch configuration are recorded too.
 
@@ -216,7 +216,7 @@ def nccl_env():
     except ImportError:
         pass
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
-        env.pop(k, None)  # memplan reads RANK/WORLD_SIZE as its own when given no --dp-rank/--dp-world
+        env.pop(k, None)  # memplan reads RANK/WORLD_SIZE as its own when given no --rank/--gpus
     env["NCCL_NVLS_ENABLE"] = "0"
     return env
 
@@ -233,8 +233,8 @@ def memplan_train(cmd, model, world, args, tmp, precision, tag, combined=False, 
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)]
     else:
         idfile = os.path.join(tmp, f"{tag}.ncclid")
-        procs = [subprocess.Popen(base + ["--dim", f"batch={args.batch}", "--dp-world", str(world), "--dp-rank", str(r),
-                                          "--device", str(r), "--dp-id", idfile] + (["--save-grads", save] if save and r == 0 else []),
+        procs = [subprocess.Popen(base + ["--dim", f"batch={args.batch}", "--gpus", str(world), "--rank", str(r),
+                                          "--device", str(r), "--nccl-id-file", idfile] + (["--save-grads", save] if save and r == 0 else []),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
                  for r in range(world)]
     out = []

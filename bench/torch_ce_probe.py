@@ -1,5 +1,5 @@
 # Prints the caching allocator's events (alloc/free, MiB) of F.cross_entropy forward+backward on LM-head logits, fp32 and
-# bf16 autocast (what planner/eager_model.cpp models for cross-entropy). GPU only: python3 bench/torch_ce_probe.py
+# bf16 autocast (what planner/pytorch/eager_model.cpp models for cross-entropy). GPU only: python3 bench/torch_ce_probe.py
 import torch, torch.nn.functional as F
 torch.backends.cuda.matmul.allow_tf32 = False
 N, H, V = 2048, 768, 50257

@@ -3,7 +3,7 @@
 caching allocator's history (torch.cuda.memory._record_memory_history) over one step after warm-up, replays
 the alloc/free events to find the moment of the most allocated bytes, and prints the blocks live then, largest
 first, each with the innermost frames of the Python stack that allocated it. Used to check memplan's
-pytorch_peak_bytes model (planner/eager_model.cpp) case by case.
+pytorch_peak_bytes model (planner/pytorch/eager_model.cpp) case by case.
 
 usage: torch_peak_breakdown.py MODEL OPTIMIZER PRECISION LOSS [--top 25]
 """

@@ -13,7 +13,7 @@ allocator: weights and buffers, the input batch, the target, gradients, activati
 CUDA libraries keep there (cuBLAS/cuDNN workspaces: `other_persistent_bytes`, hundreds of MiB for the text
 models). memplan's peak_bytes = persistent (weights, optimizer state) + graph inputs (the batch and the
 target) + the activation arena (activations, gradients, temporaries); its pytorch_peak_bytes is the same
-accounting replayed the way PyTorch's allocator frees (planner/eager_model.hpp). Neither models library
+accounting replayed the way PyTorch's allocator frees (planner/pytorch/eager_model.hpp). Neither models library
 workspaces. So the measured figure compared here is
 
     measured_bytes = max_allocated_bytes - other_persistent_bytes

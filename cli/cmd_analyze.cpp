@@ -8,6 +8,7 @@
 #include "analysis/names.hpp"
 #include "analysis/liveness.hpp"
 #include "cli/common.hpp"
+#include "cli/deprecated_flags.hpp"
 #include "cli/device_memory.hpp"
 #include "cli/fusion_report.hpp"
 #include "cli/plan_report.hpp"
@@ -172,7 +173,8 @@ void add_analyze(CLI::App& app, std::function<int()>& action) {
   add_model_args(cmd, args->model);
   cmd->add_flag("--json", args->json, "print one JSON object");
   cmd->add_flag("--shapes", args->shapes, "with --json: include every tensor's dtype and shape");
-  cmd->add_option("--plan", args->plan_file, "write the plan (JSON, graph embedded) to this file");
+  cmd->add_option("--save-plan", args->plan_file, "write the plan (JSON, graph embedded) to this file");
+  add_deprecated_alias(cmd, "--plan", "--save-plan", "analyze/plan", args->plan_file);
   add_arena_args(cmd, args->arena);
   cmd->add_option("--top", args->top, "tensors to list at the live peak")->check(CLI::Range(0, 100000));
   cmd->add_option("--budget", args->budget, "device memory budget, e.g. 16GiB: say whether the total fits");

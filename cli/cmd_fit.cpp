@@ -1,13 +1,15 @@
-// `memplan fit MODEL --train --budget SIZE --vary batch`: the largest dim value that fits, per strategy (--gpus: cmd_fit_gpus.cpp).
+// `memplan fit MODEL --train --budget SIZE --vary batch`: the largest dim value that fits, per strategy (--max-gpus: cmd_fit_gpus.cpp).
 #include <cstdio>
 #include <iostream>
 #include <map>
 #include <optional>
 
 #include "analysis/import.hpp"
+#include "cli/fusion_report.hpp"
 #include "analysis/names.hpp"
 #include "cli/cmd_fit_gpus.hpp"
-#include "cli/cmd_plan.hpp"
+#include "cli/deprecated_flags.hpp"
+#include "cli/training_args.hpp"
 #include "cli/plan_report.hpp"
 #include "cli/registry.hpp"
 
@@ -20,7 +22,7 @@ struct FitArgs {
   std::vector<std::string> strategies;
   std::int64_t max_value = 1 << 16;
   bool json = false;
-  FitGpusArgs gpus;  // --gpus MAX: the fewest GPUs and the parallel layout that fit (cmd_fit_gpus.cpp)
+  FitGpusArgs gpus;  // --max-gpus MAX: the fewest GPUs and the parallel layout that fit (cmd_fit_gpus.cpp)
 };
 
 struct Probe {
@@ -31,7 +33,7 @@ struct Probe {
 int run_fit(const FitArgs& a) {
   if (a.train.budget.empty()) fail(ErrorKind::usage, "fit needs --budget");
   if (a.gpus.max_gpus > 0) return run_fit_gpus(a.train, a.vary, a.gpus, a.json);
-  if (a.gpus.global_batch > 0 || !a.gpus.profile.empty()) fail(ErrorKind::usage, "--global-batch and --profile go with fit --gpus");
+  if (a.gpus.global_batch > 0) fail(ErrorKind::usage, "--global-batch goes with fit --max-gpus");
   const analysis::Graph forward = analysis::import_model(a.train.model.model);
   warn_converted_opset(forward, a.train.model.model);
   analysis::DimBindings dims = parse_dims(a.train.model.dims);
@@ -157,12 +159,15 @@ void add_fit(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--strategies", args->strategies, "strategies to try (default: all)");
   cmd->add_option("--max-value", args->max_value, "largest value tried")->check(CLI::Range(1, 1 << 24));
   cmd->add_flag("--json", args->json, "print one JSON object");
-  cmd->add_option("--gpus", args->gpus.max_gpus, "the fewest GPUs (up to this many) and the parallel layout whose per-rank plans fit --budget per GPU (docs/multi-gpu.md)")
+  cmd->add_option("--max-gpus", args->gpus.max_gpus,
+                  "search up to this many GPUs: the fewest GPUs and the parallel layout whose per-rank plans fit --budget "
+                  "per GPU (docs/multi-gpu.md; the step estimates take --device-profile's interconnect bandwidth)")
       ->check(CLI::Range(1, 4096));
-  cmd->add_option("--global-batch", args->gpus.global_batch, "with --gpus: samples per step (default: --dim BATCH=G, or the model's fixed batch)")
+  add_deprecated_alias(cmd, "--gpus", "--max-gpus", "fit", args->gpus.max_gpus)->check(CLI::Range(1, 4096));
+  add_deprecated_alias(cmd, "--profile", "--device-profile", "fit/trace", args->train.device_profile);
+  cmd->add_option("--global-batch", args->gpus.global_batch, "with --max-gpus: samples per step (default: --dim BATCH=G, or the model's fixed batch)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
-  cmd->add_option("--max-layouts", args->gpus.max_layouts, "with --gpus: layouts planned at most (default 256)")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--profile", args->gpus.profile, "with --gpus: device profile JSON (FLOP/s, HBM and interconnect bandwidth) for the step estimates");
+  cmd->add_option("--max-layouts", args->gpus.max_layouts, "with --max-gpus: layouts planned at most (default 256)")->check(CLI::Range(1, 1 << 20));
   cmd->callback([args, &action] {
     args->train.train = true;
     action = [args] { return run_fit(*args); };

@@ -1,4 +1,4 @@
-// `memplan fit MODEL --train --gpus MAX --budget SIZE`: layouts of 1..MAX GPUs planned per rank, the fewest GPUs that fit.
+// `memplan fit MODEL --train --max-gpus MAX --budget SIZE`: layouts of 1..MAX GPUs planned per rank, the fewest GPUs that fit.
 #include "cli/cmd_fit_gpus.hpp"
 
 #include <algorithm>
@@ -6,11 +6,12 @@
 #include <iostream>
 #include <map>
 
+#include "cli/fusion_report.hpp"
 #include "analysis/import.hpp"
 #include "analysis/names.hpp"
 #include "cli/parallel_report.hpp"
 #include "cli/plan_report.hpp"
-#include "planner/parallel_fit.hpp"
+#include "planner/parallel/parallel_fit.hpp"
 
 namespace memplan::cli {
 namespace {
@@ -86,8 +87,8 @@ std::string table_text(const planner::LayoutSearchResult& r) {
 }  // namespace
 
 int run_fit_gpus(const TrainingArgs& train, const std::string& batch_dim, const FitGpusArgs& g, bool json) {
-  if (train.budget.empty()) fail(ErrorKind::usage, "fit --gpus needs --budget (per GPU)");
-  if (train.microbatches != 1) fail(ErrorKind::usage, "fit --gpus chooses the microbatches of each layout: leave out --microbatches");
+  if (train.budget.empty()) fail(ErrorKind::usage, "fit --max-gpus needs --budget (per GPU)");
+  if (train.microbatches != 1) fail(ErrorKind::usage, "fit --max-gpus chooses the microbatches of each layout: leave out --microbatches");
   const analysis::Graph forward = analysis::import_model(train.model.model);
   warn_converted_opset(forward, train.model.model);
   analysis::DimBindings dims = parse_dims(train.model.dims);
@@ -105,10 +106,10 @@ int run_fit_gpus(const TrainingArgs& train, const std::string& batch_dim, const 
     const auto given = dims.find(batch_dim);
     if (given != dims.end() && g.global_batch > 0 && given->second != g.global_batch)
       fail(ErrorKind::usage, "--global-batch " + std::to_string(g.global_batch) + " and --dim " + batch_dim + "=" + std::to_string(given->second) +
-                                 " disagree (with --gpus both give the samples per step)");
+                                 " disagree (with --max-gpus both give the samples per step)");
     so.global_batch = g.global_batch > 0 ? g.global_batch : given != dims.end() ? given->second : 0;
     if (so.global_batch < 1)
-      fail(ErrorKind::usage, "fit --gpus needs the samples per step: --dim " + batch_dim + "=G (the global batch, split over data-parallel ranks and microbatches) or --global-batch G");
+      fail(ErrorKind::usage, "fit --max-gpus needs the samples per step: --dim " + batch_dim + "=G (the global batch, split over data-parallel ranks and microbatches) or --global-batch G");
     if (given != dims.end()) dims.erase(given);
     first_batch = so.global_batch;
   } else {
@@ -121,7 +122,7 @@ int run_fit_gpus(const TrainingArgs& train, const std::string& batch_dim, const 
         so.fixed_microbatch = shaped.tensors[t].dims[0].value;
         break;
       }
-    if (so.fixed_microbatch < 1) fail(ErrorKind::usage, "fit --gpus: the model has no symbolic '" + batch_dim + "' dim and no fixed batch in its first input");
+    if (so.fixed_microbatch < 1) fail(ErrorKind::usage, "fit --max-gpus: the model has no symbolic '" + batch_dim + "' dim and no fixed batch in its first input");
     so.global_batch = g.global_batch > 0 ? g.global_batch : so.fixed_microbatch;
     if (so.global_batch % so.fixed_microbatch != 0)
       fail(ErrorKind::usage, "--global-batch " + std::to_string(so.global_batch) + " is not a multiple of the model's fixed batch " +
@@ -142,8 +143,7 @@ int run_fit_gpus(const TrainingArgs& train, const std::string& batch_dim, const 
     return fused.emplace(b, std::move(s.fused_forward)).first->second;
   };
   forward_at(first_batch);
-  planner::TrainingPlanOptions options = base->options;
-  if (!g.profile.empty()) options.profile = analysis::read_device_profile(g.profile);
+  const planner::TrainingPlanOptions& options = base->options;  // --device-profile: the strategies and the layouts alike
   const planner::LayoutSearchResult r = planner::search_layouts(forward_at, base->training_options, options, so);
 
   const std::uint64_t lib = options.library_bytes;
@@ -211,7 +211,7 @@ int run_fit_gpus(const TrainingArgs& train, const std::string& batch_dim, const 
              human_bytes(l.peak_bytes + lib) + " with the libraries) for " + std::to_string(l.layout.gpus) + " GPU(s), " + layout_words(l);
     }
     if (r.capped) msg += " (stopped after " + std::to_string(r.planned) + " planned layouts: --max-layouts)";
-    fail(ErrorKind::infeasible, msg + "; allow more --gpus or a larger --budget");
+    fail(ErrorKind::infeasible, msg + "; allow more --max-gpus or a larger --budget");
   }
   return 0;
 }

@@ -1,18 +1,17 @@
-// `memplan fit MODEL --train --gpus MAX --budget SIZE`: the fewest GPUs and the parallel layout that fit (docs/multi-gpu.md).
+// `memplan fit MODEL --train --max-gpus MAX --budget SIZE`: the fewest GPUs and the parallel layout that fit (docs/multi-gpu.md).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "cli/cmd_plan.hpp"
+#include "cli/training_args.hpp"
 
 namespace memplan::cli {
 
 struct FitGpusArgs {
-  int max_gpus = 0;               // --gpus MAX (0: not asked)
+  int max_gpus = 0;               // --max-gpus MAX (0: not asked)
   std::int64_t global_batch = 0;  // --global-batch (0: from --dim BATCH=G, or the model's fixed batch)
   std::size_t max_layouts = 256;  // --max-layouts: layouts planned at most
-  std::string profile;            // --profile FILE: device profile (interconnect bandwidth, FLOP/s)
 };
 
 // Plans the layouts of 1..MAX GPUs (planner::search_layouts), prints the candidates and the chosen layout

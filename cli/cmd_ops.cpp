@@ -13,7 +13,7 @@
 #include "cli/registry.hpp"
 #include "analysis/shapes.hpp"
 #include "runtime_allocator/backend.hpp"
-#include "runtime_allocator/kernel_coverage.hpp"
+#include "runtime_allocator/kernels/kernel_coverage.hpp"
 
 namespace memplan::cli {
 namespace {

@@ -8,110 +8,18 @@
 #include "analysis/names.hpp"
 #include "analysis/training.hpp"
 #include "cli/common.hpp"
+#include "cli/deprecated_flags.hpp"
+#include "cli/fusion_report.hpp"
 #include "cli/registry.hpp"
-#include "cli/cmd_plan.hpp"
+#include "cli/training_args.hpp"
 #include "cli/parallel_report.hpp"
 #include "cli/plan_report.hpp"
-#include "planner/eager_doubts.hpp"
-#include "planner/eager_model.hpp"
+#include "planner/pytorch/eager_model.hpp"
 #include "planner/plan_json.hpp"
-#include "planner/training_plan.hpp"
+#include "planner/step.hpp"
 #include "viz/timeline.hpp"
 
 namespace memplan::cli {
-
-void add_training_args(CLI::App* cmd, TrainingArgs& args) {
-  add_model_args(cmd, args.model);
-  cmd->add_flag("--train", args.train, "plan a training step (forward, loss, backward, optimizer)");
-  cmd->add_option("--optimizer", args.optimizer, "none | sgd | momentum | adam | adamw (updates in place, as PyTorch's)");
-  cmd->add_option("--optimizer-impl", args.optimizer_impl,
-                  "foreach (PyTorch's default) | fused | for-loop: what PyTorch's step() allocates, for pytorch_peak_bytes");
-  cmd->add_option("--weight-decay", args.weight_decay, "weight decay (L2 for sgd/momentum/adam, decoupled for adamw)");
-  cmd->add_option("--lr", args.learning_rate, "learning rate (default: sgd/momentum 0.01, adam/adamw 0.001)");
-  cmd->add_option("--loss", args.loss, "mse (float target of the output's shape) | ce (integer class labels) | none (the output is the loss)");
-  cmd->add_option("--class-axis", args.class_axis, "ce: the output's class axis (default: 1, or the last axis of a rank-3 output)");
-  cmd->add_option("--precision", args.precision, "fp32 | bf16 | fp16 (torch.autocast's op lists, fp32 master weights)");
-  cmd->add_flag("--loss-scaling", args.loss_scaling, "fp16: dynamic loss scaling (GradScaler)");
-  cmd->add_option("--microbatches", args.microbatches, "gradient accumulation: plan one micro-step of K");
-  cmd->add_option("--budget", args.budget, "device memory budget, e.g. 16GiB, 512MB, 1e9")
-      ->check(CLI::Validator([](std::string& v) { return v.find_first_not_of(" \t") == std::string::npos ? std::string("a size is needed, e.g. 16GiB") : std::string(); },
-                             "SIZE"));
-  cmd->add_option("--strategy", args.strategy, "none | sqrt | budget | optimal | swap | auto (default: auto with --budget, else none); exact (opt-in: keep / swap / recompute per stage as a MILP through CBC on up to --exact-stages stages, started from the segment DP, used where its estimated step is faster than optimal's)");
-  cmd->add_option("--exact-stages", args.exact_stages, "strategy exact: the forward stages coarsened to at most this many for the MILP (default 300)");
-  cmd->add_option("--exact-nodes", args.exact_nodes, "strategy exact: branch-and-bound nodes per MILP solve, the deterministic limit (default 200)");
-  cmd->add_option("--exact-gap", args.exact_gap, "strategy exact: each MILP solve stops once its plan is within this share of the bound (default 0.001)");
-  cmd->add_option("--exact-seconds", args.exact_seconds, "strategy exact: most seconds per MILP solve, only a cap (default 20)");
-  add_library_bytes_arg(cmd, args.library_bytes);
-  cmd->add_option("--device-profile", args.device_profile,
-                  "device profile JSON for the step-time estimates the strategies choose by (FLOP/s, bandwidths, per-op-type scales "
-                  "from bench/calibrate_profile.py; default: an H100-like placeholder)");
-  add_arena_args(cmd, args.arena);
-}
-
-TrainingSetup training_setup(const analysis::Graph& shaped_forward, const TrainingArgs& args) {
-  return training_setup(shaped_forward, args, fuse_options(args.model));
-}
-
-TrainingSetup training_setup(const analysis::Graph& shaped_forward, const TrainingArgs& args, const planner::FuseOptions& fuse) {
-  if (!args.train) fail(ErrorKind::usage, "plan and fit need --train (use `memplan analyze` for inference)");
-  TrainingSetup s;
-  analysis::TrainingOptions to;
-  const auto opt = analysis::optimizer_from_name(args.optimizer);
-  if (!opt) fail(ErrorKind::usage, "--optimizer '" + args.optimizer + "' is not one of none, sgd, momentum, adam, adamw");
-  to.optimizer = *opt;
-  const auto impl = analysis::optimizer_impl_from_name(args.optimizer_impl);
-  if (!impl) fail(ErrorKind::usage, "--optimizer-impl '" + args.optimizer_impl + "' is not one of foreach, fused, for-loop");
-  to.optimizer_impl = *impl;
-  if (!(args.weight_decay >= 0.0)) fail(ErrorKind::usage, "--weight-decay must be 0 or more");
-  to.weight_decay = args.weight_decay;
-  if (args.learning_rate >= 0.0) to.learning_rate = args.learning_rate;
-  else if (to.optimizer == analysis::Optimizer::adam || to.optimizer == analysis::Optimizer::adamw) to.learning_rate = 0.001;
-  const auto loss = analysis::loss_from_name(args.loss);
-  if (!loss) fail(ErrorKind::usage, "--loss '" + args.loss + "' is not one of mse, ce, none");
-  to.loss = *loss;
-  to.class_axis = args.class_axis;
-  const auto precision = analysis::precision_from_name(args.precision);
-  if (!precision) fail(ErrorKind::usage, "--precision '" + args.precision + "' is not one of fp32, bf16, fp16");
-  to.precision = *precision;
-  if (args.loss_scaling && to.precision != analysis::Precision::fp16)
-    fail(ErrorKind::usage, "--loss-scaling needs --precision fp16");
-  to.loss_scaling = args.loss_scaling;
-  if (args.microbatches < 1) fail(ErrorKind::usage, "--microbatches must be 1 or more");
-  to.microbatches = args.microbatches;
-  analysis::Graph forward = shaped_forward;
-  planner::FuseOptions training_fuse = fuse;
-  training_fuse.training = true;
-  s.fusion = fuse_in_place(forward, training_fuse);
-  s.training = analysis::build_training_graph(forward, to);
-  s.fused_forward = forward;
-  s.training_options = to;
-  s.options.strategy = resolved_strategy(args);
-  const auto& names = planner::training_strategies();
-  if (std::find(names.begin(), names.end(), s.options.strategy) == names.end() && s.options.strategy != "exact")
-    fail(ErrorKind::usage, "--strategy '" + s.options.strategy + "' is not one of none, sqrt, budget, optimal, swap, auto");
-  if (!args.budget.empty()) s.options.budget_bytes = planner::parse_size(args.budget);
-  s.options.library_bytes = parse_library_bytes(args.library_bytes);
-  if (!args.device_profile.empty()) s.options.profile = analysis::read_device_profile(args.device_profile);
-  s.options.assign = assign_options(args.arena);
-  s.options.schedule = schedule_options(args.arena);
-  s.options.exact_stages = args.exact_stages;
-  s.options.exact_nodes = args.exact_nodes;
-  s.options.exact_seconds = args.exact_seconds;
-  s.options.exact_gap = args.exact_gap;
-  return s;
-}
-
-std::string resolved_strategy(const TrainingArgs& args) {
-  if (!args.strategy.empty()) return args.strategy;
-  return args.budget.empty() ? "none" : "auto";
-}
-
-TrainingSetup load_training(const TrainingArgs& args) {
-  if (!args.train) fail(ErrorKind::usage, "plan and fit need --train (use `memplan analyze` for inference)");
-  const analysis::Graph shaped = load_shaped_model(args.model);
-  warn_if_eval_export(shaped, args.model.model);
-  return training_setup(shaped, args);
-}
 
 namespace {
 
@@ -142,32 +50,9 @@ struct PlanArgs {
   bool json = false;
   std::string plan_file;
   std::string pytorch_attention = "sdpa";
-  // What PyTorch's caching allocator holds for the CUDA libraries once a matmul has run: the cuBLAS and
-  // cuBLASLt workspaces (65.0 MiB measured on an H100 with PyTorch 2.11 / CUDA 13 before any step, the same
-  // for every model of bench/torch_recipes.py); part of max_memory_allocated, so of pytorch_peak_bytes.
-  std::string pytorch_workspace = "65MiB";
+  std::string pytorch_workspace = "65MiB";  // planner::kPytorchWorkspaceBytes
   ParallelArgs parallel;  // --gpus, --zero, --tp, --pp: per-rank plans (cli/cmd_plan_parallel.cpp)
 };
-
-// What PyTorch eager would hold at its peak running this training step: the forward graph fused only where
-// PyTorch runs one library kernel (LayerNorm, GELU, and SDPA with `sdpa`), planned with strategy none (no
-// recomputation, no swap, no budget), its memory replayed by the eager model (planner/eager_model.hpp).
-std::uint64_t pytorch_peak_bytes(const analysis::Graph& shaped_forward, const TrainingArgs& args, bool sdpa,
-                                 std::uint64_t workspace_bytes) {
-  TrainingArgs ta = args;
-  ta.strategy = "none";
-  ta.budget.clear();
-  ta.arena.schedule = "file";  // PyTorch eager runs the program's order
-  planner::FuseOptions fuse = planner::FuseOptions::pytorch_eager(sdpa);
-  // Under autocast SDPA reads 16-bit operands (flash takes grouped-query heads); pytorch_sdpa_backend sees the
-  // graph's fp32 ones: only fp32 steps get the math backend written out.
-  if (sdpa && ta.precision != "fp32") fuse.math_attention = false;
-  const TrainingSetup s = training_setup(shaped_forward, ta, fuse);
-  const planner::TrainingPlanResult r = planner::plan_training(s.training, s.options);
-  planner::EagerOptions eo;
-  eo.optimizer_impl = analysis::optimizer_impl_from_name(args.optimizer_impl).value_or(analysis::OptimizerImpl::foreach);
-  return checked_add(planner::eager_peak(r.graph, r.plan, eo).peak_bytes, workspace_bytes, "PyTorch peak");
-}
 
 int run_plan(const PlanArgs& a) {
   if (a.pytorch_attention != "sdpa" && a.pytorch_attention != "eager")
@@ -176,12 +61,15 @@ int run_plan(const PlanArgs& a) {
   if (parallel_requested(a.parallel)) return run_parallel_plan(a.train, a.parallel, a.json, a.plan_file);
   const analysis::Graph shaped = load_shaped_model(a.train.model);
   warn_if_eval_export(shaped, a.train.model.model);
-  const TrainingSetup s = training_setup(shaped, a.train);
-  const planner::TrainingPlanResult r = planner::plan_training(s.training, s.options);
-  const bool sdpa = a.pytorch_attention == "sdpa";
-  const std::uint64_t pytorch_workspace = planner::parse_size(a.pytorch_workspace);
-  const std::uint64_t pytorch_peak = pytorch_peak_bytes(shaped, a.train, sdpa, pytorch_workspace);
-  const std::vector<planner::EagerDoubt> doubts = planner::pytorch_eager_doubts(shaped, sdpa);
+  planner::StepRequest req = step_request(a.train);
+  req.pytorch = planner::PytorchEager{a.pytorch_attention == "sdpa", planner::parse_size(a.pytorch_workspace)};
+  const planner::StepPlan step = planner::plan_training_step(shaped, req);
+  const planner::TrainingStep& s = step.step;
+  const planner::TrainingPlanResult& r = step.result;
+  const bool sdpa = step.pytorch->sdpa;
+  const std::uint64_t pytorch_workspace = step.pytorch->workspace_bytes;
+  const std::uint64_t pytorch_peak = step.pytorch->peak_bytes;
+  const std::vector<planner::EagerDoubt>& doubts = step.pytorch->doubts;
   const analysis::Graph& g = r.graph;
   std::uint64_t naive = 0;
   std::size_t unresolved = 0;
@@ -192,7 +80,7 @@ int run_plan(const PlanArgs& a) {
     }
     if (analysis::occupies_arena(t)) naive = checked_add(naive, align_up(t.bytes(), r.plan.alignment), "naive bytes");
   }
-  const DeviceMemory mem = training_device_memory(r, s.options.budget_bytes);
+  const DeviceMemory& mem = step.memory;
   const viz::Usage usage = viz::plan_usage(r.plan);
   const std::string live_op = r.plan.schedule.empty() ? "" : g.ops[r.plan.schedule[usage.peak_step]].name;
   if (!a.plan_file.empty()) {
@@ -299,7 +187,8 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
   add_training_args(cmd, args->train);
   add_parallel_args(cmd, args->parallel);
   cmd->add_flag("--json", args->json, "print one JSON object");
-  cmd->add_option("--plan", args->plan_file, "write the plan (JSON, graph embedded) to this file");
+  cmd->add_option("--save-plan", args->plan_file, "write the plan (JSON, graph embedded) to this file");
+  add_deprecated_alias(cmd, "--plan", "--save-plan", "analyze/plan", args->plan_file);
   cmd->add_option("--pytorch-attention", args->pytorch_attention,
                   "attention PyTorch runs in the pytorch_peak_bytes prediction: sdpa (default; one fused kernel) or eager (matmul, softmax, matmul)");
   cmd->add_option("--pytorch-workspace", args->pytorch_workspace,

@@ -3,7 +3,8 @@
 #include <iostream>
 
 #include "analysis/names.hpp"
-#include "cli/cmd_plan.hpp"
+#include "cli/fusion_report.hpp"
+#include "cli/training_args.hpp"
 #include "cli/parallel_report.hpp"
 #include "cli/plan_report.hpp"
 #include "planner/plan_json.hpp"

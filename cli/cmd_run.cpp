@@ -145,8 +145,9 @@ void add_run(CLI::App& app, std::function<int()>& action) {
   CLI::App* cmd = app.add_subcommand("run", "run a model on the CPU (or GPU) with its verified arena plan (.npy in and out)");
   add_model_args(cmd, args->model);
   cmd->add_option("--input", args->inputs, "an input .npy, one per graph input in order (repeatable)")->required();
-  cmd->add_option("--output", args->outputs, "write the outputs, in order, to these .npy files (repeatable)");
-  cmd->add_option("--plan", args->plan_file, "a plan JSON (from `memplan plan` or `analyze --plan`); default: plan now");
+  cmd->add_option("-o,--output", args->outputs, ".npy file to write for each output, in order (repeatable)");
+  cmd->add_option("--plan", args->plan_file,
+                  "read this saved plan (JSON, from `plan` or `analyze --save-plan`) and run MODEL with it instead of planning now");
   cmd->add_flag("--unshared", args->unshared, "every tensor its own buffer, no plan (the reference)");
   cmd->add_option("--backend", args->backend, "cpu (default) or cuda (a build with CUDA and a device)");
   add_arena_args(cmd, args->arena);

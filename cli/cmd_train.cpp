@@ -1,5 +1,5 @@
 // `memplan train`: runs planned training steps on the CPU or a GPU, data parallel across processes through NCCL
-// (--dp-world N, one process per GPU; docs/multi-gpu-run.md), on synthetic batches sharded by rank.
+// (--gpus N, one process per GPU; docs/multi-gpu-run.md), on synthetic batches sharded by rank.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -8,13 +8,14 @@
 #include <memory>
 
 #include "analysis/names.hpp"
-#include "cli/cmd_plan.hpp"
+#include "cli/training_args.hpp"
 #include "cli/common.hpp"
+#include "cli/deprecated_flags.hpp"
 #include "cli/plan_report.hpp"
 #include "cli/registry.hpp"
 #include "cli/train_feed.hpp"
 #include "planner/training_plan.hpp"
-#include "runtime_allocator/collectives.hpp"
+#include "runtime_allocator/collectives/collectives.hpp"
 #include "runtime_allocator/executor.hpp"
 #include "runtime_allocator/npy.hpp"
 #include "runtime_allocator/weights.hpp"
@@ -22,7 +23,7 @@
 #include "runtime_allocator/cuda/cuda_backend.hpp"
 #endif
 #ifdef MEMPLAN_HAVE_NCCL
-#include "runtime_allocator/cuda/nccl_collectives.hpp"
+#include "runtime_allocator/collectives/nccl_collectives.hpp"
 #endif
 
 namespace memplan::cli {
@@ -33,8 +34,8 @@ struct TrainArgs {
   std::string backend = "cpu";
   int steps = 3;
   int device = -1;  // -1: LOCAL_RANK, else the rank modulo the device count
-  int dp_rank = -1, dp_world = -1;
-  std::string dp_id;
+  int rank = -1, gpus = -1;  // --rank, --gpus (-1: from the environment)
+  std::string nccl_id_file;
   std::string bucket = "25MiB";
   int zero = 0;  // ZeRO stage of the data-parallel run
   std::string save_grads;
@@ -58,32 +59,32 @@ struct Rank {
 
 Rank resolve_rank(const TrainArgs& a) {
   Rank r;
-  r.world = from_env(a.dp_world, {"MEMPLAN_WORLD_SIZE", "WORLD_SIZE"}, -1);
+  r.world = from_env(a.gpus, {"MEMPLAN_WORLD_SIZE", "WORLD_SIZE"}, -1);
   r.data_parallel = r.world >= 0;
   r.world = std::max(r.world, 1);
-  r.rank = from_env(a.dp_rank, {"MEMPLAN_RANK", "RANK"}, 0);
+  r.rank = from_env(a.rank, {"MEMPLAN_RANK", "RANK"}, 0);
   if (r.rank < 0 || r.rank >= r.world)
-    fail(ErrorKind::usage, "--dp-rank " + std::to_string(r.rank) + " outside a world of " + std::to_string(r.world));
-  r.id_file = a.dp_id;
+    fail(ErrorKind::usage, "--rank " + std::to_string(r.rank) + " outside a world of " + std::to_string(r.world));
+  r.id_file = a.nccl_id_file;
   if (r.id_file.empty())
     if (const char* v = std::getenv("MEMPLAN_NCCL_ID_FILE"); v) r.id_file = v;
   if (r.world > 1 && r.id_file.empty())
-    fail(ErrorKind::usage, "--dp-world " + std::to_string(r.world) +
-                               " needs --dp-id FILE (or MEMPLAN_NCCL_ID_FILE): rank 0 writes the NCCL id there");
+    fail(ErrorKind::usage, "--gpus " + std::to_string(r.world) +
+                               " needs --nccl-id-file FILE (or MEMPLAN_NCCL_ID_FILE): rank 0 writes the NCCL id there");
   r.device = from_env(a.device, {"LOCAL_RANK"}, r.rank);
   if (r.data_parallel && a.train.microbatches > 1)
     fail(ErrorKind::usage,
          "--microbatches with data parallelism: the gradients would be reduced every micro-step (not supported)");
   if (a.zero < 0 || a.zero > 3) fail(ErrorKind::usage, "--zero " + std::to_string(a.zero) + ": expected 0, 1 or 2");
   if (a.zero > 0 && !r.data_parallel)
-    fail(ErrorKind::usage, "--zero " + std::to_string(a.zero) + " needs --dp-world N (env MEMPLAN_WORLD_SIZE): ZeRO shards across data-parallel ranks");
+    fail(ErrorKind::usage, "--zero " + std::to_string(a.zero) + " needs --gpus N (env MEMPLAN_WORLD_SIZE): ZeRO shards across data-parallel ranks");
   if (a.zero == 3)
     fail(ErrorKind::unsupported, "--zero 3: the runtime runs ZeRO stages 1 and 2; stage 3 (parameters sharded and gathered per use) "
                                  "is planned by `memplan plan --gpus N --zero 3`, not run");
   if (a.zero > 0 && !a.save_grads.empty())
     fail(ErrorKind::usage, "--save-grads with --zero: each rank reduces only its shard of the gradients");
   if (r.data_parallel && a.backend == "cpu" && r.world > 1)
-    fail(ErrorKind::usage, "--backend cpu runs data parallel with --dp-world 1 only (the host stand-in of the collectives)");
+    fail(ErrorKind::usage, "--backend cpu runs data parallel with --gpus 1 only (the host stand-in of the collectives)");
   return r;
 }
 
@@ -103,7 +104,7 @@ std::unique_ptr<runtime::Backend> make_backend(const TrainArgs& a, Rank& r) {
 #endif
 }
 
-// The communicator of this rank: the host stand-in on the CPU, NCCL on a GPU (rank 0's id through the --dp-id file).
+// The communicator of this rank: the host stand-in on the CPU, NCCL on a GPU (rank 0's id through the --nccl-id-file).
 std::unique_ptr<runtime::Collectives> make_collectives(runtime::Backend& backend, const Rank& r, runtime::LocalGroup& local) {
   if (!r.data_parallel) return nullptr;
   if (backend.name() == "host") return local.member(0);
@@ -115,7 +116,7 @@ std::unique_ptr<runtime::Collectives> make_collectives(runtime::Backend& backend
   if (r.rank == 0 && r.world > 1) runtime::cuda::remove_nccl_id_file(r.id_file);  // every rank has joined: not needed again
   return c;
 #else
-  fail(ErrorKind::unsupported, "--dp-world on the GPU: this memplan was built without NCCL (nccl.h not found at configure time)");
+  fail(ErrorKind::unsupported, "--gpus on the GPU: this memplan was built without NCCL (nccl.h not found at configure time)");
 #endif
 }
 
@@ -294,17 +295,20 @@ void add_train(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--backend", args->backend, "cpu (default) or cuda");
   cmd->add_option("--steps", args->steps, "training steps to run (default 3; the first untimed)");
   cmd->add_option("--device", args->device, "CUDA device (default: LOCAL_RANK, else the rank modulo the devices)");
-  cmd->add_option("--dp-world", args->dp_world,
-                  "data-parallel world size (env MEMPLAN_WORLD_SIZE or WORLD_SIZE); "
+  cmd->add_option("--gpus", args->gpus,
+                  "GPUs in the step, the world size: data parallel, one process per GPU (env MEMPLAN_WORLD_SIZE or WORLD_SIZE); "
                   "given: gradients are averaged across ranks (NCCL on cuda)");
-  cmd->add_option("--dp-rank", args->dp_rank, "this process's rank (env MEMPLAN_RANK or RANK; default 0)");
-  cmd->add_option("--dp-id", args->dp_id, "file through which rank 0 hands its NCCL id to the others (env MEMPLAN_NCCL_ID_FILE)");
+  cmd->add_option("--rank", args->rank, "this process's rank (env MEMPLAN_RANK or RANK; default 0)");
+  cmd->add_option("--nccl-id-file", args->nccl_id_file, "file through which rank 0 hands its NCCL id to the others (env MEMPLAN_NCCL_ID_FILE)");
+  add_deprecated_alias(cmd, "--dp-world", "--gpus", "train", args->gpus);
+  add_deprecated_alias(cmd, "--dp-rank", "--rank", "train", args->rank);
+  add_deprecated_alias(cmd, "--dp-id", "--nccl-id-file", "train", args->nccl_id_file);
   cmd->add_option("--bucket", args->bucket,
                   "gradients adjacent in the arena reduced together up to this size (default 25MiB; 0: one each)");
   cmd->add_option("--zero", args->zero,
-                  "ZeRO stage of the --dp-world run: 0 (default) all-reduces the gradients; 1 or 2 reduce-scatters them, each rank "
-                  "updates its shard of the weights with its shard of the optimizer state, then all-gathers the weights "
-                  "(3 is planned by `plan --zero 3`, not run)");
+                  "ZeRO stage over the data-parallel ranks of the --gpus run: 0 (default) all-reduces the gradients; 1 or 2 "
+                  "reduce-scatters them, each rank updates its shard of the weights with its shard of the optimizer state, "
+                  "then all-gathers the weights (3 is planned by `plan --zero 3`, not run)");
   cmd->add_option("--save-grads", args->save_grads, "rank 0 writes the first step's weight gradients to DIR/grad_K.npy");
   cmd->add_flag("--no-dropout", args->no_dropout, "every Dropout's ratio set to 0 (runs of any world size then compare exactly)");
   cmd->add_flag("--json", args->json, "print one JSON object");

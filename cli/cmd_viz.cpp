@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "cli/plan_report.hpp"
+#include "cli/fusion_report.hpp"
 #include "analysis/names.hpp"
 #include "cli/registry.hpp"
 #include "cli/viz_ranks.hpp"

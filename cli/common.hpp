@@ -59,7 +59,7 @@ planner::ScheduleOptions schedule_options(const ArenaArgs& args);
 
 // What the CUDA context, cuBLAS/cuDNN handles and workspaces and the NVRTC modules hold on the device beside
 // the plan: measured 67.2 to 68.5 MiB on an H100 (docs/cuda.md), stated as 69 MiB. --library-bytes sets it.
-inline constexpr const char* kDefaultLibraryBytes = "69MiB";
+inline constexpr const char* kDefaultLibraryBytes = "69MiB";  // planner::kDefaultLibraryBytes
 void add_library_bytes_arg(CLI::App* cmd, std::string& library_bytes);
 // "0" or a size (planner::parse_size); ErrorKind::usage otherwise.
 std::uint64_t parse_library_bytes(const std::string& text);

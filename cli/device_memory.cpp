@@ -8,25 +8,6 @@
 
 namespace memplan::cli {
 
-std::uint64_t DeviceMemory::peak() const {
-  std::uint64_t p = 0;
-  for (std::uint64_t part : {weights, optimizer_state, other_persistent, inputs, arena}) p = checked_add(p, part, "device memory");
-  return p;
-}
-
-std::uint64_t DeviceMemory::total() const { return checked_add(peak(), library, "device memory"); }
-
-std::optional<bool> DeviceMemory::fits() const {
-  if (!budget) return std::nullopt;
-  return total() <= *budget;
-}
-
-std::uint64_t largest_scratch(const planner::Plan& plan) {
-  std::uint64_t most = 0;
-  for (const auto& s : plan.scratch) most = std::max(most, s.bytes);
-  return most;
-}
-
 namespace {
 std::string line(const char* part, std::uint64_t bytes, const std::string& note = "") {
   char buf[64];

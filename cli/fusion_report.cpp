@@ -1,4 +1,4 @@
-// Fusion summaries for the commands: run fuse_graph, count groups by kind, write them as JSON or a line.
+// Fusion summaries for the commands: count groups by kind, write them as JSON or a line.
 #include "cli/fusion_report.hpp"
 
 #include <algorithm>
@@ -6,18 +6,6 @@
 #include "cli/common.hpp"
 
 namespace memplan::cli {
-
-FusionSummary fuse_in_place(analysis::Graph& shaped, const planner::FuseOptions& opts) {
-  FusionSummary s;
-  s.enabled = opts.attention || opts.norms || opts.gelu || opts.elementwise || opts.layouts;
-  if (!s.enabled) return s;
-  planner::FusionResult r = planner::fuse_graph(shaped, opts);
-  for (const auto& grp : r.groups)
-    s.groups.push_back({grp.kind, grp.op < r.graph.ops.size() ? r.graph.ops[grp.op].name : std::string(), grp.members});
-  s.intermediate_bytes_removed = r.intermediate_bytes_removed;
-  shaped = std::move(r.graph);
-  return s;
-}
 
 std::vector<std::pair<std::string, std::size_t>> groups_by_kind(const FusionSummary& s) {
   std::vector<std::pair<std::string, std::size_t>> out;

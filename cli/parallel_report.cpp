@@ -8,7 +8,8 @@
 namespace memplan::cli {
 
 void add_parallel_args(CLI::App* cmd, ParallelArgs& args) {
-  cmd->add_option("--gpus", args.gpus, "GPUs = data parallel x --tp x --pp: plan each rank (docs/multi-gpu.md)");
+  cmd->add_option("--gpus", args.gpus,
+                  "GPUs in the step, the world size: data parallel x --tp x --pp; plans each rank (docs/multi-gpu.md)");
   cmd->add_option("--zero", args.zero, "ZeRO stage over the data-parallel ranks: 0 | 1 (optimizer state) | 2 (+ gradients) | 3 (+ parameters, FSDP)");
   cmd->add_option("--tp", args.tp, "tensor parallel degree (Megatron column/row pairs of transformer blocks)");
   cmd->add_option("--pp", args.pp, "pipeline stages (cut for balanced time; --microbatches in flight)");

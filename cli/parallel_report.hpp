@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "cli/cmd_plan.hpp"
-#include "planner/parallel.hpp"
+#include "cli/training_args.hpp"
+#include "planner/parallel/parallel.hpp"
 
 namespace memplan::cli {
 
@@ -29,7 +29,7 @@ planner::ParallelOptions parallel_options(const ParallelArgs& args, std::int64_t
 nlohmann::json parallel_json(const planner::ParallelPlanResult& r);
 // One table per rank role.
 std::string parallel_text(const planner::ParallelPlanResult& r);
-// `memplan plan --train --gpus N ...`: plans every rank role, prints the JSON or the tables; --plan FILE
+// `memplan plan --train --gpus N ...`: plans every rank role, prints the JSON or the tables; --save-plan FILE
 // writes one plan per rank role (docs/plan-schema.md, "Rank plans").
 int run_parallel_plan(const TrainingArgs& train, const ParallelArgs& par, bool json, const std::string& plan_file);
 // The model loaded, fused and planned per rank role as `plan --gpus` does (--microbatches are the layout's).

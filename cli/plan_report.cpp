@@ -41,20 +41,6 @@ std::string planned_tensors_text(const std::vector<planner::PlannedTensor>& list
   return out;
 }
 
-DeviceMemory training_device_memory(const planner::TrainingPlanResult& r, std::optional<std::uint64_t> budget) {
-  DeviceMemory m;
-  m.weights = r.weight_bytes;
-  m.optimizer_state = r.optimizer_state_bytes;
-  const std::uint64_t named = r.weight_bytes + r.optimizer_state_bytes;
-  m.other_persistent = r.persistent_bytes > named ? r.persistent_bytes - named : 0;
-  m.inputs = r.input_bytes;
-  m.arena = r.activation_arena_bytes;
-  m.scratch = largest_scratch(r.plan);
-  m.library = r.library_bytes;
-  m.budget = budget;
-  return m;
-}
-
 void warn_if_eval_export(const analysis::Graph& forward, const std::string& model_path) {
   const analysis::ExportModeSigns s = analysis::export_mode_signs(forward);
   if (!s.eval_mode()) return;

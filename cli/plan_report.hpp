@@ -32,8 +32,7 @@ nlohmann::json schedule_json(const planner::ScheduleResult& s);
 // "memory order (least_peak_first+local): live peak 1.2 GiB, file order 1.4 GiB (-14.3%)".
 std::string schedule_text(const planner::ScheduleResult& s);
 
-// The parts of a training plan's device memory (weights, optimizer state, inputs, arena, scratch, libraries).
-DeviceMemory training_device_memory(const planner::TrainingPlanResult& r, std::optional<std::uint64_t> budget);
+using planner::training_device_memory;
 
 // Warns on stderr when `forward` (as imported) looks like an eval-mode export (analysis/export_mode.hpp):
 // the training step planned from it lacks what PyTorch's training step holds. Points to README.md.

@@ -10,7 +10,7 @@
 
 namespace memplan::cli {
 
-// The rank roles' plans of a `memplan-rank-plans` file (written by `plan --gpus --plan FILE`), each proven
+// The rank roles' plans of a `memplan-rank-plans` file (written by `plan --gpus --save-plan FILE`), each proven
 // by the verifier, titled with its ranks and role and noted with its peak and model state; nullopt when
 // the file is another kind of plan. ErrorKind::plan_mismatch for another version or a plan without its graph.
 std::optional<std::vector<PlannedModel>> load_rank_plans(const std::string& path);

@@ -18,7 +18,9 @@ namespace memplan::cli {
 
 void add_viz_source_args(CLI::App* cmd, VizSourceArgs& a, bool plans) {
   add_training_args(cmd, a.train);
-  if (plans) cmd->add_option("--plan", a.plan_files, "draw this saved plan (graph embedded) instead of planning; twice to compare");
+  if (plans)
+    cmd->add_option("--plan", a.plan_files,
+                    "read this saved plan (JSON, graph embedded) and draw it instead of planning; twice to compare");
 }
 
 namespace {
@@ -89,7 +91,8 @@ PlannedModel plan_model(const VizSourceArgs& a, const std::string& strategy) {
 PlannedModel load_plan_file(const std::string& path) {
   const nlohmann::json doc = analysis::read_json_file(path, "plan");
   PlannedModel m;
-  if (!doc.contains("graph")) fail(ErrorKind::plan_mismatch, "plan '" + path + "' has no embedded graph (write it with --plan)");
+  if (!doc.contains("graph"))
+    fail(ErrorKind::plan_mismatch, "plan '" + path + "' has no embedded graph (write it with plan or analyze --save-plan)");
   m.graph = analysis::import_json(doc["graph"], path);
   m.plan = planner::plan_from_json(m.graph, doc);
   planner::require_valid(m.graph, m.plan);

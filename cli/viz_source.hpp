@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "analysis/graph.hpp"
-#include "cli/cmd_plan.hpp"
+#include "cli/training_args.hpp"
 #include "cli/common.hpp"
 #include "cli/fusion_report.hpp"
 #include "planner/plan.hpp"

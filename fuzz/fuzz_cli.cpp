@@ -46,7 +46,7 @@ struct Sandbox {
         memplan::analysis::TensorData::from_double(memplan::analysis::DType::f32, {2, 8}, std::vector<double>(16, 0.5)));
     reset();
     std::ostringstream sink;
-    const char* argv[] = {"memplan", "analyze", "m.json", "--plan", "p.json", "--no-fuse"};
+    const char* argv[] = {"memplan", "analyze", "m.json", "--save-plan", "p.json", "--no-fuse"};
     if (memplan::cli::run_command_line(6, argv, sink, sink) != 0) std::abort();
     std::ifstream f("p.json");
     plan_json.assign(std::istreambuf_iterator<char>(f), {});

@@ -1,4 +1,4 @@
-// libFuzzer target: plan JSON (graph embedded, as `analyze --plan` writes it) -> plan_from_json -> verify_plan.
+// libFuzzer target: plan JSON (graph embedded, as `analyze --save-plan` writes it) -> plan_from_json -> verify_plan.
 #include <cstddef>
 #include <cstdint>
 

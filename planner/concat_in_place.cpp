@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "analysis/ops.hpp"
-#include "planner/assign.hpp"
 
 namespace memplan::planner {
 namespace {
@@ -15,7 +14,8 @@ bool eligible_input(const Graph& g, const analysis::Liveness& l, TensorId x) {
   if (x == analysis::kNoTensor || !l.in_arena[x]) return false;
   const analysis::Tensor& t = g.tensors[x];
   if (t.producer == analysis::kNoOp || t.is_graph_output || t.on_host || t.role != analysis::TensorRole::activation) return false;
-  if (t.bytes() == 0 || is_view_op(g.ops[t.producer])) return false;
+  if (t.bytes() == 0) return false;
+  if (const analysis::OpInfo* info = analysis::op_registry().find(g.ops[t.producer]); info && info->is_view()) return false;
   return analysis::rewritten_source(g, x) == analysis::kNoTensor;
 }
 

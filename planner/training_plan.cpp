@@ -12,8 +12,8 @@
 
 #include "analysis/liveness.hpp"
 #include "analysis/ops.hpp"
-#include "planner/remat_exact.hpp"
-#include "planner/remat_exact_segments.hpp"
+#include "planner/exact/remat_exact.hpp"
+#include "planner/exact/remat_exact_segments.hpp"
 #include "planner/remat_segments.hpp"
 #include "planner/step_time.hpp"
 #include "planner/swap.hpp"

@@ -8,7 +8,7 @@
 
 #include "analysis/ops.hpp"
 #include "planner/concat_in_place.hpp"
-#include "runtime_allocator/dropout_mask.hpp"
+#include "runtime_allocator/kernels/dropout_mask.hpp"
 #include "runtime_allocator/weights.hpp"
 
 namespace memplan::runtime {

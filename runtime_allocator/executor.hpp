@@ -11,9 +11,9 @@
 #include "planner/plan.hpp"
 #include "runtime_allocator/arena.hpp"
 #include "runtime_allocator/backend.hpp"
-#include "runtime_allocator/grad_sync.hpp"
+#include "runtime_allocator/collectives/grad_sync.hpp"
 #include "runtime_allocator/pool.hpp"
-#include "runtime_allocator/zero_shard.hpp"
+#include "runtime_allocator/collectives/zero_shard.hpp"
 
 namespace memplan::runtime {
 
@@ -30,7 +30,7 @@ struct ExecOptions {
   // profile of where a step's time goes, at the price of one synchronization per op.
   bool profile_ops = false;
   // Data parallel: the weight gradients reduced across ranks through the collectives, overlapped with the
-  // backward (runtime_allocator/grad_sync.hpp); none by default.
+  // backward (runtime_allocator/collectives/grad_sync.hpp); none by default.
   DataParallel data_parallel;
 };
 

@@ -1,16 +1,20 @@
 // A training loop that links memplan: a small model (tiny_gpt by default) trained with SGD on synthetic data, every activation and
 // gradient in one planned arena, under a memory budget met by checkpointing (recomputation).
-// Usage: build/sample_train_loop [samples/models/tiny_gpt.onnx] [steps]
+// The step is built and planned by the same entry point as `memplan plan --train` (planner/step.hpp): fused as the
+// command fuses, with the command's defaults, so its plan is the command's.
+// Usage: build/sample_train_loop [samples/models/tiny_gpt.onnx] [steps] [PLAN_JSON_OUT]
 #include <cstdio>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 
 #include "analysis/import.hpp"
 #include "analysis/shapes.hpp"
 #include "analysis/training.hpp"
-#include "planner/training_plan.hpp"
+#include "planner/plan_json.hpp"
+#include "planner/step.hpp"
 #include "runtime_allocator/executor.hpp"
 
 using namespace memplan;
@@ -21,23 +25,30 @@ int main(int argc, char** argv) {
   try {
     analysis::ImportOptions io;
     io.keep_weight_data = true;
-    analysis::TrainingOptions to;
-    to.optimizer = analysis::Optimizer::sgd;
-    to.learning_rate = 0.05;
-    const analysis::TrainingGraph tg =
-        analysis::build_training_graph(analysis::infer_shapes(analysis::import_onnx(model, io), {}), to);
+    planner::StepRequest req;
+    req.training.optimizer = analysis::Optimizer::sgd;
+    req.training.learning_rate = 0.05;
+    const analysis::Graph forward = analysis::infer_shapes(analysis::import_onnx(model, io), {});
+    const planner::TrainingStep step = planner::build_training_step(forward, req);
+    const analysis::TrainingGraph& tg = step.training;
 
-    // The budget: halfway between what keeping everything and the least-memory checkpointing need.
-    planner::TrainingPlanOptions po;
+    // The budget: halfway between what keeping everything and the least-memory checkpointing need, with the libraries'
+    // bytes beside the plan (the budget is the device's whole memory).
+    planner::TrainingPlanOptions po = step.options;
     po.strategy = "none";
     const auto keep_all = planner::plan_training(tg, po);
     po.strategy = "sqrt";
     const auto least = planner::plan_training(tg, po);
-    po.strategy = "optimal";
-    po.budget_bytes = (keep_all.peak_bytes + least.peak_bytes) / 2;
-    const auto r = planner::plan_training(tg, po);
+    req.plan.strategy = "optimal";
+    req.plan.budget_bytes = req.plan.library_bytes + (keep_all.peak_bytes + least.peak_bytes) / 2;
+    const planner::TrainingPlanResult r = planner::plan_training_step(forward, req).result;
+    if (argc > 3) {  // the plan as `memplan plan --save-plan` writes it (graph embedded)
+      std::ofstream out(argv[3]);
+      out << planner::plan_to_json(r.graph, r.plan, true).dump(1) << "\n";
+      if (!out) throw Error(ErrorKind::io, std::string("cannot write ") + argv[3]);
+    }
     std::printf("plan: strategy %s, budget %llu B, peak %llu B (keep-all %llu B), arena %llu B, %zu recomputed tensors\n",
-                r.strategy.c_str(), static_cast<unsigned long long>(*po.budget_bytes),
+                r.strategy.c_str(), static_cast<unsigned long long>(*req.plan.budget_bytes),
                 static_cast<unsigned long long>(r.peak_bytes), static_cast<unsigned long long>(keep_all.peak_bytes),
                 static_cast<unsigned long long>(r.activation_arena_bytes), r.recomputed_tensors);
 

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Include cycles between units of the C++ code: a unit is a .hpp with its .cpp (and a .cu/.cuh with its pair);
 unit A depends on unit B when a file of A includes B's header. Prints each strongly connected component of more
-than one unit (a cycle), per stage folder, and exits 1 when there is one (0 otherwise).
+than one unit (a cycle), per stage folder. Also checks the house's two other include rules (shared/ARCHITECTURE.md):
+dependencies point down the stages (analysis < planner < runtime_allocator < torch_allocator; viz and cli read
+everything, nothing includes cli), and the graph and the op registry include nothing above them. Exits 1 when any
+rule is broken (0 otherwise); ctest runs it (include_rules).
 
     python3 scripts/include_cycles.py [--stage analysis] [--quiet]
 """
@@ -72,6 +75,44 @@ def cycles(deps):
     return out
 
 
+# The ground floor: what the graph and the op registry may reach, transitively.
+GROUND = {
+    "analysis/graph": {"analysis/error", "analysis/float16"},
+    "analysis/op_kinds": {"analysis/error", "analysis/float16", "analysis/graph"},
+    "analysis/ops_detail": {"analysis/error", "analysis/float16", "analysis/graph", "analysis/op_kinds"},
+    "analysis/ops": {"analysis/error", "analysis/float16", "analysis/graph", "analysis/op_kinds", "analysis/ops_detail",
+                     "analysis/shape_rules"},
+}
+RANK = {"analysis": 0, "planner": 1, "runtime_allocator": 2, "torch_allocator": 3, "viz": 4, "cli": 5}
+
+
+def reach(deps, u):
+    seen, todo = set(), [u]
+    while todo:
+        for w in deps.get(todo.pop(), ()):
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+def rule_breaks(deps):
+    """Includes that point up the stages, and ground-floor units that reach above their allowance."""
+    out = []
+    for u, vs in sorted(deps.items()):
+        su = u.split("/")[0]
+        for v in sorted(vs):
+            sv = v.split("/")[0]
+            if sv == "cli" and su != "cli":
+                out.append(f"{u} includes {v}: nothing includes cli")
+            elif su not in ("viz", "cli") and RANK[sv] > RANK[su]:
+                out.append(f"{u} includes {v}: {su} may not reach up to {sv}")
+    for u, allowed in GROUND.items():
+        for v in sorted(reach(deps, u) - allowed):
+            out.append(f"{u} reaches {v}: the graph and the op registry include nothing above them")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--stage", choices=STAGES)
@@ -82,7 +123,10 @@ def main():
         if not a.quiet:
             print(f"cycle of {len(c)} units: {', '.join(c)}")
     print(f"{len(found)} include cycle(s), {sum(len(c) for c in found)} units in them")
-    return 1 if found else 0
+    breaks = [] if a.stage else rule_breaks(graph())
+    for b in breaks:
+        print(f"rule broken: {b}")
+    return 1 if found or breaks else 0
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@
 
 #include <cstdint>
 
-#include "runtime_allocator/cuda/attention.hpp"
-#include "runtime_allocator/dropout_mask.hpp"
+#include "runtime_allocator/cuda/attention_params.hpp"
+#include "runtime_allocator/kernels/dropout_mask.hpp"
 
 namespace memplan::runtime::cuda::attention_tile {
 

@@ -8,7 +8,7 @@
 #include "analysis/fused_ops.hpp"
 #include "runtime_allocator/cuda/attention.hpp"
 #include "runtime_allocator/cuda/cuda_state.hpp"
-#include "runtime_allocator/dropout_mask.hpp"
+#include "runtime_allocator/kernels/dropout_mask.hpp"
 
 namespace memplan::runtime::cuda {
 

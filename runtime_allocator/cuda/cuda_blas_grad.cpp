@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "runtime_allocator/cuda/cuda_state.hpp"
-#include "runtime_allocator/matmul_plan.hpp"
+#include "runtime_allocator/kernels/matmul_plan.hpp"
 
 namespace memplan::runtime::cuda {
 

@@ -2,7 +2,7 @@
 // Not), integer arithmetic (Add, Sub, Mul, Min, Max, Mod, BitwiseAnd/Or/Xor of int64/int32: float Add ... Max run as
 // generated elementwise kernels), Cast between float32, bf16, f16, int64, int32 and bool (between float dtypes a generated kernel runs it
 // first), and Sin/Cos (float32, bf16, f16). Semantics follow the CPU kernels
-// (runtime_allocator/kernels_elementwise.cpp).
+// (runtime_allocator/kernels/kernels_elementwise.cpp).
 #include "runtime_allocator/cuda/cuda_compare.hpp"
 
 #include <optional>

@@ -1,5 +1,5 @@
 // The CUDA executor's losses (domain memplan): cross-entropy over a class axis and the sum loss, with their
-// gradients (runtime_allocator/cuda/kernels_loss.cu). Semantics follow runtime_allocator/kernels_loss.cpp.
+// gradients (runtime_allocator/cuda/kernels_loss.cu). Semantics follow runtime_allocator/kernels/kernels_loss.cpp.
 #include "runtime_allocator/cuda/cuda_state.hpp"
 #include "runtime_allocator/cuda/kernels_loss.hpp"
 

@@ -2,7 +2,7 @@
 // (the CPU kernels' values bit for bit); kernels in kernels_pad_random.cu.
 #include "runtime_allocator/cuda/cuda_state.hpp"
 #include "runtime_allocator/cuda/kernels_pad_random.hpp"
-#include "runtime_allocator/random_uniform.hpp"
+#include "runtime_allocator/kernels/random_uniform.hpp"
 
 namespace memplan::runtime::cuda {
 

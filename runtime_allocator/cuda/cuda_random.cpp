@@ -3,7 +3,7 @@
 #include "runtime_allocator/cuda/cuda_state.hpp"
 #include "runtime_allocator/cuda/kernels_pad_random.hpp"
 #include "runtime_allocator/cuda/kernels_random.hpp"
-#include "runtime_allocator/random_uniform.hpp"
+#include "runtime_allocator/kernels/random_uniform.hpp"
 
 namespace memplan::runtime::cuda {
 

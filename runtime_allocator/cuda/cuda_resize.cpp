@@ -1,8 +1,8 @@
 // The CUDA executor's Resize, Upsample (nearest on any dtype, n-linear on float32) and memplan::ResizeGrad; the
-// geometry from runtime_allocator/resize_geometry.hpp, kernels in kernels_resize.cu.
+// geometry from runtime_allocator/kernels/resize_geometry.hpp, kernels in kernels_resize.cu.
 #include "runtime_allocator/cuda/cuda_state.hpp"
 #include "runtime_allocator/cuda/kernels_resize.hpp"
-#include "runtime_allocator/resize_geometry.hpp"
+#include "runtime_allocator/kernels/resize_geometry.hpp"
 
 namespace memplan::runtime::cuda {
 

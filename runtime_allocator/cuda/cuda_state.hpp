@@ -121,7 +121,7 @@ bool run_dnn_op(ExecState& s, const analysis::Op& op);
 bool run_training_op(ExecState& s, const analysis::Op& op);
 // MatMulGradA (dA = dY B^T) or MatMulGradB (dB = A^T dY) through cuBLAS, summed over broadcast batches.
 void run_matmul_grad(ExecState& s, const analysis::Op& op, bool grad_a);
-// memplan MatMulT through cuBLAS with op flags: runtime_allocator/matmul_plan.hpp's calls (cuda_blas_grad.cpp).
+// memplan MatMulT through cuBLAS with op flags: runtime_allocator/kernels/matmul_plan.hpp's calls (cuda_blas_grad.cpp).
 void run_matmul_t(ExecState& s, const analysis::Op& op);
 // ConvGradInput and ConvGradWeight through cuDNN (cuda_dnn.cpp); false when `op` is neither.
 bool run_dnn_grad_op(ExecState& s, const analysis::Op& op);

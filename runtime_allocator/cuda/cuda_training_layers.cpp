@@ -3,16 +3,16 @@
 // deterministic Dropout and its gradient, Where and its gradient with bool
 // conditions, IsNaN, Tile, Shape, ConstantOfShape, ReduceProd and
 // ReduceSumSquare (comparison, logic and Cast ops: cuda_compare.cpp). Semantics follow the CPU kernels
-// (runtime_allocator/kernels_*.cpp).
+// (runtime_allocator/kernels/kernels_*.cpp).
 #include <algorithm>
 #include <cstring>
 
-#include "runtime_allocator/cpu_kernels.hpp"
+#include "runtime_allocator/kernels/cpu_kernels.hpp"
 #include "runtime_allocator/cuda/cuda_compare.hpp"
 #include "runtime_allocator/cuda/cuda_state.hpp"
 #include "runtime_allocator/cuda/kernels_layers.hpp"
 #include "runtime_allocator/cuda/kernels_pad_random.hpp"
-#include "runtime_allocator/dropout_mask.hpp"
+#include "runtime_allocator/kernels/dropout_mask.hpp"
 
 namespace memplan::runtime::cuda {
 

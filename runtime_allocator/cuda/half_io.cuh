@@ -8,7 +8,7 @@
 
 #include <type_traits>
 
-#include "runtime_allocator/cuda/kernels.hpp"
+#include "runtime_allocator/cuda/float_storage.hpp"
 
 namespace memplan::runtime::cuda {
 

@@ -5,13 +5,12 @@
 
 #include <cstdint>
 
+#include "runtime_allocator/cuda/float_storage.hpp"
+
 namespace memplan::runtime::cuda {
 
 inline constexpr int kMaxRank = 8;
 
-// The storage of a float tensor that a hand-written kernel reads or writes: float32, or bf16/f16 widened to float32 as
-// it loads and rounded to nearest even as it stores (half_io.cuh); the arithmetic is float32 either way.
-enum class FloatStorage : std::uint8_t { f32, bf16, f16 };
 
 // Copies a `dims`-shaped region element by element: dst[sum i_k*dst_strides[k]] = src[sum i_k*src_strides[k]].
 // Covers transpose, slice, split, concat (one copy per part), expand and broadcasting (stride 0).

@@ -1,6 +1,6 @@
 // CUDA kernels of the ONNX comparison, logic, integer arithmetic, Cast and Sin/Cos ops that the
 // generated float elementwise kernels do not cover. Semantics follow the CPU kernels
-// (runtime_allocator/kernels_elementwise.cpp): numpy broadcasting of two operands over the output.
+// (runtime_allocator/kernels/kernels_elementwise.cpp): numpy broadcasting of two operands over the output.
 #pragma once
 
 #include <cuda_runtime.h>

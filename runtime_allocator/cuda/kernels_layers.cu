@@ -7,7 +7,7 @@
 #include "runtime_allocator/cuda/half_io.cuh"
 #include "runtime_allocator/cuda/cuda_context.hpp"
 #include "runtime_allocator/cuda/kernels_layers.hpp"
-#include "runtime_allocator/dropout_mask.hpp"
+#include "runtime_allocator/kernels/dropout_mask.hpp"
 
 namespace memplan::runtime::cuda {
 

@@ -2,7 +2,7 @@
 // cover: BatchNorm in training mode and its gradient, the AveragePool, Gather
 // gradients, deterministic Dropout, Where/IsNaN, Tile, fills and serial
 // reductions. Semantics and float32 formulas follow the CPU kernels
-// (runtime_allocator/kernels_*.cpp).
+// (runtime_allocator/kernels/kernels_*.cpp).
 #pragma once
 
 #include <cuda_runtime.h>

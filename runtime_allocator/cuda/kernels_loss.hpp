@@ -1,12 +1,12 @@
 // Hand-written CUDA kernels of the losses: cross-entropy over a class axis (float32, bfloat16 or float16 logits,
-// float32 compute) and the sum loss. Semantics follow the CPU kernels (runtime_allocator/kernels_loss.cpp).
+// float32 compute) and the sum loss. Semantics follow the CPU kernels (runtime_allocator/kernels/kernels_loss.cpp).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "runtime_allocator/class_rows.hpp"
+#include "runtime_allocator/kernels/class_rows.hpp"
 
 namespace memplan::runtime::cuda {
 

@@ -1,5 +1,5 @@
 // CUDA kernels of memplan's RMSNormalization and RMSNormGrad over rows [rows, n] (fp32; semantics in
-// analysis/fused_ops.hpp, as the CPU kernels in runtime_allocator/kernels_norms.cpp).
+// analysis/fused_ops.hpp, as the CPU kernels in runtime_allocator/kernels/kernels_norms.cpp).
 #pragma once
 
 #include <cuda_runtime.h>

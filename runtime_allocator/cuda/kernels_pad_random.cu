@@ -2,7 +2,7 @@
 #include "runtime_allocator/cuda/block_reduce.cuh"
 #include "runtime_allocator/cuda/cuda_context.hpp"
 #include "runtime_allocator/cuda/kernels_pad_random.hpp"
-#include "runtime_allocator/random_uniform.hpp"
+#include "runtime_allocator/kernels/random_uniform.hpp"
 
 namespace memplan::runtime::cuda {
 

@@ -1,5 +1,5 @@
-// CUDA kernels of Pad, CumSum (runtime_allocator/pad_index.hpp's index map, every mode) and RandomUniformLike
-// (runtime_allocator/random_uniform.hpp's draws, bit-identical to the CPU kernels), and the ops running them
+// CUDA kernels of Pad, CumSum (runtime_allocator/kernels/pad_index.hpp's index map, every mode) and RandomUniformLike
+// (runtime_allocator/kernels/random_uniform.hpp's draws, bit-identical to the CPU kernels), and the ops running them
 // (cuda_pad_random.cpp).
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "runtime_allocator/cuda/kernels.hpp"
-#include "runtime_allocator/pad_index.hpp"
+#include "runtime_allocator/kernels/pad_index.hpp"
 
 namespace memplan::runtime::cuda {
 

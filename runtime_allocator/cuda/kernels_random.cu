@@ -2,7 +2,7 @@
 #include "runtime_allocator/cuda/block_reduce.cuh"
 #include "runtime_allocator/cuda/cuda_context.hpp"
 #include "runtime_allocator/cuda/kernels_random.hpp"
-#include "runtime_allocator/random_normal.hpp"
+#include "runtime_allocator/kernels/random_normal.hpp"
 
 namespace memplan::runtime::cuda {
 

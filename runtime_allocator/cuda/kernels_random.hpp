@@ -1,4 +1,4 @@
-// CUDA kernels of RandomNormal(Like), RandomUniform and Bernoulli (runtime_allocator/random_normal.hpp's draws,
+// CUDA kernels of RandomNormal(Like), RandomUniform and Bernoulli (runtime_allocator/kernels/random_normal.hpp's draws,
 // bit-identical to the CPU kernels), and the ops running them (cuda_random.cpp).
 #pragma once
 

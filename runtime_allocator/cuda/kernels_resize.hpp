@@ -1,4 +1,4 @@
-// CUDA kernels of Resize/Upsample and memplan::ResizeGrad (runtime_allocator/resize_index.hpp's index map, as the CPU
+// CUDA kernels of Resize/Upsample and memplan::ResizeGrad (runtime_allocator/kernels/resize_index.hpp's index map, as the CPU
 // kernels compute it), and the ops running them (cuda_resize.cpp).
 #pragma once
 
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime_allocator/resize_index.hpp"
+#include "runtime_allocator/kernels/resize_index.hpp"
 
 namespace memplan::runtime::cuda {
 

@@ -1,4 +1,4 @@
-// CUDA kernels of GatherND, ScatterND and ScatterElements (runtime_allocator/kernels_scatter.cpp's semantics; an index
+// CUDA kernels of GatherND, ScatterND and ScatterElements (runtime_allocator/kernels/kernels_scatter.cpp's semantics; an index
 // out of range is skipped, or gathers zeros, where the CPU kernels raise), and the ops running them (cuda_scatter.cpp).
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "runtime_allocator/cuda/kernels.hpp"
-#include "runtime_allocator/scatter_reduction.hpp"
+#include "runtime_allocator/kernels/scatter_reduction.hpp"
 
 namespace memplan::runtime::cuda {
 

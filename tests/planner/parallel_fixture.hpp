@@ -1,7 +1,7 @@
 // Per-rank plans of the generated transformers with a short exact packing (tests stay fast).
 #pragma once
 
-#include "planner/parallel.hpp"
+#include "planner/parallel/parallel.hpp"
 #include "tests/planner/transformer_fixture.hpp"
 
 namespace memplan::planner {

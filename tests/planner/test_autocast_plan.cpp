@@ -6,7 +6,7 @@
 #include "analysis/import.hpp"
 #include "analysis/shapes.hpp"
 #include "analysis/training.hpp"
-#include "planner/eager_model.hpp"
+#include "planner/pytorch/eager_model.hpp"
 #include "planner/fusion.hpp"
 #include "planner/training_plan.hpp"
 

@@ -7,7 +7,7 @@
 #include "analysis/ops.hpp"
 #include "analysis/shapes.hpp"
 #include "analysis/training.hpp"
-#include "planner/eager_model.hpp"
+#include "planner/pytorch/eager_model.hpp"
 #include "planner/training_plan.hpp"
 #include "tests/runtime_allocator/op_graph.hpp"
 

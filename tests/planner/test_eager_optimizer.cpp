@@ -2,7 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "analysis/training.hpp"
-#include "planner/eager_model.hpp"
+#include "planner/pytorch/eager_model.hpp"
 #include "planner/training_plan.hpp"
 #include "tests/analysis/test_training_fixture.hpp"
 

@@ -6,7 +6,7 @@
 
 #include "analysis/training.hpp"
 #include "attention_fixtures.hpp"
-#include "planner/eager_model.hpp"
+#include "planner/pytorch/eager_model.hpp"
 #include "planner/fusion.hpp"
 #include "planner/training_plan.hpp"
 

@@ -1,11 +1,11 @@
-// fit --gpus: the fewest GPUs whose layout fits, verified rank plans, monotone in the budget, lower bounds, microbatch ladders.
+// fit --max-gpus: the fewest GPUs whose layout fits, verified rank plans, monotone in the budget, lower bounds, microbatch ladders.
 #include <doctest/doctest.h>
 
 #include <array>
 #include <map>
 #include <vector>
 
-#include "planner/parallel_fit.hpp"
+#include "planner/parallel/parallel_fit.hpp"
 #include "planner/verify.hpp"
 #include "tests/planner/transformer_fixture.hpp"
 
@@ -65,7 +65,7 @@ const LayoutSearchResult& search_at(double share) {
 
 int chosen_gpus(const LayoutSearchResult& r) { return r.chosen ? r.candidates[*r.chosen].layout.gpus : 0; }
 
-TEST_CASE("fit --gpus picks the fewest GPUs with a fitting layout, and the fastest fitting layout of that count") {
+TEST_CASE("fit --max-gpus picks the fewest GPUs with a fitting layout, and the fastest fitting layout of that count") {
   const LayoutSearchResult& r = search_at(0.75);  // below what one GPU reaches: sharding must help
   REQUIRE(r.chosen);
   const LayoutCandidate& c = r.candidates[*r.chosen];

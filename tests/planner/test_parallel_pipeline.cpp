@@ -1,7 +1,7 @@
 // Pipeline rank plans: balanced cuts at layer boundaries, in-flight microbatches, Megatron's activation formula.
 #include <doctest/doctest.h>
 
-#include "planner/parallel.hpp"
+#include "planner/parallel/parallel.hpp"
 #include "tests/planner/parallel_fixture.hpp"
 
 namespace memplan::planner {

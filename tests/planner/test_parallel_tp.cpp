@@ -5,7 +5,7 @@
 
 #include "analysis/ops.hpp"
 #include "planner/fusion.hpp"
-#include "planner/parallel.hpp"
+#include "planner/parallel/parallel.hpp"
 #include "tests/planner/parallel_fixture.hpp"
 
 namespace memplan::planner {

@@ -2,7 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "analysis/ops.hpp"
-#include "planner/parallel.hpp"
+#include "planner/parallel/parallel.hpp"
 #include "tests/planner/transformer_fixture.hpp"
 
 namespace memplan::planner {

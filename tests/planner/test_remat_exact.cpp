@@ -8,7 +8,7 @@
 #include "analysis/import.hpp"
 #include "analysis/shapes.hpp"
 #include "analysis/training.hpp"
-#include "planner/remat_exact.hpp"
+#include "planner/exact/remat_exact.hpp"
 #include "planner/training_plan.hpp"
 #include "tests/planner/random_stages.hpp"
 

@@ -11,7 +11,7 @@
 #include "analysis/liveness.hpp"
 #include "analysis/shapes.hpp"
 #include "analysis/training.hpp"
-#include "planner/remat_exact.hpp"
+#include "planner/exact/remat_exact.hpp"
 #include "planner/training_plan.hpp"
 #include "runtime_allocator/executor.hpp"
 #include "tests/runtime_allocator/op_graph.hpp"

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <random>
 
-#include "planner/remat_exact_segments.hpp"
+#include "planner/exact/remat_exact_segments.hpp"
 #include "tests/planner/random_stages.hpp"
 
 using namespace memplan;

@@ -22,7 +22,7 @@ from viz_testlib import check, cli_args, failures, run
 # pytorch_peak_bytes of the CNN training exports (strategy none, optimizer sgd), as `eager_peak_bytes` gave
 # them before fusion was part of planning (commit 7d6cee6: 256635584 and 334243165), plus the storage that
 # PyTorch's 0-dim mse_loss keeps at the output's size from the loss to the end of the step
-# (planner/eager_model.hpp): [8,1000] and [4,1000] float32, 32000 and 16000 -> 16128 bytes aligned.
+# (planner/pytorch/eager_model.hpp): [8,1000] and [4,1000] float32, 32000 and 16000 -> 16128 bytes aligned.
 CNN_EAGER_PEAKS = [
     ("resnet18.train.onnx", ["--dim", "batch=8"], 256667584),
     ("mobilenet_v2.train.onnx", ["--dim", "batch=4"], 334259293),
@@ -83,8 +83,8 @@ def bert_checks(memplan, samples, tmp):
         print("skip bert_small: sample missing")
         return
     fused_plan, plain_plan = os.path.join(tmp, "bert.fused.json"), os.path.join(tmp, "bert.plain.json")
-    fused = run_json(memplan, "plan", model, "--train", *BERT, "--plan", fused_plan)
-    plain = run_json(memplan, "plan", model, "--train", *BERT, "--no-fuse", "--plan", plain_plan)
+    fused = run_json(memplan, "plan", model, "--train", *BERT, "--save-plan", fused_plan)
+    plain = run_json(memplan, "plan", model, "--train", *BERT, "--no-fuse", "--save-plan", plain_plan)
     for j, name in ((fused, "bert fused"), (plain, "bert --no-fuse")):
         check(j["plan_valid"] is True, f"{name}: plan not valid")
         check(isinstance(j.get("pytorch_peak_bytes"), int) and j["pytorch_peak_bytes"] > 0, f"{name}: pytorch_peak_bytes missing")
@@ -173,7 +173,7 @@ def command_checks(memplan, samples, tmp):
     check("off (--no-fuse)" in out, "viz --no-fuse: fusion not reported off")
     # A saved plan of the fused graph does not fit the unfused model, and says so.
     plan = os.path.join(tmp, "cnn.plan.json")
-    run(memplan, "analyze", cnn, "--plan", plan)
+    run(memplan, "analyze", cnn, "--save-plan", plan)
     with open(plan) as fh:
         doc = json.load(fh)
     if doc.get("fused_groups") and os.path.exists(inp):

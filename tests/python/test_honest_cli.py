@@ -271,7 +271,7 @@ def test_recompute_swap_lists(memplan, samples, models, tmp):
         path = os.path.join(samples, "models", model)
         args = [path, "--train", "--dim", "batch=8" if strategy == "optimal" else "batch=4", "--budget", budget, "--strategy", strategy]
         plan_file = os.path.join(tmp, key + ".plan.json")
-        j = json.loads(run(memplan, "plan", *args, "--json", "--plan", plan_file))
+        j = json.loads(run(memplan, "plan", *args, "--json", "--save-plan", plan_file))
         with open(plan_file) as f:
             g = json.load(f)["graph"]
         ops = {o["name"]: o["type"] for o in g["ops"]}

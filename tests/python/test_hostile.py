@@ -286,7 +286,7 @@ def plan_reader_args(memplan, cmd, model_path, plan_path, out_dir):
 
 
 def plan_cases(r, samples):
-    # Plans are written by `analyze --plan` (graph embedded); every command that reads one gets hostile plans.
+    # Plans are written by `analyze --save-plan` (graph embedded); every command that reads one gets hostile plans.
     help_text = commands(r.memplan)
     readers = []
     for cmd in ("run", "viz", "trace"):  # graph reads plans through the same loader as viz and trace
@@ -305,8 +305,8 @@ def plan_cases(r, samples):
         f.write(model([helper.make_node("Sigmoid", ["x"], ["y"], name="sig")], [vi("x", [8, 8])], [vi("y", None)]))
     plan_a, plan_b = os.path.join(d, "a.plan.json"), os.path.join(d, "b.plan.json")
     for m, p in ((a, plan_a), (b, plan_b)):
-        rc, err, secs = r.run(["analyze", m, "--plan", p, "--no-fuse"])
-        r.check("analyze --plan writes a plan", rc, err, {OK}, [], secs)
+        rc, err, secs = r.run(["analyze", m, "--save-plan", p, "--no-fuse"])
+        r.check("analyze --save-plan writes a plan", rc, err, {OK}, [], secs)
         if rc != 0 or not os.path.exists(p):
             return
     if not readers:

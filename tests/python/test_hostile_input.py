@@ -188,7 +188,7 @@ def control_char_cases(r):
         r.report("control characters in an error message", ["ESC reaches stderr"], err)
     raw = os.path.join(d.encode(), b"\xff\xfe.onnx")  # a path that is not UTF-8 reaches the JSON writer
     shutil.copy(m, raw)
-    for extra in (["--json"], ["--plan", os.path.join(d.encode(), b"p.json")]):
+    for extra in (["--json"], ["--save-plan", os.path.join(d.encode(), b"p.json")]):
         p = subprocess.run([r.memplan.encode(), b"analyze", raw] + [x if isinstance(x, bytes) else x.encode() for x in extra],
                            capture_output=True)
         r.check("model path not UTF-8, analyze %s" % extra[0], p.returncode, p.stderr.decode("utf-8", "replace"), {OK}, [], 0.0)
@@ -220,8 +220,8 @@ def output_cases(r):
         r.check("run whose second output is /dev/full", rc, err, {IO}, ["/dev/full"], secs)
         if listing():
             r.report("run failing on a full device writes none", ["left %s" % listing()], err)
-        rc, err, secs = r.run(["analyze", m, "--plan", "/dev/full"])
-        r.check("analyze --plan /dev/full", rc, err, {IO}, ["/dev/full"], secs)
+        rc, err, secs = r.run(["analyze", m, "--save-plan", "/dev/full"])
+        r.check("analyze --save-plan /dev/full", rc, err, {IO}, ["/dev/full"], secs)
         with open("/dev/full", "w") as full:
             p = subprocess.run([r.memplan, "analyze", m, "--json"], stdout=full, stderr=subprocess.PIPE)
         r.check("analyze --json > /dev/full", p.returncode, p.stderr.decode(), {IO}, ["standard output"], 0.0)
@@ -271,8 +271,8 @@ def plan_number_cases(r):
     open(m, "wb").write(model([helper.make_node("Relu", ["x"], ["h"], name="relu"), helper.make_node("Sigmoid", ["h"], ["y"], name="sig")],
                               [vi("x", [2, 64])], [vi("y", None)]))
     plan = os.path.join(d, "a.plan.json")
-    rc, err, secs = r.run(["analyze", m, "--plan", plan, "--no-fuse"])
-    r.check("analyze --plan writes a plan", rc, err, {OK}, [], secs)
+    rc, err, secs = r.run(["analyze", m, "--save-plan", plan, "--no-fuse"])
+    r.check("analyze --save-plan writes a plan", rc, err, {OK}, [], secs)
     if rc != 0:
         return
     doc = json.load(open(plan))

@@ -1,5 +1,5 @@
 # Cross-entropy against ONNX Runtime's SoftmaxCrossEntropyLoss: `memplan run` of the ONNX op (the CPU kernel
-# shared with memplan's CrossEntropyLoss, runtime_allocator/kernels_loss.cpp) on classification [N, C],
+# shared with memplan's CrossEntropyLoss, runtime_allocator/kernels/kernels_loss.cpp) on classification [N, C],
 # segmentation [N, C, H, W] and language-model [B*S, V] scores, with ignored labels (-100); loss and log_prob.
 import argparse
 import os

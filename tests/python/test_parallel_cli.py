@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Drives `memplan fit --gpus`, `plan --gpus --plan` and `viz` per rank on a tiny GPT-2-style model with a symbolic
+"""Drives `memplan fit --max-gpus`, `plan --gpus --save-plan` and `viz` per rank on a tiny GPT-2-style model with a symbolic
 batch (written by bench/multi_gpu_plans.py's builder): the chosen GPU count is the least with a fitting candidate,
 fitting candidates' plans are valid and within the budget, the chosen layout is the fastest fitting one of its count,
 a tighter budget never takes fewer GPUs, nothing fitting exits 9 naming the least peak, and a rank-plans file draws
@@ -25,7 +25,7 @@ def memplan(exe, *args):
 
 
 def fit(exe, model, budget, gpus):
-    r = memplan(exe, "fit", model, "--train", "--dim", "batch=8", "--optimizer", "adam", "--loss", "ce", "--gpus", str(gpus),
+    r = memplan(exe, "fit", model, "--train", "--dim", "batch=8", "--optimizer", "adam", "--loss", "ce", "--max-gpus", str(gpus),
                 "--budget", budget, "--json", *FAST)
     return r.returncode, (json.loads(r.stdout) if r.stdout.strip() else None), r.stderr
 
@@ -63,17 +63,17 @@ def fit_checks(exe, model):
     check(j is not None and j["chosen"] is None and not j["fits"] and j["least"]["peak_bytes"] > 1 << 20, "JSON: no choice, the least candidate")
 
     # Usage errors exit 2.
-    r = memplan(exe, "fit", model, "--train", "--dim", "batch=8", "--gpus", "2", "--budget", "2MiB", "--microbatches", "2")
-    check(r.returncode == 2, f"--microbatches with --gpus: exit {r.returncode}")
-    r = memplan(exe, "fit", model, "--train", "--gpus", "2", "--budget", "2MiB")
+    r = memplan(exe, "fit", model, "--train", "--dim", "batch=8", "--max-gpus", "2", "--budget", "2MiB", "--microbatches", "2")
+    check(r.returncode == 2, f"--microbatches with --max-gpus: exit {r.returncode}")
+    r = memplan(exe, "fit", model, "--train", "--max-gpus", "2", "--budget", "2MiB")
     check(r.returncode == 2 and "samples per step" in r.stderr, f"no global batch: exit {r.returncode} {r.stderr.strip()}")
 
 
 def rank_viz_checks(exe, model, tmp):
     plans = os.path.join(tmp, "ranks.json")
     r = memplan(exe, "plan", model, "--train", "--dim", "batch=2", "--loss", "ce", "--gpus", "4", "--tp", "2", "--pp", "2", "--microbatches", "2",
-                "--plan", plans, *FAST)
-    check(r.returncode == 0, f"plan --gpus --plan: {r.stderr.strip()}")
+                "--save-plan", plans, *FAST)
+    check(r.returncode == 0, f"plan --gpus --save-plan: {r.stderr.strip()}")
     role_lines = [l for l in r.stdout.splitlines() if l.startswith("rank role:")]
     check(len(role_lines) == 2 and all("tp ranks 0-1 of 2" in l and "data parallel" not in l for l in role_lines),
           f"tensor-parallel roles are named as such: {role_lines}")

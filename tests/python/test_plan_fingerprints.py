@@ -1,6 +1,6 @@
 """Plans are byte-identical to the checked-in fingerprints: a refactor that changes no behaviour changes no plan.
 
-Each case runs `memplan analyze|plan ... --plan FILE` on a sample model and hashes the written plan (SHA-256 of
+Each case runs `memplan analyze|plan ... --save-plan FILE` on a sample model and hashes the written plan (SHA-256 of
 its bytes). Every case runs twice: with --no-fuse (the graph as imported; these fingerprints predate fusion
 in planning and must not move when only fusion changes) and with default fusion. samples/plan_fingerprints.txt
 holds one line per run: `<sha256> <case name> [--no-fuse]` or `<sha256> <case name> [fused]`. A change that is
@@ -51,7 +51,7 @@ MODES = [("--no-fuse", ["--no-fuse"]), ("fused", [])]
 
 def fingerprint(memplan, samples, args, tmp):
     out = os.path.join(tmp, "plan.json")
-    cmd = [memplan, args[0], os.path.join(samples, "models", args[1])] + args[2:] + ["--plan", out]
+    cmd = [memplan, args[0], os.path.join(samples, "models", args[1])] + args[2:] + ["--save-plan", out]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"FAIL: {' '.join(cmd)} exited {r.returncode}: {r.stderr.strip()}")

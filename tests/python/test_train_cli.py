@@ -1,4 +1,4 @@
-# `memplan train` on the CPU: a data-parallel run through the host stand-in of the collectives (--dp-world 1) is the
+# `memplan train` on the CPU: a data-parallel run through the host stand-in of the collectives (--gpus 1) is the
 # plain run, loss for loss and gradient for gradient (the reductions are wired and change nothing in a world of one);
 # --save-grads writes the gradients it reports; --zero 1/2 in a world of one is the plain run too; the launch's usage
 # errors.
@@ -36,11 +36,11 @@ def main():
 
     rc, plain = train(a.memplan, mlp, "--steps", "3")
     check(rc == 0, f"plain run: {plain}")
-    rc, dp = train(a.memplan, mlp, "--steps", "3", "--dp-world", "1", "--dp-rank", "0")
-    check(rc == 0, f"--dp-world 1: {dp}")
+    rc, dp = train(a.memplan, mlp, "--steps", "3", "--gpus", "1", "--rank", "0")
+    check(rc == 0, f"--gpus 1: {dp}")
     if isinstance(plain, dict) and isinstance(dp, dict):
         check(dp["data_parallel"] and dp["collectives"] == "local", "the host collectives are used")
-        check(plain["reduce_calls"] == 0 and dp["reduce_calls"] >= 1, "reductions only with --dp-world")
+        check(plain["reduce_calls"] == 0 and dp["reduce_calls"] >= 1, "reductions only with --gpus")
         check(dp["reduced_bytes"] > 0 and plain["reduced_bytes"] == 0, "gradient bytes reduced")
         check(plain["losses"] == dp["losses"], f"losses {plain['losses']} vs {dp['losses']}")
         check(plain["gradient_norms"] == dp["gradient_norms"], "first-step gradients equal")
@@ -52,7 +52,7 @@ def main():
         rc, ref = train(a.memplan, mlp, "--steps", "3", "--optimizer", opt)
         check(rc == 0, f"{opt}: {ref}")
         for stage in ("1", "2"):
-            rc, z = train(a.memplan, mlp, "--steps", "3", "--optimizer", opt, "--dp-world", "1", "--zero", stage)
+            rc, z = train(a.memplan, mlp, "--steps", "3", "--optimizer", opt, "--gpus", "1", "--zero", stage)
             check(rc == 0, f"--zero {stage} {opt}: {z}")
             if isinstance(ref, dict) and isinstance(z, dict):
                 check(z["losses"] == ref["losses"], f"--zero {stage} {opt}: losses {z['losses']} vs {ref['losses']}")
@@ -69,7 +69,7 @@ def main():
 
     # Gradients written by --save-grads are the executor's, one file per weight.
     with tempfile.TemporaryDirectory() as tmp:
-        rc, out = train(a.memplan, mlp, "--steps", "1", "--dp-world", "1", "--save-grads", tmp)
+        rc, out = train(a.memplan, mlp, "--steps", "1", "--gpus", "1", "--save-grads", tmp)
         check(rc == 0, f"--save-grads: {out}")
         files = sorted(f for f in os.listdir(tmp) if f.startswith("grad_"))
         check(len(files) == len(out["gradient_norms"]) if isinstance(out, dict) else False, "one file per gradient")
@@ -79,19 +79,19 @@ def main():
                   "the saved gradient has the reported norm")
 
     # Launch errors are usage errors (exit 2) with a message naming the option.
-    for args, needle in [(["--dp-world", "2"], "--dp-id"),
-                         (["--dp-world", "2", "--dp-id", "/nonexistent/id"], "--backend cpu"),
-                         (["--dp-world", "2", "--dp-rank", "2", "--dp-id", "x"], "--dp-rank"),
-                         (["--dp-world", "1", "--microbatches", "2"], "--microbatches"),
+    for args, needle in [(["--gpus", "2"], "--nccl-id-file"),
+                         (["--gpus", "2", "--nccl-id-file", "/nonexistent/id"], "--backend cpu"),
+                         (["--gpus", "2", "--rank", "2", "--nccl-id-file", "x"], "--rank"),
+                         (["--gpus", "1", "--microbatches", "2"], "--microbatches"),
                          (["--steps", "0"], "--steps"),
-                         (["--zero", "1"], "--dp-world"),
-                         (["--dp-world", "1", "--zero", "4"], "--zero 4"),
-                         (["--dp-world", "1", "--zero", "1", "--save-grads", "/tmp/x"], "--save-grads")]:
+                         (["--zero", "1"], "--gpus"),
+                         (["--gpus", "1", "--zero", "4"], "--zero 4"),
+                         (["--gpus", "1", "--zero", "1", "--save-grads", "/tmp/x"], "--save-grads")]:
         rc, err = train(a.memplan, mlp, *args)
         check(rc == 2 and needle in str(err), f"{args}: exit {rc}, {err}")
     # ZeRO-3 and a step without an optimizer update are not run (unsupported: exit 5).
-    for args, needle in [(["--dp-world", "1", "--zero", "3"], "stage 3"),
-                         (["--dp-world", "1", "--zero", "1", "--optimizer", "none"], "optimizer")]:
+    for args, needle in [(["--gpus", "1", "--zero", "3"], "stage 3"),
+                         (["--gpus", "1", "--zero", "1", "--optimizer", "none"], "optimizer")]:
         rc, err = train(a.memplan, mlp, *args)
         check(rc == 5 and needle in str(err), f"{args}: exit {rc}, {err}")
     print("ok" if not failures else f"{len(failures)} failure(s)")

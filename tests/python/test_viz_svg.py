@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Drives `memplan viz` and `memplan graph` on sample models and checks the SVGs as XML against the plans.
 
-For each model: the plan `memplan analyze --plan` writes is drawn with `memplan viz --plan` and planned
+For each model: the plan `memplan analyze --save-plan` writes is drawn with `memplan viz --plan` and planned
 afresh by `memplan viz`; both SVGs must parse, hold one rectangle per buffer whose data attributes match
 the plan, never draw two buffers live at one step on top of each other, and label the live peak with the op
 that the plan (recomputed here from its buffers) peaks at, its name whole or cut to a tail no other op has. Training timelines are checked against the
@@ -99,7 +99,7 @@ def inference_checks(memplan, samples, tmp):
     for m in INFERENCE_MODELS:
         model = os.path.join(samples, "models", m)
         plan_file = os.path.join(tmp, m + ".plan.json")
-        run(memplan, "analyze", model, "--plan", plan_file)
+        run(memplan, "analyze", model, "--save-plan", plan_file)
         with open(plan_file) as f:
             plan = json.load(f)
         for how, extra in (("fresh", []), ("from --plan", ["--plan", plan_file])):
@@ -155,7 +155,7 @@ def graph_checks(memplan, samples, tmp):
     for m in ["tiny_cnn.onnx", "resnet50.onnx"]:
         model = os.path.join(samples, "models", m)
         plan_file = os.path.join(tmp, m + ".g.plan.json")
-        run(memplan, "analyze", model, "--plan", plan_file)
+        run(memplan, "analyze", model, "--save-plan", plan_file)
         with open(plan_file) as f:
             ops = len(json.load(f)["schedule"])
         for collapse in ([], ["--collapse"]):

@@ -58,7 +58,7 @@ def main():
         for m in MODELS:
             model = os.path.join(a.samples, "models", m)
             plan_file, trace_file = os.path.join(tmp, m + ".plan.json"), os.path.join(tmp, m + ".trace.json")
-            run(a.memplan, "analyze", model, "--plan", plan_file)
+            run(a.memplan, "analyze", model, "--save-plan", plan_file)
             run(a.memplan, "trace", model, "--plan", plan_file, "-o", trace_file)
             with open(plan_file) as f:
                 plan = json.load(f)

@@ -295,7 +295,7 @@ inline const std::vector<Example>& examples() {
     const ExampleInput probs{{2, 3}, DType::f32, Fill::distinct, false, std::vector<double>{0.1, 0.5, 0.9, 0.0, 1.0, 0.3}};
     v.push_back({"", "Bernoulli", {probs}, {{}}, A{{"seed", i(2)}}});
     v.push_back({"", "Bernoulli", {probs}, {{{}, DType::boolean}}, A{{"dtype", i(9)}}});
-    // ONNX ops of the backend suites (runtime_allocator/kernels_onnx_legacy.cpp): forward kernels only.
+    // ONNX ops of the backend suites (runtime_allocator/kernels/kernels_onnx_legacy.cpp): forward kernels only.
     v.push_back({"", "LRN", {x({2, 5, 2, 2})}, {{}}, A{{"size", i(3)}, {"alpha", f(1e-3)}, {"beta", f(0.75)}, {"bias", f(1.0)}}});
     v.push_back({"", "InstanceNormalization", {x({2, 3, 2, 2}), x({3}), x({3})}, {{}}, A{{"epsilon", f(1e-5)}}});
     return v;

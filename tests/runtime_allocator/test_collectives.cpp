@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime_allocator/collectives.hpp"
+#include "runtime_allocator/collectives/collectives.hpp"
 
 using namespace memplan;
 using namespace memplan::runtime;

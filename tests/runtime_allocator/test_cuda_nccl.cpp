@@ -1,5 +1,5 @@
 // GPU tests of data-parallel training through NCCL: a one-rank communicator changes no bit of a training step (with
-// ZeRO-1/2 neither), and two processes (one GPU each, `memplan train --dp-world 2`) average to the single-GPU
+// ZeRO-1/2 neither), and two processes (one GPU each, `memplan train --gpus 2`) average to the single-GPU
 // gradients of the combined batch, and train with ZeRO-1 as with the all-reduce. Exit 77 (skipped) without a device
 // or without a loadable libnccl.so.2; the two-process cases also without two GPUs.
 #include <doctest/doctest.h>
@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime_allocator/cuda/cuda_backend.hpp"
-#include "runtime_allocator/cuda/nccl_collectives.hpp"
+#include "runtime_allocator/collectives/nccl_collectives.hpp"
 #include "runtime_allocator/executor.hpp"
 #include "runtime_allocator/npy.hpp"
 #include "tests/runtime_allocator/cuda_compare.hpp"
@@ -196,9 +196,9 @@ TEST_CASE("two processes with ZeRO-1 (one GPU each) train as the all-reduce pair
   const auto dir = fresh_dir("memplan_zero_");
   auto pair = [&](const std::string& zero) {
     const std::string common = " train " + model + " --backend cuda --no-dropout --loss ce --optimizer adam --steps 3 --json "
-                               "--dim seq=64 --dim batch=2 --dp-world 2 --zero " + zero + " --dp-id " + (dir / ("id" + zero)).string();
-    const std::string run = "(" + cli + common + " --dp-rank 0 --device 0 > " + (dir / ("z" + zero + "r0.json")).string() + " & " +
-                            cli + common + " --dp-rank 1 --device 1 > " + (dir / ("z" + zero + "r1.json")).string() +
+                               "--dim seq=64 --dim batch=2 --gpus 2 --zero " + zero + " --nccl-id-file " + (dir / ("id" + zero)).string();
+    const std::string run = "(" + cli + common + " --rank 0 --device 0 > " + (dir / ("z" + zero + "r0.json")).string() + " & " +
+                            cli + common + " --rank 1 --device 1 > " + (dir / ("z" + zero + "r1.json")).string() +
                             "; r1=$?; wait $!; r0=$?; test $r0 -eq 0 -a $r1 -eq 0)";
     REQUIRE(std::system(("bash -c '" + run + "'").c_str()) == 0);
   };
@@ -229,9 +229,9 @@ TEST_CASE("two processes with one GPU each average to the single-GPU gradients o
       " train " + model + " --backend cuda --no-dropout --loss ce --optimizer adam --steps 2 --json --dim seq=64";
   const std::string one =
       cli + common + " --dim batch=4 --save-grads " + (dir / "one").string() + " > " + (dir / "one.json").string();
-  const std::string two = "(" + cli + common + " --dim batch=2 --dp-world 2 --dp-rank 0 --device 0 --dp-id " +
+  const std::string two = "(" + cli + common + " --dim batch=2 --gpus 2 --rank 0 --device 0 --nccl-id-file " +
                           (dir / "id").string() + " --save-grads " + (dir / "two").string() + " > " + (dir / "r0.json").string() +
-                          " & " + cli + common + " --dim batch=2 --dp-world 2 --dp-rank 1 --device 1 --dp-id " +
+                          " & " + cli + common + " --dim batch=2 --gpus 2 --rank 1 --device 1 --nccl-id-file " +
                           (dir / "id").string() + " > " + (dir / "r1.json").string() +
                           "; r1=$?; wait $!; r0=$?; test $r0 -eq 0 -a $r1 -eq 0)";
   REQUIRE(std::system(one.c_str()) == 0);

@@ -9,7 +9,7 @@
 
 #include "analysis/training.hpp"
 #include "planner/training_plan.hpp"
-#include "runtime_allocator/dropout_mask.hpp"
+#include "runtime_allocator/kernels/dropout_mask.hpp"
 #include "runtime_allocator/executor.hpp"
 #include "tests/runtime_allocator/op_graph.hpp"
 

@@ -12,7 +12,7 @@
 #include "analysis/shapes.hpp"
 #include "analysis/training.hpp"
 #include "planner/training_plan.hpp"
-#include "runtime_allocator/collectives.hpp"
+#include "runtime_allocator/collectives/collectives.hpp"
 #include "runtime_allocator/executor.hpp"
 #include "tests/runtime_allocator/op_graph.hpp"
 #include "tests/runtime_allocator/training_fixture.hpp"

@@ -1,4 +1,4 @@
-// Tests of the CPU kernels of runtime_allocator/kernels_indexing.cpp against hand-computed values: Pad in every mode
+// Tests of the CPU kernels of runtime_allocator/kernels/kernels_indexing.cpp against hand-computed values: Pad in every mode
 // with crops, GatherElements and its gradient, Range, and RandomUniformLike's reproducible draws.
 #include <doctest/doctest.h>
 
@@ -6,7 +6,7 @@
 #include <map>
 
 #include "runtime_allocator/executor.hpp"
-#include "runtime_allocator/random_uniform.hpp"
+#include "runtime_allocator/kernels/random_uniform.hpp"
 #include "tests/runtime_allocator/op_graph.hpp"
 
 using namespace memplan;

@@ -8,7 +8,7 @@
 
 #include "analysis/shapes.hpp"
 #include "runtime_allocator/executor.hpp"
-#include "runtime_allocator/random_normal.hpp"
+#include "runtime_allocator/kernels/random_normal.hpp"
 #include "tests/runtime_allocator/op_graph.hpp"
 
 using namespace memplan;

@@ -11,7 +11,7 @@
 #include "analysis/training.hpp"
 #include "planner/fusion.hpp"
 #include "planner/training_plan.hpp"
-#include "runtime_allocator/dropout_mask.hpp"
+#include "runtime_allocator/kernels/dropout_mask.hpp"
 #include "runtime_allocator/executor.hpp"
 #include "tests/runtime_allocator/op_graph.hpp"
 #include "tests/runtime_allocator/training_fixture.hpp"

@@ -10,9 +10,9 @@
 #include "analysis/shapes.hpp"
 #include "analysis/training.hpp"
 #include "planner/training_plan.hpp"
-#include "runtime_allocator/collectives.hpp"
+#include "runtime_allocator/collectives/collectives.hpp"
 #include "runtime_allocator/executor.hpp"
-#include "runtime_allocator/zero_shard.hpp"
+#include "runtime_allocator/collectives/zero_shard.hpp"
 #include "tests/runtime_allocator/op_graph.hpp"
 #include "tests/runtime_allocator/training_fixture.hpp"
 

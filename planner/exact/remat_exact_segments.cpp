@@ -1,0 +1,375 @@
+// Exact remat with swap over the forward stages (remat_exact_segments.hpp): the model, its evaluator, a brute force
+// and the MILP.
+#include "planner/exact/remat_exact_segments.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "analysis/graph.hpp"
+#include "planner/exact/milp.hpp"
+
+namespace memplan::planner {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
+
+void check_sizes(const SwapStageModel& m) {
+  const std::size_t n = m.size();
+  for (std::size_t k : {m.boundary.size(), m.moved.size(), m.input.size(), m.extra.size(), m.seconds.size(), m.boundary_seconds.size(),
+                        m.out_seconds.size(), m.forward_after.size(), m.in_seconds.size(), m.backward_after.size(), m.window.size()})
+    if (k != n) fail(ErrorKind::usage, "swap stage model: per-stage vectors of different lengths");
+}
+
+}  // namespace
+
+SwapStageModel swap_stage_model(const ForwardStages& s) {
+  SwapStageModel m;
+  const std::size_t n = s.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    m.held.push_back(s.held_total(i));
+    m.boundary.push_back(s.held_boundary(i));
+    m.moved.push_back(0);
+    m.input.push_back(s.input_loose(i));
+    m.extra.push_back(s.extra_bytes(i));
+    m.seconds.push_back(s.flops[i]);
+    m.boundary_seconds.push_back(s.boundary_flops[i]);
+    m.out_seconds.push_back(0.0);
+    m.in_seconds.push_back(0.0);
+  }
+  m.forward_after.assign(n, 0.0);
+  for (std::size_t i = n; i-- > 1;) m.forward_after[i - 1] = m.forward_after[i] + m.seconds[i];
+  m.backward_after.assign(n, 0.0);
+  m.window.assign(n, 1);
+  return m;
+}
+
+SwapStageModel swap_stage_model(const Graph& g, const std::vector<OpId>& schedule, const ForwardStages& s,
+                                const std::vector<double>& op_seconds, SwapLinks links) {
+  SwapStageModel m = swap_stage_model(s);
+  const std::size_t n = s.size();
+  std::fill(m.seconds.begin(), m.seconds.end(), 0.0);
+  for (OpId o : s.forward)
+    if (const std::uint32_t st = s.stage_of_op[o]; st != kNone && st < n) m.seconds[st] += op_seconds[o];
+  for (std::size_t i = 0; i < n; ++i) {
+    const TensorId b = s.boundary[i];
+    m.boundary_seconds[i] = b != analysis::kNoTensor && s.boundary_flops[i] > 0.0 ? std::min(m.seconds[i], op_seconds[g.tensors[b].producer]) : 0.0;
+  }
+  // Backward seconds per stage: an op after the forward counts for the latest stage among the forward activations
+  // it reads, or for the stage of the op before it.
+  std::vector<double> backward(n, 0.0);
+  std::uint32_t last = kNone;
+  for (OpId o : schedule) {
+    const analysis::Op& op = g.ops[o];
+    if (op.phase == analysis::Phase::forward || op.phase == analysis::Phase::optimizer) continue;
+    std::uint32_t st = kNone;
+    for (TensorId t : op.inputs) {
+      if (t == analysis::kNoTensor || g.tensors[t].producer == analysis::kNoOp) continue;
+      const std::uint32_t k = s.stage_of_op[g.tensors[t].producer];
+      if (k != kNone && (st == kNone || k > st)) st = k;
+    }
+    if (st == kNone) st = last;
+    if (st == kNone || st >= n) continue;
+    backward[st] += op_seconds[o];
+    last = st;
+  }
+  std::fill(m.forward_after.begin(), m.forward_after.end(), 0.0);
+  for (std::size_t i = n; i-- > 1;) m.forward_after[i - 1] = m.forward_after[i] + m.seconds[i];
+  for (std::size_t i = n; i-- > 1;) m.backward_after[i - 1] = m.backward_after[i] + backward[i];
+  const bool links_ok = links.host_to_device_bytes_per_s > 0.0 && links.device_to_host_bytes_per_s > 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto bytes = static_cast<double>(s.saved_bytes[i]);
+    m.moved[i] = 0;
+    if (!links_ok || s.saved_bytes[i] == 0 || i + 1 >= n) continue;
+    m.in_seconds[i] = bytes / links.host_to_device_bytes_per_s;
+    m.out_seconds[i] = bytes / links.device_to_host_bytes_per_s;
+    double covered = 0.0;
+    std::uint32_t w = 0;
+    while (i + w + 1 < n && covered < m.in_seconds[i]) covered += backward[i + ++w];
+    if (covered < m.in_seconds[i]) continue;  // cannot hide before the backward starts
+    m.window[i] = w;
+    m.moved[i] = s.saved_bytes[i];
+  }
+  return m;
+}
+
+SwapPlanCost swap_plan_cost(const SwapStageModel& m, const SwapSegmentPlan& p, std::uint64_t budget) {
+  check_sizes(m);
+  SwapPlanCost c;
+  const std::size_t n = m.size();
+  auto broken = [&] {
+    c.cost = kInf;
+    return c;
+  };
+  if (p.swapped.size() != n) return broken();
+  std::uint32_t next = 0;
+  for (const Segment& seg : p.segments) {
+    if (seg.first != next || seg.last < seg.first || seg.last >= n || seg.option != 0) return broken();
+    next = seg.last + 1;
+  }
+  if (next != n) return broken();
+  std::uint64_t below = 0;  // what the stages below keep
+  auto back = [&](std::size_t i) -> std::uint64_t {  // swaps below i whose copy back spans row i
+    std::uint64_t b = 0;
+    for (std::size_t j = 0; j < i; ++j)
+      if (p.swapped[j] && j + m.window[j] >= i) b += m.moved[j];
+    return b;
+  };
+  auto row = [&](std::uint64_t bytes) { c.peak = std::max(c.peak, bytes); };
+  for (const Segment& seg : p.segments) {
+    if (seg.recompute) {
+      std::uint64_t run = m.input[seg.first];
+      for (std::uint32_t i = seg.first; i <= seg.last; ++i) {
+        if (p.swapped[i]) return broken();
+        run += m.held[i];
+        row(below + run + m.extra[i] + back(i));
+        c.recompute_seconds += m.seconds[i];
+      }
+      c.recompute_seconds -= m.boundary_seconds[seg.last];
+      below += m.input[seg.first] + m.boundary[seg.last];
+      continue;
+    }
+    for (std::uint32_t i = seg.first; i <= seg.last; ++i) {
+      if (p.swapped[i] && !m.can_swap(i)) return broken();
+      row(below + m.held[i] + m.extra[i] + back(i));
+      below += p.swapped[i] ? m.boundary[i] : m.held[i];
+      if (p.swapped[i]) c.swap_seconds += m.in_seconds[i], ++c.swaps;
+    }
+  }
+  double out = 0.0, in = 0.0;  // copies of stages >= i: out within the forward after i, back before i's backward
+  for (std::size_t i = n; i-- > 0;) {
+    if (p.swapped[i]) out += m.out_seconds[i], in += m.in_seconds[i];
+    if (out > m.forward_after[i] * (1 + 1e-9) + 1e-15 || in > m.backward_after[i] * (1 + 1e-9) + 1e-15) return broken();
+  }
+  if (c.peak > budget) return broken();
+  c.cost = c.recompute_seconds + m.swap_weight * c.swap_seconds;
+  return c;
+}
+
+SwapSegmentPlan swap_plan_of_segments(const SwapStageModel& m, const SegmentPlan& plan) {
+  SwapSegmentPlan p;
+  p.swapped.assign(m.size(), false);
+  for (const Segment& seg : plan) {
+    std::uint64_t total = 0;
+    for (std::uint32_t i = seg.first; i <= seg.last; ++i) total += m.held[i];
+    if (seg.recompute && total > m.boundary[seg.last]) {
+      p.segments.push_back({seg.first, seg.last, true, 0});
+      continue;
+    }
+    for (std::uint32_t i = seg.first; i <= seg.last; ++i) p.segments.push_back({i, i, false, 0});
+  }
+  return p;
+}
+
+SwapSegmentPlan brute_force_swap_plan(const SwapStageModel& m, std::uint64_t budget) {
+  const std::size_t n = m.size();
+  if (n > 9) fail(ErrorKind::usage, "the swap remat brute force takes at most 9 stages, not " + std::to_string(n));
+  SwapSegmentPlan cur, best;
+  cur.swapped.assign(n, false);
+  double best_cost = kInf;
+  auto go = [&](auto&& self, std::uint32_t i) -> void {
+    if (i == n) {
+      const double c = swap_plan_cost(m, cur, budget).cost;
+      if (c < best_cost) best_cost = c, best = cur;
+      return;
+    }
+    for (int mode = 0; mode < 2; ++mode) {  // kept, swapped
+      if (mode == 1 && !m.can_swap(i)) continue;
+      cur.swapped[i] = mode == 1;
+      cur.segments.push_back({i, i, false, 0});
+      self(self, i + 1);
+      cur.segments.pop_back();
+      cur.swapped[i] = false;
+    }
+    for (std::uint32_t p = i; p < n; ++p) {
+      cur.segments.push_back({i, p, true, 0});
+      self(self, p + 1);
+      cur.segments.pop_back();
+    }
+  };
+  go(go, 0);
+  if (!std::isfinite(best_cost)) return {};
+  return best;
+}
+
+SwapExactResult exact_swap_remat(const SwapStageModel& m, std::uint64_t budget, const ExactRematOptions& o, const SwapSegmentPlan* start) {
+  check_sizes(m);
+  SwapExactResult res;
+  const std::size_t n = m.size();
+  if (n == 0) {
+    res.status = ExactStatus::optimal;
+    return res;
+  }
+  if (n > o.max_stages) {
+    res.status = ExactStatus::too_large;
+    return res;
+  }
+  const double start_cost = start ? swap_plan_cost(m, *start, budget).cost : kInf;
+  auto keep_start = [&](ExactStatus st, double bound) {
+    res.plan = *start;
+    res.cost = start_cost;
+    res.lower_bound = std::min(bound, start_cost);
+    res.status = res.lower_bound >= start_cost * (1 - 1e-9) ? ExactStatus::optimal : st;
+  };
+  if (!Milp::available()) {
+    res.status = ExactStatus::not_built;
+    return res;
+  }
+  // Bytes in KiB, seconds scaled so the longest of a stage's forward and copies is 1000: moderate coefficients.
+  auto kib = [](std::uint64_t b) { return static_cast<double>(b) / 1024.0; };
+  double longest = 0.0;
+  for (std::size_t i = 0; i < n; ++i) longest = std::max({longest, m.seconds[i], m.in_seconds[i], m.out_seconds[i]});
+  const double kMs = longest > 0.0 ? 1e3 / longest : 1.0;
+  const double cap = kib(budget);
+  std::vector<std::uint64_t> prefix(n + 1, 0);  // held bytes of stages < i
+  for (std::size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + m.held[i];
+  Milp milp;
+  std::vector<int> K(n, -1), S(n, -1);
+  std::vector<std::vector<int>> y(n);  // y[r][i - r]: stage i in the recompute segment starting at r
+  for (std::size_t i = 0; i < n; ++i) {
+    K[i] = milp.binary();
+    if (m.can_swap(i)) S[i] = milp.binary(kMs * m.swap_weight * m.in_seconds[i]);
+  }
+  for (std::size_t r = 0; r < n; ++r)
+    for (std::size_t i = r; i < n; ++i) {
+      // A row of the segment alone: what it holds up to i, its loose input and i's backward bytes.
+      if (prefix[i + 1] - prefix[r] + m.input[r] + m.extra[i] > budget) break;
+      y[r].push_back(milp.binary());
+    }
+  auto Y = [&](std::size_t r, std::size_t i) { return i >= r && i - r < y[r].size() ? y[r][i - r] : -1; };
+  using Terms = std::map<int, double>;
+  auto add = [](Terms& t, int col, double v) {
+    if (col >= 0) t[col] += v;
+  };
+  auto emit = [&](const Terms& t, Milp::Sense s, double b) {
+    std::vector<std::pair<int, double>> v(t.begin(), t.end());
+    milp.row(v, s, b);
+  };
+  // The objective: rebuild seconds of segment stages, less the boundary op of each segment's end.
+  Terms obj;
+  for (std::size_t r = 0; r < n; ++r)
+    for (std::size_t i = r; i < r + y[r].size(); ++i) {
+      add(obj, Y(r, i), kMs * m.seconds[i]);
+      add(obj, Y(r, i), -kMs * m.boundary_seconds[i]);      // ends at i ...
+      add(obj, Y(r, i + 1), kMs * m.boundary_seconds[i]);   // ... unless it goes on
+    }
+  // Q[i]: what the stages below i keep (KiB).
+  std::vector<int> Q(n + 1);
+  for (std::size_t i = 0; i <= n; ++i) Q[i] = milp.continuous(0.0, i == 0 ? 0.0 : Milp::kInf);
+  for (std::size_t i = 0; i < n; ++i) {
+    Terms t;
+    add(t, Q[i + 1], 1.0);
+    add(t, Q[i], -1.0);
+    add(t, K[i], -kib(m.held[i]));
+    add(t, S[i], -kib(m.boundary[i]));
+    add(t, Y(i, i), -kib(m.input[i]));
+    for (std::size_t r = 0; r <= i; ++r) {  // a segment ending at i keeps its end boundary
+      add(t, Y(r, i), -kib(m.boundary[i]));
+      add(t, Y(r, i + 1), kib(m.boundary[i]));
+    }
+    emit(t, Milp::Sense::eq, 0.0);
+    // One mode per stage; segments contiguous.
+    Terms part;
+    add(part, K[i], 1.0);
+    add(part, S[i], 1.0);
+    for (std::size_t r = 0; r <= i; ++r) add(part, Y(r, i), 1.0);
+    emit(part, Milp::Sense::eq, 1.0);
+    for (std::size_t r = 0; r < i; ++r)
+      if (Y(r, i) >= 0) emit({{Y(r, i), 1.0}, {Y(r, i - 1), -1.0}}, Milp::Sense::le, 0.0);
+    // Row i.
+    Terms rw;
+    add(rw, Q[i], 1.0);
+    add(rw, Y(i, i), kib(m.input[i]));
+    for (std::size_t r = 0; r <= i; ++r) add(rw, Y(r, i), kib(prefix[i + 1] - prefix[r]));
+    add(rw, K[i], kib(m.held[i]));
+    add(rw, S[i], kib(m.held[i]));
+    for (std::size_t j = 0; j < i; ++j)
+      if (S[j] >= 0 && j + m.window[j] >= i) add(rw, S[j], kib(m.moved[j]));
+    emit(rw, Milp::Sense::le, cap - kib(m.extra[i]));
+  }
+  // The links: copies out of stages >= i within the forward after stage i, copies back before its backward (prefix
+  // sums, milliseconds).
+  for (int dir = 0; dir < 2; ++dir) {
+    int above = -1;
+    for (std::size_t i = n; i-- > 0;) {
+      if (S[i] < 0 && above < 0) continue;
+      const double window = dir == 0 ? m.forward_after[i] : m.backward_after[i];
+      const int oi = milp.continuous(0.0, kMs * window * (1 + 1e-9) + 1e-12);
+      Terms t;
+      add(t, oi, 1.0);
+      add(t, above, -1.0);
+      add(t, S[i], -kMs * (dir == 0 ? m.out_seconds[i] : m.in_seconds[i]));
+      emit(t, Milp::Sense::eq, 0.0);
+      above = oi;
+    }
+  }
+  for (const auto& [col, v] : obj) milp.set_cost(col, v);
+  res.variables = milp.columns();
+  res.constraints = milp.rows();
+  std::vector<double> x0;
+  if (std::isfinite(start_cost)) {
+    x0.assign(milp.columns(), 0.0);
+    bool ok = true;
+    for (const Segment& seg : start->segments)
+      for (std::uint32_t i = seg.first; i <= seg.last; ++i) {
+        const int col = seg.recompute ? Y(seg.first, i) : start->swapped[i] ? S[i] : K[i];
+        if (col < 0) ok = false;
+        else x0[static_cast<std::size_t>(col)] = 1.0;
+      }
+    if (!ok) x0.clear();
+  }
+  Milp::Options mo;
+  mo.seconds = o.seconds;
+  mo.max_nodes = o.max_nodes;
+  mo.relative_gap = o.relative_gap;
+  const Milp::Result r = milp.solve(mo, x0.empty() ? nullptr : &x0);
+  res.seconds = r.seconds;
+  res.nodes = r.nodes;
+  const double bound = std::isfinite(r.bound) ? std::max(0.0, r.bound / kMs) : 0.0;
+  double found = kInf;
+  if (r.status == Milp::Status::optimal || r.status == Milp::Status::feasible) {
+    SwapSegmentPlan p;
+    p.swapped.assign(n, false);
+    auto val = [&](int col) { return col >= 0 && r.x[static_cast<std::size_t>(col)] > 0.5; };
+    std::size_t i = 0;
+    bool ok = true;
+    while (i < n && ok) {
+      if (val(K[i]) || val(S[i])) {
+        p.swapped[i] = val(S[i]);
+        p.segments.push_back({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i), false, 0});
+        ++i;
+        continue;
+      }
+      std::size_t rr = n;
+      for (std::size_t q = 0; q <= i; ++q)
+        if (val(Y(q, i))) rr = q;
+      if (rr != i) {
+        ok = false;
+        break;
+      }
+      std::size_t e = i;
+      while (e + 1 < n && val(Y(rr, e + 1))) ++e;
+      p.segments.push_back({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(e), true, 0});
+      i = e + 1;
+    }
+    // The solution as the evaluator sees it (it, not the solver's arithmetic, decides).
+    found = ok ? swap_plan_cost(m, p, budget).cost : kInf;
+    if (std::isfinite(found)) {
+      res.plan = std::move(p);
+      res.cost = found;
+      res.status = r.status == Milp::Status::optimal ? ExactStatus::optimal : ExactStatus::feasible;
+      res.lower_bound = res.status == ExactStatus::optimal ? found : std::min(bound, found);
+    }
+  }
+  if (std::isfinite(start_cost) && (!std::isfinite(found) || start_cost < found * (1 - 1e-9))) {
+    keep_start(ExactStatus::feasible, std::isfinite(found) ? res.lower_bound : bound);
+  } else if (!std::isfinite(found)) {
+    res.status = r.status == Milp::Status::infeasible ? ExactStatus::infeasible : ExactStatus::no_solution;
+    res.lower_bound = res.status == ExactStatus::infeasible ? kInf : bound;
+  }
+  return res;
+}
+
+}  // namespace memplan::planner
