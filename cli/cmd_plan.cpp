@@ -54,6 +54,145 @@ struct PlanArgs {
   ParallelArgs parallel;  // --gpus, --zero, --tp, --pp: per-rank plans (cli/cmd_plan_parallel.cpp)
 };
 
+// What plan prints beside the StepPlan: the arena's live peak, the naive sum, the tensors without a shape.
+struct PlanFacts {
+  std::uint64_t naive = 0;
+  std::size_t unresolved = 0;
+  viz::Usage usage;
+  std::string live_op;
+};
+
+PlanFacts plan_facts(const planner::TrainingPlanResult& r) {
+  PlanFacts f;
+  const analysis::Graph& g = r.graph;
+  for (const auto& t : g.tensors) {
+    if (!t.shape_known()) {
+      ++f.unresolved;
+      continue;
+    }
+    if (analysis::occupies_arena(t)) f.naive = checked_add(f.naive, align_up(t.bytes(), r.plan.alignment), "naive bytes");
+  }
+  f.usage = viz::plan_usage(r.plan);
+  f.live_op = r.plan.schedule.empty() ? "" : g.ops[r.plan.schedule[f.usage.peak_step]].name;
+  return f;
+}
+
+void save_plan(const std::string& path, const planner::StepPlan& step) {
+  const planner::TrainingPlanResult& r = step.result;
+  nlohmann::json pj = planner::plan_to_json(r.graph, r.plan, true);
+  const auto& budget = step.step.options.budget_bytes;
+  pj["training"] = {{"strategy", r.strategy}, {"budget_bytes", budget ? nlohmann::json(*budget) : nlohmann::json()},
+                    {"peak_bytes", r.peak_bytes}, {"persistent_bytes", r.persistent_bytes}, {"input_bytes", r.input_bytes}};
+  write_text_file(path, json_text(pj, 1) + "\n");
+}
+
+nlohmann::json pytorch_json(const planner::PytorchPrediction& p) {
+  nlohmann::json doubts = nlohmann::json::array();
+  for (const auto& d : p.doubts) doubts.push_back({{"kind", d.kind}, {"count", d.count}, {"detail", d.detail}});
+  return {{"pytorch_peak_bytes", p.peak_bytes},            // PyTorch eager's own peak (planner::predict_pytorch)
+          {"pytorch_workspace_bytes", p.workspace_bytes},  // of pytorch_peak_bytes: the libraries' workspaces
+          {"pytorch_attention", p.sdpa ? "sdpa" : "eager"},
+          {"pytorch_peak_doubts", std::move(doubts)}};     // where that prediction guessed (empty: nothing)
+}
+
+nlohmann::json plan_json(const PlanArgs& a, const planner::StepPlan& step, const PlanFacts& f) {
+  const planner::TrainingPlanResult& r = step.result;
+  nlohmann::json j;
+  j["model"] = a.train.model.model;
+  j["ops"] = r.graph.ops.size();
+  j["tensors"] = r.graph.tensors.size();
+  j["unresolved_tensors"] = f.unresolved;
+  add_device_memory_json(j, step.memory);  // the parts, peak_bytes, total_device_bytes, budget_bytes, fits
+  j["lower_bound_bytes"] = r.lower_bound_bytes;
+  j["live_peak_bytes"] = f.usage.peak_bytes;
+  j["live_peak_step"] = f.usage.peak_step;
+  j["live_peak_op"] = f.live_op;
+  j["arena_bytes"] = r.plan.arena_bytes;
+  j["naive_bytes"] = f.naive;
+  j["aliased_lower_bound_bytes"] = r.plan.aliased_lower_bound_bytes;
+  j["arena_optimal"] = r.plan.arena_optimal;
+  j["arena_gap"] = r.plan.arena_gap;
+  j["schedule"] = schedule_json(r.schedule);
+  j["plan_valid"] = r.report.valid;
+  j["plan_seconds"] = r.plan_seconds;
+  j["strategy"] = r.strategy;
+  j["precision"] = a.train.precision;
+  j["loss_scaling"] = a.train.loss_scaling;
+  j["persistent_bytes"] = r.persistent_bytes;
+  j["eager_peak_bytes"] = planner::eager_peak(r.graph, r.plan).peak_bytes;  // an eager allocator on this plan's graph and schedule
+  j.update(pytorch_json(*step.pytorch));
+  j["fusion"] = fusion_json(step.step.fusion);
+  j["training_flops"] = r.training_flops;
+  j["forward_flops"] = r.forward_flops;
+  j["recompute_flops"] = r.recompute_flops;
+  j["recompute_overhead"] = r.recompute_overhead;
+  j["recomputed_tensors"] = r.recomputed_tensors;
+  j["recompute_ops"] = r.recompute_ops;
+  j["recomputed"] = planned_tensors_json(r.recomputed);
+  j["swapped_tensors"] = r.swapped_tensors;
+  j["swap_bytes"] = r.swap_bytes;
+  j["swapped"] = planned_tensors_json(r.swapped);
+  j["estimated_step_seconds"] = r.estimated_step_seconds;
+  j["keep_all_step_seconds"] = r.keep_all_step_seconds;
+  j["step_overhead"] = step_overhead(r.estimated_step_seconds, r.keep_all_step_seconds);
+  j["swap_stall_seconds"] = r.swap_stall_seconds;
+  if (r.exact.ran) j["exact_remat"] = exact_remat_json(r.exact);
+  return j;
+}
+
+std::string swapped_text(const planner::TrainingPlanResult& r) {
+  if (r.swapped_tensors == 0) return "swapped              none\n";
+  char buf[256];
+  if (r.swap_stall_seconds > 0.0)
+    std::snprintf(buf, sizeof buf, "swapped              %zu tensors, %s to host and back; the compute waits %.3f ms for the copies\n",
+                  r.swapped_tensors, human_bytes(r.swap_bytes).c_str(), 1e3 * r.swap_stall_seconds);
+  else
+    std::snprintf(buf, sizeof buf, "swapped              %zu tensors, %s to host and back; the copies hide under compute (no wait)\n",
+                  r.swapped_tensors, human_bytes(r.swap_bytes).c_str());
+  return buf + planned_tensors_text(r.swapped);
+}
+
+void print_pytorch(const PlanArgs& a, const planner::PytorchPrediction& p) {
+  std::printf("PyTorch eager (%s attention, %s, optimizer %s %s) would peak at %s (max_memory_allocated, %s of library workspaces included)\n",
+              p.sdpa ? "SDPA" : "eager", a.train.precision == "fp32" ? "fp32" : ("autocast " + a.train.precision).c_str(),
+              a.train.optimizer.c_str(), a.train.optimizer_impl.c_str(), human_bytes(p.peak_bytes).c_str(), human_bytes(p.workspace_bytes).c_str());
+  for (const auto& d : p.doubts) std::printf("  unsure: %zu x %s: %s\n", d.count, d.kind.c_str(), d.detail.c_str());
+}
+
+void print_plan(const PlanArgs& a, const planner::StepPlan& step, const PlanFacts& f) {
+  const planner::TrainingPlanResult& r = step.result;
+  const auto& budget = step.step.options.budget_bytes;
+  std::printf("model                %s (training step: %zu ops, %zu tensors)\n", analysis::terminal_safe(a.train.model.model).c_str(),
+              r.graph.ops.size(), r.graph.tensors.size());
+  std::printf("fused                %s\n", fusion_text(step.step.fusion).c_str());
+  std::printf("precision            %s%s%s\n", a.train.precision.c_str(),
+              a.train.precision == "fp32" ? "" : " (torch.autocast op lists, fp32 master weights and gradients)",
+              a.train.loss_scaling ? ", dynamic loss scaling (GradScaler: scale, growth tracker, found_inf: 12 bytes)" : "");
+  std::printf("strategy             %s%s\n", r.strategy.c_str(),
+              budget ? (", budget " + human_bytes(*budget)).c_str()
+              : r.strategy == "none" ? " (no budget: every saved tensor kept)"
+                                     : " (no budget: the least memory this strategy reaches)");
+  std::printf("peak                 %s = persistent %s + inputs %s + activation arena %s (the most device bytes the plan holds)\n",
+              human_bytes(r.peak_bytes).c_str(), human_bytes(r.persistent_bytes).c_str(), human_bytes(r.input_bytes).c_str(),
+              human_bytes(r.activation_arena_bytes).c_str());
+  std::printf("%s", device_memory_text(step.memory).c_str());
+  std::printf("live peak            %s at step %u (%s): the most arena bytes in use at one step\n", human_bytes(f.usage.peak_bytes).c_str(),
+              f.usage.peak_step, f.live_op.c_str());
+  std::printf("schedule             %s\n", schedule_text(r.schedule).c_str());
+  std::printf("lower bound          %s (live tensors at one step, none sharing); naive %s (every tensor its own buffer)\n",
+              human_bytes(r.lower_bound_bytes).c_str(), human_bytes(f.naive).c_str());
+  std::printf("step estimate        %s (recompute and swap stalls included)\n",
+              step_text(r.estimated_step_seconds, r.keep_all_step_seconds).c_str());
+  std::printf("recomputed           %zu tensors, %zu ops; %s FLOPs (%.1f%% of the step's %s)\n", r.recomputed_tensors, r.recompute_ops,
+              human_count(r.recompute_flops).c_str(), 100.0 * r.recompute_overhead, human_count(r.training_flops).c_str());
+  std::printf("%s", planned_tensors_text(r.recomputed).c_str());
+  if (r.exact.ran) std::printf("%s", exact_remat_text(r.exact).c_str());
+  std::printf("%s", swapped_text(r).c_str());
+  print_pytorch(a, *step.pytorch);
+  std::printf("plan                 %s, planned in %.3f s\n", r.report.valid ? "valid (verified)" : "INVALID", r.plan_seconds);
+  if (!a.plan_file.empty()) std::printf("plan written to      %s\n", analysis::terminal_safe(a.plan_file).c_str());
+}
+
 int run_plan(const PlanArgs& a) {
   if (a.pytorch_attention != "sdpa" && a.pytorch_attention != "eager")
     fail(ErrorKind::usage, "--pytorch-attention '" + a.pytorch_attention + "' is not one of sdpa, eager");
@@ -64,120 +203,10 @@ int run_plan(const PlanArgs& a) {
   planner::StepRequest req = step_request(a.train);
   req.pytorch = planner::PytorchEager{a.pytorch_attention == "sdpa", planner::parse_size(a.pytorch_workspace)};
   const planner::StepPlan step = planner::plan_training_step(shaped, req);
-  const planner::TrainingStep& s = step.step;
-  const planner::TrainingPlanResult& r = step.result;
-  const bool sdpa = step.pytorch->sdpa;
-  const std::uint64_t pytorch_workspace = step.pytorch->workspace_bytes;
-  const std::uint64_t pytorch_peak = step.pytorch->peak_bytes;
-  const std::vector<planner::EagerDoubt>& doubts = step.pytorch->doubts;
-  const analysis::Graph& g = r.graph;
-  std::uint64_t naive = 0;
-  std::size_t unresolved = 0;
-  for (const auto& t : g.tensors) {
-    if (!t.shape_known()) {
-      ++unresolved;
-      continue;
-    }
-    if (analysis::occupies_arena(t)) naive = checked_add(naive, align_up(t.bytes(), r.plan.alignment), "naive bytes");
-  }
-  const DeviceMemory& mem = step.memory;
-  const viz::Usage usage = viz::plan_usage(r.plan);
-  const std::string live_op = r.plan.schedule.empty() ? "" : g.ops[r.plan.schedule[usage.peak_step]].name;
-  if (!a.plan_file.empty()) {
-    nlohmann::json pj = planner::plan_to_json(g, r.plan, true);
-    pj["training"] = {{"strategy", r.strategy}, {"budget_bytes", s.options.budget_bytes ? nlohmann::json(*s.options.budget_bytes) : nlohmann::json()},
-                      {"peak_bytes", r.peak_bytes}, {"persistent_bytes", r.persistent_bytes}, {"input_bytes", r.input_bytes}};
-    write_text_file(a.plan_file, json_text(pj, 1) + "\n");
-  }
-  if (a.json) {
-    nlohmann::json j;
-    j["model"] = a.train.model.model;
-    j["ops"] = g.ops.size();
-    j["tensors"] = g.tensors.size();
-    j["unresolved_tensors"] = unresolved;
-    add_device_memory_json(j, mem);  // the parts, peak_bytes, total_device_bytes, budget_bytes, fits
-    j["lower_bound_bytes"] = r.lower_bound_bytes;
-    j["live_peak_bytes"] = usage.peak_bytes;
-    j["live_peak_step"] = usage.peak_step;
-    j["live_peak_op"] = live_op;
-    j["arena_bytes"] = r.plan.arena_bytes;
-    j["naive_bytes"] = naive;
-    j["aliased_lower_bound_bytes"] = r.plan.aliased_lower_bound_bytes;
-    j["arena_optimal"] = r.plan.arena_optimal;
-    j["arena_gap"] = r.plan.arena_gap;
-    j["schedule"] = schedule_json(r.schedule);
-    j["plan_valid"] = r.report.valid;
-    j["plan_seconds"] = r.plan_seconds;
-    j["strategy"] = r.strategy;
-    j["precision"] = a.train.precision;
-    j["loss_scaling"] = a.train.loss_scaling;
-    j["persistent_bytes"] = r.persistent_bytes;
-    j["eager_peak_bytes"] = planner::eager_peak(r.graph, r.plan).peak_bytes;  // an eager allocator on this plan's graph and schedule
-    j["pytorch_peak_bytes"] = pytorch_peak;  // PyTorch eager's own peak (pytorch_peak_bytes above)
-    j["pytorch_workspace_bytes"] = pytorch_workspace;  // of pytorch_peak_bytes: the libraries' workspaces
-    j["pytorch_attention"] = a.pytorch_attention;
-    // where that prediction guessed (empty: nothing it could not tell apart)
-    j["pytorch_peak_doubts"] = nlohmann::json::array();
-    for (const auto& d : doubts) j["pytorch_peak_doubts"].push_back({{"kind", d.kind}, {"count", d.count}, {"detail", d.detail}});
-    j["fusion"] = fusion_json(s.fusion);
-    j["training_flops"] = r.training_flops;
-    j["forward_flops"] = r.forward_flops;
-    j["recompute_flops"] = r.recompute_flops;
-    j["recompute_overhead"] = r.recompute_overhead;
-    j["recomputed_tensors"] = r.recomputed_tensors;
-    j["recompute_ops"] = r.recompute_ops;
-    j["recomputed"] = planned_tensors_json(r.recomputed);
-    j["swapped_tensors"] = r.swapped_tensors;
-    j["swap_bytes"] = r.swap_bytes;
-    j["swapped"] = planned_tensors_json(r.swapped);
-    j["estimated_step_seconds"] = r.estimated_step_seconds;
-    j["keep_all_step_seconds"] = r.keep_all_step_seconds;
-    j["step_overhead"] = step_overhead(r.estimated_step_seconds, r.keep_all_step_seconds);
-    j["swap_stall_seconds"] = r.swap_stall_seconds;
-    if (r.exact.ran) j["exact_remat"] = exact_remat_json(r.exact);
-    std::cout << json_text(j, 2) << "\n";
-    return 0;
-  }
-  std::printf("model                %s (training step: %zu ops, %zu tensors)\n", analysis::terminal_safe(a.train.model.model).c_str(), g.ops.size(), g.tensors.size());
-  std::printf("fused                %s\n", fusion_text(s.fusion).c_str());
-  std::printf("precision            %s%s%s\n", a.train.precision.c_str(),
-              a.train.precision == "fp32" ? "" : " (torch.autocast op lists, fp32 master weights and gradients)",
-              a.train.loss_scaling ? ", dynamic loss scaling (GradScaler: scale, growth tracker, found_inf: 12 bytes)" : "");
-  std::printf("strategy             %s%s\n", r.strategy.c_str(),
-              s.options.budget_bytes ? (", budget " + human_bytes(*s.options.budget_bytes)).c_str()
-              : r.strategy == "none" ? " (no budget: every saved tensor kept)"
-                                     : " (no budget: the least memory this strategy reaches)");
-  std::printf("peak                 %s = persistent %s + inputs %s + activation arena %s (the most device bytes the plan holds)\n",
-              human_bytes(r.peak_bytes).c_str(), human_bytes(r.persistent_bytes).c_str(), human_bytes(r.input_bytes).c_str(),
-              human_bytes(r.activation_arena_bytes).c_str());
-  std::printf("%s", device_memory_text(mem).c_str());
-  std::printf("live peak            %s at step %u (%s): the most arena bytes in use at one step\n", human_bytes(usage.peak_bytes).c_str(),
-              usage.peak_step, live_op.c_str());
-  std::printf("schedule             %s\n", schedule_text(r.schedule).c_str());
-  std::printf("lower bound          %s (live tensors at one step, none sharing); naive %s (every tensor its own buffer)\n",
-              human_bytes(r.lower_bound_bytes).c_str(), human_bytes(naive).c_str());
-  std::printf("step estimate        %s (recompute and swap stalls included)\n",
-              step_text(r.estimated_step_seconds, r.keep_all_step_seconds).c_str());
-  std::printf("recomputed           %zu tensors, %zu ops; %s FLOPs (%.1f%% of the step's %s)\n", r.recomputed_tensors, r.recompute_ops,
-              human_count(r.recompute_flops).c_str(), 100.0 * r.recompute_overhead, human_count(r.training_flops).c_str());
-  std::printf("%s", planned_tensors_text(r.recomputed).c_str());
-  if (r.exact.ran) std::printf("%s", exact_remat_text(r.exact).c_str());
-  if (r.swapped_tensors == 0)
-    std::printf("swapped              none\n");
-  else if (r.swap_stall_seconds > 0.0)
-    std::printf("swapped              %zu tensors, %s to host and back; the compute waits %.3f ms for the copies\n", r.swapped_tensors,
-                human_bytes(r.swap_bytes).c_str(), 1e3 * r.swap_stall_seconds);
-  else
-    std::printf("swapped              %zu tensors, %s to host and back; the copies hide under compute (no wait)\n", r.swapped_tensors,
-                human_bytes(r.swap_bytes).c_str());
-  std::printf("%s", planned_tensors_text(r.swapped).c_str());
-  std::printf("PyTorch eager (%s attention, %s, optimizer %s %s) would peak at %s (max_memory_allocated, %s of library workspaces included)\n",
-              sdpa ? "SDPA" : "eager", a.train.precision == "fp32" ? "fp32" : ("autocast " + a.train.precision).c_str(),
-              a.train.optimizer.c_str(), a.train.optimizer_impl.c_str(), human_bytes(pytorch_peak).c_str(), human_bytes(pytorch_workspace).c_str());
-  for (const auto& d : doubts)
-    std::printf("  unsure: %zu x %s: %s\n", d.count, d.kind.c_str(), d.detail.c_str());
-  std::printf("plan                 %s, planned in %.3f s\n", r.report.valid ? "valid (verified)" : "INVALID", r.plan_seconds);
-  if (!a.plan_file.empty()) std::printf("plan written to      %s\n", analysis::terminal_safe(a.plan_file).c_str());
+  const PlanFacts facts = plan_facts(step.result);
+  if (!a.plan_file.empty()) save_plan(a.plan_file, step);
+  if (a.json) std::cout << json_text(plan_json(a, step, facts), 2) << "\n";
+  else print_plan(a, step, facts);
   return 0;
 }
 
