@@ -5,7 +5,7 @@
 # $MEMPLAN_TORCH_VENV, default ~/.cache/memplan/torch-venv (about 5.5 GB; a few minutes to make). Prints its python.
 set -euo pipefail
 venv="${MEMPLAN_TORCH_VENV:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/memplan/torch-venv}"
-pins=(torch==2.11.0 torchvision==0.26.0 transformers==5.17.0 timm==1.0.31 numpy onnx onnxruntime)
+pins=(torch==2.11.0 torchvision==0.26.0 transformers==5.17.0 timm==1.0.31 numpy onnx onnxruntime lizard==1.24.3)
 stamp="$venv/.memplan-pins"
 want="${pins[*]}"
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
