@@ -7,6 +7,7 @@
 
 #include "analysis/import.hpp"
 #include "analysis/json_read.hpp"
+#include "planner/step.hpp"
 #include "planner/inference.hpp"
 #include "planner/plan_json.hpp"
 #include "planner/fusion.hpp"
@@ -34,14 +35,15 @@ std::string model_title(const TrainingArgs& a) {
 }
 
 PlannedModel plan_inference_model(const TrainingArgs& a) {
+  planner::InferenceStep step =
+      planner::plan_inference_step(load_shaped_model(a.model), fuse_options(a.model), assign_options(a.arena), schedule_options(a.arena));
   PlannedModel m;
-  m.graph = load_shaped_model(a.model);
-  m.fusion = fuse_in_place(m.graph, fuse_options(a.model));
-  auto ip = planner::plan_inference(m.graph, assign_options(a.arena), schedule_options(a.arena));
-  m.plan = std::move(ip.plan);
+  m.graph = std::move(step.graph);
+  m.fusion = std::move(step.fusion);
+  m.plan = std::move(step.plan.plan);
   m.lower_bound_bytes = m.plan.aliased_lower_bound_bytes;
   m.title = model_title(a) + " \u00b7 inference";
-  m.note = "lower bound without sharing " + viz::bytes_label(ip.liveness.lower_bound_bytes);
+  m.note = "lower bound without sharing " + viz::bytes_label(step.plan.liveness.lower_bound_bytes);
   return m;
 }
 
