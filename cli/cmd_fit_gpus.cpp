@@ -86,20 +86,11 @@ std::string table_text(const planner::LayoutSearchResult& r) {
 
 }  // namespace
 
-int run_fit_gpus(const TrainingArgs& train, const std::string& batch_dim, const FitGpusArgs& g, bool json) {
-  if (train.budget.empty()) fail(ErrorKind::usage, "fit --max-gpus needs --budget (per GPU)");
-  if (train.microbatches != 1) fail(ErrorKind::usage, "fit --max-gpus chooses the microbatches of each layout: leave out --microbatches");
-  const analysis::Graph forward = analysis::import_model(train.model.model);
-  warn_converted_opset(forward, train.model.model);
-  analysis::DimBindings dims = parse_dims(train.model.dims);
-  const std::vector<std::string> symbolic = symbolic_dims(forward);
-  const bool split = std::find(symbolic.begin(), symbolic.end(), batch_dim) != symbolic.end();
-  for (const auto& [name, value] : dims)
-    if (name != batch_dim || !split) require_symbolic_dim(forward, name, "--dim " + name + "=" + std::to_string(value));
-  warn_if_eval_export(forward, train.model.model);
-  planner::LayoutSearchOptions so;
-  so.max_gpus = g.max_gpus;
-  so.max_planned = g.max_layouts;
+// The samples per step and the first microbatch planned: a symbolic batch dim is split per layout (--dim BATCH=G or
+// --global-batch G give the step's samples); a fixed batch is every layout's microbatch. Fills so.global_batch and
+// so.fixed_microbatch; erases the batch binding from `dims` when it is split.
+std::int64_t resolve_batch(const analysis::Graph& forward, analysis::DimBindings& dims, const std::string& batch_dim, bool split,
+                           const FitGpusArgs& g, planner::LayoutSearchOptions& so) {
   std::int64_t first_batch = 0;
   if (split) {
     // The batch dim is symbolic: --dim BATCH=G (or --global-batch G) is the step's samples, split per layout.
@@ -129,6 +120,98 @@ int run_fit_gpus(const TrainingArgs& train, const std::string& batch_dim, const 
                                  std::to_string(so.fixed_microbatch));
     first_batch = so.fixed_microbatch;
   }
+  return first_batch;
+}
+
+nlohmann::json fit_gpus_json(const TrainingArgs& train, const std::string& batch_dim, const planner::LayoutSearchOptions& so,
+                             const planner::LayoutSearchResult& r, const TrainingSetup& base, std::size_t pruned) {
+  const planner::TrainingPlanOptions& options = base.options;
+  const std::uint64_t lib = options.library_bytes;
+  nlohmann::json j;
+  j["model"] = train.model.model;
+  j["budget_bytes"] = *options.budget_bytes;
+  j["library_bytes"] = lib;
+  j["batch_dim"] = batch_dim;
+  j["global_batch"] = so.global_batch;
+  j["fixed_microbatch"] = so.fixed_microbatch > 0 ? nlohmann::json(so.fixed_microbatch) : nlohmann::json();
+  j["max_gpus"] = so.max_gpus;
+  j["searched_gpus"] = r.searched_gpus;
+  j["interconnect_bytes_per_s"] = options.profile.interconnect_bytes_per_s;
+  j["rule"] = kRule;
+  j["fits"] = r.chosen.has_value();
+  j["gpus"] = r.chosen ? nlohmann::json(r.candidates[*r.chosen].layout.gpus) : nlohmann::json();
+  nlohmann::json cands = nlohmann::json::array();
+  for (const auto& c : r.candidates) cands.push_back(candidate_json(c, lib));
+  j["candidates"] = cands;
+  if (r.chosen) {
+    nlohmann::json ch = candidate_json(r.candidates[*r.chosen], lib);
+    const nlohmann::json pj = parallel_json(*r.chosen_plan);
+    ch["layout"] = pj["layout"];
+    ch["ranks"] = pj["ranks"];
+    j["chosen"] = ch;
+  } else {
+    j["chosen"] = nullptr;
+  }
+  j["least"] = r.least ? candidate_json(r.candidates[*r.least], lib) : nlohmann::json();
+  j["planned_layouts"] = r.planned;
+  j["pruned_layouts"] = pruned;
+  j["role_plans_reused"] = r.role_plans_reused;
+  j["capped"] = r.capped;
+  j["not_applicable"] = r.not_applicable;
+  j["fusion"] = fusion_json(base.fusion);
+  return j;
+}
+
+void print_fit_gpus(const TrainingArgs& train, const planner::LayoutSearchOptions& so, const planner::LayoutSearchResult& r,
+                    const TrainingSetup& base, std::size_t pruned) {
+  const planner::TrainingPlanOptions& options = base.options;
+  const std::uint64_t lib = options.library_bytes;
+  std::printf("model %s, budget %s per GPU (total device memory, libraries %s included), %lld samples per step, up to %d GPUs\n",
+              analysis::terminal_safe(train.model.model).c_str(), human_bytes(*options.budget_bytes).c_str(), human_bytes(lib).c_str(),
+              static_cast<long long>(so.global_batch), so.max_gpus);
+  std::printf("fused %s\n", fusion_text(base.fusion).c_str());
+  if (r.chosen) {
+    const auto& c = r.candidates[*r.chosen];
+    std::printf("fits on %d GPU(s): %s; peak %s per GPU, step %.3f ms (communication %.3f ms)\n", c.layout.gpus, layout_words(c).c_str(),
+                human_bytes(c.peak_bytes).c_str(), 1e3 * c.step_seconds, 1e3 * c.communication_seconds);
+  }
+  std::printf("rule: %s\n", kRule);
+  std::printf("layouts of 1..%d GPUs (M microbatches of `batch` samples per data-parallel rank; * chosen; >= a lower bound, not planned):\n%s",
+              r.searched_gpus, table_text(r).c_str());
+  std::printf("%zu layouts planned (%zu role plans reused), %zu not planned (model state alone over the budget)%s\n", r.planned,
+              r.role_plans_reused, pruned, r.capped ? "; stopped at --max-layouts" : "");
+  for (const auto& why : r.not_applicable) std::printf("not applicable: %s\n", analysis::terminal_safe(why).c_str());
+  if (r.chosen) std::printf("\nchosen layout, per rank role:\n%s", parallel_text(*r.chosen_plan).c_str());
+}
+
+[[noreturn]] void fail_no_layout(const planner::LayoutSearchOptions& so, const planner::LayoutSearchResult& r, const planner::TrainingPlanOptions& options) {
+  const std::uint64_t lib = options.library_bytes;
+  std::string msg = "no layout of 1.." + std::to_string(r.searched_gpus) + " GPUs fits the budget of " + human_bytes(*options.budget_bytes) +
+                    " per GPU for " + std::to_string(so.global_batch) + " samples per step";
+  if (r.least) {
+    const auto& l = r.candidates[*r.least];
+    msg += ": the least per-GPU peak found is " + std::string(l.peak_is_lower_bound ? "at least " : "") + human_bytes(l.peak_bytes) + " (" +
+           human_bytes(l.peak_bytes + lib) + " with the libraries) for " + std::to_string(l.layout.gpus) + " GPU(s), " + layout_words(l);
+  }
+  if (r.capped) msg += " (stopped after " + std::to_string(r.planned) + " planned layouts: --max-layouts)";
+  fail(ErrorKind::infeasible, msg + "; allow more --max-gpus or a larger --budget");
+}
+
+int run_fit_gpus(const TrainingArgs& train, const std::string& batch_dim, const FitGpusArgs& g, bool json) {
+  if (train.budget.empty()) fail(ErrorKind::usage, "fit --max-gpus needs --budget (per GPU)");
+  if (train.microbatches != 1) fail(ErrorKind::usage, "fit --max-gpus chooses the microbatches of each layout: leave out --microbatches");
+  const analysis::Graph forward = analysis::import_model(train.model.model);
+  warn_converted_opset(forward, train.model.model);
+  analysis::DimBindings dims = parse_dims(train.model.dims);
+  const std::vector<std::string> symbolic = symbolic_dims(forward);
+  const bool split = std::find(symbolic.begin(), symbolic.end(), batch_dim) != symbolic.end();
+  for (const auto& [name, value] : dims)
+    if (name != batch_dim || !split) require_symbolic_dim(forward, name, "--dim " + name + "=" + std::to_string(value));
+  warn_if_eval_export(forward, train.model.model);
+  planner::LayoutSearchOptions so;
+  so.max_gpus = g.max_gpus;
+  so.max_planned = g.max_layouts;
+  const std::int64_t first_batch = resolve_batch(forward, dims, batch_dim, split, g, so);
   // Shaped and fused forward graphs per microbatch, shared by the layouts.
   std::map<std::int64_t, analysis::Graph> fused;
   std::optional<TrainingSetup> base;
@@ -146,73 +229,12 @@ int run_fit_gpus(const TrainingArgs& train, const std::string& batch_dim, const 
   const planner::TrainingPlanOptions& options = base->options;  // --device-profile: the strategies and the layouts alike
   const planner::LayoutSearchResult r = planner::search_layouts(forward_at, base->training_options, options, so);
 
-  const std::uint64_t lib = options.library_bytes;
   std::size_t pruned = 0;
   for (const auto& c : r.candidates) pruned += c.planned ? 0 : 1;
-  if (json) {
-    nlohmann::json j;
-    j["model"] = train.model.model;
-    j["budget_bytes"] = *options.budget_bytes;
-    j["library_bytes"] = lib;
-    j["batch_dim"] = batch_dim;
-    j["global_batch"] = so.global_batch;
-    j["fixed_microbatch"] = so.fixed_microbatch > 0 ? nlohmann::json(so.fixed_microbatch) : nlohmann::json();
-    j["max_gpus"] = so.max_gpus;
-    j["searched_gpus"] = r.searched_gpus;
-    j["interconnect_bytes_per_s"] = options.profile.interconnect_bytes_per_s;
-    j["rule"] = kRule;
-    j["fits"] = r.chosen.has_value();
-    j["gpus"] = r.chosen ? nlohmann::json(r.candidates[*r.chosen].layout.gpus) : nlohmann::json();
-    nlohmann::json cands = nlohmann::json::array();
-    for (const auto& c : r.candidates) cands.push_back(candidate_json(c, lib));
-    j["candidates"] = cands;
-    if (r.chosen) {
-      nlohmann::json ch = candidate_json(r.candidates[*r.chosen], lib);
-      const nlohmann::json pj = parallel_json(*r.chosen_plan);
-      ch["layout"] = pj["layout"];
-      ch["ranks"] = pj["ranks"];
-      j["chosen"] = ch;
-    } else {
-      j["chosen"] = nullptr;
-    }
-    j["least"] = r.least ? candidate_json(r.candidates[*r.least], lib) : nlohmann::json();
-    j["planned_layouts"] = r.planned;
-    j["pruned_layouts"] = pruned;
-    j["role_plans_reused"] = r.role_plans_reused;
-    j["capped"] = r.capped;
-    j["not_applicable"] = r.not_applicable;
-    j["fusion"] = fusion_json(base->fusion);
-    std::cout << json_text(j, 2) << "\n";
-  } else {
-    std::printf("model %s, budget %s per GPU (total device memory, libraries %s included), %lld samples per step, up to %d GPUs\n",
-                analysis::terminal_safe(train.model.model).c_str(), human_bytes(*options.budget_bytes).c_str(), human_bytes(lib).c_str(),
-                static_cast<long long>(so.global_batch), so.max_gpus);
-    std::printf("fused %s\n", fusion_text(base->fusion).c_str());
-    if (r.chosen) {
-      const auto& c = r.candidates[*r.chosen];
-      std::printf("fits on %d GPU(s): %s; peak %s per GPU, step %.3f ms (communication %.3f ms)\n", c.layout.gpus, layout_words(c).c_str(),
-                  human_bytes(c.peak_bytes).c_str(), 1e3 * c.step_seconds, 1e3 * c.communication_seconds);
-    }
-    std::printf("rule: %s\n", kRule);
-    std::printf("layouts of 1..%d GPUs (M microbatches of `batch` samples per data-parallel rank; * chosen; >= a lower bound, not planned):\n%s",
-                r.searched_gpus, table_text(r).c_str());
-    std::printf("%zu layouts planned (%zu role plans reused), %zu not planned (model state alone over the budget)%s\n", r.planned,
-                r.role_plans_reused, pruned, r.capped ? "; stopped at --max-layouts" : "");
-    for (const auto& why : r.not_applicable) std::printf("not applicable: %s\n", analysis::terminal_safe(why).c_str());
-    if (r.chosen) std::printf("\nchosen layout, per rank role:\n%s", parallel_text(*r.chosen_plan).c_str());
-  }
+  if (json) std::cout << json_text(fit_gpus_json(train, batch_dim, so, r, *base, pruned), 2) << "\n";
+  else print_fit_gpus(train, so, r, *base, pruned);
   std::fflush(stdout);
-  if (!r.chosen) {
-    std::string msg = "no layout of 1.." + std::to_string(r.searched_gpus) + " GPUs fits the budget of " + human_bytes(*options.budget_bytes) +
-                      " per GPU for " + std::to_string(so.global_batch) + " samples per step";
-    if (r.least) {
-      const auto& l = r.candidates[*r.least];
-      msg += ": the least per-GPU peak found is " + std::string(l.peak_is_lower_bound ? "at least " : "") + human_bytes(l.peak_bytes) + " (" +
-             human_bytes(l.peak_bytes + lib) + " with the libraries) for " + std::to_string(l.layout.gpus) + " GPU(s), " + layout_words(l);
-    }
-    if (r.capped) msg += " (stopped after " + std::to_string(r.planned) + " planned layouts: --max-layouts)";
-    fail(ErrorKind::infeasible, msg + "; allow more --max-gpus or a larger --budget");
-  }
+  if (!r.chosen) fail_no_layout(so, r, options);
   return 0;
 }
 
