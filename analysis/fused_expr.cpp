@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <string>
 
 #include "analysis/fused_expr.hpp"
 #include "analysis/fused_expr_types.hpp"
@@ -19,6 +20,16 @@ constexpr std::array<const char*, 36> kNames = {
     "relu", "sigmoid", "tanh", "erf", "exp", "log", "sqrt", "reciprocal", "identity", "clip", "leaky_relu",
     "gt",   "ge",    "floor", "ceil", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "keep",
 };
+
+// Reads a node or operand index: decimal digits only (">>" into an unsigned would take "-1" as 2^32 - 1).
+bool read_index(std::istream& in, std::uint32_t& v) {
+  std::string tok;
+  if (!(in >> tok) || tok.empty() || tok.size() > 9) return false;
+  for (char ch : tok)
+    if (ch < '0' || ch > '9') return false;
+  v = static_cast<std::uint32_t>(std::stoul(tok));
+  return true;
+}
 
 // Reads a double written by fmt_double ("inf", "-inf" and "nan" included, which >> rejects).
 bool read_double(std::istream& in, double& v) {
@@ -95,11 +106,13 @@ FusedExpr FusedExpr::parse(std::string_view text) {
     if (n.op == ElemOp::constant) {
       ok = read_double(in, n.p0);
     } else {
-      ok = static_cast<bool>(in >> n.a);
-      if (elem_op_arity(n.op) == 2) ok = ok && static_cast<bool>(in >> n.b);
+      ok = read_index(in, n.a);
+      if (elem_op_arity(n.op) == 2) ok = ok && read_index(in, n.b);
       if (n.op == ElemOp::clip) ok = ok && read_double(in, n.p0) && read_double(in, n.p1);
       if (n.op == ElemOp::leaky_relu) ok = ok && read_double(in, n.p0);
     }
+    std::string extra;
+    ok = ok && !(in >> extra);  // nothing after the node's fields
     if (!ok) bad("cannot read node " + std::to_string(here) + " '" + item + "'");
     if (n.op == ElemOp::input) {
       e.num_inputs = std::max(e.num_inputs, n.a + 1);

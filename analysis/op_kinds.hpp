@@ -41,6 +41,14 @@ using FlopsFn = double (*)(const Graph& g, const Op& op);
 // Inputs whose bytes output 0 may take when the input dies at this op, as a bitmask; attribute-dependent.
 using InplaceFn = std::uint32_t (*)(const Op& op);
 
+// The operand slots of a memplan-domain op's schema: at most max_inputs / max_outputs slots, and the slots of the
+// `required_*` masks (bit i: slot i) named by a tensor; the other slots may be empty ("" in a JSON graph).
+struct OpArity {
+  std::uint8_t max_inputs = 255, max_outputs = 255;  // 255: any number
+  std::uint32_t required_inputs = 0, required_outputs = 1;
+  bool known = false;  // false: no schema declared (the op's builder is trusted for its operand slots)
+};
+
 using OpTypeId = std::uint16_t;
 inline constexpr OpTypeId kUnknownOpType = 0xffff;
 

@@ -29,6 +29,15 @@ const shape_detail::RuleTable& shape_rules() {
   return table;
 }
 
+const shape_detail::RuleTable& memplan_rules() {
+  static const shape_detail::RuleTable table = [] {
+    shape_detail::RuleTable t;
+    shape_detail::add_memplan_rules(t);
+    return t;
+  }();
+  return table;
+}
+
 
 [[noreturn]] void inconsistent(const std::string& what) { fail(ErrorKind::verification, "op registry: " + what); }
 
@@ -55,7 +64,9 @@ struct Registry {
         i.shape = &r->second;
       } else {
         i.declared_shapes = true;
+        if (auto r = memplan_rules().find(std::string(s->type)); r != memplan_rules().end()) i.schema = &r->second;
       }
+      i.arity = s->arity;
       i.flops = s->flops;
       i.launches = s->kind != OpKind::view;
       i.inplace_inputs = s->inplace_inputs;
@@ -85,6 +96,11 @@ struct Registry {
     // Every shape rule and every backward rule belongs to a declared op.
     for (const auto& [type, rule] : rules)
       if (!by_name.count({std::string_view{}, type})) inconsistent("shape rule of '" + type + "' has no op");
+    for (const auto& [type, rule] : memplan_rules()) {
+      auto it = by_name.find({kMemplanDomain, type});
+      if (it == by_name.end()) inconsistent("schema rule of memplan '" + type + "' has no op");
+      if (!ops[it->second].arity.known) inconsistent("memplan '" + type + "' has a schema rule but no operand slots");
+    }
     for (std::string_view type : ops_detail::grad_rule_types()) {
       const OpTypeId* id = nullptr;
       for (std::string_view d : {std::string_view{}, kMemplanDomain})

@@ -28,6 +28,11 @@ struct OpInfo {
   // shapes their builder declared (`shape` null, `declared_shapes` true).
   const shape_detail::OpRule* shape = nullptr;
   bool declared_shapes = false;
+  // memplan's own ops read from a file are checked against their schema before any stage uses them: the operand
+  // slots (`arity`) and, where `schema` is set, attributes, ranks and dtypes, with the output shapes computed and
+  // compared with the declared ones (analysis/shape_memplan.cpp).
+  OpArity arity;
+  const shape_detail::OpRule* schema = nullptr;
   FlopsFn flops = nullptr;      // never null for a registered op
   bool launches = true;         // false: no kernel runs (views), costs 0 seconds
   std::uint32_t inplace_inputs = 0;  // bit i: output 0 may overwrite input i (elementwise, same size)

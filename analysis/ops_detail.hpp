@@ -66,6 +66,7 @@ struct OpSpec {
   bool uses_workspace = false;
   bool identity_in_inference = false;
   std::array<std::int8_t, 4> rewrites{-1, -1, -1, -1};  // OpInfo::rewrites
+  OpArity arity;                                         // OpInfo::arity (memplan's own ops)
 };
 
 std::span<const OpSpec> op_specs();

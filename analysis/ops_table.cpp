@@ -32,6 +32,11 @@ OpSpec rewrites(OpSpec s, std::initializer_list<std::pair<int, int>> pairs) {
   for (auto [k, j] : pairs) s.rewrites.at(static_cast<std::size_t>(k)) = static_cast<std::int8_t>(j);
   return s;
 }
+// The operand slots of a memplan op's schema (OpArity): at most max_in / max_out, the masked slots required.
+OpSpec slots(OpSpec s, std::uint8_t max_in, std::uint32_t required_in, std::uint8_t max_out, std::uint32_t required_out) {
+  s.arity = {max_in, max_out, required_in, required_out, true};
+  return s;
+}
 OpSpec workspace(OpSpec s) {
   s.uses_workspace = true;
   return s;
@@ -308,21 +313,27 @@ std::vector<OpSpec> build() {
       // Memory and fusion.
       mine(memplan_ops::kSwapOut, K::memory, e1, "copies a tensor from the device to host memory"),
       mine(memplan_ops::kSwapIn, K::memory, e1, "copies a swapped-out tensor back to the device"),
-      inplace(mine(memplan_ops::kAllReduce, K::layout, e1, "sums a tensor over the ranks of a group, in place (NCCL all-reduce)"), 1u),
+      slots(inplace(mine(memplan_ops::kAllReduce, K::layout, e1, "sums a tensor over the ranks of a group, in place (NCCL all-reduce)"), 1u),
+            1, 1u, 1, 1u),
       mine(memplan_ops::kReduceScatter, K::layout, e1,
            "sums each input over the ranks of a group and keeps this rank's 1/N shard of it (NCCL reduce-scatter of a bucket)"),
       mine(memplan_ops::kAllGather, K::layout, no_flops,
            "each output: the N ranks' shards of its input concatenated (NCCL all-gather of a unit's parameters)"),
-      mine(memplan_ops::kFusedAttention, K::fused, attention_flops,
-           "softmax(scale Q K^T + bias) V with causal mask, GQA and replayed dropout; saves Q, K, V, O and one logsumexp per row"),
-      mine(memplan_ops::kFusedAttentionGrad, K::fused, attention_grad_flops,
-           "dQ, dK, dV (and dBias) of FusedAttention, recomputing the scores tile by tile"),
-      params(mine(memplan_ops::kRMSNormalization, K::normalization, &per_element<5>,
-                  "x / sqrt(mean(x^2) + eps) * scale over the trailing axes; saves x and the inverse rms"),
-             2u),
-      mine(memplan_ops::kRMSNormGrad, K::normalization, &per_element<10>, "dX, dScale of RMSNormalization from its saved inverse rms"),
+      slots(mine(memplan_ops::kFusedAttention, K::fused, attention_flops,
+                 "softmax(scale Q K^T + bias) V with causal mask, GQA and replayed dropout; saves Q, K, V, O and one logsumexp per row"),
+            4, 7u, 2, 1u),
+      slots(mine(memplan_ops::kFusedAttentionGrad, K::fused, attention_grad_flops,
+                 "dQ, dK, dV (and dBias) of FusedAttention, recomputing the scores tile by tile"),
+            7, 63u, 4, 0u),
+      slots(params(mine(memplan_ops::kRMSNormalization, K::normalization, &per_element<5>,
+                        "x / sqrt(mean(x^2) + eps) * scale over the trailing axes; saves x and the inverse rms"),
+                   2u),
+            2, 1u, 2, 1u),
+      slots(mine(memplan_ops::kRMSNormGrad, K::normalization, &per_element<10>, "dX, dScale of RMSNormalization from its saved inverse rms"),
+            4, 11u, 2, 0u),
       [] {
-        OpSpec s = mine(memplan_ops::kFusedElementwise, K::fused, e1, "a chain of elementwise ops run as one kernel (expression in `expr`)");
+        OpSpec s = slots(mine(memplan_ops::kFusedElementwise, K::fused, e1, "a chain of elementwise ops run as one kernel (expression in `expr`)"),
+                         255, 1u, 1, 1u);
         s.inplace_any_input = true;
         // A rank-1 operand of a fused group is a bias or scale an Add or Mul read: it keeps training.
         s.rank1_parameter_inputs = 0xffffffffu;

@@ -77,6 +77,12 @@ void add_tensor_rules(RuleTable& t);
 void add_reduce_rules(RuleTable& t);
 void add_fold_rules(RuleTable& t);  // attaches evaluators to rules registered by the others
 void add_fold_move_rules(RuleTable& t);  // evaluators of data-movement ops (called by add_fold_rules)
+// Schema rules of memplan's own ops (shape_memplan.cpp), keyed by type: attributes, ranks and dtypes checked and the
+// outputs computed, for the driver to compare with the shapes the op's builder declared.
+void add_memplan_rules(RuleTable& t);
+// Softmax, LogSoftmax and Hardmax of opset < 13 whose axis is not the last, on a shaped graph, rewritten as
+// Flatten(axis) -> op(axis 1) -> Reshape (shape_legacy_softmax.cpp).
+void lower_legacy_normalizers(Graph& g);
 
 // Plans shared by a shape rule and its evaluator, so that both read the op the same way.
 struct SlicePlan {

@@ -62,14 +62,91 @@ void bind_sources(Graph& g, const ShapeOptions& opts) {
   }
 }
 
+[[noreturn]] void schema_error(const std::string& where, const std::string& what) {
+  fail(ErrorKind::invalid_graph, where + ": " + what);
+}
+
+std::string typed_shape(const Tensor& t) {
+  std::string s = std::string(dtype_name(t.dtype)) + " [";
+  for (std::size_t k = 0; k < t.dims.size(); ++k)
+    s += (k ? "," : "") + (t.dims[k].known() ? std::to_string(t.dims[k].value) : t.dims[k].symbol.empty() ? "?" : t.dims[k].symbol);
+  return s + "]";
+}
+
+// The operand slots of a memplan op against its schema (OpInfo::arity).
+void check_slots(const Op& op, const OpArity& a, const std::string& where) {
+  if (op.inputs.size() > a.max_inputs)
+    schema_error(where, "has " + std::to_string(op.inputs.size()) + " inputs, at most " + std::to_string(a.max_inputs) + " expected");
+  if (op.outputs.size() > a.max_outputs)
+    schema_error(where, "has " + std::to_string(op.outputs.size()) + " outputs, at most " + std::to_string(a.max_outputs) + " expected");
+  for (std::size_t i = 0; i < 32; ++i) {
+    if (((a.required_inputs >> i) & 1u) && op.input(i) == kNoTensor)
+      schema_error(where, "required input " + std::to_string(i) + " is missing (" + std::to_string(op.inputs.size()) + " inputs given)");
+    if (((a.required_outputs >> i) & 1u) && op.output(i) == kNoTensor) schema_error(where, "required output " + std::to_string(i) + " is missing");
+  }
+}
+
+// memplan's own ops are trusted by no stage as declared: the op must be one memplan knows, its operand slots those of
+// its schema, and where the registry has a schema rule, its outputs are computed from the inputs (attributes, ranks and
+// dtypes checked) and must agree with any shape or dtype the file declared; an output declared without a shape takes
+// the computed one. Every failure is ErrorKind::invalid_graph naming the op (attribute types stay malformed).
+void check_memplan_op(Graph& g, OpId o, const Values& values) {
+  const Op& op = g.ops[o];
+  const std::string where = "op '" + op.name + "' (memplan::" + op.type + ")";
+  const OpInfo* info = op_registry().find(op);
+  if (!info) fail(ErrorKind::unsupported, where + ": memplan has no op of this type");
+  if (info->arity.known) check_slots(op, info->arity, where);
+  for (TensorId t : op.inputs)
+    if (t != kNoTensor && (!g.tensors[t].shape_known() || g.tensors[t].dtype == DType::undefined))
+      fail(ErrorKind::shape, where + ": input '" + g.tensors[t].name + "' has no known shape");
+  if (!info->schema) {
+    for (TensorId t : op.outputs)
+      if (t != kNoTensor && (!g.tensors[t].shape_known() || g.tensors[t].dtype == DType::undefined))
+        fail(ErrorKind::shape, where + ": output '" + g.tensors[t].name + "' has no declared shape");
+    return;
+  }
+  std::vector<Tensor> declared;
+  for (TensorId t : op.outputs) declared.push_back(t == kNoTensor ? Tensor{} : g.tensors[t]);
+  try {
+    OpContext c(g, o, values);
+    info->schema->shape(c);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::shape && e.kind() != ErrorKind::unsupported) throw;
+    const std::string m = e.what();
+    fail(ErrorKind::invalid_graph, m.rfind("op '", 0) == 0 ? m : where + ": " + m);
+  }
+  for (std::size_t k = 0; k < op.outputs.size(); ++k) {
+    const TensorId t = op.outputs[k];
+    if (t == kNoTensor) continue;
+    Tensor& x = g.tensors[t];
+    const Tensor& d = declared[k];
+    if (!x.shape_known() || x.dtype == DType::undefined) {
+      if (!d.shape_known() || d.dtype == DType::undefined) fail(ErrorKind::shape, where + ": output '" + x.name + "' has no declared shape");
+      continue;  // an optional output the schema does not compute keeps its declared shape
+    }
+    bool agrees = d.dtype == DType::undefined || d.dtype == x.dtype;
+    if (d.rank_known) {
+      agrees = agrees && d.dims.size() == x.dims.size();
+      for (std::size_t j = 0; agrees && j < d.dims.size(); ++j) agrees = !d.dims[j].known() || d.dims[j].value == x.dims[j].value;
+    }
+    if (!agrees)
+      schema_error(where, "output '" + x.name + "' is declared " + typed_shape(d) + ", but the op computes " + typed_shape(x) +
+                              " from its inputs");
+  }
+}
+
 // Runs one op's rule; returns true when its outputs were evaluated and may be folded.
 bool visit(Graph& g, OpId o, Values& values, const ShapeOptions& opts) {
   const Op& op = g.ops[o];
   const std::string where = "op '" + op.name + "' (" + op.type + ")";
   if (op.type == "If" || op.type == "Loop" || op.type == "Scan" || op.type == "SequenceMap")
     fail(ErrorKind::unsupported, where + ": subgraphs are not supported");
+  if (op.domain == kMemplanDomain) {
+    check_memplan_op(g, o, values);
+    return false;
+  }
   if (!is_default_domain(op)) {
-    // Ops of other domains (memplan's own) carry their output shapes; nothing to infer from.
+    // Ops of other domains carry their output shapes; nothing to infer from.
     for (TensorId t : op.outputs)
       if (t != kNoTensor && (!g.tensors[t].shape_known() || g.tensors[t].dtype == DType::undefined))
         fail(ErrorKind::unsupported, where + " of domain '" + op.domain + "' has no shape rule and output '" +
@@ -172,6 +249,7 @@ Graph infer_shapes(const Graph& in, const ShapeOptions& opts) {
     }
   }
   Graph out = compact(std::move(g), folded);
+  shape_detail::lower_legacy_normalizers(out);
   for (const auto& t : out.tensors)
     if (!t.shape_known() || t.dtype == DType::undefined)
       fail(ErrorKind::shape, "tensor '" + t.name + "' has no inferred shape (no op produces it)");
