@@ -26,13 +26,28 @@ DeviceProfile default_device_profile() {
 
 namespace {
 
-double positive(const nlohmann::json& j, const char* key, const std::string& origin) {
+// A rate or time in a range real devices lie well inside: every figure derived from it (op seconds over up to 2^63
+// bytes, their sums over a step) stays finite and positive, so no profile makes a step time null or a budget
+// infeasible by arithmetic alone.
+double in_range(const nlohmann::json& j, const char* key, double lo, double hi, const std::string& origin) {
   if (!j.contains(key)) fail(ErrorKind::malformed, origin + ": device profile lacks \"" + key + "\"");
   const auto& v = j.at(key);
-  if (!v.is_number()) fail(ErrorKind::malformed, origin + ": device profile field \"" + key + "\" is not a number");
+  const std::string range = json_excerpt(nlohmann::json(lo)) + " .. " + json_excerpt(nlohmann::json(hi));
+  if (!v.is_number())
+    fail(ErrorKind::malformed, origin + ": device profile field \"" + key + "\" is " + json_excerpt(v) + ", not a number in " + range);
   const double d = v.get<double>();
-  if (!(d > 0.0) || d > 1e30) fail(ErrorKind::malformed, origin + ": device profile field \"" + key + "\" must be positive and finite");
+  if (!(d >= lo && d <= hi))
+    fail(ErrorKind::malformed, origin + ": device profile field \"" + key + "\" is " + json_excerpt(v) + ", outside " + range);
   return d;
+}
+
+constexpr double kMinFlops = 1e6, kMaxFlops = 1e18;      // FLOP/s: a microcontroller .. beyond any accelerator
+constexpr double kMinBandwidth = 1e6, kMaxBandwidth = 1e15;  // bytes/s: 1 MB/s .. 1 PB/s
+constexpr double kMaxLaunch = 1.0;                       // seconds per kernel launch
+constexpr double kMinScale = 1e-6, kMaxScale = 1e6;      // op_scale factors
+
+double positive(const nlohmann::json& j, const char* key, const std::string& origin) {
+  return in_range(j, key, kMinBandwidth, kMaxBandwidth, origin);
 }
 
 }  // namespace
@@ -42,14 +57,11 @@ DeviceProfile device_profile_from_json(const nlohmann::json& j, const std::strin
   DeviceProfile p;
   if (!j.contains("name") || !j.at("name").is_string()) fail(ErrorKind::malformed, origin + ": device profile lacks a string \"name\"");
   p.name = j.at("name").get<std::string>();
-  p.peak_flops = positive(j, "peak_flops", origin);
+  p.peak_flops = in_range(j, "peak_flops", kMinFlops, kMaxFlops, origin);
   p.hbm_bytes_per_s = positive(j, "hbm_bytes_per_s", origin);
   p.host_to_device_bytes_per_s = positive(j, "host_to_device_bytes_per_s", origin);
   p.device_to_host_bytes_per_s = positive(j, "device_to_host_bytes_per_s", origin);
-  if (!j.contains("kernel_launch_seconds") || !j.at("kernel_launch_seconds").is_number() ||
-      !(j.at("kernel_launch_seconds").get<double>() >= 0.0))
-    fail(ErrorKind::malformed, origin + ": device profile field \"kernel_launch_seconds\" must be a number >= 0");
-  p.kernel_launch_seconds = j.at("kernel_launch_seconds").get<double>();
+  p.kernel_launch_seconds = in_range(j, "kernel_launch_seconds", 0.0, kMaxLaunch, origin);
   if (j.contains("interconnect_bytes_per_s")) p.interconnect_bytes_per_s = positive(j, "interconnect_bytes_per_s", origin);
   if (j.contains("measured")) {
     if (!j.at("measured").is_boolean()) fail(ErrorKind::malformed, origin + ": \"measured\" must be true or false");
@@ -63,8 +75,8 @@ DeviceProfile device_profile_from_json(const nlohmann::json& j, const std::strin
     const auto& m = j.at("op_scale");
     if (!m.is_object()) fail(ErrorKind::malformed, origin + ": \"op_scale\" must be an object of op type -> positive number");
     for (const auto& [type, v] : m.items()) {
-      if (!v.is_number() || !(v.get<double>() > 0.0) || !std::isfinite(v.get<double>()))
-        fail(ErrorKind::malformed, origin + ": op_scale of \"" + type + "\" must be a positive number");
+      if (!v.is_number() || !(v.get<double>() >= kMinScale && v.get<double>() <= kMaxScale))
+        fail(ErrorKind::malformed, origin + ": op_scale of \"" + type + "\" is " + json_excerpt(v) + ", not a number in 1e-06 .. 1e+06");
       p.op_scale[type] = v.get<double>();
     }
   }

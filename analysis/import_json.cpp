@@ -212,7 +212,11 @@ Tensor tensor_from_json(const Reader& r, const json& jt, std::size_t index) {
     }
     if (t.shape_known()) (void)t.element_count();  // overflow check
   }
-  if (jt.contains("on_host")) t.on_host = jt.at("on_host").is_boolean() && jt.at("on_host").get<bool>();
+  if (jt.contains("on_host")) {
+    if (!jt.at("on_host").is_boolean())
+      r.bad(ErrorKind::malformed, w + ": 'on_host' must be true or false, got " + json_excerpt(jt.at("on_host")));
+    t.on_host = jt.at("on_host").get<bool>();
+  }
   if (jt.contains("external_location")) {
     t.external_data = true;
     t.external_location = r.str(jt, "external_location", w);

@@ -1,7 +1,11 @@
 // Trace files: the recorded events, each block's size, stream, lifetime and planned offset, and the comparison.
 #include "torch_allocator/trace.hpp"
 
+#include <limits>
+#include <type_traits>
+
 #include "analysis/error.hpp"
+#include "analysis/json_read.hpp"
 #include "planner/plan.hpp"
 #include "torch_allocator/caching_model.hpp"
 #include "torch_allocator/step_plan.hpp"
@@ -48,14 +52,27 @@ nlohmann::json trace_json(const Trace& t) {
 namespace {
 [[noreturn]] void bad(const std::string& what) { fail(ErrorKind::malformed, "allocation trace: " + what); }
 
+// Integers are read exactly (a fraction, a negative size or a number past the type is refused with the field named,
+// never truncated or wrapped as nlohmann's get<T>() would); strings and booleans by their type.
 template <class T> T field(const nlohmann::json& j, const char* key, const std::string& where) {
   if (!j.is_object() || !j.contains(key)) bad(where + " has no '" + key + "'");
+  const nlohmann::json& v = j.at(key);
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    const std::string name = "allocation trace: " + where + "'s '" + key + "'";
+    if constexpr (std::is_unsigned_v<T>) return static_cast<T>(analysis::json_uint(v, std::numeric_limits<T>::max(), name));
+    else return static_cast<T>(analysis::json_int(v, std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), name));
+  }
   try {
-    return j.at(key).get<T>();
+    return v.get<T>();
   } catch (const nlohmann::json::exception&) {
     bad(where + "'s '" + key + "' has the wrong type");
   }
 }
+
+// CUDA device ordinals as PyTorch holds them (c10::DeviceIndex, an int8_t): 0..127.
+constexpr std::int64_t kMaxDevice = 127;
+// A block size whose rounding to 512 still fits in 64 bits (and in any arena offset).
+constexpr std::uint64_t kMaxBlockSize = (std::uint64_t{1} << 63) - 512;
 
 std::uint32_t optional_event(const nlohmann::json& b, const char* key, const std::string& where) {
   if (!b.contains(key) || b.at(key).is_null()) return kNotFreed;
@@ -68,7 +85,8 @@ Trace read_trace(const nlohmann::json& j) {
   if (field<int>(j, "version", "the file") != kTraceVersion) bad("version " + j.at("version").dump() + " is not 1");
   if (field<std::uint64_t>(j, "alignment", "the file") != kBlockAlignment) bad("alignment is not 512");
   Trace t;
-  t.device = field<int>(j, "device", "the file");
+  if (!j.contains("device")) bad("the file has no 'device'");
+  t.device = static_cast<int>(analysis::json_int(j.at("device"), 0, kMaxDevice, "allocation trace: the file's 'device' (a CUDA device ordinal)"));
   t.step.primary_stream = static_cast<StreamId>(field<std::uint64_t>(j, "primary_stream", "the file"));
   // A step recorded without a plan (memplan_torch.estimate_step's trace): memplan plans it once it is read.
   const bool planned = j.contains("planned") ? field<bool>(j, "planned", "the file") : true;
@@ -91,6 +109,7 @@ Trace read_trace(const nlohmann::json& j) {
     RecordedBlock r{field<std::uint64_t>(b, "size", where), field<std::uint64_t>(b, "bytes", where),
                     static_cast<StreamId>(field<std::uint64_t>(b, "stream", where)), field<std::uint32_t>(b, "alloc_event", where),
                     optional_event(b, "free_event", where)};
+    if (r.size > kMaxBlockSize) bad(where + ": size " + std::to_string(r.size) + " is beyond 2^63 - 512 bytes");
     if (r.bytes != round_block(r.size)) bad(where + ": bytes is not its size rounded up to 512");
     if (r.free_event != kNotFreed && r.free_event <= r.alloc_event) bad(where + " is freed before it is allocated");
     t.step.blocks.push_back(r);
