@@ -30,106 +30,98 @@ struct Probe {
   planner::TrainingPlanResult result;
 };
 
-int run_fit(const FitArgs& a) {
-  if (a.train.budget.empty()) fail(ErrorKind::usage, "fit needs --budget");
-  if (a.gpus.max_gpus > 0) return run_fit_gpus(a.train, a.vary, a.gpus, a.json);
-  if (a.gpus.global_batch > 0) fail(ErrorKind::usage, "--global-batch goes with fit --max-gpus");
-  const analysis::Graph forward = analysis::import_model(a.train.model.model);
-  warn_converted_opset(forward, a.train.model.model);
-  analysis::DimBindings dims = parse_dims(a.train.model.dims);
-  if (dims.count(a.vary)) fail(ErrorKind::usage, "--vary " + a.vary + " is also bound by --dim");
-  for (const auto& [name, value] : dims) require_symbolic_dim(forward, name, "--dim " + name + "=" + std::to_string(value));
-  // A fixed dim cannot grow: every value would plan the same step and "fit" up to --max-value.
-  require_symbolic_dim(forward, a.vary, "fit --vary " + a.vary);
-  warn_if_eval_export(forward, a.train.model.model);
-  // --strategies, else --strategy alone, else every strategy.
-  std::vector<std::string> strategies = !a.strategies.empty()       ? a.strategies
-                                        : !a.train.strategy.empty() ? std::vector<std::string>{a.train.strategy}
-                                                                    : planner::training_strategies();
-  // Shaped training graphs per value, shared by the strategies' searches.
-  std::map<std::int64_t, analysis::Graph> shaped;
-  std::optional<FusionSummary> fusion;  // of the first value probed: the same groups at every value
-  auto probe = [&](const std::string& strategy, std::int64_t v) {
-    auto it = shaped.find(v);
-    if (it == shaped.end()) {
-      analysis::ShapeOptions so;
-      so.dims = dims;
-      so.dims[a.vary] = v;
-      it = shaped.emplace(v, analysis::infer_shapes(forward, so)).first;
-    }
-    TrainingArgs ta = a.train;
-    ta.strategy = strategy;
-    TrainingSetup s = training_setup(it->second, ta);
-    if (!fusion) fusion = s.fusion;
+// The training steps of the values probed, built once per value (fused, shaped) and planned per strategy.
+class FitSearch {
+ public:
+  FitSearch(const FitArgs& a, const analysis::Graph& forward, analysis::DimBindings dims)
+      : a_(a), forward_(forward), dims_(std::move(dims)) {}
+
+  Probe probe(const std::string& strategy, std::int64_t v) {
+    TrainingSetup& s = setup(v);
     Probe p;
+    planner::TrainingPlanOptions options = s.options;
+    options.strategy = strategy;
     try {
-      p.result = planner::plan_training(s.training, s.options);
+      p.result = planner::plan_training(s.training, options);
       p.fits = true;
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::infeasible) throw;
     }
     return p;
-  };
-  nlohmann::json out;
-  out["model"] = a.train.model.model;
-  out["budget_bytes"] = planner::parse_size(a.train.budget);
-  out["library_bytes"] = parse_library_bytes(a.train.library_bytes);
-  out["dim"] = a.vary;
-  nlohmann::json per = nlohmann::json::object();
-  for (const auto& s : strategies) {
-    // Doubling, then bisection: memory grows with the dim, so feasibility is monotone.
-    std::int64_t lo = 0, hi = 1;
-    Probe best;
-    for (;;) {
-      Probe p = probe(s, hi);
-      if (!p.fits) break;
-      lo = hi;
+  }
+  const analysis::Graph& shaped(std::int64_t v) { return setup(v).fused_forward; }
+  const std::optional<FusionSummary>& fusion() const { return fusion_; }
+
+ private:
+  TrainingSetup& setup(std::int64_t v) {
+    auto it = setups_.find(v);
+    if (it != setups_.end()) return it->second;
+    analysis::ShapeOptions so;
+    so.dims = dims_;
+    so.dims[a_.vary] = v;
+    TrainingSetup s = training_setup(analysis::infer_shapes(forward_, so), a_.train);
+    if (!fusion_) fusion_ = s.fusion;  // of the first value probed: the same groups at every value
+    return setups_.emplace(v, std::move(s)).first->second;
+  }
+  const FitArgs& a_;
+  const analysis::Graph& forward_;
+  analysis::DimBindings dims_;
+  std::map<std::int64_t, TrainingSetup> setups_;
+  std::optional<FusionSummary> fusion_;
+};
+
+// Doubling, then bisection: memory grows with the dim, so feasibility is monotone. The largest value that fits and
+// its plan's figures.
+nlohmann::json search_strategy(const FitArgs& a, FitSearch& search, const std::string& strategy) {
+  std::int64_t lo = 0, hi = 1;
+  Probe best;
+  for (;;) {
+    Probe p = search.probe(strategy, hi);
+    if (!p.fits) break;
+    lo = hi;
+    best = std::move(p);
+    if (hi >= a.max_value) break;
+    hi = std::min(hi * 2, a.max_value);
+  }
+  if (lo == hi) hi = lo + 1;
+  while (hi - lo > 1) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    Probe p = search.probe(strategy, mid);
+    if (p.fits) {
+      lo = mid;
       best = std::move(p);
-      if (hi >= a.max_value) break;
-      hi = std::min(hi * 2, a.max_value);
+    } else {
+      hi = mid;
     }
-    if (lo == hi) hi = lo + 1;
-    while (hi - lo > 1) {
-      const std::int64_t mid = lo + (hi - lo) / 2;
-      Probe p = probe(s, mid);
-      if (p.fits) {
-        lo = mid;
-        best = std::move(p);
-      } else {
-        hi = mid;
-      }
-    }
-    nlohmann::json e;
-    e["max_" + a.vary] = lo;
-    e["max_value"] = lo;
-    if (lo > 0) {
-      const planner::TrainingPlanResult& r = best.result;
-      e["peak_bytes"] = r.peak_bytes;
-      e["total_device_bytes"] = r.total_device_bytes;
-      e["recompute_overhead"] = r.recompute_overhead;
-      e["swap_bytes"] = r.swap_bytes;
-      e["estimated_step_seconds"] = r.estimated_step_seconds;
-      e["keep_all_step_seconds"] = r.keep_all_step_seconds;
-      e["step_overhead"] = step_overhead(r.estimated_step_seconds, r.keep_all_step_seconds);
-      // Samples a step trains: dim 0 of the first graph input (the batch) at this value.
-      const analysis::Graph& shaped_at = shaped.at(lo);
-      std::int64_t samples = 1;
-      for (analysis::TensorId t : shaped_at.inputs)
-        if (!shaped_at.tensors[t].dims.empty()) {
-          samples = shaped_at.tensors[t].dims[0].value;
-          break;
-        }
-      e["samples_per_step"] = samples;
-      e["samples_per_second"] = r.estimated_step_seconds > 0 ? static_cast<double>(samples) / r.estimated_step_seconds : 0.0;
-    }
-    per[s] = e;
   }
-  out["strategies"] = per;
-  if (fusion) out["fusion"] = fusion_json(*fusion);
-  if (a.json) {
-    std::cout << json_text(out, 2) << "\n";
-    return 0;
-  }
+  nlohmann::json e;
+  e["max_" + a.vary] = lo;
+  e["max_value"] = lo;
+  if (lo == 0) return e;
+  const planner::TrainingPlanResult& r = best.result;
+  e["peak_bytes"] = r.peak_bytes;
+  e["total_device_bytes"] = r.total_device_bytes;
+  e["recompute_overhead"] = r.recompute_overhead;
+  e["swap_bytes"] = r.swap_bytes;
+  e["estimated_step_seconds"] = r.estimated_step_seconds;
+  e["keep_all_step_seconds"] = r.keep_all_step_seconds;
+  e["step_overhead"] = step_overhead(r.estimated_step_seconds, r.keep_all_step_seconds);
+  // Samples a step trains: dim 0 of the first graph input (the batch) at this value.
+  const analysis::Graph& shaped_at = search.shaped(lo);
+  std::int64_t samples = 1;
+  for (analysis::TensorId t : shaped_at.inputs)
+    if (!shaped_at.tensors[t].dims.empty()) {
+      samples = shaped_at.tensors[t].dims[0].value;
+      break;
+    }
+  e["samples_per_step"] = samples;
+  e["samples_per_second"] = r.estimated_step_seconds > 0 ? static_cast<double>(samples) / r.estimated_step_seconds : 0.0;
+  return e;
+}
+
+void print_fit(const FitArgs& a, const std::vector<std::string>& strategies, const nlohmann::json& out,
+               const std::optional<FusionSummary>& fusion) {
+  const nlohmann::json& per = out["strategies"];
   std::printf("model %s, budget %s, varying %s\n", analysis::terminal_safe(a.train.model.model).c_str(), human_bytes(out["budget_bytes"]).c_str(), a.vary.c_str());
   if (fusion) std::printf("fused %s\n", fusion_text(*fusion).c_str());
   std::printf("(total device memory = peak + libraries %s; step estimates include recompute and swap stalls)\n",
@@ -148,6 +140,41 @@ int run_fit(const FitArgs& a) {
                 1e3 * e["estimated_step_seconds"].get<double>(), 100.0 * e["step_overhead"].get<double>(),
                 e["samples_per_second"].get<double>());
   }
+}
+
+int run_fit(const FitArgs& a) {
+  if (a.train.budget.empty()) fail(ErrorKind::usage, "fit needs --budget");
+  if (a.gpus.max_gpus > 0) return run_fit_gpus(a.train, a.vary, a.gpus, a.json);
+  if (a.gpus.global_batch > 0) fail(ErrorKind::usage, "--global-batch goes with fit --max-gpus");
+  const analysis::Graph forward = analysis::import_model(a.train.model.model);
+  warn_converted_opset(forward, a.train.model.model);
+  analysis::DimBindings dims = parse_dims(a.train.model.dims);
+  if (dims.count(a.vary)) fail(ErrorKind::usage, "--vary " + a.vary + " is also bound by --dim");
+  for (const auto& [name, value] : dims) require_symbolic_dim(forward, name, "--dim " + name + "=" + std::to_string(value));
+  // A fixed dim cannot grow: every value would plan the same step and "fit" up to --max-value.
+  require_symbolic_dim(forward, a.vary, "fit --vary " + a.vary);
+  warn_if_eval_export(forward, a.train.model.model);
+  // --strategies, else --strategy alone, else every strategy; each name checked before any planning.
+  const std::vector<std::string> strategies = !a.strategies.empty()       ? a.strategies
+                                              : !a.train.strategy.empty() ? std::vector<std::string>{a.train.strategy}
+                                                                          : planner::training_strategies();
+  for (const auto& s : strategies) {
+    TrainingArgs ta = a.train;
+    ta.strategy = s;
+    step_request(ta);
+  }
+  FitSearch search(a, forward, dims);
+  nlohmann::json out;
+  out["model"] = a.train.model.model;
+  out["budget_bytes"] = planner::parse_size(a.train.budget);
+  out["library_bytes"] = parse_library_bytes(a.train.library_bytes);
+  out["dim"] = a.vary;
+  nlohmann::json per = nlohmann::json::object();
+  for (const auto& s : strategies) per[s] = search_strategy(a, search, s);
+  out["strategies"] = per;
+  if (search.fusion()) out["fusion"] = fusion_json(*search.fusion());
+  if (a.json) std::cout << json_text(out, 2) << "\n";
+  else print_fit(a, strategies, out, search.fusion());
   return 0;
 }
 
