@@ -139,21 +139,71 @@ def _fallback_config(entry):
     return cfg
 
 
+def _small_config_consistent(entry):
+    """The small config made consistent where the model's code needs it: as many key/value heads as attention
+    heads (multi-head latent attention builds its keys per query head, and transformers' SDPA path would repeat
+    them again), and one expert group for routers that pick groups of experts first (the default group count
+    does not divide the small config's experts)."""
+    cfg = _small_config(entry)
+    changed = False
+    heads, kv = getattr(cfg, "num_attention_heads", None), getattr(cfg, "num_key_value_heads", None)
+    if isinstance(heads, int) and isinstance(kv, int) and heads != kv:
+        cfg.num_key_value_heads = heads
+        changed = True
+    for key in ("n_group", "topk_group"):
+        if isinstance(getattr(cfg, key, None), int) and getattr(cfg, key) > 1:
+            setattr(cfg, key, 1)
+            changed = True
+    if not changed:
+        raise ValueError("nothing to make consistent")
+    return cfg
+
+
+def _runs(model, entry, cfg):
+    """Whether `model` runs one small forward at `cfg` (no grad, eval mode, the random state left as it was): a
+    config the model's own code cannot run is not the zoo's."""
+    import torch
+
+    was = model.training
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            model.eval()
+            if entry["task"] == "image_classification":
+                size = getattr(cfg, "image_size", 224)
+                size = size if isinstance(size, int) else size[0]
+                model(torch.randn(1, getattr(cfg, "num_channels", 3), size, size))
+            else:
+                model(torch.randint(2, 16, (1, 8)))
+        return True
+    except Exception:  # noqa: BLE001 - any failure of the model's own forward
+        return False
+    finally:
+        model.train(was)
+
+
 def _hf_model(entry):
-    """The model at the small config, else at the fallback config (both size-checked)."""
+    """The model at the first config rule that builds (size-checked) and runs a small forward: the small config,
+    the small config made consistent (_small_config_consistent), the fallback config. When none runs, the first
+    that built (its capture then reports the model's own error)."""
     import transformers
 
     cls = getattr(transformers, entry["class"])
-    errors = []
-    for make_cfg in (_small_config, _fallback_config):
+    errors, built = [], None
+    for make_cfg in (_small_config, _small_config_consistent, _fallback_config):
         try:
             cfg = make_cfg(entry)
             if entry["task"] == "image_classification":
                 cfg.num_labels = 1000
             _check_size(lambda: cls(cfg))
-            return cls(cfg), cfg
+            model = cls(cfg)
         except Exception as e:  # noqa: BLE001 - the next rule is tried, and the first error reported
             errors.append(f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+            continue
+        if _runs(model, entry, cfg):
+            return model, cfg
+        built = built or (model, cfg)
+    if built is not None:
+        return built
     raise ValueError(errors[0])
 
 
