@@ -115,12 +115,17 @@ void gather_nd(GradContext& c) {
 
 // ScatterND / ScatterElements with reduction none: dData is dY with the scattered positions zeroed (the same scatter
 // of zeros), dUpdates is dY gathered at the indices (GatherND / GatherElements), as torch's index_put and scatter.
+// With reduction add (torch's index_put(accumulate=True), index_add, scatter_add) every element of the data is kept
+// and added to: dData is dY itself, dUpdates the same gather (repeated indices each read their position's dY).
 void scatter(GradContext& c) {
   const bool nd = c.fwd().type == "ScatterND";
-  if (c.fwd().attr_string("reduction", "none") != "none") c.unsupported("only reduction 'none' has a backward rule");
+  const std::string reduction = c.fwd().attr_string("reduction", "none");
+  if (reduction != "none" && reduction != "add") c.unsupported("only reductions 'none' and 'add' have a backward rule");
   std::map<std::string, Attribute> at;
   if (!nd) at["axis"] = attr_i(axis_of(c, c.shape(c.in(0)).size()));
-  if (c.wants(0)) {
+  if (c.wants(0) && reduction == "add") {
+    c.give(0, c.dy());
+  } else if (c.wants(0)) {
     const TensorId u = c.in(2);
     const DType dt = c.tensor(u).dtype;
     const TensorId z = zeros(c, "zeros", dt, c.shape(u));

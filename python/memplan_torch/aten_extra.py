@@ -246,27 +246,45 @@ def _index_put(c):
         if accumulate:
             return c.op1("Add", [c.x(), c.op1("Where", [m, v, c.scalar(0)])])
         return c.op1("Where", [m, v, c.x()])
-    if any(i is None for i in indices):
-        raise ValueError(f"{c.where()}: index_put with sliced axes between the indices is not mapped")
-    k = len(indices)
-    shapes = [list(c.meta(i).shape) for i in indices]
+    # Sliced axes (None) before or between the indices: the indexed axes moved first (a Transpose), the values laid
+    # out as torch's x[indices] (broadcast index dims in place of adjacent indexed axes, else first) moved likewise,
+    # one ScatterND over the leading axes, and the axes moved back.
+    full = indices + [None] * (rank - len(indices))
+    axes = [a for a, i in enumerate(full) if i is not None]
+    k = len(axes)
+    shapes = [list(c.meta(full[a]).shape) for a in axes]
     try:
         bshape = list(torch.broadcast_shapes(*[tuple(s) for s in shapes]))
     except Exception as e:  # noqa: BLE001 - symbolic index shapes
         raise ValueError(f"{c.where()}: index_put over index shapes {shapes} is not mapped") from e
-    xs = c.shape()
+    perm = axes + [a for a in range(rank) if a not in axes]
+    moved = perm != list(range(rank))
+    sizes = list(c.meta().shape)
+    xs = [c.shape()[a] for a in perm]
+    x = c.op1("Transpose", [c.x()], {"perm": perm}) if moved else c.x()
     parts = []
-    for i, n in zip(indices, xs[:k]):
-        t = c.operand(i, "int64")
+    for a, n in zip(axes, xs[:k]):
+        t = c.operand(full[a], "int64")
         if isinstance(n, int):
             zero = c.g.scalar(0, "int64", "c")
             t = c.op1("Where", [c.op1("Less", [t, zero]), c.op1("Add", [t, c.g.scalar(n, "int64", "c")]), t])
         t = c.op1("Expand", [t, c.sizes(bshape)])
         parts.append(c.op1("Unsqueeze", [t, c.g.i64([-1], "axes")]))
     idx = parts[0] if k == 1 else c.op1("Concat", parts, {"axis": -1})
-    upd = c.op1("Expand", [c.operand(values, dt), c.sizes(bshape + list(c.meta().shape)[k:])])
+    a0, nb = axes[0], len(bshape)
+    if axes == list(range(a0, a0 + k)):  # adjacent: x[indices] has the index dims in their place
+        laid = sizes[:a0] + bshape + sizes[a0 + k:]
+        upd = c.op1("Expand", [c.operand(values, dt), c.sizes(laid)])
+        if a0:
+            upd = c.op1("Transpose", [upd], {"perm": list(range(a0, a0 + nb)) + list(range(a0)) +
+                                              list(range(a0 + nb, len(laid)))})
+    else:
+        upd = c.op1("Expand", [c.operand(values, dt), c.sizes(bshape + [sizes[a] for a in perm[k:]])])
     attrs = {"reduction": "add"} if accumulate else None
-    return c.op1("ScatterND", [c.x(), idx, upd], attrs)
+    y = c.op1("ScatterND", [x, idx, upd], attrs)
+    if moved:
+        y = c.op1("Transpose", [y], {"perm": [perm.index(a) for a in range(rank)]})
+    return y
 
 
 def _slice(c, x, axis, start, end):
@@ -396,6 +414,19 @@ def _torch_pads(c, pad, rank):
     return begins + ends
 
 
+def _crop(c, x, pads, rank):
+    """The negative pads of `pads` (ONNX layout) as a Slice of `x` (a crop, whose gradient memplan has), and the
+    pads left (each at least 0)."""
+    begins, ends = pads[:rank], pads[rank:]
+    axes = [a for a in range(rank) if begins[a] < 0 or ends[a] < 0]
+    if not axes:
+        return x, pads
+    starts = [max(0, -begins[a]) for a in axes]
+    stops = [ends[a] if ends[a] < 0 else I64_MAX for a in axes]
+    x = c.op1("Slice", [x, c.g.i64(starts, "starts"), c.g.i64(stops, "ends"), c.g.i64(axes, "axes")])
+    return x, [max(0, p) for p in pads]
+
+
 @aten("constant_pad_nd", "pad")
 def _constant_pad(c):
     rank = c.rank()
@@ -405,7 +436,10 @@ def _constant_pad(c):
     if mode != "constant":
         return c.op1("Pad", [c.x(), c.g.i64(pads, "pads")], {"mode": {"reflect": "reflect", "replicate": "edge",
                                                                       "circular": "wrap"}[mode]})
-    return c.op1("Pad", [c.x(), c.g.i64(pads, "pads"), c.scalar(value)], {"mode": "constant"})
+    x, pads = _crop(c, c.x(), pads, rank)  # torch crops where a pad is negative
+    if not any(pads):
+        return x if x != c.x() else c.op1("Identity", [x])
+    return c.op1("Pad", [x, c.g.i64(pads, "pads"), c.scalar(value)], {"mode": "constant"})
 
 
 def _mode_pad(mode):

@@ -79,18 +79,22 @@ def _batch_norm(c):
     name = c.node.target.__name__.split(".")[0]
     a = list(c.node.args) + [None] * 9
     x, w, b, rm, rv = a[0], a[1], a[2], a[3], a[4]
+    no_stats = isinstance(rm, bool)  # _native_batch_norm_legit.no_stats(x, w, b, training, momentum, eps)
+    if no_stats:  # batch statistics only (weight standardization): running statistics that nothing reads
+        rm, rv, a = None, None, a[:3] + [None, None] + a[3:]
     if name == "_native_batch_norm_legit_no_training":
         training, momentum, eps = False, a[5], a[6]
     elif name == "batch_norm":
         training, momentum, eps = a[5], a[6], a[7]
     else:
         training, momentum, eps = a[5], a[6], a[7]
-    if rm is None:
+    if rm is None and not (no_stats and training):
         raise ValueError(f"{c.where()}: batch norm without running statistics is not mapped")
     ch = c.shape(x)[1]
     if not isinstance(ch, int):
         raise ValueError(f"{c.where()}: batch norm over a symbolic channel count is not mapped")
-    ins = [c.t(x), _ones_or(c, w, ch, 1.0), _ones_or(c, b, ch, 0.0), c.t(rm), c.t(rv)]
+    stats = [_ones_or(c, None, ch, 0.0), _ones_or(c, None, ch, 1.0)] if rm is None else [c.t(rm), c.t(rv)]
+    ins = [c.t(x), _ones_or(c, w, ch, 1.0), _ones_or(c, b, ch, 0.0)] + stats
     attrs = {"epsilon": float(eps), "momentum": 1.0 - float(momentum or 0.0)}
     if training:
         attrs["training_mode"] = 1
@@ -216,7 +220,23 @@ def _avg_pool(c):
         raise ValueError(f"{c.where()}: divisor_override is not mapped")
     attrs = _pool_attrs(c, k, a[2], a[3], a[4])
     attrs["count_include_pad"] = int(a[5] if a[5] is not None else True)
+    _clip_windows(c, attrs)
+    if all(d == 1 for d in c.shape()[2:]) and attrs["kernel_shape"] == c.shape(a[0])[2:] and not any(attrs["pads"]):
+        return c.op1("GlobalAveragePool", [c.x()])
     return c.op1("AveragePool", [c.x()], attrs)
+
+
+def _clip_windows(c, attrs):
+    """A window wider than its unpadded input whose output is one element (HF EfficientNet's AvgPool2d(hidden_dim,
+    ceil_mode=True)): torch clips it to the input and divides by what it covers, which is a window of the input's
+    extent."""
+    spatial, out = c.shape(c.arg(0))[2:], c.shape()[2:]
+    nd = len(spatial)
+    for d in range(nd):
+        k, n = attrs["kernel_shape"][d], spatial[d]
+        if isinstance(n, int) and k > n and out[d] == 1 and attrs["pads"][d] == 0 and attrs["pads"][d + nd] == 0:
+            attrs["kernel_shape"][d] = n
+            attrs["strides"][d] = n
 
 
 @aten("adaptive_avg_pool2d", "_adaptive_avg_pool2d", "adaptive_avg_pool1d", "mean_global", "_adaptive_avg_pool3d",
@@ -253,17 +273,75 @@ def _sdpa(c):
     else:
         mask, p, causal, gqa = c.kw("attn_mask"), c.arg(3, 0.0), c.arg(4, False), False
     scale = c.kw("scale")
-    qs, ks, vs = c.shape(q), c.shape(k), c.shape(v)
-    if len(qs) != 4 or len(ks) != 4 or len(vs) != 4:
-        raise ValueError(f"{c.where()}: attention over rank {len(qs)} operands is not mapped (4-D [B, H, S, D] only)")
-    if not isinstance(qs[1], int) or not isinstance(ks[1], int) or qs[1] % ks[1] or (qs[1] != ks[1] and not gqa):
-        raise ValueError(f"{c.where()}: heads {qs[1]} vs {ks[1]} are not grouped-query attention")
     if scale is None:
-        scale = 1.0 / math.sqrt(qs[3])
-    if c.dynamic or not c.g.fused_attention:
-        return _sdpa_decomposed(c, q, k, v, mask, p, causal, scale, qs, ks)
-    out = c.g.tensor(c.g.fresh(c.node.name), c.dtype(q), [qs[0], qs[1], qs[2], vs[3]])
-    ins = [c.t(q), c.t(k), c.t(v)] + ([c.t(mask)] if mask is not None else [])
+        scale = 1.0 / math.sqrt(c.shape(q)[-1])
+    ranks = {c.rank(q), c.rank(k), c.rank(v)}
+    if ranks == {4}:
+        ops = [_Operand(c, a) for a in (q, k, v)]
+        m = _Operand(c, mask) if mask is not None else None
+        y = _sdpa4(c, *ops, m, p, causal, scale, gqa)
+    else:
+        y = _sdpa_any_rank(c, q, k, v, mask, p, causal, scale, gqa)
+    return y if not isinstance(c.meta(), (tuple, list)) else [y] + [None] * (len(c.meta()) - 1)
+
+
+class _Operand:
+    """An attention operand: its tensor name, dtype and shape (memplan dims, and torch's sizes for symbols)."""
+
+    def __init__(self, c, node=None, name=None, dtype=None, sizes=None):
+        self.name = c.t(node) if node is not None else name
+        self.dtype = c.dtype(node) if node is not None else dtype
+        self.sizes = list(c.meta(node).shape) if node is not None else list(sizes)
+        self.shape = [c.conv.dim_of(d) for d in self.sizes]
+
+
+def _sdpa_any_rank(c, q, k, v, mask, p, causal, scale, gqa):
+    """Attention over operands of rank 3, 5 or more ([..., S, D], the leading dims batch-like, the last of them
+    heads when the rank is 4 or more): each viewed as 4-D [prod(leading), heads, S, D] around the 4-D attention,
+    the result viewed back to the node's shape. A mask is expanded to the query's leading dims first."""
+    qm, km, vm = (list(c.meta(a).shape) for a in (q, k, v))
+    if len(qm) < 2 or not (len(qm) == len(km) == len(vm)):
+        raise ValueError(f"{c.where()}: attention over operands of ranks {len(qm)}, {len(km)}, {len(vm)} is not mapped")
+    dims = lambda sizes: [c.conv.dim_of(d) for d in sizes]
+    if dims(qm[:-3]) != dims(km[:-3]) or dims(km[:-2]) != dims(vm[:-2]):
+        raise ValueError(f"{c.where()}: attention with leading dims {qm[:-2]} vs {km[:-2]} is not mapped")
+    # rank 3 with as many key/value as query heads: the first dim batch-like (one head each), so that a symbolic
+    # batch folded into it (timm's [B * heads, N, D]) stays out of the heads
+    batch_like = len(qm) == 3 and dims(qm[:1]) == dims(km[:1])
+    ops = [_as4d(c, c.t(a), c.dtype(a), sizes, batch_like) for a, sizes in ((q, qm), (k, km), (v, vm))]
+    m = None
+    if mask is not None:
+        full = qm[:-1] + [km[-2]]
+        mt = c.op1("Expand", [c.t(mask), c.sizes(full)])
+        m = _as4d(c, mt, c.dtype(mask), full, batch_like)
+    y = _sdpa4(c, *ops, m, p, causal, scale, gqa)
+    out = list(c.meta().shape) if not isinstance(c.meta(), (tuple, list)) else list(c.meta()[0].shape)
+    return c.op1("Reshape", [y, c.sizes(out)])
+
+
+def _as4d(c, name, dtype, sizes, batch_like):
+    """[..., H, S, D] as [prod(...), H, S, D]; [S, D] as [1, 1, S, D]; [N, S, D] as [N, 1, S, D] when batch_like."""
+    if len(sizes) == 2:
+        four = [1, 1] + sizes
+    elif batch_like:
+        four = [sizes[0], 1] + sizes[1:]
+    else:
+        lead = 1
+        for d in sizes[:-3]:
+            lead = lead * d
+        four = [lead] + sizes[-3:]
+    return _Operand(c, name=c.op1("Reshape", [name, c.sizes(four)]), dtype=dtype, sizes=four)
+
+
+def _sdpa4(c, q, k, v, mask, p, causal, scale, gqa):
+    qs, ks, vs = q.shape, k.shape, v.shape
+    grouped = gqa or ks[1] == 1  # one key/value head broadcasts over the query heads (multi-query attention)
+    if not isinstance(qs[1], int) or not isinstance(ks[1], int) or qs[1] % ks[1] or (qs[1] != ks[1] and not grouped):
+        raise ValueError(f"{c.where()}: heads {qs[1]} vs {ks[1]} are not grouped-query attention")
+    if c.dynamic or not c.g.fused_attention or not all(isinstance(d, int) for d in qs + vs):
+        return _sdpa_decomposed(c, q, k, v, mask, p, causal, scale)
+    out = c.g.tensor(c.g.fresh(c.node.name), q.dtype, [qs[0], qs[1], qs[2], vs[3]])
+    ins = [q.name, k.name, v.name] + ([mask.name] if mask is not None else [])
     attrs = {"scale": float(scale), "causal": int(bool(causal))}
     if p:
         attrs["dropout_ratio"] = float(p)
@@ -273,37 +351,36 @@ def _sdpa(c):
         # How PyTorch eager calls it, where the trace differs (pytorch_peak_bytes picks the CUDA kernel from it)
         attrs["pytorch_kv_heads"] = eager["kv_heads"]
         attrs["pytorch_mask"] = int(eager["mask"])
-    y = c.op("FusedAttention", ins, [out], attrs, MEMPLAN)[0]
-    return y if not isinstance(c.meta(), (tuple, list)) else [y] + [None] * (len(c.meta()) - 1)
+    return c.op("FusedAttention", ins, [out], attrs, MEMPLAN)[0]
 
 
-def _sdpa_decomposed(c, q, k, v, mask, p, causal, scale, qs, ks):
+def _sdpa_decomposed(c, q, k, v, mask, p, causal, scale):
     """softmax(scale Q K^T + mask) V in ONNX ops (the form memplan's attention fusion matches), with K and V
     repeated per group for grouped-query attention."""
-    dt = c.dtype(q)
-    kk, vv = c.t(k), c.t(v)
+    dt = q.dtype
+    qs, ks = q.shape, k.shape
+    kk, vv = k.name, v.name
     if qs[1] != ks[1]:
         n = qs[1] // ks[1]
         kk, vv = (_repeat_heads(c, t, ks, n) for t in (kk, vv))
     kt = c.op1("Transpose", [kk], {"perm": [0, 1, 3, 2]})
-    s = c.op1("Mul", [c.op1("MatMul", [c.t(q), kt]), c.scalar(float(scale), dt)])
+    s = c.op1("Mul", [c.op1("MatMul", [q.name, kt]), c.scalar(float(scale), dt)])
     if causal:
         sq, sk = qs[2], ks[2]
         if isinstance(sq, int) and isinstance(sk, int):
             m = c.g.const(torch.tril(torch.ones(sq, sk, dtype=torch.bool)).flatten().tolist(), "bool", [sq, sk],
                           "causal_mask")
         else:  # torch's is_causal mask (tril, top-left aligned) of the symbolic sizes
-            size = c.sizes([c.meta(q).shape[2], c.meta(k).shape[2]])
+            size = c.sizes([q.sizes[2], k.sizes[2]])
             m = c.op1("Trilu", [c.op1("Expand", [c.g.scalar(1, "bool", "c"), size])], {"upper": 0})
         s = c.op1("Where", [m, s, c.scalar(float("-inf"), dt)])
     if mask is not None:
-        s = c.op1("Where", [c.t(mask), s, c.scalar(float("-inf"), dt)]) if c.dtype(mask) == "bool" \
-            else c.op1("Add", [s, c.t(mask)])
+        s = c.op1("Where", [mask.name, s, c.scalar(float("-inf"), dt)]) if mask.dtype == "bool" \
+            else c.op1("Add", [s, mask.name])
     prob = c.op1("Softmax", [s], {"axis": 3})
     if p:
         prob = c.op1("Dropout", [prob, c.scalar(float(p), dt), c.g.scalar(1, "bool", "training")])
-    y = c.op1("MatMul", [prob, vv])
-    return y if not isinstance(c.meta(), (tuple, list)) else [y] + [None] * (len(c.meta()) - 1)
+    return c.op1("MatMul", [prob, vv])
 
 
 def _repeat_heads(c, t, shape, n):

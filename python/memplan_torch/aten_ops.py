@@ -21,8 +21,8 @@ REFUSED = {
     "_embedding_bag": "no memplan op for bag reductions (per-bag offsets are data-dependent)",
     "_cdist_forward": "no memplan op for pairwise distances (write it as matmul and norms)",
     "_pdist_forward": "no memplan op for condensed pairwise distances",
-    "_fft_r2c": "no memplan FFT op (complex dtypes have no memplan equivalent)",
-    "_fft_c2r": "no memplan FFT op (complex dtypes have no memplan equivalent)",
+    "_fft_r2c": "no memplan FFT op for one-sided real transforms (_fft_c2c is mapped: aten_complex.py)",
+    "_fft_c2r": "no memplan FFT op for one-sided real transforms (_fft_c2c is mapped: aten_complex.py)",
     "col2im": "no memplan fold (col2im) op",
     "grid_sampler_2d": "no memplan grid-sample op (ONNX GridSample has no memplan shape or backward rule)",
     "convolution_backward": _BACKWARD,
@@ -447,9 +447,7 @@ def _index(c):
         return c.op1("Gather", [c.x(), c.operand(idx[axes[0]], "int64")], {"axis": axes[0]})
     shape = c.shape(c.arg(0))
     sizes = [shape[a] for a in axes]
-    if not all(isinstance(d, int) for d in sizes):
-        raise ValueError(f"{c.where()}: advanced indexing over axes with symbolic sizes {sizes} is not mapped")
-    linear = _linear_index(c, [idx[a] for a in axes], sizes)
+    linear = _linear_index(c, [idx[a] for a in axes], [c.meta(c.arg(0)).shape[a] for a in axes])
     x = c.x()
     adjacent = axes == list(range(axes[0], axes[-1] + 1))
     if not adjacent:  # the indexed axes first, in order, then the others
@@ -460,20 +458,30 @@ def _index(c):
     else:
         first = axes[0]
     rest = shape[first + len(axes):]
-    n = 1
-    for d in sizes:
-        n *= d
-    target = [d if isinstance(d, int) else 0 for d in shape[:first]] + [n] + \
-        [d if isinstance(d, int) else -1 for d in rest]
-    if sum(1 for d in rest if not isinstance(d, int)) > 1 or (0 in target and any(d == 0 for d in shape if isinstance(d, int))):
+    head = [d if isinstance(d, int) else 0 for d in shape[:first]]
+    tail = [d if isinstance(d, int) else -1 for d in rest]
+    if sum(1 for d in rest if not isinstance(d, int)) > 1 or (0 in head and any(d == 0 for d in shape if isinstance(d, int))):
         raise ValueError(f"{c.where()}: the indexed view of {shape} cannot be written with one inferred dim")
-    flat = c.op1("Reshape", [x, c.g.i64(target, "shape")])
+    if all(isinstance(d, int) for d in sizes):
+        n = 1
+        for d in sizes:
+            n *= d
+        target = c.g.i64(head + [n] + tail, "shape")
+    else:  # the merged axes' size written from their symbolic sizes (memplan folds it once --dim binds them)
+        n = c.op1("ReduceProd", [c.sizes([c.meta(c.arg(0)).shape[a] for a in axes]), c.g.i64([0], "axes")],
+                  {"keepdims": 1})
+        target = c.op1("Concat", [p for p in (c.g.i64(head, "shape") if head else None, n,
+                                              c.g.i64(tail, "shape") if tail else None) if p is not None], {"axis": 0})
+    flat = c.op1("Reshape", [x, target])
     return c.op1("Gather", [flat, linear], {"axis": first})
 
 
 def _linear_index(c, index_nodes, sizes):
     """sum_k i_k * prod(sizes[k+1:]) over the broadcast index tensors (negative indices wrapped), as an int64
     tensor: a constant when every index folds to one (transformers' mask code indexes with aranges)."""
+    sizes = [c.conv.dim_of(d) if isinstance(d, torch.SymInt) else int(d) for d in sizes]
+    if not all(isinstance(d, int) for d in sizes):
+        return _linear_index_symbolic(c, index_nodes, sizes)
     strides = [1] * len(sizes)
     for k in range(len(sizes) - 2, -1, -1):
         strides[k] = strides[k + 1] * sizes[k + 1]
@@ -492,6 +500,31 @@ def _linear_index(c, index_nodes, sizes):
         i = c.op1("Where", [c.op1("Less", [i, zero]), c.op1("Add", [i, c.g.scalar(size, "int64", "c")]), i])
         if stride != 1:
             i = c.op1("Mul", [i, c.g.scalar(stride, "int64", "c")])
+        total = i if total is None else c.op1("Add", [total, i])
+    return total
+
+
+def _linear_index_symbolic(c, index_nodes, sizes):
+    """_linear_index over axes of which some have symbolic sizes: sizes and strides as int64 scalars written from
+    the symbols (sizes holds ints and symbol names; the node's input shape gives their expressions)."""
+    syms = [d for d in c.meta(c.node.args[0]).shape]
+    by_name = {c.conv.dim_of(d): d for d in syms if isinstance(d, torch.SymInt)}
+
+    def scalar(d):
+        return c.g.scalar(d, "int64", "c") if isinstance(d, int) else c.conv.sym_value(by_name[d].node.expr)
+
+    size_t = [scalar(d) for d in sizes]
+    strides = [None] * len(sizes)
+    for k in range(len(sizes) - 2, -1, -1):
+        nxt = size_t[k + 1]
+        strides[k] = nxt if strides[k + 1] is None else c.op1("Mul", [strides[k + 1], nxt])
+    total = None
+    zero = c.g.scalar(0, "int64", "c")
+    for n, size, stride in zip(index_nodes, size_t, strides):
+        i = c.operand(n, "int64")
+        i = c.op1("Where", [c.op1("Less", [i, zero]), c.op1("Add", [i, size]), i])
+        if stride is not None:
+            i = c.op1("Mul", [i, stride])
         total = i if total is None else c.op1("Add", [total, i])
     return total
 

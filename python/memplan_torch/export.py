@@ -4,6 +4,7 @@ import os
 from collections import Counter
 
 from . import aten_extra, aten_moe, aten_nn  # noqa: F401  (register their ops in aten_ops.OPS)
+from .aten_complex import COMPLEX_OPS, touches_complex
 from .aten_nn import SDPA_OPS
 from .aten_ops import OPS, REFUSED
 from .convert import Context, UnmappedOps
@@ -283,8 +284,10 @@ class Converter:
         subs = {f: self.unbacked[str(f)] for f in free if str(f) in self.unbacked}
         if not subs:
             return expr
+        import sympy
+
         self.approximated["data-dependent size"] += 1
-        return expr.xreplace(subs)
+        return sympy.sympify(expr.xreplace(subs))  # a lone symbol replaced is a Python int
 
     def sym_value(self, node_or_expr):
         """A symbolic int (sym_size, its arithmetic) as an int64 scalar tensor: its sympy expression written in
@@ -350,12 +353,16 @@ class Converter:
         raise ValueError(f"node '{node.name}' ({node.target}) is read before it is mapped")
 
     def _emit_known(self, node):
+        import torch
+
         v = self.known[node].detach().cpu().contiguous()
+        if v.is_complex():  # complex values as real ones with a trailing axis of 2 (aten_complex)
+            v = torch.view_as_real(v).contiguous()
         packet = _packet(node.target) if node.op == "call_function" else None
-        if v.numel() > INLINE_LIMIT and packet in OPS and packet not in REFUSED:
+        if v.numel() > INLINE_LIMIT and packet is not None and _table(node).get(packet) is not None:
             # too large to write inline (a mask expanded to the batch): the op itself, over its folded inputs
             try:
-                out = OPS[packet](Context(self, node))
+                out = _table(node)[packet](Context(self, node))
             except (ValueError, KeyError, IndexError, TypeError) as e:
                 raise ValueError(f"node '{node.name}' ({node.target}): {e}") from e
             self.names[node] = out
@@ -498,7 +505,7 @@ class Converter:
             val = node.meta.get("val")
             if not isinstance(val, (torch.Tensor, tuple, list)):
                 continue  # symbolic ints (sym_size) and other non-tensor values
-            if (_packet(node.target) not in OPS or _packet(node.target) in REFUSED) and not self._fold(node):
+            if _table(node).get(_packet(node.target)) is None and not self._fold(node):
                 counts[str(node.target)] += 1
         return counts
 
@@ -530,7 +537,7 @@ class Converter:
             if self._fold(node):
                 continue
             try:
-                out = OPS[_packet(node.target)](Context(self, node))
+                out = _table(node)[_packet(node.target)](Context(self, node))
             except (ValueError, KeyError, IndexError, TypeError) as e:
                 raise ValueError(f"node '{node.name}' ({node.target}): {e}") from e
             self.names[node] = out
@@ -547,6 +554,14 @@ class Converter:
                 name = g.op("Identity", [name], 1, name=f"output_{k}", out_base=f"output_{k}")[0]
             seen.add(name)
             g.outputs.append(name)
+
+
+def _table(node):
+    """The op table for `node`: complex tensors (as real ones with a trailing axis of 2) have their own; a refused
+    op maps to None."""
+    if touches_complex(node):
+        return COMPLEX_OPS
+    return {} if _packet(node.target) in REFUSED else OPS
 
 
 def _has_symbols(ep):

@@ -132,6 +132,93 @@ class Indexing(nn.Module):
         return y + a.sum(-1, keepdim=True) * m + e
 
 
+class ComplexRope(nn.Module):
+    """Rotary embedding written with complex numbers (Llama's freqs_cis: polar, view_as_complex, a complex multiply,
+    view_as_real) and FNet's Fourier mixing (fftn over two axes, its real part)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):  # x [2, 6, 8]
+        h = self.fc(x)
+        pos = torch.arange(h.shape[1], dtype=torch.float32)
+        inv = 1.0 / (10000 ** (torch.arange(0, 8, 2, dtype=torch.float32) / 8))
+        freqs = torch.polar(torch.ones(h.shape[1], 4), torch.outer(pos, inv) * x[0, :, :4].abs().mean())
+        z = torch.view_as_complex(h.reshape(2, 6, 4, 2)) * freqs.unsqueeze(0)
+        rot = torch.view_as_real(z * 0.5).flatten(2)
+        return rot + torch.fft.fftn(h, dim=(1, 2)).real
+
+
+class WeightStandardized(nn.Module):
+    """timm's ScaledStdConv2d (NFNet): the weight standardized by batch norm without running statistics
+    (aten._native_batch_norm_legit.no_stats)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        w = F.batch_norm(self.conv.weight.reshape(1, 8, -1), None, None, training=True, momentum=0.0, eps=1e-5)
+        return F.conv2d(x, w.reshape_as(self.conv.weight), self.conv.bias, padding=1)
+
+
+class AttentionRanks(nn.Module):
+    """scaled_dot_product_attention over operands not 4-D: [B * heads, N, D] (timm's SAM ViT), [B, windows,
+    heads, N, D] (Hiera, NesT) with a mask, and one key/value head broadcast over the query heads without
+    enable_gqa (Falcon's multi-query attention)."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+
+    def forward(self, x):  # x [2, 3, 8, 16]: batch, windows, tokens, features
+        q, k, v = self.qkv(x).chunk(3, -1)
+        five = [t.reshape(2, 3, 8, 2, 8).transpose(2, 3) for t in (q, k, v)]  # [2, 3, 2, 8, 8]
+        mask = torch.ones(8, 8, dtype=torch.bool).tril()
+        a = F.scaled_dot_product_attention(*five, attn_mask=mask)
+        three = [t.reshape(12, 8, 8) for t in five]
+        b = F.scaled_dot_product_attention(*three, is_causal=True)
+        mq = F.scaled_dot_product_attention(five[0].flatten(0, 1), five[1][:, :, :1].flatten(0, 1),
+                                            five[2][:, :, :1].flatten(0, 1))
+        return a.flatten(0, 2) + b + mq.flatten(0, 1)
+
+
+class CropsPools(nn.Module):
+    """constant_pad_nd with negative pads (crops, RWKV's time shift), an average pool whose window is wider than
+    its map with ceil_mode (HF EfficientNet's head) and index_put(accumulate=True) (MoE outputs summed per token)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):  # x [2, 3, 10, 10]
+        h = self.conv(x)  # [2, 4, 8, 8]
+        cropped = F.pad(h, (-1, 2, 0, -3))
+        pooled = F.avg_pool2d(h, 20, ceil_mode=True)
+        acc = torch.zeros(6, 8).index_put((torch.tensor([0, 2, 2, 5]),), h[0, 0, :4], accumulate=True)
+        return cropped.mean((2, 3)) + pooled.flatten(1) + acc.sum(0).mean()
+
+
+class IndexPutSliced(nn.Module):
+    """index_put with sliced axes before and between the indices (MobileViTv2's and VOLO's x[:, idx] = v): the
+    indexed axes adjacent after a slice, apart (values laid out with the index dims first), and accumulating."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+
+    def forward(self, x):  # x [2, 5, 6]
+        h = self.fc(x)
+        a = h.clone()
+        a[:, torch.tensor([0, 3])] = h[:, :2] * 2
+        b = h.clone()
+        b[torch.tensor([1, 0]), :, torch.tensor([2, 5])] = h[0, :, :2].T
+        d = torch.zeros(2, 5, 6)
+        d[:, torch.tensor([1, 3, 4])] += h[:, :3]
+        return a + b + d
+
+
 MODELS = {
     "cnn": (SmallCNN, lambda: (torch.randn(2, 3, 16, 16),), ["--loss", "ce"]),
     "mlp": (MLP, lambda: (torch.randn(4, 16),), []),
@@ -139,6 +226,11 @@ MODELS = {
     "decoder": (Decoder, lambda: (torch.randint(0, 50, (2, 12)),), ["--loss", "ce"]),
     "bn_dropout": (BNDropout, lambda: (torch.randn(4, 2, 8, 8),), []),
     "indexing": (Indexing, lambda: (torch.randn(2, 5, 6),), []),
+    "complex_rope": (ComplexRope, lambda: (torch.randn(2, 6, 8),), []),
+    "weight_standardized": (WeightStandardized, lambda: (torch.randn(2, 3, 8, 8),), []),
+    "attention_ranks": (AttentionRanks, lambda: (torch.randn(2, 3, 8, 16),), []),
+    "crops_pools": (CropsPools, lambda: (torch.randn(2, 3, 10, 10),), []),
+    "index_put_sliced": (IndexPutSliced, lambda: (torch.randn(2, 5, 6),), []),
 }
 
 

@@ -165,11 +165,14 @@ inline const std::vector<Example>& examples() {
     v.push_back({"", "GatherND", {x({2, 3, 2}), i64({2, 1, 1}, {1, 2})}, {{}}, A{{"batch_dims", i(1)}}});
     v.push_back({"", "ScatterND", {t({4, 3}), i64({2, 1}, {3, -4}), t({2, 3})}});
     v.push_back({"", "ScatterND", {t({2, 3, 2}), i64({2, 2}, {1, 2, 0, 0}), t({2, 2})}});
-    for (const char* r : {"add", "mul", "max", "min"})
+    // reduction add trains (its gradient checked, repeated indices included); the others are forward only
+    v.push_back({"", "ScatterND", {t({4, 3}), i64({3, 1}, {1, 1, -2}), t({3, 3})}, {{}}, A{{"reduction", s("add")}}});
+    for (const char* r : {"mul", "max", "min"})
       v.push_back({"", "ScatterND", {x({4, 3}), i64({3, 1}, {1, 1, -2}), x({3, 3})}, {{}}, A{{"reduction", s(r)}}});
     v.push_back({"", "ScatterND", {i64({2, 3}, {1, 2, 3, 4, 5, 6}), i64({2, 2}, {1, 0, 0, 2}), i64({2}, {-7, 9})}});
     v.push_back({"", "ScatterElements", {t({3, 4}), i64({2, 4}, {0, 2, 1, -1, 2, 0, 0, 1}), t({2, 4})}, {{}}, A{{"axis", i(0)}}});
-    for (const char* r : {"add", "mul", "max", "min"})
+    v.push_back({"", "ScatterElements", {t({3, 4}), i64({3, 2}, {0, 0, 3, 3, -1, 2}), t({3, 2})}, {{}}, A{{"axis", i(1)}, {"reduction", s("add")}}});
+    for (const char* r : {"mul", "max", "min"})
       v.push_back({"", "ScatterElements", {x({3, 4}), i64({3, 2}, {0, 0, 3, 3, -1, 2}), x({3, 2})}, {{}}, A{{"axis", i(1)}, {"reduction", s(r)}}});
     v.push_back({"", "ScatterElements", {i64({2, 3}, {1, 2, 3, 4, 5, 6}), i64({1, 2}, {2, 0}), i64({1, 2}, {-7, 9})}, {{}}, A{{"axis", i(1)}}});
     // Resize and Upsample (kernels_resize.cpp): nearest and linear in each coordinate mode, scales or sizes, 1-3 resized
