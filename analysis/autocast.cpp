@@ -14,23 +14,6 @@
 namespace memplan::analysis {
 namespace {
 
-// PyTorch's autocast lists (autocast_mode.h), as the ONNX/memplan ops their aten ops export to.
-// lower_precision_fp: convolutions, prelu, addmm/mm/matmul/bmm/baddbmm/linear, einsum, SDPA.
-constexpr std::string_view kLower[] = {"Conv", "ConvTranspose", "PRelu", "MatMul", "Gemm", "Einsum", "Attention",
-                                       "MatMulT", "FusedAttention"};
-// fp32 (exp, log*, reciprocal, rsqrt, pow, trig, softplus, layer_norm, group_norm, norms, losses, logsumexp,
-// upsample_*) and fp32_set_opt_dtype (softmax, log_softmax, sum, prod, cumsum, cumprod, vector/matrix norms).
-constexpr std::string_view kFp32[] = {
-    "Exp", "Log", "Reciprocal", "Pow", "Acos", "Asin", "Cosh", "Sinh", "Tan", "Softplus", "LayerNormalization",
-    "GroupNormalization", "LpNormalization", "Softmax", "LogSoftmax", "ReduceSum", "ReduceProd", "ReduceSumSquare",
-    "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "CumSum", "Resize", "Upsample",
-    "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss",
-    "RMSNormalization",  // torch.nn.functional.rms_norm upcasts and multiplies by the float32 weight
-};
-
-bool listed(std::span<const std::string_view> list, std::string_view type) {
-  return std::find(list.begin(), list.end(), type) != list.end();
-}
 
 // FusedElementwise: float32 when its expression holds an op of the fp32 list (a tanh GELU's pow, a
 // softmax's exp), else its inputs' dtype, as the ops it replaced ran one by one.
@@ -236,15 +219,9 @@ AutocastPolicy autocast_policy(const Op& op) {
   const bool onnx = op.domain.empty() || op.domain == "ai.onnx";
   const bool mine = op.domain == kMemplanDomain;
   if (!onnx && !mine) return AutocastPolicy::keep;
-  if (op.type == "Cast" || op.type == "CastLike") return AutocastPolicy::keep;
   if (mine && op.type == memplan_ops::kFusedElementwise) return fused_policy(op);
-  if (listed(kLower, op.type)) return AutocastPolicy::lower;
-  if (listed(kFp32, op.type)) return AutocastPolicy::fp32;
   const OpInfo* info = op_registry().find(op);
-  if (info && info->kind == OpKind::loss) return AutocastPolicy::fp32;  // every loss autocast lists is fp32
-  if (info && (info->kind == OpKind::shape || info->kind == OpKind::optimizer || info->kind == OpKind::memory))
-    return AutocastPolicy::keep;
-  return AutocastPolicy::promote;
+  return info ? info->autocast : AutocastPolicy::promote;
 }
 
 AutocastStats apply_autocast(Graph& g, DType low) {

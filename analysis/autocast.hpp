@@ -5,18 +5,19 @@
 #include <vector>
 
 #include "analysis/graph.hpp"
+#include "analysis/op_kinds.hpp"
 
 namespace memplan::analysis {
 
 // PyTorch's cast policies (aten/src/ATen/autocast_mode.h: AT_FORALL_LOWER_PRECISION_FP, AT_FORALL_FP32,
-// AT_FORALL_FP32_SET_OPT_DTYPE, AT_FORALL_PROMOTE), per memplan/ONNX op:
+// AT_FORALL_FP32_SET_OPT_DTYPE, AT_FORALL_PROMOTE), per memplan/ONNX op (AutocastPolicy, op_kinds.hpp; each op's in
+// its registry record, OpInfo::autocast, set in analysis/ops_table.cpp):
 //   lower:   every float input cast to the low dtype, float outputs low (MatMul, Gemm, Conv, attention).
 //   fp32:    every float input cast to float32, float outputs float32 (Softmax, norms, exp/log/pow, sums,
 //            losses, upsampling).
 //   promote: the op runs in its inputs' dtype, the widest float among them (PyTorch's type promotion: a
 //            0-dim tensor or a 1-element constant does not widen); every other op.
 //   keep:    dtypes are the op's own business (Cast, shape computations, ops without float inputs).
-enum class AutocastPolicy : std::uint8_t { lower, fp32, promote, keep };
 const char* autocast_policy_name(AutocastPolicy p) noexcept;
 AutocastPolicy autocast_policy(const Op& op);
 

@@ -49,6 +49,9 @@ struct OpArity {
   bool known = false;  // false: no schema declared (the op's builder is trusted for its operand slots)
 };
 
+// torch.autocast's cast policy of an op (autocast.hpp says what each means).
+enum class AutocastPolicy : std::uint8_t { lower, fp32, promote, keep };
+
 using OpTypeId = std::uint16_t;
 inline constexpr OpTypeId kUnknownOpType = 0xffff;
 

@@ -89,6 +89,10 @@ struct Registry {
       i.uses_workspace = s->uses_workspace;
       i.identity_in_inference = s->identity_in_inference;
       i.rewrites = s->rewrites;
+      i.autocast = s->autocast.value_or(s->kind == OpKind::loss ? AutocastPolicy::fp32
+                                        : s->kind == OpKind::shape || s->kind == OpKind::optimizer || s->kind == OpKind::memory
+                                            ? AutocastPolicy::keep
+                                            : AutocastPolicy::promote);
       if (!by_name.emplace(std::pair(i.domain, i.type), i.id).second)
         inconsistent("'" + std::string(s->domain) + "::" + std::string(s->type) + "' is declared twice");
       ops.push_back(i);

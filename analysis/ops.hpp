@@ -58,6 +58,9 @@ struct OpInfo {
   // (k < 4) is the storage of input rewrites[k] after the op (-1: a new tensor). The output never takes
   // arena memory or persistent bytes of its own: it is its source's bytes (planner Alias inplace).
   std::array<std::int8_t, 4> rewrites{-1, -1, -1, -1};
+  // torch.autocast's policy (autocast.hpp): lower or fp32 as PyTorch's lists say (ops_table.cpp), else from the kind:
+  // fp32 for losses, keep for shape, optimizer and memory ops, promote for the rest.
+  AutocastPolicy autocast = AutocastPolicy::promote;
   std::string_view summary;     // one line for `memplan ops` and docs/ops.md
 
   bool is_view() const noexcept { return kind == OpKind::view; }

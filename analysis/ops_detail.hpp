@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -67,6 +68,7 @@ struct OpSpec {
   bool identity_in_inference = false;
   std::array<std::int8_t, 4> rewrites{-1, -1, -1, -1};  // OpInfo::rewrites
   OpArity arity;                                         // OpInfo::arity (memplan's own ops)
+  std::optional<AutocastPolicy> autocast;                // OpInfo::autocast; none: from the kind
 };
 
 std::span<const OpSpec> op_specs();

@@ -1,6 +1,8 @@
 // The op registry's table: per op type its kind, FLOP formula, in-place and training facts, and one line saying what it does.
 #include "analysis/ops_detail.hpp"
 
+#include <string>
+
 namespace memplan::analysis::ops_detail {
 namespace {
 
@@ -62,6 +64,36 @@ constexpr std::uint32_t kAllInputs = 0xffffffffu;
 constexpr std::uint32_t kBut0 = ~1u;  // every input but input 0
 
 const FlopsFn e1 = &per_element<1>;
+
+// torch.autocast's lists (ATen/autocast_mode.h) as facts of the ONNX/memplan ops their aten ops export to; every other
+// op's policy follows from its kind (OpInfo::autocast). Cast keeps its own dtypes.
+void set_autocast(std::vector<OpSpec>& t) {
+  // lower_precision_fp: convolutions, prelu, addmm/mm/matmul/bmm/baddbmm/linear, einsum, SDPA.
+  static constexpr std::string_view lower[] = {"Conv", "ConvTranspose", "PRelu", "MatMul", "Gemm", "Einsum", "Attention",
+                                               memplan_ops::kMatMulT, memplan_ops::kFusedAttention};
+  // fp32 (exp, log*, reciprocal, rsqrt, pow, trig, softplus, layer_norm, group_norm, norms, losses, logsumexp,
+  // upsample_*) and fp32_set_opt_dtype (softmax, log_softmax, sum, prod, cumsum, cumprod, vector/matrix norms);
+  // RMSNormalization: F.rms_norm upcasts and multiplies by the float32 weight.
+  static constexpr std::string_view fp32[] = {
+      "Exp", "Log", "Reciprocal", "Pow", "Acos", "Asin", "Cosh", "Sinh", "Tan", "Softplus", "LayerNormalization",
+      "Softmax", "LogSoftmax", "ReduceSum", "ReduceProd", "ReduceSumSquare",
+      "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "CumSum", "Resize", "Upsample",
+      "SoftmaxCrossEntropyLoss", memplan_ops::kRMSNormalization};
+  // (group_norm, norm and nll_loss join the list with the ops they export to, GroupNormalization, LpNormalization and
+  // NegativeLogLikelihoodLoss, when the table has them.)
+  static constexpr std::string_view keep[] = {"Cast", "CastLike"};
+  auto set = [&t](std::span<const std::string_view> types, AutocastPolicy p) {
+    for (std::string_view type : types) {
+      bool found = false;
+      for (OpSpec& s : t)
+        if (s.type == type) s.autocast = p, found = true;
+      if (!found) fail(ErrorKind::verification, "op registry: an autocast fact names '" + std::string(type) + "', which the table lacks");
+    }
+  };
+  set(lower, AutocastPolicy::lower);
+  set(fp32, AutocastPolicy::fp32);
+  set(keep, AutocastPolicy::keep);
+}
 
 std::vector<OpSpec> build() {
   std::vector<OpSpec> t = {
@@ -341,6 +373,7 @@ std::vector<OpSpec> build() {
       }(),
   };
   t.insert(t.end(), own.begin(), own.end());
+  set_autocast(t);
   return t;
 }
 
