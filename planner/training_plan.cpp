@@ -448,6 +448,63 @@ Error infeasible_error(const Infeasible& inf) {
 
 // `name_totals`: an unmet budget's Infeasible carries what each strategy reaches at least (a search per strategy);
 // without it the totals are left empty.
+// FLOPs and estimated seconds per op (for the strategies) and the step's totals.
+void count_costs(Context& c, TrainingPlanResult& r) {
+  const Graph& g = c.g;
+  c.flops.resize(g.ops.size());
+  c.seconds.resize(g.ops.size());
+  for (OpId o = 0; o < g.ops.size(); ++o) {
+    const analysis::OpCost oc = analysis::op_cost(g, o);
+    c.flops[o] = oc.flops;
+    c.seconds[o] = analysis::op_seconds(g, o, oc, c.opts.profile);
+    r.training_flops += oc.flops;
+    if (g.ops[o].phase == Phase::forward) r.forward_flops += oc.flops;
+  }
+}
+
+// The bytes held for the whole step: graph inputs, and the persistent tensors (weights, optimizer state, gradients
+// without a producer), a tensor updated in place counted as its source.
+void count_held_bytes(const Graph& g, TrainingPlanResult& r) {
+  for (TensorId id = 0; id < g.tensors.size(); ++id) {
+    const auto& t = g.tensors[id];
+    if (t.role == TensorRole::input) r.input_bytes = checked_add(r.input_bytes, t.bytes(), "input bytes");
+    else if (analysis::rewritten_source(g, id) != analysis::kNoTensor) continue;  // updated in place: its source's bytes
+    else if (t.role != TensorRole::activation && !(t.role == TensorRole::gradient && t.producer != analysis::kNoOp))
+      r.persistent_bytes = checked_add(r.persistent_bytes, t.bytes(), "persistent bytes");
+    if (t.role == TensorRole::weight) r.weight_bytes = checked_add(r.weight_bytes, t.bytes(), "weight bytes");
+    if (t.role == TensorRole::optimizer_state) r.optimizer_state_bytes = checked_add(r.optimizer_state_bytes, t.bytes(), "optimizer state bytes");
+  }
+}
+
+// The chosen plan's figures into `r`: what it recomputes and swaps (largest first), its costs, its graph and plan.
+void take_chosen(const Context& c, Evaluated& chosen, TrainingPlanResult& r) {
+  const Graph& g = c.g;
+  r.lower_bound_bytes = chosen.lb();
+  r.swap_bytes = chosen.tr.swap_bytes;
+  r.recompute_ops = chosen.tr.recompute_ops;
+  for (TensorId t : find_saved_for_backward(g)) {
+    const RematAction act = chosen.choice.action[t];
+    if (act != RematAction::recompute && act != RematAction::swap) continue;
+    const analysis::Tensor& x = g.tensors[t];
+    const bool made = x.producer != analysis::kNoOp;
+    (act == RematAction::recompute ? r.recomputed : r.swapped)
+        .push_back({x.name, made ? g.ops[x.producer].name : "", made ? g.ops[x.producer].type : "", x.bytes()});
+  }
+  for (auto* list : {&r.recomputed, &r.swapped})
+    std::sort(list->begin(), list->end(), [](const PlannedTensor& a, const PlannedTensor& b) {
+      return a.bytes != b.bytes ? a.bytes > b.bytes : a.tensor < b.tensor;
+    });
+  r.recomputed_tensors = r.recomputed.size();
+  r.swapped_tensors = r.swapped.size();
+  r.recompute_flops = chosen.recompute;
+  r.recompute_overhead = r.training_flops > 0 ? r.recompute_flops / r.training_flops : 0.0;
+  r.estimated_step_seconds = chosen.seconds;
+  r.swap_stall_seconds = chosen.stall;
+  r.keep_all_step_seconds = c.none_seconds;
+  r.graph = std::move(chosen.tr.graph);
+  r.plan = std::move(chosen.plan);
+}
+
 TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlanOptions& options, const ScheduleResult& schedule,
                            bool name_totals = true) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -459,24 +516,8 @@ TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlan
   r.schedule = schedule;
   Context c{g, r.schedule.order, {}, {}, options, {}, {}, {}, {}, {}, {}, 0, 0.0, &r.exact};
   r.strategy = options.strategy;
-  c.flops.resize(g.ops.size());
-  c.seconds.resize(g.ops.size());
-  for (OpId o = 0; o < g.ops.size(); ++o) {
-    const analysis::OpCost oc = analysis::op_cost(g, o);
-    c.flops[o] = oc.flops;
-    c.seconds[o] = analysis::op_seconds(g, o, oc, options.profile);
-    r.training_flops += oc.flops;
-    if (g.ops[o].phase == Phase::forward) r.forward_flops += oc.flops;
-  }
-  for (TensorId id = 0; id < g.tensors.size(); ++id) {
-    const auto& t = g.tensors[id];
-    if (t.role == TensorRole::input) r.input_bytes = checked_add(r.input_bytes, t.bytes(), "input bytes");
-    else if (analysis::rewritten_source(g, id) != analysis::kNoTensor) continue;  // updated in place: its source's bytes
-    else if (t.role != TensorRole::activation && !(t.role == TensorRole::gradient && t.producer != analysis::kNoOp))
-      r.persistent_bytes = checked_add(r.persistent_bytes, t.bytes(), "persistent bytes");
-    if (t.role == TensorRole::weight) r.weight_bytes = checked_add(r.weight_bytes, t.bytes(), "weight bytes");
-    if (t.role == TensorRole::optimizer_state) r.optimizer_state_bytes = checked_add(r.optimizer_state_bytes, t.bytes(), "optimizer state bytes");
-  }
+  count_costs(c, r);
+  count_held_bytes(g, r);
   r.library_bytes = options.library_bytes;
   const std::uint64_t held = checked_add(r.persistent_bytes, r.input_bytes, "persistent bytes");
   const std::uint64_t fixed = checked_add(held, r.library_bytes, "persistent bytes and libraries");
@@ -555,30 +596,7 @@ TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlan
   r.total_device_bytes = checked_add(r.peak_bytes, r.library_bytes, "total device bytes");
   if (options.budget_bytes && r.total_device_bytes > *options.budget_bytes)
     fail(ErrorKind::verification, "total device memory " + gib(r.total_device_bytes) + " exceeds the budget " + gib(*options.budget_bytes));
-  r.lower_bound_bytes = chosen->lb();
-  r.swap_bytes = chosen->tr.swap_bytes;
-  r.recompute_ops = chosen->tr.recompute_ops;
-  for (TensorId t : find_saved_for_backward(g)) {
-    const RematAction act = chosen->choice.action[t];
-    if (act != RematAction::recompute && act != RematAction::swap) continue;
-    const analysis::Tensor& x = g.tensors[t];
-    const bool made = x.producer != analysis::kNoOp;
-    (act == RematAction::recompute ? r.recomputed : r.swapped)
-        .push_back({x.name, made ? g.ops[x.producer].name : "", made ? g.ops[x.producer].type : "", x.bytes()});
-  }
-  for (auto* list : {&r.recomputed, &r.swapped})
-    std::sort(list->begin(), list->end(), [](const PlannedTensor& a, const PlannedTensor& b) {
-      return a.bytes != b.bytes ? a.bytes > b.bytes : a.tensor < b.tensor;
-    });
-  r.recomputed_tensors = r.recomputed.size();
-  r.swapped_tensors = r.swapped.size();
-  r.recompute_flops = chosen->recompute;
-  r.recompute_overhead = r.training_flops > 0 ? r.recompute_flops / r.training_flops : 0.0;
-  r.estimated_step_seconds = chosen->seconds;
-  r.swap_stall_seconds = chosen->stall;
-  r.keep_all_step_seconds = c.none_seconds;
-  r.graph = std::move(chosen->tr.graph);
-  r.plan = std::move(chosen->plan);
+  take_chosen(c, *chosen, r);
   r.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
