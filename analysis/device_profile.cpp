@@ -1,6 +1,7 @@
 // Device profiles (FLOP/s, HBM and host-link bandwidth, launch cost) in JSON, and roofline timing.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -84,6 +85,8 @@ DeviceProfile device_profile_from_json(const nlohmann::json& j, const std::strin
 }
 
 DeviceProfile read_device_profile(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail(ErrorKind::io, path + ": the device profile is a directory, not a JSON file");
   std::ifstream f(path, std::ios::binary);
   if (!f) fail(ErrorKind::io, path + ": cannot open the device profile");
   std::stringstream s;

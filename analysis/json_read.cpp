@@ -1,6 +1,7 @@
 // Strict JSON reading: nlohmann's parser with a callback that bounds nesting and refuses duplicate keys.
 #include "analysis/json_read.hpp"
 
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -43,6 +44,8 @@ json parse_json_strict(std::string_view text, const std::string& origin) {
 }
 
 json read_json_file(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail(ErrorKind::io, "cannot read " + what + " '" + path + "': it is a directory");
   std::ifstream f(path, std::ios::binary);
   if (!f) fail(ErrorKind::io, "cannot open " + what + " '" + path + "'");
   std::stringstream buf;

@@ -110,6 +110,24 @@ void legacy_prelu_slopes(onnx::GraphProto& g) {
   }
 }
 
+// libonnx 1.12's IR export drops the dims of a tensor attribute the converter builds (Reshape 4 -> 5 turns the
+// `shape` attribute into a Constant of dims [n]): such a Constant, one the model did not have, comes back rank 0 with
+// n values. It is given back its one dim, so the converter's own node is not refused as malformed.
+void restore_converter_constant_dims(onnx::GraphProto& g, const onnx::GraphProto& original) {
+  std::unordered_set<std::string> known;
+  for (const auto& node : original.node())
+    for (const auto& out : node.output()) known.insert(out);
+  for (auto& node : *g.mutable_node()) {
+    if (!default_domain(node.domain()) || node.op_type() != "Constant" || node.output_size() != 1 || known.count(node.output(0))) continue;
+    for (auto& attr : *node.mutable_attribute()) {
+      if (attr.name() != "value" || !attr.has_t() || attr.t().dims_size() != 0 || !attr.t().raw_data().empty()) continue;
+      onnx::TensorProto& t = *attr.mutable_t();
+      const int n = t.int64_data_size() + t.int32_data_size() + t.float_data_size() + t.double_data_size();
+      if (n > 1) t.add_dims(n);
+    }
+  }
+}
+
 }  // namespace
 
 std::int64_t nearest_supported_opset(std::int64_t opset) { return std::clamp(opset, kMinOpset, kMaxOpset); }
@@ -134,7 +152,9 @@ onnx::ModelProto convert_opset(const onnx::ModelProto& model, std::int64_t from,
     list_initializers_as_inputs(*shaped.mutable_graph());
     onnx::shape_inference::InferShapes(shaped);
     if (from < 7) legacy_prelu_slopes(*shaped.mutable_graph());
-    return onnx::version_conversion::ConvertVersion(shaped, static_cast<int>(to));
+    onnx::ModelProto converted = onnx::version_conversion::ConvertVersion(shaped, static_cast<int>(to));
+    restore_converter_constant_dims(*converted.mutable_graph(), model.graph());
+    return converted;
   } catch (const std::exception& e) {
     reason = converter_reason(e.what());
   } catch (...) {

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "analysis/autocast.hpp"
 #include "analysis/import.hpp"
 #include "analysis/json_read.hpp"
 #include "planner/step.hpp"
@@ -93,6 +94,9 @@ PlannedModel plan_model(const VizSourceArgs& a, const std::string& strategy) {
 PlannedModel load_plan_file(const std::string& path) {
   const nlohmann::json doc = analysis::read_json_file(path, "plan");
   PlannedModel m;
+  if (doc.is_object() && doc.contains("schema") && doc["schema"] == "memplan-rank-plans")
+    fail(ErrorKind::plan_mismatch, "plan '" + path + "' holds rank plans, one per rank role (written by plan --gpus --save-plan): this "
+                                   "command reads the plan of one GPU (analyze or plan --save-plan without --gpus); viz --plan draws rank plans");
   if (!doc.contains("graph"))
     fail(ErrorKind::plan_mismatch, "plan '" + path + "' has no embedded graph (write it with plan or analyze --save-plan)");
   m.graph = analysis::import_json(doc["graph"], path);
@@ -117,7 +121,7 @@ void require_plan_of_model(const analysis::Graph& model, const PlannedModel& m, 
     const analysis::Tensor& y = m.graph.tensors[u];
     if (y.dtype != x.dtype || (x.shape_known() && (!y.shape_known() || y.shape() != x.shape())))
       fail(ErrorKind::plan_mismatch, "plan '" + path + "' does not match model '" + model.name + "': " + what + " '" + x.name +
-                                         "' has another dtype or shape there (other --dim values?)");
+                                         "' has another dtype or shape there (other --dim or --precision values?)");
   };
   for (analysis::TensorId t : model.inputs) check(t, "graph input");
   for (analysis::TensorId t : model.outputs) check(t, "graph output");
@@ -132,7 +136,13 @@ std::vector<PlannedModel> planned_models(const VizSourceArgs& a) {
   if (!a.plan_files.empty()) {
     // Checked against the model with every fusion pass applied: its weights are the fewest any plan of the
     // model holds (a fused op absorbs the constants of its group), so fused and --no-fuse plans both pass.
-    const analysis::Graph model = planner::fuse_graph(load_shaped_model(a.train.model)).graph;
+    analysis::Graph model = planner::fuse_graph(load_shaped_model(a.train.model)).graph;
+    // A plan made with --precision bf16/fp16 holds the graph as torch.autocast runs it (low-precision outputs of
+    // the ops on its lower list): the model is checked as the same --precision makes it.
+    const auto precision = analysis::precision_from_name(a.train.precision);
+    if (!precision) fail(ErrorKind::usage, "--precision '" + a.train.precision + "' is not one of fp32, bf16, fp16");
+    if (*precision != analysis::Precision::fp32)
+      analysis::apply_autocast(model, *precision == analysis::Precision::bf16 ? analysis::DType::bf16 : analysis::DType::f16);
     for (const auto& f : a.plan_files) {
       out.push_back(load_plan_file(f));
       require_plan_of_model(model, out.back(), f);

@@ -53,7 +53,9 @@ std::vector<PipelineStage> pipeline_cuts(const analysis::Graph& g, int stages, c
     return {s};
   }
   // A cut at position k (between op k-1 and op k) sends what was made before k and is read at or after k.
-  std::vector<std::int64_t> count_diff(n + 2, 0);
+  // Float activations made by an op that cross a cut: a stage whose outputs are all integers (token ids, indices)
+  // has no gradient to receive from the next, so such a point is no layer boundary and the cut moves on.
+  std::vector<std::int64_t> count_diff(n + 2, 0), float_diff(n + 2, 0);
   std::vector<std::uint64_t> bytes_in(n + 2, 0), bytes_out(n + 2, 0);
   const std::vector<Span> sp = spans(g);
   for (TensorId t = 0; t < g.tensors.size(); ++t) {
@@ -61,29 +63,35 @@ std::vector<PipelineStage> pipeline_cuts(const analysis::Graph& g, int stages, c
     const std::size_t a = sp[t].produced, b = std::min(sp[t].last, n + 1);
     ++count_diff[a];
     --count_diff[b];
-    bytes_in[a] += g.tensors[t].bytes();
-    bytes_out[b] += g.tensors[t].bytes();
+    if (g.tensors[t].producer != analysis::kNoOp && analysis::dtype_is_float(g.tensors[t].dtype)) {
+      ++float_diff[a];
+      --float_diff[b];
+    }
+    bytes_in[a] = checked_add(bytes_in[a], g.tensors[t].bytes(), "pipeline boundary bytes");
+    bytes_out[b] = checked_add(bytes_out[b], g.tensors[t].bytes(), "pipeline boundary bytes");
   }
-  std::vector<std::size_t> count(n + 1, 0);
+  std::vector<std::size_t> count(n + 1, 0), floats(n + 1, 0);
   std::vector<std::uint64_t> bytes(n + 1, 0);
-  std::int64_t c_run = 0;
+  std::int64_t c_run = 0, f_run = 0;
   std::uint64_t b_run = 0;
   for (std::size_t k = 0; k <= n; ++k) {
     c_run += count_diff[k];
+    f_run += float_diff[k];
     b_run = b_run + bytes_in[k] - bytes_out[k];
     count[k] = static_cast<std::size_t>(c_run);
+    floats[k] = static_cast<std::size_t>(f_run);
     bytes[k] = b_run;
   }
   std::size_t fewest = std::numeric_limits<std::size_t>::max();
   for (std::size_t k = 1; k < n; ++k)
-    if (count[k] > 0) fewest = std::min(fewest, count[k]);
+    if (count[k] > 0 && floats[k] > 0) fewest = std::min(fewest, count[k]);
   std::vector<std::size_t> cand;
   for (std::size_t k = 1; k < n; ++k)
-    if (count[k] == fewest) cand.push_back(k);
+    if (count[k] == fewest && floats[k] > 0) cand.push_back(k);
   if (cand.size() + 1 < static_cast<std::size_t>(stages))
     fail(ErrorKind::usage, "--pp " + std::to_string(stages) + ": the graph has " + std::to_string(cand.size() + 1) +
                                " segments between layer boundaries (points where only " + std::to_string(fewest) +
-                               " activation(s) cross), fewer than the stages asked for");
+                               " activation(s), a float one among them, cross), fewer than the stages asked for");
   std::vector<double> prefix(n + 1, 0.0);
   for (OpId o = 0; o < n; ++o) prefix[o + 1] = prefix[o] + analysis::op_seconds(g, o, p);
   // Cuts minimising the slowest stage: best[j][c] = the least max stage time of j + 1 stages ending at cand[c].
