@@ -125,7 +125,8 @@ std::int64_t cross_entropy_class_axis(std::size_t rank, std::optional<std::int64
   if (rank == 0) fail(ErrorKind::invalid_graph, "cross-entropy needs an output with a class axis, not a scalar");
   std::int64_t a = class_axis ? *class_axis : (rank == 3 ? 2 : rank == 1 ? 0 : 1);
   if (a < -r || a >= r)
-    fail(ErrorKind::invalid_graph, "--class-axis " + std::to_string(a) + " is outside the output's rank " + std::to_string(r));
+    fail(ErrorKind::usage, "--class-axis " + std::to_string(a) + " is outside the output's rank " + std::to_string(r) + " (accepted: " +
+                               std::to_string(-r) + " .. " + std::to_string(r - 1) + ")");
   return a < 0 ? a + r : a;
 }
 

@@ -24,10 +24,12 @@ int run_graph(const GraphArgs& a) {
   opts.collapse = a.collapse;
   opts.title = m.title;
   const auto dag = viz::build_dag(m.graph, opts);
-  write_text_file(a.output, viz::render_dag_svg(dag, opts));
+  analysis::OutputFiles files;  // renamed into place once stdout is written
+  files.add(a.output, viz::render_dag_svg(dag, opts));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cout << analysis::terminal_safe(m.title) << ": " << m.graph.ops.size() << " ops as " << dag.nodes.size() << " nodes, " << dag.edges.size()
             << " edges; graph written to " << a.output << " in " << s << " s\n";
+  commit_after_stdout(files);
   return 0;
 }
 

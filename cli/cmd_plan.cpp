@@ -77,13 +77,13 @@ PlanFacts plan_facts(const planner::TrainingPlanResult& r) {
   return f;
 }
 
-void save_plan(const std::string& path, const planner::StepPlan& step) {
+void save_plan(analysis::OutputFiles& files, const std::string& path, const planner::StepPlan& step) {
   const planner::TrainingPlanResult& r = step.result;
   nlohmann::json pj = planner::plan_to_json(r.graph, r.plan, true);
   const auto& budget = step.step.options.budget_bytes;
   pj["training"] = {{"strategy", r.strategy}, {"budget_bytes", budget ? nlohmann::json(*budget) : nlohmann::json()},
                     {"peak_bytes", r.peak_bytes}, {"persistent_bytes", r.persistent_bytes}, {"input_bytes", r.input_bytes}};
-  write_text_file(path, json_text(pj, 1) + "\n");
+  files.add(path, json_text(pj, 1) + "\n");
 }
 
 nlohmann::json pytorch_json(const planner::PytorchPrediction& p) {
@@ -204,9 +204,11 @@ int run_plan(const PlanArgs& a) {
   req.pytorch = planner::PytorchEager{a.pytorch_attention == "sdpa", planner::parse_size(a.pytorch_workspace)};
   const planner::StepPlan step = planner::plan_training_step(shaped, req);
   const PlanFacts facts = plan_facts(step.result);
-  if (!a.plan_file.empty()) save_plan(a.plan_file, step);
+  analysis::OutputFiles files;
+  if (!a.plan_file.empty()) save_plan(files, a.plan_file, step);
   if (a.json) std::cout << json_text(plan_json(a, step, facts), 2) << "\n";
   else print_plan(a, step, facts);
+  commit_after_stdout(files);
   return 0;
 }
 

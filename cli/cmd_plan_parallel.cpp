@@ -26,6 +26,7 @@ int run_parallel_plan(const TrainingArgs& train, const ParallelArgs& par, bool j
   const RankPlans planned = plan_rank_roles(train, par);
   const TrainingSetup& s = planned.setup;
   const planner::ParallelPlanResult& r = planned.result;
+  analysis::OutputFiles files;  // written once stdout is: a failed print leaves no rank-plans file behind
   if (!plan_file.empty()) {
     // One plan per rank role, each with its graph: `memplan run`/`viz` read them one by one.
     nlohmann::json doc;
@@ -45,7 +46,7 @@ int run_parallel_plan(const TrainingArgs& train, const ParallelArgs& par, bool j
       plans.push_back(std::move(pj));
     }
     doc["plans"] = plans;
-    write_text_file(plan_file, json_text(doc, 1) + "\n");
+    files.add(plan_file, json_text(doc, 1) + "\n");
   }
   if (json) {
     nlohmann::json j = parallel_json(r);
@@ -54,12 +55,14 @@ int run_parallel_plan(const TrainingArgs& train, const ParallelArgs& par, bool j
     j["precision"] = train.precision;
     j["budget_bytes"] = s.options.budget_bytes ? nlohmann::json(*s.options.budget_bytes) : nlohmann::json();
     std::cout << json_text(j, 2) << "\n";
+    commit_after_stdout(files);
     return 0;
   }
   std::printf("model                %s (per-rank training plans)\n", analysis::terminal_safe(train.model.model).c_str());
   std::printf("fused                %s\n", fusion_text(s.fusion).c_str());
   std::printf("%s", parallel_text(r).c_str());
   if (!plan_file.empty()) std::printf("plans written to     %s (one per rank role)\n", analysis::terminal_safe(plan_file).c_str());
+  commit_after_stdout(files);
   return 0;
 }
 

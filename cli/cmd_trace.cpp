@@ -30,7 +30,8 @@ int run_trace(const TraceArgs& a) {
     opts.op_seconds = viz::estimated_op_seconds(m.graph, profile);
   }
   const auto doc = viz::chrome_trace(m.graph, m.plan, opts);
-  write_text_file(a.output, json_text(doc) + "\n");
+  analysis::OutputFiles files;  // renamed into place once stdout is written
+  files.add(a.output, json_text(doc) + "\n");
   if (m.fusion) std::cout << analysis::terminal_safe(m.title) << ": fused " << fusion_text(*m.fusion) << "\n";
   // The step plan states: the same estimate (planner/step_time.hpp), swap stalls included, against keep-all
   // when this plan was made here (a saved plan does not say what keeping everything would cost).
@@ -39,6 +40,7 @@ int run_trace(const TraceArgs& a) {
   std::cout << analysis::terminal_safe(m.title) << ": " << m.plan.schedule.size() << " op spans, estimated step "
             << step_text(step, same_clock ? m.keep_all_step_seconds : 0.0) << (stall > 0 ? " (the compute waits " + step_text(stall, 0.0) + " for swap copies)" : "")
             << "; trace written to " << a.output << " (open in https://ui.perfetto.dev or chrome://tracing)\n";
+  commit_after_stdout(files);
   return 0;
 }
 

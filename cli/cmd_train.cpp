@@ -14,6 +14,7 @@
 #include "cli/plan_report.hpp"
 #include "cli/registry.hpp"
 #include "cli/train_feed.hpp"
+#include "planner/parallel/parallel.hpp"
 #include "planner/training_plan.hpp"
 #include "runtime_allocator/collectives/collectives.hpp"
 #include "runtime_allocator/executor.hpp"
@@ -32,46 +33,55 @@ namespace {
 struct TrainArgs {
   TrainingArgs train;
   std::string backend = "cpu";
-  int steps = 3;
-  int device = -1;  // -1: LOCAL_RANK, else the rank modulo the device count
-  int rank = -1, gpus = -1;  // --rank, --gpus (-1: from the environment)
+  std::int64_t steps = 3;
+  std::optional<std::int64_t> device;      // none: LOCAL_RANK, else the rank modulo the device count
+  std::optional<std::int64_t> rank, gpus;  // --rank, --gpus (none: from the environment)
   std::string nccl_id_file;
   std::string bucket = "25MiB";
-  int zero = 0;  // ZeRO stage of the data-parallel run
+  std::int64_t zero = 0;  // ZeRO stage of the data-parallel run
   std::string save_grads;
   bool json = false;
   bool no_dropout = false;
 };
 
-// An option's value, else the first of the environment variables set, else `fallback`.
-int from_env(int given, std::initializer_list<const char*> names, int fallback) {
-  if (given >= 0) return given;
+constexpr std::int64_t kMaxSteps = 1'000'000;
+
+// An option's value, else the first of the environment variables set (read whole as an integer), else none; either
+// checked against [lo, hi] with the flag or the variable named.
+std::optional<std::int64_t> from_env(const std::optional<std::int64_t>& given, const std::string& flag,
+                                     std::initializer_list<const char*> names, std::int64_t lo, std::int64_t hi) {
+  if (given) return require_int_in(*given, lo, hi, flag);
   for (const char* n : names)
-    if (const char* v = std::getenv(n); v && *v) return std::atoi(v);
-  return fallback;
+    if (const char* v = std::getenv(n); v && *v) return parse_int_in(v, lo, hi, std::string("environment variable ") + n);
+  return std::nullopt;
 }
 
 struct Rank {
   bool data_parallel = false;  // a world size was given: gradients go through collectives (even a world of 1)
   int rank = 0, world = 1, device = 0;
+  bool device_given = false;
   std::string id_file;
 };
 
 Rank resolve_rank(const TrainArgs& a) {
   Rank r;
-  r.world = from_env(a.gpus, {"MEMPLAN_WORLD_SIZE", "WORLD_SIZE"}, -1);
-  r.data_parallel = r.world >= 0;
-  r.world = std::max(r.world, 1);
-  r.rank = from_env(a.rank, {"MEMPLAN_RANK", "RANK"}, 0);
-  if (r.rank < 0 || r.rank >= r.world)
-    fail(ErrorKind::usage, "--rank " + std::to_string(r.rank) + " outside a world of " + std::to_string(r.world));
+  const auto world = from_env(a.gpus, "--gpus", {"MEMPLAN_WORLD_SIZE", "WORLD_SIZE"}, 1, planner::kMaxGpus);
+  r.data_parallel = world.has_value();
+  r.world = static_cast<int>(world.value_or(1));
+  const auto rank = from_env(a.rank, "--rank", {"MEMPLAN_RANK", "RANK"}, 0, planner::kMaxGpus - 1);
+  r.rank = static_cast<int>(rank.value_or(0));
+  if (r.rank >= r.world)
+    fail(ErrorKind::usage, "--rank " + std::to_string(r.rank) + " outside a world of " + std::to_string(r.world) + " (accepted: 0 .. " +
+                               std::to_string(r.world - 1) + ")");
   r.id_file = a.nccl_id_file;
   if (r.id_file.empty())
     if (const char* v = std::getenv("MEMPLAN_NCCL_ID_FILE"); v) r.id_file = v;
   if (r.world > 1 && r.id_file.empty())
     fail(ErrorKind::usage, "--gpus " + std::to_string(r.world) +
                                " needs --nccl-id-file FILE (or MEMPLAN_NCCL_ID_FILE): rank 0 writes the NCCL id there");
-  r.device = from_env(a.device, {"LOCAL_RANK"}, r.rank);
+  const auto device = from_env(a.device, "--device", {"LOCAL_RANK"}, 0, 1023);
+  r.device_given = device.has_value();
+  r.device = static_cast<int>(device.value_or(r.rank));
   if (r.data_parallel && a.train.microbatches > 1)
     fail(ErrorKind::usage,
          "--microbatches with data parallelism: the gradients would be reduced every micro-step (not supported)");
@@ -94,7 +104,7 @@ std::unique_ptr<runtime::Backend> make_backend(const TrainArgs& a, Rank& r) {
 #ifdef MEMPLAN_HAVE_CUDA
   const int n = runtime::cuda::cuda_device_count();
   if (n == 0) fail(ErrorKind::unsupported, "--backend cuda: no CUDA device is present");
-  if (a.device < 0 && !std::getenv("LOCAL_RANK")) r.device = r.rank % n;
+  if (!r.device_given) r.device = r.rank % n;
   runtime::cuda::CudaOptions o;
   o.device = r.device;
   return std::make_unique<runtime::cuda::CudaBackend>(o);
@@ -152,6 +162,25 @@ void require_same_plan(runtime::Backend& backend, runtime::Collectives& coll, co
                              "differ): every rank must run the same plan");
 }
 
+// train --save-grads DIR: the folder made if missing, every file written or none (and a folder made here removed).
+void save_gradients(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& files) {
+  if (files.empty()) {
+    analysis::OutputFiles none;
+    return commit_after_stdout(none);
+  }
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(dir, ec);
+  create_output_folder(dir, "--save-grads");
+  try {
+    analysis::OutputFiles out;  // its temporary files are gone before the folder is removed below
+    for (const auto& [path, bytes] : files) out.add(path, bytes);
+    commit_after_stdout(out);
+  } catch (...) {
+    if (!existed) std::filesystem::remove(dir, ec);  // only if empty: a folder that holds anything stays
+    throw;
+  }
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -160,7 +189,7 @@ double median(std::vector<double> v) {
 
 int train_model(TrainArgs a) {
   a.train.train = true;
-  if (a.steps < 1) fail(ErrorKind::usage, "--steps must be 1 or more");
+  require_int_in(a.steps, 1, kMaxSteps, "--steps");
   Rank rank = resolve_rank(a);
   const std::unique_ptr<runtime::Backend> backend = make_backend(a, rank);
   analysis::Graph shaped = load_shaped_model(a.train.model, true);
@@ -191,7 +220,7 @@ int train_model(TrainArgs a) {
     eo.data_parallel.collectives = coll.get();
     for (const auto& [w, grad] : s.training.param_grads) eo.data_parallel.gradients.push_back(grad);
     eo.data_parallel.bucket_bytes = planner::parse_size(a.bucket);
-    eo.data_parallel.zero_stage = a.zero;
+    eo.data_parallel.zero_stage = static_cast<int>(a.zero);
   }
   runtime::Executor ex(r.graph, r.plan, *backend, eo);
   if (coll) require_same_plan(*backend, *coll, r.plan, ex);
@@ -203,6 +232,9 @@ int train_model(TrainArgs a) {
   losses.push_back(loss_now());
   // The first step's gradients (from the initial weights): what runs of other world sizes compare.
   nlohmann::json norms = nlohmann::json::array();
+  // --save-grads: every gradient file or none, written once the run and its report are done.
+  const bool save_grads = !a.save_grads.empty() && rank.rank == 0;
+  std::vector<std::pair<std::string, std::string>> grad_npy;
   double total = 0.0;
   for (std::size_t k = 0; k < s.training.param_grads.size(); ++k) {
     const auto [w, grad] = s.training.param_grads[k];
@@ -211,10 +243,7 @@ int train_model(TrainArgs a) {
     for (double v : d.as_double()) sq += v * v;
     total += sq;
     norms.push_back({{"weight", r.graph.tensors[w].name}, {"norm", std::sqrt(sq)}});
-    if (!a.save_grads.empty() && rank.rank == 0) {
-      std::filesystem::create_directories(a.save_grads);
-      runtime::write_npy(a.save_grads + "/grad_" + std::to_string(k) + ".npy", d);
-    }
+    if (save_grads) grad_npy.emplace_back(a.save_grads + "/grad_" + std::to_string(k) + ".npy", runtime::format_npy(d));
   }
   // Under ZeRO a rank's gradient is the mean over the ranks in its own chunks only: norms only where that is all.
   const bool grads_whole = a.zero == 0 || rank.world == 1;
@@ -267,6 +296,7 @@ int train_model(TrainArgs a) {
 #endif
   if (a.json) {
     std::printf("%s\n", json_text(j, 2).c_str());
+    save_gradients(a.save_grads, grad_npy);
     return 0;
   }
   std::printf("model      %s (training step: %zu ops) on %s, rank %d of %d%s\n",
@@ -279,12 +309,13 @@ int train_model(TrainArgs a) {
   if (coll && a.zero > 0)
     std::printf("zero       stage %d: %zu reduce-scatters (%s of gradients), %zu updates on shards, optimizer state %s held of %s, "
                 "%zu all-gathers through %s\n",
-                a.zero, st.reduce_calls, human_bytes(st.reduced_bytes).c_str(), st.zero.sharded_updates,
+                static_cast<int>(a.zero), st.reduce_calls, human_bytes(st.reduced_bytes).c_str(), st.zero.sharded_updates,
                 human_bytes(state_bytes).c_str(), human_bytes(state_bytes - st.zero.state_bytes + st.zero.state_unsharded_bytes).c_str(),
                 st.zero.all_gather_calls, human_bytes(st.zero.gather_buffer_bytes).c_str());
   for (std::size_t k = 0; k < losses.size(); ++k) std::printf("step %zu     loss %.7g\n", k + 1, losses[k]);
   if (grads_whole) std::printf("gradients  first step's norm %.9g\n", std::sqrt(total));
   if (!seconds.empty()) std::printf("time       %.3f ms per step (median of %zu)\n", median(seconds) * 1e3, seconds.size());
+  save_gradients(a.save_grads, grad_npy);
   return 0;
 }
 

@@ -70,7 +70,8 @@ int run_viz(const VizArgs& a) {
   // Rank roles side by side: 640 pixels each unless --width says otherwise.
   opts.width = a.width_given || models.size() <= 2 ? a.width : std::min(20000.0, 640.0 * static_cast<double>(models.size()));
   opts.height = a.height;
-  write_text_file(a.output, viz::render_timeline_svg(panels, opts));
+  analysis::OutputFiles files;  // renamed into place once stdout is written
+  files.add(a.output, viz::render_timeline_svg(panels, opts));
   for (const auto& m : models) {
     const auto u = viz::plan_usage(m.plan);
     const std::string op = m.plan.schedule.empty() ? "-" : m.graph.ops[m.plan.schedule[u.peak_step]].name;
@@ -82,6 +83,7 @@ int run_viz(const VizArgs& a) {
     if (m.fusion) std::cout << "  fused " << fusion_text(*m.fusion) << "\n";
   }
   std::cout << "timeline written to " << analysis::terminal_safe(a.output) << "\n";
+  commit_after_stdout(files);
   return 0;
 }
 

@@ -2,9 +2,15 @@
 #include "cli/common.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <set>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include "analysis/import.hpp"
 #include "analysis/names.hpp"
@@ -29,8 +35,7 @@ void add_arena_args(CLI::App* cmd, ArenaArgs& args) {
   cmd->add_option("--workspace-limit", args.workspace_limit,
                   "most scratch bytes in the arena for one convolution's workspace (default 256MiB; 0: none)");
   cmd->add_option("--exact-pack-seconds", args.exact_pack_seconds,
-                  "most time for the exact packer to prove the arena optimal or shrink it (default 2; 0: greedy packers only)")
-      ->check(CLI::Range(0.0, 3600.0));
+                  "most time for the exact packer to prove the arena optimal or shrink it (default 2; 0: greedy packers only)");
   cmd->add_option("--exact-pack-nodes", args.exact_pack_nodes,
                   "search work for the exact packer in buffers examined (default 2000000, about a second; the same plan on every machine unless the "
                   "time runs out first; 0: greedy packers only)");
@@ -50,12 +55,42 @@ planner::ScheduleOptions schedule_options(const ArenaArgs& args) {
   return o;
 }
 
+namespace {
+
+std::string number_text(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+}  // namespace
+
+double require_finite_in(double value, double lo, double hi, const std::string& what) {
+  if (std::isfinite(value) && value >= lo && value <= hi) return value;
+  fail(ErrorKind::usage, what + " " + number_text(value) + " is outside the accepted range " + number_text(lo) + " .. " + number_text(hi) +
+                             (std::isfinite(value) ? "" : " (a finite number is needed)"));
+}
+
+std::int64_t require_int_in(std::int64_t value, std::int64_t lo, std::int64_t hi, const std::string& what) {
+  if (value >= lo && value <= hi) return value;
+  fail(ErrorKind::usage, what + " " + std::to_string(value) + " is outside the accepted range " + std::to_string(lo) + " .. " + std::to_string(hi));
+}
+
+std::int64_t parse_int_in(const std::string& text, std::int64_t lo, std::int64_t hi, const std::string& what) {
+  std::int64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || ptr != end)
+    fail(ErrorKind::usage, what + "='" + text + "' is not an integer in the accepted range " + std::to_string(lo) + " .. " + std::to_string(hi));
+  return require_int_in(v, lo, hi, what);
+}
+
 planner::AssignOptions assign_options(const ArenaArgs& args) {
   planner::AssignOptions o;
   o.alignment = args.alignment;
   o.packer = args.packer;
-  o.exact_pack_seconds = args.exact_pack_seconds;
-  o.exact_pack_nodes = args.exact_pack_nodes;
+  o.exact_pack_seconds = require_finite_in(args.exact_pack_seconds, 0.0, kMaxExactPackSeconds, "--exact-pack-seconds");
+  o.exact_pack_nodes = static_cast<std::uint64_t>(require_int_in(args.exact_pack_nodes, 0, kMaxExactPackNodes, "--exact-pack-nodes"));
   o.concat_in_place = !args.no_concat_in_place;
   o.workspace_limit_bytes = args.workspace_limit == "0" ? 0 : planner::parse_size(args.workspace_limit);
   return o;
@@ -183,5 +218,22 @@ std::string human_count(double n) {
 }
 
 void write_text_file(const std::string& path, const std::string& text) { analysis::write_file_atomically(path, text); }
+
+void create_output_folder(const std::string& path, const std::string& flag) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return;
+  std::filesystem::create_directories(path, ec);
+  if (ec || !std::filesystem::is_directory(path))
+    fail(ErrorKind::io, flag + " '" + path + "': cannot create the folder" + (ec ? " (" + ec.message() + ")" : std::string(" (a file is in the way)")));
+}
+
+void commit_after_stdout(analysis::OutputFiles& files) {
+  errno = 0;
+  std::cout.flush();
+  if (std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout)
+    fail(ErrorKind::io, std::string("cannot write standard output: ") + (errno ? std::strerror(errno) : "write error") +
+                            " (no output file written)");
+  files.commit();
+}
 
 }  // namespace memplan::cli

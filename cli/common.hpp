@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "analysis/graph.hpp"
+#include "analysis/output_files.hpp"
 #include "analysis/shapes.hpp"
 #include "planner/assign.hpp"
 #include "planner/fusion.hpp"
@@ -41,6 +42,16 @@ analysis::Graph load_shaped_model(const ModelArgs& args, bool keep_weight_data =
 // The passes fuse_graph runs on the shaped forward graph: all of them, or none with --no-fuse.
 planner::FuseOptions fuse_options(const ModelArgs& args);
 
+// Numbers from flags and environment variables, checked where they are read (docs/errors.md, "Numbers on the
+// command line"): ErrorKind::usage naming `what` (the flag or variable) and the accepted range.
+double require_finite_in(double value, double lo, double hi, const std::string& what);
+std::int64_t require_int_in(std::int64_t value, std::int64_t lo, std::int64_t hi, const std::string& what);
+// `text` read whole as a decimal integer in [lo, hi] (an environment variable's value).
+std::int64_t parse_int_in(const std::string& text, std::int64_t lo, std::int64_t hi, const std::string& what);
+// The accepted ranges (docs/errors.md states each).
+inline constexpr double kMaxExactPackSeconds = 3600.0;
+inline constexpr std::int64_t kMaxExactPackNodes = 1'000'000'000'000;
+
 // How the arena is assigned: --alignment, --packer, --workspace-limit, and the op order: --schedule.
 struct ArenaArgs {
   std::uint64_t alignment = 256;
@@ -48,11 +59,11 @@ struct ArenaArgs {
   std::string workspace_limit = "256MiB";
   std::string schedule = "memory";  // --schedule memory | file
   double exact_pack_seconds = planner::AssignOptions{}.exact_pack_seconds;  // --exact-pack-seconds
-  std::uint64_t exact_pack_nodes = planner::AssignOptions{}.exact_pack_nodes;  // --exact-pack-nodes
+  std::int64_t exact_pack_nodes = static_cast<std::int64_t>(planner::AssignOptions{}.exact_pack_nodes);  // --exact-pack-nodes
   bool no_concat_in_place = false;                                               // --no-concat-in-place
 };
 void add_arena_args(CLI::App* cmd, ArenaArgs& args);
-// A bad --workspace-limit size is ErrorKind::usage.
+// A bad --workspace-limit size, --exact-pack-seconds or --exact-pack-nodes is ErrorKind::usage.
 planner::AssignOptions assign_options(const ArenaArgs& args);
 // --schedule: an unknown name is ErrorKind::usage.
 planner::ScheduleOptions schedule_options(const ArenaArgs& args);
@@ -71,5 +82,11 @@ std::string human_bytes(std::uint64_t bytes);
 std::string human_count(double n);
 // Writes `text` to `path` all-or-nothing (a temporary file renamed over it), ErrorKind::io on failure.
 void write_text_file(const std::string& path, const std::string& text);
+// Flushes what the command printed, then renames `files` over their targets: a command whose standard output
+// cannot be written (a full device, a closed pipe) fails with ErrorKind::io and leaves no output file behind.
+void commit_after_stdout(analysis::OutputFiles& files);
+// Creates the folder `path` (and its parents) for the outputs of `flag`; ErrorKind::io naming both when it cannot be
+// (a file in the way, no permission).
+void create_output_folder(const std::string& path, const std::string& flag);
 
 }  // namespace memplan::cli

@@ -18,16 +18,21 @@ void add_parallel_args(CLI::App* cmd, ParallelArgs& args) {
 }
 
 bool parallel_requested(const ParallelArgs& a) {
-  return a.gpus > 0 || a.zero != 0 || a.tp != 1 || a.pp != 1 || a.sequence_parallel || a.pp_schedule != "1f1b";
+  return a.gpus.has_value() || a.zero != 0 || a.tp != 1 || a.pp != 1 || a.sequence_parallel || a.pp_schedule != "1f1b";
 }
 
 planner::ParallelOptions parallel_options(const ParallelArgs& a, std::int64_t microbatches) {
+  // Each degree in its own range before any product is formed (--tp 0 is a --tp error, not a --gpus one).
+  const std::int64_t tp = require_int_in(a.tp, 1, planner::kMaxGpus, "--tp");
+  const std::int64_t pp = require_int_in(a.pp, 1, planner::kMaxGpus, "--pp");
+  const std::int64_t gpus =
+      a.gpus ? require_int_in(*a.gpus, 1, planner::kMaxGpus, "--gpus") : require_int_in(tp * pp, 1, planner::kMaxGpus, "--tp x --pp");
   planner::ParallelOptions o;
-  o.gpus = a.gpus > 0 ? a.gpus : a.tp * a.pp;
-  o.zero = a.zero;
-  o.tp = a.tp;
-  o.pp = a.pp;
-  o.microbatches = static_cast<int>(microbatches);
+  o.gpus = static_cast<int>(gpus);
+  o.zero = static_cast<int>(require_int_in(a.zero, 0, 3, "--zero"));
+  o.tp = static_cast<int>(tp);
+  o.pp = static_cast<int>(pp);
+  o.microbatches = static_cast<int>(require_int_in(microbatches, 1, kMaxMicrobatches, "--microbatches"));
   if (a.pp_schedule == "gpipe") o.pp_schedule = planner::PipelineSchedule::gpipe;
   else if (a.pp_schedule != "1f1b") fail(ErrorKind::usage, "--pp-schedule '" + a.pp_schedule + "' is not one of 1f1b, gpipe");
   o.sequence_parallel = a.sequence_parallel;

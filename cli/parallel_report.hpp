@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "cli/training_args.hpp"
@@ -10,11 +12,12 @@
 
 namespace memplan::cli {
 
+// Read wide and checked by parallel_options, so that no value wraps before its range is checked.
 struct ParallelArgs {
-  int gpus = 0;  // 0: not given (a one-GPU plan as before)
-  int zero = 0;
-  int tp = 1;
-  int pp = 1;
+  std::optional<std::int64_t> gpus;  // none: not given (a one-GPU plan as before, or tp x pp GPUs)
+  std::int64_t zero = 0;
+  std::int64_t tp = 1;
+  std::int64_t pp = 1;
   std::string pp_schedule = "1f1b";
   bool sequence_parallel = false;
 };
@@ -22,7 +25,8 @@ struct ParallelArgs {
 void add_parallel_args(CLI::App* cmd, ParallelArgs& args);
 // True when any option of a parallel layout was given.
 bool parallel_requested(const ParallelArgs& args);
-// The layout, checked (ErrorKind::usage naming the option); microbatches from --microbatches.
+// The layout, checked (ErrorKind::usage naming the option and its range: --gpus 1..kMaxGpus, --tp and --pp 1..--gpus,
+// their product dividing --gpus, --microbatches 1..kMaxMicrobatches); microbatches from --microbatches.
 planner::ParallelOptions parallel_options(const ParallelArgs& args, std::int64_t microbatches);
 
 // {"layout": {...}, "ranks": [...], "communication_bytes_per_step": {...}, ...} (docs/multi-gpu.md).

@@ -46,9 +46,8 @@ planner::StepRequest step_request(const TrainingArgs& args) {
   const auto impl = analysis::optimizer_impl_from_name(args.optimizer_impl);
   if (!impl) fail(ErrorKind::usage, "--optimizer-impl '" + args.optimizer_impl + "' is not one of foreach, fused, for-loop");
   to.optimizer_impl = *impl;
-  if (!(args.weight_decay >= 0.0)) fail(ErrorKind::usage, "--weight-decay must be 0 or more");
-  to.weight_decay = args.weight_decay;
-  if (args.learning_rate >= 0.0) to.learning_rate = args.learning_rate;
+  to.weight_decay = require_finite_in(args.weight_decay, 0.0, kMaxWeightDecay, "--weight-decay");
+  if (args.learning_rate) to.learning_rate = require_finite_in(*args.learning_rate, 0.0, kMaxLearningRate, "--lr");
   else if (to.optimizer == analysis::Optimizer::adam || to.optimizer == analysis::Optimizer::adamw) to.learning_rate = 0.001;
   const auto loss = analysis::loss_from_name(args.loss);
   if (!loss) fail(ErrorKind::usage, "--loss '" + args.loss + "' is not one of mse, ce, none");
@@ -60,8 +59,7 @@ planner::StepRequest step_request(const TrainingArgs& args) {
   if (args.loss_scaling && to.precision != analysis::Precision::fp16)
     fail(ErrorKind::usage, "--loss-scaling needs --precision fp16");
   to.loss_scaling = args.loss_scaling;
-  if (args.microbatches < 1) fail(ErrorKind::usage, "--microbatches must be 1 or more");
-  to.microbatches = args.microbatches;
+  to.microbatches = require_int_in(args.microbatches, 1, kMaxMicrobatches, "--microbatches");
   r.fuse = fuse_options(args.model);
   planner::TrainingPlanOptions& po = r.plan;
   po.strategy = resolved_strategy(args);
@@ -73,10 +71,10 @@ planner::StepRequest step_request(const TrainingArgs& args) {
   if (!args.device_profile.empty()) po.profile = analysis::read_device_profile(args.device_profile);
   po.assign = assign_options(args.arena);
   po.schedule = schedule_options(args.arena);
-  po.exact_stages = args.exact_stages;
-  po.exact_nodes = args.exact_nodes;
-  po.exact_seconds = args.exact_seconds;
-  po.exact_gap = args.exact_gap;
+  po.exact_stages = static_cast<std::size_t>(require_int_in(args.exact_stages, 1, kMaxExactStages, "--exact-stages"));
+  po.exact_nodes = static_cast<std::uint64_t>(require_int_in(args.exact_nodes, 0, kMaxExactNodes, "--exact-nodes"));
+  po.exact_seconds = require_finite_in(args.exact_seconds, 0.0, kMaxExactSeconds, "--exact-seconds");
+  po.exact_gap = require_finite_in(args.exact_gap, 0.0, 1.0, "--exact-gap");
   return r;
 }
 

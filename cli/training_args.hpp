@@ -19,7 +19,7 @@ struct TrainingArgs {
   std::string optimizer = "sgd";
   std::string optimizer_impl = "foreach";
   double weight_decay = 0.0;
-  double learning_rate = -1.0;  // < 0: the optimizer's PyTorch default
+  std::optional<double> learning_rate;  // none: the optimizer's PyTorch default
   std::string loss = "mse";
   std::optional<std::int64_t> class_axis;
   std::string precision = "fp32";
@@ -31,13 +31,19 @@ struct TrainingArgs {
   std::string device_profile;  // JSON (analysis/cost.hpp) for the step-time estimates; empty: the H100-like default
   ArenaArgs arena;
   // Strategy exact (TrainingPlanOptions::exact_*).
-  std::size_t exact_stages = planner::TrainingPlanOptions{}.exact_stages;
-  std::uint64_t exact_nodes = planner::TrainingPlanOptions{}.exact_nodes;
+  // Signed, so that a negative value is refused rather than wrapped (step_request checks the ranges).
+  std::int64_t exact_stages = static_cast<std::int64_t>(planner::TrainingPlanOptions{}.exact_stages);
+  std::int64_t exact_nodes = static_cast<std::int64_t>(planner::TrainingPlanOptions{}.exact_nodes);
   double exact_seconds = planner::TrainingPlanOptions{}.exact_seconds;
   double exact_gap = planner::TrainingPlanOptions{}.exact_gap;
 };
 
 using TrainingSetup = planner::TrainingStep;
+
+// The accepted ranges of the training flags (docs/errors.md, "Numbers on the command line").
+inline constexpr double kMaxLearningRate = 1e6, kMaxWeightDecay = 1e6, kMaxExactSeconds = 86400.0;
+inline constexpr std::int64_t kMaxMicrobatches = std::int64_t{1} << 20;  // as fit --max-gpus searches
+inline constexpr std::int64_t kMaxExactStages = 1'000'000, kMaxExactNodes = 1'000'000'000;
 
 void add_training_args(CLI::App* cmd, TrainingArgs& args);
 // The flags as the step library's request; a bad --optimizer, --budget, --strategy, ... is ErrorKind::usage, --train

@@ -12,6 +12,9 @@
 
 namespace memplan::planner {
 
+// The most GPUs a layout may have (docs/errors.md): a rank role lists its ranks, so a layout's cost grows with its GPUs.
+inline constexpr int kMaxGpus = 65536;
+
 enum class PipelineSchedule : std::uint8_t { one_f_one_b, gpipe };
 const char* pipeline_schedule_name(PipelineSchedule s) noexcept;
 
@@ -26,11 +29,14 @@ struct ParallelOptions {
   int microbatches = 1;  // per step and data-parallel rank: pipeline microbatches, else gradient accumulation
   PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;
   bool sequence_parallel = false;
-  int data_parallel() const noexcept { return tp * pp > 0 ? gpus / (tp * pp) : 0; }
+  int data_parallel() const noexcept {
+    const std::int64_t degrees = static_cast<std::int64_t>(tp) * pp;  // never wraps: both are ints
+    return degrees > 0 ? static_cast<int>(gpus / degrees) : 0;
+  }
 };
 
-// ErrorKind::usage naming the option: gpus not a multiple of tp x pp, zero outside 0-3, a degree below 1,
-// sequence parallel without tp > 1.
+// ErrorKind::usage naming the option and its range: gpus outside 1..kMaxGpus or not a multiple of tp x pp (the
+// product taken without wrapping), zero outside 0-3, a degree below 1, sequence parallel without tp > 1.
 void check_parallel_options(const ParallelOptions& o);
 
 // Bytes one rank sends per step, by collective (ring algorithms: an all-reduce of B bytes over n ranks

@@ -1,5 +1,6 @@
 // Per-rank plans: one training graph per rank role (pipeline stage), sharded, planned under the per-GPU budget.
 #include <algorithm>
+#include <limits>
 #include <set>
 
 #include "analysis/liveness.hpp"
@@ -9,12 +10,15 @@
 namespace memplan::planner {
 
 void check_parallel_options(const ParallelOptions& o) {
-  if (o.gpus < 1) fail(ErrorKind::usage, "--gpus must be 1 or more");
-  if (o.tp < 1) fail(ErrorKind::usage, "--tp must be 1 or more");
-  if (o.pp < 1) fail(ErrorKind::usage, "--pp must be 1 or more");
+  const std::string range = " is outside the accepted range 1 .. " + std::to_string(kMaxGpus);
+  if (o.tp < 1 || o.tp > kMaxGpus) fail(ErrorKind::usage, "--tp " + std::to_string(o.tp) + range);
+  if (o.pp < 1 || o.pp > kMaxGpus) fail(ErrorKind::usage, "--pp " + std::to_string(o.pp) + range);
+  if (o.gpus < 1 || o.gpus > kMaxGpus) fail(ErrorKind::usage, "--gpus " + std::to_string(o.gpus) + range);
   if (o.microbatches < 1) fail(ErrorKind::usage, "--microbatches must be 1 or more");
   if (o.zero < 0 || o.zero > 3) fail(ErrorKind::usage, "--zero " + std::to_string(o.zero) + " is not one of 0, 1, 2, 3");
-  if (o.gpus % (o.tp * o.pp) != 0)
+  // Both degrees are at most kMaxGpus, so their product fits in 64 bits; one beyond --gpus cannot divide it.
+  const std::int64_t degrees = static_cast<std::int64_t>(o.tp) * o.pp;
+  if (degrees > o.gpus || o.gpus % degrees != 0)
     fail(ErrorKind::usage, "--gpus " + std::to_string(o.gpus) + " is not a multiple of --tp " + std::to_string(o.tp) + " x --pp " +
                                std::to_string(o.pp) + " (gpus = data parallel x tp x pp)");
   if (o.sequence_parallel && o.tp < 2) fail(ErrorKind::usage, "--sequence-parallel needs --tp 2 or more");
@@ -101,6 +105,12 @@ PreparedRole prepare_role(const PreparedLayout& L, std::size_t i, const analysis
   analysis::TrainingOptions to = training;
   to.microbatches = 1;
   if (!last) to.loss = analysis::Loss::none;
+  // A stage before the last receives its outputs' gradients from the next: with integer outputs only there are none
+  // (pipeline_cuts cuts only where a float activation crosses; one may still reach past a stage untouched).
+  if (!last && std::none_of(stage_graph.outputs.begin(), stage_graph.outputs.end(),
+                            [&](TensorId t) { return analysis::dtype_is_float(stage_graph.tensors[t].dtype); }))
+    fail(ErrorKind::usage, "--pp " + std::to_string(par.pp) + ": stage " + std::to_string(i) + " would send only integer activations to the next "
+                           "stage, which sends no gradient back (no layout with this cut)");
   PreparedRole p{analysis::build_training_graph(stage_graph, to), {}, {}};
   p.tp_bytes = insert_tensor_parallel_collectives(p.tg, L.tensor_parallel, par.tp, par.sequence_parallel);
   RankPlan& rp = p.rp;
@@ -176,7 +186,15 @@ ParallelPlanResult plan_parallel(const analysis::Graph& shaped_forward, const an
     // The order the parallel transforms lay out: ZeRO-3 gathers one unit ahead, reductions after each unit. The
     // peak model prices no overlap of communication, so a memory order would move each gather to its first use.
     po.schedule.kind = ScheduleKind::file;
-    const std::uint64_t others = static_cast<std::uint64_t>(rp.in_flight - 1) * rp.saved_bytes_per_microbatch;
+    // The other microbatches' saved activations: past 2^64 bytes no budget holds them, and without one the figure
+    // cannot be stated (ErrorKind::overflow), never wrapped.
+    const auto in_flight_bytes = [&](std::uint64_t count, std::uint64_t bytes) {
+      const bool wraps = bytes != 0 && count > std::numeric_limits<std::uint64_t>::max() / bytes;
+      if (wraps && !po.budget_bytes)
+        fail(ErrorKind::overflow, rp.role + ": the " + std::to_string(count) + " microbatches in flight hold more than 2^64 bytes of saved activations");
+      return wraps ? std::numeric_limits<std::uint64_t>::max() : count * bytes;
+    };
+    const std::uint64_t others = in_flight_bytes(static_cast<std::uint64_t>(rp.in_flight - 1), rp.saved_bytes_per_microbatch);
     if (po.budget_bytes) {
       if (*po.budget_bytes > others) {
         *po.budget_bytes -= others;
@@ -198,30 +216,37 @@ ParallelPlanResult plan_parallel(const analysis::Graph& shaped_forward, const an
     }
     const std::uint64_t dropped = planned_bytes(rp.result.recomputed) + planned_bytes(rp.result.swapped);
     const std::uint64_t kept = rp.saved_bytes_per_microbatch > dropped ? rp.saved_bytes_per_microbatch - dropped : 0;
-    rp.activation_bytes = kept * static_cast<std::uint64_t>(rp.in_flight);
-    rp.peak_bytes = rp.result.peak_bytes + kept * static_cast<std::uint64_t>(rp.in_flight - 1);
-    rp.model_state_bytes = rp.zero.weight_bytes + rp.zero.gradient_bytes + rp.zero.optimizer_state_bytes;
+    const std::string& role = rp.role;
+    rp.activation_bytes = checked_mul(kept, static_cast<std::uint64_t>(rp.in_flight), role + ": activation bytes in flight");
+    rp.peak_bytes = checked_add(rp.result.peak_bytes, checked_mul(kept, static_cast<std::uint64_t>(rp.in_flight - 1), role + ": peak bytes"),
+                                role + ": peak bytes");
+    rp.model_state_bytes = checked_add(checked_add(rp.zero.weight_bytes, rp.zero.gradient_bytes, role + ": model state bytes"),
+                                       rp.zero.optimizer_state_bytes, role + ": model state bytes");
     rp.flops = rp.result.training_flops;
     rp.compute_seconds = rp.result.estimated_step_seconds;
     // Per step: ZeRO 0/1 reduce the accumulated gradients once; 2/3 keep no unsharded gradients between
     // microbatches, so they reduce (and 3 gathers) once per microbatch.
     CommunicationBytes c = rp.zero.communication;
+    const auto m = static_cast<std::uint64_t>(M);
+    const std::string sent = role + ": bytes sent per step";
+    auto per_step = [&](std::uint64_t total, std::uint64_t per_microbatch) { return checked_add(total, checked_mul(per_microbatch, m, sent), sent); };
     if (par.zero >= 2) {
-      c.reduce_scatter *= static_cast<std::uint64_t>(M);
-      c.all_gather = par.zero == 3 ? c.all_gather * static_cast<std::uint64_t>(M) : c.all_gather;
+      c.reduce_scatter = checked_mul(c.reduce_scatter, m, sent);
+      c.all_gather = par.zero == 3 ? checked_mul(c.all_gather, m, sent) : c.all_gather;
     }
     // Tensor parallel: the stage's own collectives (forward and backward), once per microbatch.
-    c.all_reduce += p.tp_bytes.all_reduce * static_cast<std::uint64_t>(M);
-    c.reduce_scatter += p.tp_bytes.reduce_scatter * static_cast<std::uint64_t>(M);
-    c.all_gather += p.tp_bytes.all_gather * static_cast<std::uint64_t>(M);
+    c.all_reduce = per_step(c.all_reduce, p.tp_bytes.all_reduce);
+    c.reduce_scatter = per_step(c.reduce_scatter, p.tp_bytes.reduce_scatter);
+    c.all_gather = per_step(c.all_gather, p.tp_bytes.all_gather);
     if (par.pp > 1) {
       const std::uint64_t out = L.stages[i].boundary_bytes, in = i > 0 ? L.stages[i - 1].boundary_bytes : 0;
-      c.send_recv = (out + in) * static_cast<std::uint64_t>(M);  // activations forward, their gradients back
+      c.send_recv = per_step(0, checked_add(out, in, sent));  // activations forward, their gradients back
     }
+    checked_add(checked_add(c.all_reduce, c.reduce_scatter, sent), checked_add(c.all_gather, c.send_recv, sent), sent);  // total()
     rp.communication = c;
     slowest = std::max(slowest, rp.compute_seconds);
     R.communication_seconds = std::max(R.communication_seconds, communication_seconds(c, options.profile));
-    if (options.budget_bytes && rp.peak_bytes + options.library_bytes > *options.budget_bytes) R.fits = false;
+    if (options.budget_bytes && checked_add(rp.peak_bytes, options.library_bytes, role + ": total device bytes") > *options.budget_bytes) R.fits = false;
     R.roles.push_back(std::move(rp));
   }
   R.stages = std::move(L.stages);
