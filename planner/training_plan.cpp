@@ -51,6 +51,7 @@ struct Context {
   std::uint64_t none_arena = 0;
   double none_seconds = 0.0;
   ExactRematReport* exact = nullptr;  // strategy exact's report (the result's)
+  bool staged = false;                // find_stages ran
 };
 
 struct Evaluated {
@@ -448,6 +449,26 @@ Error infeasible_error(const Infeasible& inf) {
 
 // `name_totals`: an unmet budget's Infeasible carries what each strategy reaches at least (a search per strategy);
 // without it the totals are left empty.
+// The forward's stages, for the strategies that recompute or swap and for an unmet budget's report (once); keep-all
+// needs none of them (nor a search: its plan is `none`).
+void find_stages(Context& c) {
+  if (std::exchange(c.staged, true)) return;
+  const Graph& g = c.g;
+  c.stages = find_forward_stages(g, c.schedule, c.flops, c.opts.assign.alignment, c.opts.assign.workspace_limit_bytes,
+                                 c.opts.assign.workspace_query);
+  c.coarse = with_partial_options(g, coarsen_stages(c.stages, kMaxModelStages), c.flops, c.opts.assign.alignment);
+  c.coarse_cheap = coarsen_stages(with_cheap_costs(g, c.schedule, c.stages, c.flops, c.opts.assign.alignment), kMaxModelStages);
+  c.coarse_cheap.partial = c.coarse.partial;  // coarsening cuts by total bytes, which cheap costs leave alone
+  // Only where many stages end at a loose boundary (residual blocks ending in a ReLU after the Add): elsewhere
+  // the third run would repeat the cheap one at the cost of a whole calibration.
+  if (const ForwardStages merged = merge_loose_stages(c.stages); merged.size() + c.stages.size() / 8 < c.stages.size()) {
+    c.merged = with_partial_options(g, coarsen_stages(merged, kMaxModelStages), c.flops, c.opts.assign.alignment);
+    c.merged_cheap = coarsen_stages(with_cheap_costs(g, c.schedule, merged, c.flops, c.opts.assign.alignment), kMaxModelStages);
+    c.merged_cheap.partial = c.merged.partial;
+    c.merged_cheap.cheap_live_in_backward = true;
+  }
+}
+
 // FLOPs and estimated seconds per op (for the strategies) and the step's totals.
 void count_costs(Context& c, TrainingPlanResult& r) {
   const Graph& g = c.g;
@@ -522,34 +543,15 @@ TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlan
   const std::uint64_t held = checked_add(r.persistent_bytes, r.input_bytes, "persistent bytes");
   const std::uint64_t fixed = checked_add(held, r.library_bytes, "persistent bytes and libraries");
   c.links = {options.profile.host_to_device_bytes_per_s, options.profile.device_to_host_bytes_per_s};
-  // The forward's stages, for the strategies that recompute or swap and for an unmet budget's report; keep-all
-  // needs none of them (nor a search: its plan is `none`).
-  bool staged = false;
-  auto find_stages = [&] {
-    if (std::exchange(staged, true)) return;
-    c.stages = find_forward_stages(g, c.schedule, c.flops, options.assign.alignment, options.assign.workspace_limit_bytes,
-                                   options.assign.workspace_query);
-    c.coarse = with_partial_options(g, coarsen_stages(c.stages, kMaxModelStages), c.flops, options.assign.alignment);
-    c.coarse_cheap = coarsen_stages(with_cheap_costs(g, c.schedule, c.stages, c.flops, options.assign.alignment), kMaxModelStages);
-    c.coarse_cheap.partial = c.coarse.partial;  // coarsening cuts by total bytes, which cheap costs leave alone
-    // Only where many stages end at a loose boundary (residual blocks ending in a ReLU after the Add): elsewhere
-    // the third run would repeat the cheap one at the cost of a whole calibration.
-    if (const ForwardStages merged = merge_loose_stages(c.stages); merged.size() + c.stages.size() / 8 < c.stages.size()) {
-      c.merged = with_partial_options(g, coarsen_stages(merged, kMaxModelStages), c.flops, options.assign.alignment);
-      c.merged_cheap = coarsen_stages(with_cheap_costs(g, c.schedule, merged, c.flops, options.assign.alignment), kMaxModelStages);
-      c.merged_cheap.partial = c.merged.partial;
-      c.merged_cheap.cheap_live_in_backward = true;
-    }
-  };
   const bool keep_all = options.strategy == "none";
-  if (!keep_all) find_stages();
+  if (!keep_all) find_stages(c);
   Evaluated none = evaluate(c, RematChoice::keep_all(g));
   c.none_arena = none.arena();
   c.none_seconds = none.seconds;
 
   // What each strategy reaches at least, for the caller to name the closest (infeasible_error).
   auto infeasible = [&](const std::string& why) {
-    find_stages();
+    find_stages(c);
     Infeasible inf{why, r.persistent_bytes, r.input_bytes, r.library_bytes, *options.budget_bytes, {}};
     if (!name_totals) throw inf;
     for (const auto& s : names) inf.totals.push_back(checked_add(fixed, least_memory(c, s).arena(), "total device bytes"));
