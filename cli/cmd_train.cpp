@@ -187,22 +187,100 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Reads the model's external weights; graphs exported without them (samples/transformers, bench/multi_gpu.py) train
+// on stand-in values synthesized from the names, the same on every rank. True when the weights were read.
+bool load_weights(analysis::Graph& shaped, const std::string& model) {
+  const auto folder = std::filesystem::path(model).parent_path();
+  const bool weights_present = std::all_of(shaped.tensors.begin(), shaped.tensors.end(), [&](const analysis::Tensor& t) {
+    return !t.external_data || std::filesystem::exists(folder / t.external_location);
+  });
+  if (weights_present)
+    runtime::load_external_weights(shaped, model);
+  else
+    std::fprintf(stderr, "memplan: warning: the model's external weight data is missing: weights synthesized from their names\n");
+  return weights_present;
+}
+
+// What a run measured: the losses, the timed steps, the first step's gradient norms.
+struct TrainRun {
+  std::vector<double> losses, seconds;
+  nlohmann::json norms;
+  double total = 0.0;        // the first step's squared gradient norm
+  bool grads_whole = true;   // every rank holds whole gradients (no ZeRO sharding): norms are meaningful
+  std::uint64_t state_bytes = 0;
+  std::size_t dropouts_off = 0;
+};
+
+nlohmann::json train_json(const TrainArgs& a, const runtime::Backend& backend, const Rank& rank, const runtime::Collectives* coll,
+                          const planner::TrainingPlanResult& r, const runtime::ExecStats& st, const TrainRun& run) {
+  nlohmann::json j{{"model", a.train.model.model},
+                   {"backend", backend.name()},
+                   {"rank", rank.rank},
+                   {"world_size", rank.world},
+                   {"data_parallel", rank.data_parallel},
+                   {"collectives", coll ? coll->name() : "none"},
+                   {"strategy", r.strategy},
+                   {"arena_bytes", r.plan.arena_bytes},
+                   {"planned_peak_bytes", r.peak_bytes},
+                   {"persistent_bytes", r.persistent_bytes},
+                   {"separate_bytes", st.separate_bytes},
+                   {"reduce_calls", st.reduce_calls},
+                   {"reduced_bytes", st.reduced_bytes},
+                   {"losses", run.losses},
+                   {"step_seconds", median(run.seconds)},
+                   {"steps_timed", run.seconds.size()},
+                   {"gradient_norm", run.grads_whole ? nlohmann::json(std::sqrt(run.total)) : nlohmann::json(nullptr)},
+                   {"optimizer_state_bytes", run.state_bytes},
+                   {"zero", {{"stage", a.zero},
+                             {"optimizer_state_shard_bytes", st.zero.state_bytes},
+                             {"optimizer_state_unsharded_bytes", st.zero.state_unsharded_bytes},
+                             {"owned_elements", st.zero.owned_elements},
+                             {"weight_elements", st.zero.weight_elements},
+                             {"sharded_updates", st.zero.sharded_updates},
+                             {"gather_buffer_bytes", st.zero.gather_buffer_bytes},
+                             {"all_gather_calls", st.zero.all_gather_calls},
+                             {"gradients_sharded_in_memory", false}}},
+                   {"gradient_norms", run.norms},
+                   {"dropouts_disabled", run.dropouts_off}};
+#ifdef MEMPLAN_HAVE_CUDA
+  if (auto* cuda = dynamic_cast<const runtime::cuda::CudaBackend*>(&backend)) {
+    j["device"] = rank.device;
+    j["peak_device_bytes"] = cuda->stats().peak_device_bytes;
+  }
+#endif
+#ifdef MEMPLAN_HAVE_NCCL
+  if (coll && coll->name() == "nccl") j["nccl_version"] = runtime::cuda::nccl_version();
+#endif
+  return j;
+}
+
+void print_train(const TrainArgs& a, const runtime::Backend& backend, const Rank& rank, const runtime::Collectives* coll,
+                 const planner::TrainingPlanResult& r, const runtime::ExecStats& st, const TrainRun& run) {
+  std::printf("model      %s (training step: %zu ops) on %s, rank %d of %d%s\n",
+              analysis::terminal_safe(a.train.model.model).c_str(), r.graph.ops.size(), backend.name().c_str(), rank.rank,
+              rank.world, coll ? (", gradients through " + coll->name()).c_str() : "");
+  std::printf("plan       %s: arena %s, peak %s planned\n", r.strategy.c_str(), human_bytes(r.plan.arena_bytes).c_str(),
+              human_bytes(r.peak_bytes).c_str());
+  if (coll && a.zero == 0)
+    std::printf("reduce     %zu all-reduces per step, %s of gradients\n", st.reduce_calls, human_bytes(st.reduced_bytes).c_str());
+  if (coll && a.zero > 0)
+    std::printf("zero       stage %d: %zu reduce-scatters (%s of gradients), %zu updates on shards, optimizer state %s held of %s, "
+                "%zu all-gathers through %s\n",
+                static_cast<int>(a.zero), st.reduce_calls, human_bytes(st.reduced_bytes).c_str(), st.zero.sharded_updates,
+                human_bytes(run.state_bytes).c_str(), human_bytes(run.state_bytes - st.zero.state_bytes + st.zero.state_unsharded_bytes).c_str(),
+                st.zero.all_gather_calls, human_bytes(st.zero.gather_buffer_bytes).c_str());
+  for (std::size_t k = 0; k < run.losses.size(); ++k) std::printf("step %zu     loss %.7g\n", k + 1, run.losses[k]);
+  if (run.grads_whole) std::printf("gradients  first step's norm %.9g\n", std::sqrt(run.total));
+  if (!run.seconds.empty()) std::printf("time       %.3f ms per step (median of %zu)\n", median(run.seconds) * 1e3, run.seconds.size());
+}
+
 int train_model(TrainArgs a) {
   a.train.train = true;
   require_int_in(a.steps, 1, kMaxSteps, "--steps");
   Rank rank = resolve_rank(a);
   const std::unique_ptr<runtime::Backend> backend = make_backend(a, rank);
   analysis::Graph shaped = load_shaped_model(a.train.model, true);
-  // Graphs exported without their weights (samples/transformers, bench/multi_gpu.py) train on stand-in values
-  // synthesized from the names: the same on every rank.
-  const auto folder = std::filesystem::path(a.train.model.model).parent_path();
-  const bool weights_present = std::all_of(shaped.tensors.begin(), shaped.tensors.end(), [&](const analysis::Tensor& t) {
-    return !t.external_data || std::filesystem::exists(folder / t.external_location);
-  });
-  if (weights_present)
-    runtime::load_external_weights(shaped, a.train.model.model);
-  else
-    std::fprintf(stderr, "memplan: warning: the model's external weight data is missing: weights synthesized from their names\n");
+  const bool weights_present = load_weights(shaped, a.train.model.model);
   const std::size_t dropouts_off = a.no_dropout ? disable_dropout(shaped) : 0;
   TrainingSetup s = training_setup(shaped, a.train);
 #ifdef MEMPLAN_HAVE_CUDA
@@ -226,95 +304,38 @@ int train_model(TrainArgs a) {
   if (coll) require_same_plan(*backend, *coll, r.plan, ex);
   const auto feed = sharded_feed(r.graph, rank.rank);
 
-  std::vector<double> losses, seconds;
+  TrainRun run;
+  run.dropouts_off = dropouts_off;
   auto loss_now = [&] { return ex.read(s.training.loss).as_double().at(0); };
   ex.run(feed);
-  losses.push_back(loss_now());
+  run.losses.push_back(loss_now());
   // The first step's gradients (from the initial weights): what runs of other world sizes compare.
-  nlohmann::json norms = nlohmann::json::array();
+  run.norms = nlohmann::json::array();
   // --save-grads: every gradient file or none, written once the run and its report are done.
   const bool save_grads = !a.save_grads.empty() && rank.rank == 0;
   std::vector<std::pair<std::string, std::string>> grad_npy;
-  double total = 0.0;
   for (std::size_t k = 0; k < s.training.param_grads.size(); ++k) {
     const auto [w, grad] = s.training.param_grads[k];
     const analysis::TensorData d = ex.read(grad);
     double sq = 0.0;
     for (double v : d.as_double()) sq += v * v;
-    total += sq;
-    norms.push_back({{"weight", r.graph.tensors[w].name}, {"norm", std::sqrt(sq)}});
+    run.total += sq;
+    run.norms.push_back({{"weight", r.graph.tensors[w].name}, {"norm", std::sqrt(sq)}});
     if (save_grads) grad_npy.emplace_back(a.save_grads + "/grad_" + std::to_string(k) + ".npy", runtime::format_npy(d));
   }
   // Under ZeRO a rank's gradient is the mean over the ranks in its own chunks only: norms only where that is all.
-  const bool grads_whole = a.zero == 0 || rank.world == 1;
-  if (!grads_whole) norms = nullptr;
+  run.grads_whole = a.zero == 0 || rank.world == 1;
+  if (!run.grads_whole) run.norms = nullptr;
   for (int step = 1; step < a.steps; ++step) {
-    seconds.push_back(ex.run_device());
-    losses.push_back(loss_now());
+    run.seconds.push_back(ex.run_device());
+    run.losses.push_back(loss_now());
   }
   const auto& st = ex.stats();
-  std::uint64_t state_bytes = 0;  // the optimizer state this rank holds: its shards under ZeRO
-  for (analysis::TensorId t : s.training.optimizer_state) state_bytes += r.graph.tensors[t].bytes();
-  state_bytes = state_bytes - st.zero.state_unsharded_bytes + st.zero.state_bytes;
-  nlohmann::json j{{"model", a.train.model.model},
-                   {"backend", backend->name()},
-                   {"rank", rank.rank},
-                   {"world_size", rank.world},
-                   {"data_parallel", rank.data_parallel},
-                   {"collectives", coll ? coll->name() : "none"},
-                   {"strategy", r.strategy},
-                   {"arena_bytes", r.plan.arena_bytes},
-                   {"planned_peak_bytes", r.peak_bytes},
-                   {"persistent_bytes", r.persistent_bytes},
-                   {"separate_bytes", st.separate_bytes},
-                   {"reduce_calls", st.reduce_calls},
-                   {"reduced_bytes", st.reduced_bytes},
-                   {"losses", losses},
-                   {"step_seconds", median(seconds)},
-                   {"steps_timed", seconds.size()},
-                   {"gradient_norm", grads_whole ? nlohmann::json(std::sqrt(total)) : nlohmann::json(nullptr)},
-                   {"optimizer_state_bytes", state_bytes},
-                   {"zero", {{"stage", a.zero},
-                             {"optimizer_state_shard_bytes", st.zero.state_bytes},
-                             {"optimizer_state_unsharded_bytes", st.zero.state_unsharded_bytes},
-                             {"owned_elements", st.zero.owned_elements},
-                             {"weight_elements", st.zero.weight_elements},
-                             {"sharded_updates", st.zero.sharded_updates},
-                             {"gather_buffer_bytes", st.zero.gather_buffer_bytes},
-                             {"all_gather_calls", st.zero.all_gather_calls},
-                             {"gradients_sharded_in_memory", false}}},
-                   {"gradient_norms", norms},
-                   {"dropouts_disabled", dropouts_off}};
-#ifdef MEMPLAN_HAVE_CUDA
-  if (auto* cuda = dynamic_cast<runtime::cuda::CudaBackend*>(backend.get())) {
-    j["device"] = rank.device;
-    j["peak_device_bytes"] = cuda->stats().peak_device_bytes;
-  }
-#endif
-#ifdef MEMPLAN_HAVE_NCCL
-  if (coll && coll->name() == "nccl") j["nccl_version"] = runtime::cuda::nccl_version();
-#endif
-  if (a.json) {
-    std::printf("%s\n", json_text(j, 2).c_str());
-    save_gradients(a.save_grads, grad_npy);
-    return 0;
-  }
-  std::printf("model      %s (training step: %zu ops) on %s, rank %d of %d%s\n",
-              analysis::terminal_safe(a.train.model.model).c_str(), r.graph.ops.size(), backend->name().c_str(), rank.rank,
-              rank.world, coll ? (", gradients through " + coll->name()).c_str() : "");
-  std::printf("plan       %s: arena %s, peak %s planned\n", r.strategy.c_str(), human_bytes(r.plan.arena_bytes).c_str(),
-              human_bytes(r.peak_bytes).c_str());
-  if (coll && a.zero == 0)
-    std::printf("reduce     %zu all-reduces per step, %s of gradients\n", st.reduce_calls, human_bytes(st.reduced_bytes).c_str());
-  if (coll && a.zero > 0)
-    std::printf("zero       stage %d: %zu reduce-scatters (%s of gradients), %zu updates on shards, optimizer state %s held of %s, "
-                "%zu all-gathers through %s\n",
-                static_cast<int>(a.zero), st.reduce_calls, human_bytes(st.reduced_bytes).c_str(), st.zero.sharded_updates,
-                human_bytes(state_bytes).c_str(), human_bytes(state_bytes - st.zero.state_bytes + st.zero.state_unsharded_bytes).c_str(),
-                st.zero.all_gather_calls, human_bytes(st.zero.gather_buffer_bytes).c_str());
-  for (std::size_t k = 0; k < losses.size(); ++k) std::printf("step %zu     loss %.7g\n", k + 1, losses[k]);
-  if (grads_whole) std::printf("gradients  first step's norm %.9g\n", std::sqrt(total));
-  if (!seconds.empty()) std::printf("time       %.3f ms per step (median of %zu)\n", median(seconds) * 1e3, seconds.size());
+  // The optimizer state this rank holds: its shards under ZeRO.
+  for (analysis::TensorId t : s.training.optimizer_state) run.state_bytes += r.graph.tensors[t].bytes();
+  run.state_bytes = run.state_bytes - st.zero.state_unsharded_bytes + st.zero.state_bytes;
+  if (a.json) std::printf("%s\n", json_text(train_json(a, *backend, rank, coll.get(), r, st, run), 2).c_str());
+  else print_train(a, *backend, rank, coll.get(), r, st, run);
   save_gradients(a.save_grads, grad_npy);
   return 0;
 }
