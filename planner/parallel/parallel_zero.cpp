@@ -118,23 +118,12 @@ double communication_seconds(const CommunicationBytes& c, const analysis::Device
   return p.interconnect_bytes_per_s > 0 ? static_cast<double>(c.total()) / p.interconnect_bytes_per_s : 0.0;
 }
 
-ZeroSharding shard_data_parallel(TrainingGraph& tg, int dp, int stage) {
+namespace {
+
+// Optimizer state: 1/dp of every per-weight tensor (stage >= 1); the update op reads the shards.
+void shard_optimizer_state(TrainingGraph& tg, int dp, int stage, ZeroSharding& z) {
   analysis::Graph& g = tg.graph;
-  ZeroSharding z;
-  const std::vector<ParameterUnit> units = parameter_units(tg);
-  z.units = units.size();
-  for (const auto& [w, grad] : tg.param_grads) {
-    z.unsharded_weight_bytes += g.tensors[w].bytes();
-    z.unsharded_gradient_bytes += g.tensors[grad].bytes();
-  }
   const auto sharded = [&](TensorId t) { return stage >= 1 && dp > 1 ? g.tensors[t].bytes() / g.tensors[t].element_count() * static_cast<std::uint64_t>(shard_elements(g.tensors[t], dp)) : g.tensors[t].bytes(); };
-  if (dp <= 1) {
-    for (const auto& [w, grad] : tg.param_grads) z.gradient_bytes += g.tensors[grad].bytes();
-    z.weight_bytes = z.unsharded_weight_bytes;
-    for (TensorId s : tg.optimizer_state) z.optimizer_state_bytes += g.tensors[s].bytes();
-    return z;
-  }
-  // Optimizer state: 1/dp of every per-weight tensor (stage >= 1); the update op reads the shards.
   for (TensorId s : tg.optimizer_state) {
     const bool per_weight = g.tensors[s].element_count() > 1;
     if (stage >= 1 && per_weight) {
@@ -147,7 +136,12 @@ ZeroSharding shard_data_parallel(TrainingGraph& tg, int dp, int stage) {
       z.optimizer_state_bytes += g.tensors[s].bytes();
     }
   }
-  // Gradient reduction: one collective per unit, after the unit's last gradient (stage 1: after backward).
+}
+
+// Gradient reduction: one collective per unit, after the unit's last gradient (stage 1: after backward); the
+// optimizer then reads the reduced gradients (or their shards).
+void reduce_gradients(TrainingGraph& tg, const std::vector<ParameterUnit>& units, int dp, int stage, Insertions& ins, ZeroSharding& z) {
+  analysis::Graph& g = tg.graph;
   std::vector<std::size_t> made(tg.param_grads.size(), 0);
   std::size_t backward_end = 0;
   for (std::size_t k = 0; k < tg.param_grads.size(); ++k) {
@@ -155,7 +149,6 @@ ZeroSharding shard_data_parallel(TrainingGraph& tg, int dp, int stage) {
     made[k] = p == analysis::kNoOp ? 0 : p + 1;
     backward_end = std::max(backward_end, made[k]);
   }
-  Insertions ins(g.ops.size());
   std::vector<std::pair<TensorId, TensorId>> grad_swap;  // (full gradient, what the optimizer reads)
   for (const ParameterUnit& u : units) {
     std::size_t at = 0;
@@ -193,64 +186,91 @@ ZeroSharding shard_data_parallel(TrainingGraph& tg, int dp, int stage) {
     for (auto& pg : tg.param_grads)
       if (pg.second == full) pg.second = reduced;
   }
+}
+
+// Stage 3 keeps only each weight's shard and gathers each unit before its forward and its backward ops (the next unit's
+// gather when the previous one starts: prefetch).
+void gather_units(TrainingGraph& tg, const std::vector<ParameterUnit>& units, int dp, Insertions& ins, ZeroSharding& z) {
+  analysis::Graph& g = tg.graph;
+  struct UnitUse {
+    std::size_t forward = kNever, backward = kNever;
+  };
+  std::vector<UnitUse> use(units.size());
+  std::vector<std::vector<OpId>> fwd_readers(tg.param_grads.size()), bwd_readers(tg.param_grads.size());
+  for (std::size_t u = 0; u < units.size(); ++u)
+    for (std::size_t k : units[u].params)
+      for (OpId o : g.tensors[tg.param_grads[k].first].consumers) {
+        if (g.ops[o].phase == Phase::forward) {
+          fwd_readers[k].push_back(o);
+          use[u].forward = std::min<std::size_t>(use[u].forward, o);
+        } else if (g.ops[o].phase == Phase::backward) {
+          bwd_readers[k].push_back(o);
+          use[u].backward = std::min<std::size_t>(use[u].backward, o);
+        }
+      }
+  // Forward: unit u is gathered when unit u - 1 starts (prefetch), the first unit before its first op.
+  std::vector<std::size_t> fwd_order, bwd_order;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    if (use[u].forward != kNever) fwd_order.push_back(u);
+    if (use[u].backward != kNever) bwd_order.push_back(u);
+  }
+  std::stable_sort(fwd_order.begin(), fwd_order.end(), [&](std::size_t a, std::size_t b) { return use[a].forward < use[b].forward; });
+  std::stable_sort(bwd_order.begin(), bwd_order.end(), [&](std::size_t a, std::size_t b) { return use[a].backward < use[b].backward; });
+  auto gather = [&](const std::vector<std::size_t>& order, bool forward) {
+    for (std::size_t j = 0; j < order.size(); ++j) {
+      const std::size_t u = order[j];
+      const std::size_t at = j == 0 ? (forward ? use[u].forward : use[u].backward)
+                                    : (forward ? use[order[j - 1]].forward : use[order[j - 1]].backward);
+      std::vector<TensorId> in, out;
+      for (std::size_t k : units[u].params) {
+        const auto& readers = forward ? fwd_readers[k] : bwd_readers[k];
+        if (readers.empty()) continue;
+        const TensorId w = tg.param_grads[k].first;
+        const TensorId full = add_like(g, w, forward ? "/gathered" : "/gathered_bwd", TensorRole::activation);
+        redirect(g, w, full, readers);
+        in.push_back(w);
+        out.push_back(full);
+        z.communication.all_gather += ring_shard_bytes(g.tensors[full].bytes(), dp);
+      }
+      ins.before[at].push_back(collective(std::string(forward ? "fsdp/all_gather/" : "fsdp/all_gather_bwd/") + units[u].name,
+                                          analysis::memplan_ops::kAllGather, forward ? Phase::forward : Phase::backward, in, out, dp));
+    }
+  };
+  gather(fwd_order, true);
+  gather(bwd_order, false);
+  for (std::size_t k = 0; k < tg.param_grads.size(); ++k) {
+    const TensorId w = tg.param_grads[k].first;
+    make_shard(g.tensors[w], dp);
+    if (k < tg.updated_weights.size()) make_shard(g.tensors[tg.updated_weights[k]], dp);
+  }
+}
+
+}  // namespace
+
+ZeroSharding shard_data_parallel(TrainingGraph& tg, int dp, int stage) {
+  analysis::Graph& g = tg.graph;
+  ZeroSharding z;
+  const std::vector<ParameterUnit> units = parameter_units(tg);
+  z.units = units.size();
+  for (const auto& [w, grad] : tg.param_grads) {
+    z.unsharded_weight_bytes += g.tensors[w].bytes();
+    z.unsharded_gradient_bytes += g.tensors[grad].bytes();
+  }
+  if (dp <= 1) {
+    for (const auto& [w, grad] : tg.param_grads) z.gradient_bytes += g.tensors[grad].bytes();
+    z.weight_bytes = z.unsharded_weight_bytes;
+    for (TensorId s : tg.optimizer_state) z.optimizer_state_bytes += g.tensors[s].bytes();
+    return z;
+  }
+  shard_optimizer_state(tg, dp, stage, z);
+  Insertions ins(g.ops.size());
+  reduce_gradients(tg, units, dp, stage, ins, z);
   // Weights: stages 1-2 update their shard and all-gather the full weights in place after the step (no
   // buffer); stage 3 keeps only the shard and gathers each unit before its forward and its backward ops.
   for (const auto& [w, grad] : tg.param_grads) {
     if (stage >= 1 && stage <= 2) z.communication.all_gather += ring_shard_bytes(g.tensors[w].bytes(), dp);
   }
-  if (stage == 3) {
-    struct UnitUse {
-      std::size_t forward = kNever, backward = kNever;
-    };
-    std::vector<UnitUse> use(units.size());
-    std::vector<std::vector<OpId>> fwd_readers(tg.param_grads.size()), bwd_readers(tg.param_grads.size());
-    for (std::size_t u = 0; u < units.size(); ++u)
-      for (std::size_t k : units[u].params)
-        for (OpId o : g.tensors[tg.param_grads[k].first].consumers) {
-          if (g.ops[o].phase == Phase::forward) {
-            fwd_readers[k].push_back(o);
-            use[u].forward = std::min<std::size_t>(use[u].forward, o);
-          } else if (g.ops[o].phase == Phase::backward) {
-            bwd_readers[k].push_back(o);
-            use[u].backward = std::min<std::size_t>(use[u].backward, o);
-          }
-        }
-    // Forward: unit u is gathered when unit u - 1 starts (prefetch), the first unit before its first op.
-    std::vector<std::size_t> fwd_order, bwd_order;
-    for (std::size_t u = 0; u < units.size(); ++u) {
-      if (use[u].forward != kNever) fwd_order.push_back(u);
-      if (use[u].backward != kNever) bwd_order.push_back(u);
-    }
-    std::stable_sort(fwd_order.begin(), fwd_order.end(), [&](std::size_t a, std::size_t b) { return use[a].forward < use[b].forward; });
-    std::stable_sort(bwd_order.begin(), bwd_order.end(), [&](std::size_t a, std::size_t b) { return use[a].backward < use[b].backward; });
-    auto gather = [&](const std::vector<std::size_t>& order, bool forward) {
-      for (std::size_t j = 0; j < order.size(); ++j) {
-        const std::size_t u = order[j];
-        const std::size_t at = j == 0 ? (forward ? use[u].forward : use[u].backward)
-                                      : (forward ? use[order[j - 1]].forward : use[order[j - 1]].backward);
-        std::vector<TensorId> in, out;
-        for (std::size_t k : units[u].params) {
-          const auto& readers = forward ? fwd_readers[k] : bwd_readers[k];
-          if (readers.empty()) continue;
-          const TensorId w = tg.param_grads[k].first;
-          const TensorId full = add_like(g, w, forward ? "/gathered" : "/gathered_bwd", TensorRole::activation);
-          redirect(g, w, full, readers);
-          in.push_back(w);
-          out.push_back(full);
-          z.communication.all_gather += ring_shard_bytes(g.tensors[full].bytes(), dp);
-        }
-        ins.before[at].push_back(collective(std::string(forward ? "fsdp/all_gather/" : "fsdp/all_gather_bwd/") + units[u].name,
-                                            analysis::memplan_ops::kAllGather, forward ? Phase::forward : Phase::backward, in, out, dp));
-      }
-    };
-    gather(fwd_order, true);
-    gather(bwd_order, false);
-    for (std::size_t k = 0; k < tg.param_grads.size(); ++k) {
-      const TensorId w = tg.param_grads[k].first;
-      make_shard(g.tensors[w], dp);
-      if (k < tg.updated_weights.size()) make_shard(g.tensors[tg.updated_weights[k]], dp);
-    }
-  }
+  if (stage == 3) gather_units(tg, units, dp, ins, z);
   for (const auto& [w, grad] : tg.param_grads) z.weight_bytes += g.tensors[w].bytes();
   ins.apply(g);
   return z;
