@@ -64,6 +64,83 @@ bool set_outputs(const Graph& g, const Op& op, int a, int rank, Region& r) {
   return true;
 }
 
+// propagate's cases: elementwise ops (and fused chains, softmax off its axis, dropout), views, matmuls of two
+// activations, attention (split over heads), slices.
+bool propagate_elementwise(const Graph& g, [[maybe_unused]] OpId id, const Op& op, Region& r, [[maybe_unused]] int R, [[maybe_unused]] TensorId y) {
+  const bool softmax = op.domain.empty() && (op.type == "Softmax" || op.type == "LogSoftmax");
+  int ao = -1;
+  for (TensorId t : op.inputs)
+    if (t != analysis::kNoTensor && r.ax(t) >= 0) {
+      const int a = r.ax(t) + R - rank_of(g, t);
+      if (ao >= 0 && a != ao) return false;
+      ao = a;
+    }
+  if (softmax && (op.attr_int("axis", -1) + R) % R == ao) return false;
+  for (TensorId t : op.inputs)
+    if (t != analysis::kNoTensor && r.ax(t) < 0 && !take_operand(g, t, ao, R, dim(g, y, ao), r)) return false;
+  return set_outputs(g, op, ao, R, r);
+}
+
+bool propagate_view(const Graph& g, [[maybe_unused]] OpId id, const Op& op, Region& r, [[maybe_unused]] int R, [[maybe_unused]] TensorId y) {
+  const TensorId x = op.input(0);
+  // The split axis of the output starts where the input's did: the same product of the dims before it.
+  if (r.ax(x) < 0) return false;
+  const auto& in = g.tensors[x].dims;
+  std::int64_t prefix = 1, acc = 1;
+  for (int k = 0; k < r.ax(x); ++k) prefix *= in[static_cast<std::size_t>(k)].value;
+  for (int j = 0; j < R; ++j) {
+    if (acc == prefix && dim(g, y, j) != 1) {
+      if (op.domain.empty() && op.type == "Reshape") r.reshapes.emplace_back(id, j);
+      return set_outputs(g, op, j, R, r);
+    }
+    acc *= dim(g, y, j);
+  }
+  return false;
+}
+
+bool propagate_matmul(const Graph& g, [[maybe_unused]] OpId id, const Op& op, Region& r, [[maybe_unused]] int R, [[maybe_unused]] TensorId y) {
+  // Two activations (Q K^T, P V): split along a batch axis (the heads) of both.
+  int ao = -1;
+  for (TensorId t : {op.input(0), op.input(1)}) {
+    const int a = r.ax(t);
+    if (a < 0) {
+      if (ao < 0 || !take_operand(g, t, ao, R, dim(g, y, ao), r) || r.ax(t) >= 0) return false;
+      continue;
+    }
+    if (a >= rank_of(g, t) - 2 || (ao >= 0 && a + R - rank_of(g, t) != ao)) return false;
+    ao = a + R - rank_of(g, t);
+  }
+  return set_outputs(g, op, ao, R, r);
+}
+
+bool propagate_attention(const Graph& g, [[maybe_unused]] OpId id, const Op& op, Region& r, [[maybe_unused]] int R, [[maybe_unused]] TensorId y) {
+  auto head_axis = [&](const char* attr) {
+    const std::string l = op.attr_string(attr, "bhsd");
+    return l == "bshd" ? 2 : l == "packed" ? 3 : 1;  // packed: [B, S, 3, H, D]
+  };
+  if (r.ax(op.input(0)) != head_axis("q_layout") || r.ax(op.input(1)) != head_axis("k_layout") || r.ax(op.input(2)) != head_axis("v_layout"))
+    return false;
+  if (op.input(3) != analysis::kNoTensor && !take_operand(g, op.input(3), 1, 4, -1, r)) return false;
+  r.axis[y] = head_axis("o_layout");
+  if (op.output(1) != analysis::kNoTensor) r.axis[op.output(1)] = 1;
+  return true;
+}
+
+bool propagate_slice(const Graph& g, [[maybe_unused]] OpId id, const Op& op, Region& r, [[maybe_unused]] int R, [[maybe_unused]] TensorId y) {
+  const TensorId x = op.input(0);
+  // Rotary embeddings slice the head dim: fine along any axis but the split one.
+  const TensorId axes = op.input(3), starts = op.input(1);
+  if (r.ax(x) < 0) return false;
+  if (axes == analysis::kNoTensor) {
+    if (starts == analysis::kNoTensor || !g.tensors[starts].data || r.ax(x) < static_cast<int>(g.tensors[starts].data->element_count())) return false;
+  } else {
+    if (!g.tensors[axes].data) return false;
+    for (std::int64_t a : g.tensors[axes].data->as_int64())
+      if ((a + R) % R == r.ax(x)) return false;
+  }
+  return set_outputs(g, op, r.ax(x), R, r);
+}
+
 // Where an op inside a pair splits its outputs, given its split inputs; false when it cannot be split.
 bool propagate(const Graph& g, OpId id, Region& r) {
   const Op& op = g.ops[id];
@@ -73,67 +150,18 @@ bool propagate(const Graph& g, OpId id, Region& r) {
   const int R = rank_of(g, y);
   const bool fused = op.domain == kMemplanDomain && op.type == mops::kFusedElementwise;
   const bool softmax = op.domain.empty() && (op.type == "Softmax" || op.type == "LogSoftmax");
-  if (info->kind == OpKind::elementwise || fused || softmax || (info->kind == OpKind::random && op.type == "Dropout")) {
-    int ao = -1;
-    for (TensorId t : op.inputs)
-      if (t != analysis::kNoTensor && r.ax(t) >= 0) {
-        const int a = r.ax(t) + R - rank_of(g, t);
-        if (ao >= 0 && a != ao) return false;
-        ao = a;
-      }
-    if (softmax && (op.attr_int("axis", -1) + R) % R == ao) return false;
-    for (TensorId t : op.inputs)
-      if (t != analysis::kNoTensor && r.ax(t) < 0 && !take_operand(g, t, ao, R, dim(g, y, ao), r)) return false;
-    return set_outputs(g, op, ao, R, r);
-  }
+  if (info->kind == OpKind::elementwise || fused || softmax || (info->kind == OpKind::random && op.type == "Dropout")) return propagate_elementwise(g, id, op, r, R, y);
   const TensorId x = op.input(0);
-  if (info->kind == OpKind::view) {
-    // The split axis of the output starts where the input's did: the same product of the dims before it.
-    if (r.ax(x) < 0) return false;
-    const auto& in = g.tensors[x].dims;
-    std::int64_t prefix = 1, acc = 1;
-    for (int k = 0; k < r.ax(x); ++k) prefix *= in[static_cast<std::size_t>(k)].value;
-    for (int j = 0; j < R; ++j) {
-      if (acc == prefix && dim(g, y, j) != 1) {
-        if (op.domain.empty() && op.type == "Reshape") r.reshapes.emplace_back(id, j);
-        return set_outputs(g, op, j, R, r);
-      }
-      acc *= dim(g, y, j);
-    }
-    return false;
-  }
+  if (info->kind == OpKind::view) return propagate_view(g, id, op, r, R, y);
   if (op.domain.empty() && op.type == "Transpose") {
     const auto perm = op.attr_ints("perm");
     for (int j = 0; j < static_cast<int>(perm.size()); ++j)
       if (perm[static_cast<std::size_t>(j)] == r.ax(x)) return set_outputs(g, op, j, R, r);
     return false;
   }
-  if ((op.domain.empty() && op.type == "MatMul") || (op.domain == kMemplanDomain && op.type == mops::kMatMulT)) {
-    // Two activations (Q K^T, P V): split along a batch axis (the heads) of both.
-    int ao = -1;
-    for (TensorId t : {op.input(0), op.input(1)}) {
-      const int a = r.ax(t);
-      if (a < 0) {
-        if (ao < 0 || !take_operand(g, t, ao, R, dim(g, y, ao), r) || r.ax(t) >= 0) return false;
-        continue;
-      }
-      if (a >= rank_of(g, t) - 2 || (ao >= 0 && a + R - rank_of(g, t) != ao)) return false;
-      ao = a + R - rank_of(g, t);
-    }
-    return set_outputs(g, op, ao, R, r);
-  }
-  if (op.domain == kMemplanDomain && op.type == mops::kFusedAttention) {
-    auto head_axis = [&](const char* attr) {
-      const std::string l = op.attr_string(attr, "bhsd");
-      return l == "bshd" ? 2 : l == "packed" ? 3 : 1;  // packed: [B, S, 3, H, D]
-    };
-    if (r.ax(op.input(0)) != head_axis("q_layout") || r.ax(op.input(1)) != head_axis("k_layout") || r.ax(op.input(2)) != head_axis("v_layout"))
-      return false;
-    if (op.input(3) != analysis::kNoTensor && !take_operand(g, op.input(3), 1, 4, -1, r)) return false;
-    r.axis[y] = head_axis("o_layout");
-    if (op.output(1) != analysis::kNoTensor) r.axis[op.output(1)] = 1;
-    return true;
-  }
+  if ((op.domain.empty() && op.type == "MatMul") || (op.domain == kMemplanDomain && op.type == mops::kMatMulT)) return propagate_matmul(g, id, op, r, R, y);
+if (op.domain == kMemplanDomain && op.type == mops::kFusedAttention) return propagate_attention(g, id, op, r, R, y);
+
   if (op.domain.empty() && op.type == "Expand") {
     // repeat_kv of grouped-query attention: the kv heads stay on their axis, the shape operand follows.
     if (r.ax(x) < 0) return false;
@@ -142,19 +170,7 @@ bool propagate(const Graph& g, OpId id, Region& r) {
     r.reshapes.emplace_back(id, a);
     return set_outputs(g, op, a, R, r);
   }
-  if (op.domain.empty() && op.type == "Slice") {
-    // Rotary embeddings slice the head dim: fine along any axis but the split one.
-    const TensorId axes = op.input(3), starts = op.input(1);
-    if (r.ax(x) < 0) return false;
-    if (axes == analysis::kNoTensor) {
-      if (starts == analysis::kNoTensor || !g.tensors[starts].data || r.ax(x) < static_cast<int>(g.tensors[starts].data->element_count())) return false;
-    } else {
-      if (!g.tensors[axes].data) return false;
-      for (std::int64_t a : g.tensors[axes].data->as_int64())
-        if ((a + R) % R == r.ax(x)) return false;
-    }
-    return set_outputs(g, op, r.ax(x), R, r);
-  }
+  if (op.domain.empty() && op.type == "Slice") return propagate_slice(g, id, op, r, R, y);
   if (op.domain.empty() && op.type == "Concat") {
     const int a = r.ax(op.input(0));
     if (a < 0 || (op.attr_int("axis", 0) + R) % R == a) return false;
