@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "analysis/graph.hpp"
 #include "planner/exact/milp.hpp"
@@ -194,6 +195,59 @@ SwapSegmentPlan brute_force_swap_plan(const SwapStageModel& m, std::uint64_t bud
   return best;
 }
 
+namespace {
+
+// The 0/1 columns of the swap-and-recompute MILP: per stage kept (K) or swapped (S, -1 where it cannot swap), and
+// y[r][i - r]: stage i in the recompute segment that starts at r.
+struct SwapColumns {
+  const std::vector<int>& K;
+  const std::vector<int>& S;
+  const std::vector<std::vector<int>>& y;
+  std::size_t size() const { return K.size(); }
+  int Y(std::size_t r, std::size_t i) const { return i >= r && i - r < y[r].size() ? y[r][i - r] : -1; }
+};
+
+// `start` as a point of the MILP (its columns set to 1), empty when one of its stages has no column.
+std::vector<double> start_point(const SwapSegmentPlan& start, const SwapColumns& c, int columns) {
+  std::vector<double> x0(static_cast<std::size_t>(columns), 0.0);
+  for (const Segment& seg : start.segments)
+    for (std::uint32_t i = seg.first; i <= seg.last; ++i) {
+      const int col = seg.recompute ? c.Y(seg.first, i) : start.swapped[i] ? c.S[i] : c.K[i];
+      if (col < 0) return {};
+      x0[static_cast<std::size_t>(col)] = 1.0;
+    }
+  return x0;
+}
+
+// The solver's point as a plan: stages kept or swapped one by one, recompute segments whole; nullopt when the
+// columns set do not form contiguous segments.
+std::optional<SwapSegmentPlan> decode(const SwapColumns& c, const std::vector<double>& x) {
+  const std::size_t n = c.size();
+  SwapSegmentPlan p;
+  p.swapped.assign(n, false);
+  auto val = [&](int col) { return col >= 0 && x[static_cast<std::size_t>(col)] > 0.5; };
+  std::size_t i = 0;
+  while (i < n) {
+    if (val(c.K[i]) || val(c.S[i])) {
+      p.swapped[i] = val(c.S[i]);
+      p.segments.push_back({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i), false, 0});
+      ++i;
+      continue;
+    }
+    std::size_t rr = n;
+    for (std::size_t q = 0; q <= i; ++q)
+      if (val(c.Y(q, i))) rr = q;
+    if (rr != i) return std::nullopt;
+    std::size_t e = i;
+    while (e + 1 < n && val(c.Y(rr, e + 1))) ++e;
+    p.segments.push_back({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(e), true, 0});
+    i = e + 1;
+  }
+  return p;
+}
+
+}  // namespace
+
 SwapExactResult exact_swap_remat(const SwapStageModel& m, std::uint64_t budget, const ExactRematOptions& o, const SwapSegmentPlan* start) {
   check_sizes(m);
   SwapExactResult res;
@@ -308,18 +362,8 @@ SwapExactResult exact_swap_remat(const SwapStageModel& m, std::uint64_t budget, 
   for (const auto& [col, v] : obj) milp.set_cost(col, v);
   res.variables = milp.columns();
   res.constraints = milp.rows();
-  std::vector<double> x0;
-  if (std::isfinite(start_cost)) {
-    x0.assign(milp.columns(), 0.0);
-    bool ok = true;
-    for (const Segment& seg : start->segments)
-      for (std::uint32_t i = seg.first; i <= seg.last; ++i) {
-        const int col = seg.recompute ? Y(seg.first, i) : start->swapped[i] ? S[i] : K[i];
-        if (col < 0) ok = false;
-        else x0[static_cast<std::size_t>(col)] = 1.0;
-      }
-    if (!ok) x0.clear();
-  }
+  const SwapColumns cols{K, S, y};
+  const std::vector<double> x0 = std::isfinite(start_cost) ? start_point(*start, cols, milp.columns()) : std::vector<double>{};
   Milp::Options mo;
   mo.seconds = o.seconds;
   mo.max_nodes = o.max_nodes;
@@ -330,34 +374,11 @@ SwapExactResult exact_swap_remat(const SwapStageModel& m, std::uint64_t budget, 
   const double bound = std::isfinite(r.bound) ? std::max(0.0, r.bound / kMs) : 0.0;
   double found = kInf;
   if (r.status == Milp::Status::optimal || r.status == Milp::Status::feasible) {
-    SwapSegmentPlan p;
-    p.swapped.assign(n, false);
-    auto val = [&](int col) { return col >= 0 && r.x[static_cast<std::size_t>(col)] > 0.5; };
-    std::size_t i = 0;
-    bool ok = true;
-    while (i < n && ok) {
-      if (val(K[i]) || val(S[i])) {
-        p.swapped[i] = val(S[i]);
-        p.segments.push_back({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i), false, 0});
-        ++i;
-        continue;
-      }
-      std::size_t rr = n;
-      for (std::size_t q = 0; q <= i; ++q)
-        if (val(Y(q, i))) rr = q;
-      if (rr != i) {
-        ok = false;
-        break;
-      }
-      std::size_t e = i;
-      while (e + 1 < n && val(Y(rr, e + 1))) ++e;
-      p.segments.push_back({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(e), true, 0});
-      i = e + 1;
-    }
+    std::optional<SwapSegmentPlan> p = decode(cols, r.x);
     // The solution as the evaluator sees it (it, not the solver's arithmetic, decides).
-    found = ok ? swap_plan_cost(m, p, budget).cost : kInf;
+    found = p ? swap_plan_cost(m, *p, budget).cost : kInf;
     if (std::isfinite(found)) {
-      res.plan = std::move(p);
+      res.plan = std::move(*p);
       res.cost = found;
       res.status = r.status == Milp::Status::optimal ? ExactStatus::optimal : ExactStatus::feasible;
       res.lower_bound = res.status == ExactStatus::optimal ? found : std::min(bound, found);
