@@ -22,24 +22,25 @@ struct Group {
 };
 
 // Grows a group from `root` by its producers: a producer joins when it is fusible and unclaimed and every
-// reader of its result is already in the group (so the result needs no buffer of its own).
-Group grow(const Graph& g, OpId root, const std::vector<bool>& fusible, const std::vector<bool>& claimed) {
+// reader of its result is already in the group (so the result needs no buffer of its own), until the group
+// has `max_ops` members. A worklist: each member's inputs are looked at once when it joins, and a producer
+// refused then is looked at again through each later member that reads it (joining only adds readers to
+// the group, so the group without a cap is the same greatest set the fixed point gives). Linear in the group.
+Group grow(const Graph& g, OpId root, const std::vector<bool>& fusible, const std::vector<bool>& claimed, std::size_t max_ops) {
   Group grp;
   grp.root = root;
   grp.members.insert(root);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (OpId m : std::vector<OpId>(grp.members.begin(), grp.members.end())) {
-      for (TensorId t : g.ops[m].inputs) {
-        if (t == kNoTensor) continue;
-        const auto& x = g.tensors[t];
-        const OpId p = x.producer;
-        if (p == kNoOp || grp.members.count(p) || !fusible[p] || claimed[p] || x.is_graph_output) continue;
-        const bool inside = std::all_of(x.consumers.begin(), x.consumers.end(), [&](OpId c) { return grp.members.count(c) > 0; });
-        if (!inside) continue;
-        grp.members.insert(p);
-        changed = true;
-      }
+  std::vector<OpId> work{root};
+  for (std::size_t next = 0; next < work.size() && grp.members.size() < max_ops; ++next) {
+    for (TensorId t : g.ops[work[next]].inputs) {
+      if (t == kNoTensor || grp.members.size() >= max_ops) continue;
+      const auto& x = g.tensors[t];
+      const OpId p = x.producer;
+      if (p == kNoOp || grp.members.count(p) || !fusible[p] || claimed[p] || x.is_graph_output) continue;
+      const bool inside = std::all_of(x.consumers.begin(), x.consumers.end(), [&](OpId c) { return grp.members.count(c) > 0; });
+      if (!inside) continue;
+      grp.members.insert(p);
+      work.push_back(p);
     }
   }
   return grp;
@@ -159,7 +160,7 @@ FusionResult fuse_elementwise(const Graph& g, const FusionOptions& opts) {
   std::vector<Group> groups;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     if (!fusible[*it] || claimed[*it]) continue;
-    Group grp = grow(g, *it, fusible, claimed);
+    Group grp = grow(g, *it, fusible, claimed, std::max<std::size_t>(opts.max_group_ops, 2));
     if (grp.members.size() < std::max<std::size_t>(opts.min_group_ops, 2)) continue;
     if (opts.training && !saves_no_more_fused(g, grp, exprs)) continue;
     for (OpId m : grp.members) claimed[m] = true;

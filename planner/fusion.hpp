@@ -42,8 +42,14 @@ struct FusionResult {
   std::uint64_t intermediate_bytes_removed = 0;
 };
 
+// The most ops one elementwise group takes (docs/errors.md, "Limits of size"): a longer chain is cut into
+// groups of at most this many, each one fused op, so a fused expression, its gradient and the recursion that
+// builds it stay bounded whatever the chain's length (the cut costs one tensor per 256 ops).
+inline constexpr std::size_t kMaxElementwiseGroupOps = 256;
+
 struct FusionOptions {
   std::size_t min_group_ops = 2;  // a lone elementwise op is left as it is
+  std::size_t max_group_ops = kMaxElementwiseGroupOps;
   // The graph will be trained: a group is fused only when its backward (which reads the group's external
   // inputs, fused_expr_grad) saves no more activation bytes than its ops' own backward rules would
   // (e.g. a residual Add + Relu stays apart: fused it would save both Add inputs instead of one output).
