@@ -5,6 +5,7 @@
 #include <numeric>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 #include "analysis/ops.hpp"
 #include "planner/assign.hpp"
@@ -169,12 +170,29 @@ class Checker {
     handovers_.emplace_back(a.source, a.tensor, step_[a.op]);
   }
 
+  // A Concat's slots and each input's first position and count, worked out once per op: a Concat of k inputs has up to
+  // k slice aliases, and looking each up in the op's inputs was quadratic in k.
+  struct ConcatOp {
+    std::optional<std::vector<std::uint64_t>> offsets;
+    std::unordered_map<TensorId, std::pair<std::size_t, std::size_t>> position;
+  };
+  const ConcatOp& concat_op(OpId id) {
+    auto [it, fresh] = concat_ops_.try_emplace(id);
+    if (fresh) {
+      const Op& op = g_.ops[id];
+      it->second.offsets = concat_input_offsets(g_, op);
+      for (std::size_t i = 0; i < op.inputs.size(); ++i) ++it->second.position.try_emplace(op.inputs[i], i, 0).first->second.second;
+    }
+    return it->second;
+  }
+
   // A slice alias: an input of the Concat at its slot of the output `source`, or the Concat's output over inputs
   // already in order inside `source`'s bytes. Either way one value with `source` from here on (one rectangle).
   void check_slice(const Alias& a) {
     const Op& op = g_.ops[a.op];
     const std::string claim = "slice alias '" + tname(a.tensor) + "' at byte " + std::to_string(a.offset) + " of '" + tname(a.source) + "' by op '" + op.name + "'";
-    const auto offsets = concat_input_offsets(g_, op);
+    const ConcatOp& c = concat_op(a.op);
+    const auto& offsets = c.offsets;
     if (!offsets) return problem(claim + ": the op is no Concat of contiguous slices");
     if (!has_offset(a.tensor) || !has_offset(a.source) || !needs_[a.tensor] || !needs_[a.source])
       return problem(claim + ": both must be arena tensors");
@@ -182,11 +200,11 @@ class Checker {
     if (p_.tensor_offset[a.tensor] != p_.tensor_offset[a.source] + a.offset) return problem(claim + ": the offsets do not match");
     const std::uint64_t align = std::max<std::uint64_t>(1, std::min(p_.alignment, kSliceAlignment));
     if (p_.tensor_offset[a.tensor] % align != 0) return problem(claim + ": the slice is not " + std::to_string(align) + "-byte aligned");
-    const auto pos = std::find(op.inputs.begin(), op.inputs.end(), a.tensor);
-    if (pos != op.inputs.end()) {  // an input written into its slot
-      if (std::count(op.inputs.begin(), op.inputs.end(), a.tensor) != 1 || op.output(0) != a.source)
+    const auto pos = c.position.find(a.tensor);
+    if (pos != c.position.end()) {  // an input written into its slot
+      if (pos->second.second != 1 || op.output(0) != a.source)
         return problem(claim + ": the tensor is not one input of the op writing the source");
-      if (a.offset != (*offsets)[static_cast<std::size_t>(pos - op.inputs.begin())]) return problem(claim + ": not the input's slot");
+      if (a.offset != (*offsets)[pos->second.first]) return problem(claim + ": not the input's slot");
       const Tensor& x = g_.tensors[a.tensor];
       if (x.is_graph_output || x.role != analysis::TensorRole::activation) return problem(claim + ": a graph output or gradient is its own buffer");
       if (sliced_[a.tensor]) return problem(claim + ": the tensor is in two slots");
@@ -397,6 +415,7 @@ class Checker {
   std::vector<std::uint64_t> bytes_;
   std::vector<analysis::Interval> life_;
   std::vector<TensorId> parent_;
+  std::unordered_map<OpId, ConcatOp> concat_ops_;
   std::vector<std::tuple<TensorId, TensorId, std::uint32_t>> handovers_;
 };
 
