@@ -143,6 +143,14 @@ onnx::ModelProto convert_opset(const onnx::ModelProto& model, std::int64_t from,
                                      range + ", and libonnx's version converter knows opsets " + std::to_string(known.first) +
                                      ".." + std::to_string(known.second) + " only, so it cannot convert it to opset " +
                                      std::to_string(to));
+  if (model.graph().node_size() > kMaxConvertedNodes)
+    fail(ErrorKind::unsupported, origin + ": default-domain opset " + std::to_string(from) + " must be converted to opset " +
+                                     std::to_string(to) + ", and memplan converts models of at most " +
+                                     std::to_string(kMaxConvertedNodes) + " nodes (this one has " +
+                                     std::to_string(model.graph().node_size()) +
+                                     "; libonnx's version converter is quadratic in nodes): convert it beforehand "
+                                     "with onnx.version_converter, or export it at opset " +
+                                     std::to_string(kMinOpset) + " or later");
   check_nodes(model, from, origin);
   std::string reason;
   try {
