@@ -16,6 +16,7 @@ from .caching_allocator import CachingAllocator, round_size
 from .cuda_kernels import _ACC_BYTES as _REDUCTIONS
 from .cuda_kernels import reduction_dims, reduction_staging_bytes
 from .device_rules import gpu_rules, sdpa_backend
+from .fake_values import KnownValues
 from .step_loop import run_steps
 
 REAL_RERUN_PARAM_BYTES = 1 << 30  # the largest model a data-dependent step is computed for on the host
@@ -41,6 +42,7 @@ class _Recorder:
         self.cudnn_reserves = []
         self.op_log = None  # a list when estimate_step(op_log=True): (step, phase, op, allocated after it)
         self.freed = set()  # blocks whose free is recorded
+        self.known = None   # fake_values.KnownValues in a fake step
 
     def note(self, storage, op, category=None):
         if storage in self.by_storage:
@@ -131,6 +133,7 @@ def _modes(rec, rules, params_ids):
     from torch.utils._pytree import tree_leaves
 
     aten = torch.ops.aten
+    data_dependent = _data_dependent_errors()
 
     class Track(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -141,8 +144,17 @@ def _modes(rec, rules, params_ids):
             accumulate = rec.phase == "backward" and _inplace_accumulation(name, args, kwargs)
             if name == "_grouped_mm" and args[0].dtype != torch.bfloat16:
                 out = _grouped_mm_meta(*args, **kwargs)  # PyTorch 2.11's meta kernel takes bf16 only
-            else:
+            elif rec.known is None:
                 out = func(*args, **kwargs)
+            else:
+                try:
+                    out = func(*args, **kwargs)
+                except data_dependent as e:
+                    out = rec.known.answer(func, args, kwargs)
+                    if out is None:
+                        raise e
+                else:
+                    rec.known.after(func, args, kwargs, out)
             if accumulate and isinstance(out, torch.Tensor) and out.shape == args[0].shape:
                 rec.free_now(args[0].untyped_storage())
             if name in ("convolution", "convolution_backward"):
@@ -373,7 +385,7 @@ def _default_foreach(opt):
 
 
 def estimate_step(model, example_inputs, *, loss_fn, targets=(), optimizer=None, autocast_dtype=None,
-                  device="cuda", gpu="h100", steps=2, trace_path=None, op_log=False):
+                  device="cuda", gpu="h100", steps=2, trace_path=None, op_log=False, _on_recorder=None):
     """Peak allocated and reserved bytes of one steady-state training step of `model` as PyTorch eager runs it on
     `gpu`, without a GPU. `example_inputs` and `targets`: tuples of CPU tensors at the real sizes (placed on the
     device each step); `loss_fn(output, *targets)` -> loss; `optimizer(params)` -> a torch optimizer, or None;
@@ -407,6 +419,8 @@ def estimate_step(model, example_inputs, *, loss_fn, targets=(), optimizer=None,
                 continue
             rec = _Recorder()
             rec.op_log = [] if op_log else None
+            if _on_recorder is not None:  # plan_capture reads the births and deaths beside its own record
+                _on_recorder(rec)
             try:
                 if attempt == "real":
                     with _cpu_kernels_for_cuda_ops():
@@ -414,6 +428,7 @@ def estimate_step(model, example_inputs, *, loss_fn, targets=(), optimizer=None,
                                       rules, rec, lambda t: t.detach().clone())
                 else:
                     fake = FakeTensorMode(allow_non_fake_inputs=True)
+                    rec.known = KnownValues(fake)
                     with fake, (_fakes_unseen() if attempt == "fake" else nullcontext()):
                         result = _run(model, example_inputs, targets, loss_fn, optimizer, autocast_dtype, steps,
                                       rules, rec, lambda t, fake=fake: fake.from_tensor(t).clone())
@@ -426,6 +441,9 @@ def estimate_step(model, example_inputs, *, loss_fn, targets=(), optimizer=None,
                 if attempt != "real" or "allocate" not in str(e):
                     raise
                 notes.append("the real rerun does not fit the host's memory")
+        if result is not None and rec.known is not None and rec.known.reads_answered:
+            notes.append(f"{rec.known.reads_answered} data-dependent reads answered from the example's values "
+                         "(computed beside the fake step from the inputs and buffers)")
         if result is not None and attempt == "visible fake":
             notes.append("estimated on the model's tracing path (its GPU path reads tensor values)")
         elif result is not None and attempt == "real":
@@ -585,6 +603,8 @@ def _run(model, inputs, targets, loss_fn, optimizer, autocast_dtype, steps, rule
     for name, b in model.named_buffers():
         t = _device_copy(b, to_device)
         buffers[name] = t
+        if rec.known is not None:
+            rec.known.seed(t, b)
         rec.note(t.untyped_storage(), "buffer", "buffers")
     state = dict(buffers)
     state.update(params)
@@ -626,9 +646,11 @@ def _run(model, inputs, targets, loss_fn, optimizer, autocast_dtype, steps, rule
 
     def place_inputs(objs):
         out = place(objs)
-        for t in out:
+        for t, o in zip(out, objs):
             if isinstance(t, torch.Tensor):
                 rec.mark(t, "inputs")
+                if rec.known is not None:
+                    rec.known.seed(t, o)
         placed.append(out)
         return out
 

@@ -48,6 +48,11 @@ class StepCapture:
     norm_modules: set = field(default_factory=set)  # paths of modules with running statistics
     module_args: dict = field(default_factory=dict)  # (path, invocation) -> storage ids of its positional tensors
     estimate: dict = field(default_factory=dict)    # estimate_step's report of the unplanned step
+    # The link to estimate_step's record of births and deaths (plan_simulate replays it with a plan's changes)
+    recorder: object = None                         # estimate._Recorder of the unplanned step
+    block_of: dict = field(default_factory=dict)    # storage id -> the recorder's block id
+    event_after_call: list = field(default_factory=list)  # per OpCall: len(recorder.events) once it returned
+    event_at_unpack: dict = field(default_factory=dict)   # pack index -> len(recorder.events) at its first unpack
 
 
 def _flops(packet, args, out):
@@ -95,6 +100,7 @@ class _Probe:
         self.handles = []
         self.mode = None
         self.saved_hooks = None
+        self.rec = None  # estimate_step's recorder of the attempt running
 
     def storage_id(self, t):
         st = t.untyped_storage()
@@ -103,6 +109,10 @@ class _Probe:
             s = self.sid[st] = self.next_sid
             self.next_sid += 1
             self.cap.storage_bytes[s] = st.nbytes()
+            if self.rec is not None:
+                bid = self.rec.by_storage.get(st)
+                if bid is not None:
+                    self.cap.block_of[s] = bid
         return s
 
     def install(self):
@@ -150,7 +160,7 @@ class _Probe:
             self.cap.fixed.add(self.storage_id(t))
         self.mode = _probe_mode(self)()
         self.mode.__enter__()
-        self.saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        self.saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self.saved_hooks.__enter__()
 
     def _root_post(self, module, args, out):
@@ -167,6 +177,12 @@ class _Probe:
         s = self.storage_id(t)
         self.cap.packs.append(Pack(len(self.cap.packs), s, self.cap.storage_bytes[s], tuple(self.stack),
                                    len(self.cap.calls) - 1))
+        return (self.cap, len(self.cap.packs) - 1, t)  # holds t as autograd would
+
+    def _unpack(self, held):
+        cap, i, t = held
+        if self.rec is not None and i not in cap.event_at_unpack:
+            cap.event_at_unpack[i] = len(self.rec.events)
         return t
 
 
@@ -205,6 +221,7 @@ def _probe_mode(probe):
                                           tuple(writes), _roofline(packet, args, out, probe.speed, dtype),
                                           func in SAC_IGNORED_OPS,
                                           torch.Tag.nondeterministic_seeded in getattr(func, "tags", ())))
+            probe.cap.event_after_call.append(len(probe.rec.events) if probe.rec is not None else 0)
             for s, _ in makes:
                 probe.cap.owner[s] = idx
             for s in writes:
@@ -222,8 +239,10 @@ def capture_step(model, example_inputs, speed, **estimate_kw):
     probe = _Probe(model, speed)
     probe.install()
     try:
-        est = estimate_step(model, example_inputs, **estimate_kw)
+        est = estimate_step(model, example_inputs, _on_recorder=lambda rec: setattr(probe, "rec", rec),
+                            **estimate_kw)
     finally:
         probe.remove()
     probe.cap.estimate = est
+    probe.cap.recorder = probe.rec
     return probe.cap

@@ -162,6 +162,8 @@ class Scopes:
     escaping_saved: dict   # scope -> {calls whose saved outputs are also used after the scope}
     inputs: dict           # scope -> {pack index of checkpoint's input saver: bytes} for the positional
     #                        tensor inputs the forward made (the step's own inputs stay with the caller)
+    input_storages: dict = None  # scope -> {pack index of checkpoint's input saver: storage id}: the region's own
+    #                              positional tensors (what the offload hooks of `inputs`' pack indices take)
 
 
 def analyze(cap, regions):
@@ -189,6 +191,7 @@ def analyze(cap, regions):
     candidates = defaultdict(lambda: defaultdict(list))
     escaping = defaultdict(set)
     inputs = defaultdict(int)
+    input_storages = {}
     for s, scopes in saved_in.items():
         if s in cap.fixed or s not in cap.owner:
             continue
@@ -210,7 +213,12 @@ def analyze(cap, regions):
             sc = (r.key, inv if r.start is None else _parent_invocation(cap, r, inv))
             inputs[sc] = {j + 1: cap.storage_bytes[s] for j, s in enumerate(args)
                           if s in cap.owner and s not in cap.fixed}
-    return Scopes(call_scope, pack_scope, pack_index, candidates, escaping, inputs)
+        first = r.module if r.start is None else _child_path(r.module, r.start)
+        for (path, inv), args in cap.module_args.items():
+            if path == first:
+                sc = (r.key, inv if r.start is None else _parent_invocation(cap, r, inv))
+                input_storages[sc] = {j + 1: s for j, s in enumerate(args)}
+    return Scopes(call_scope, pack_scope, pack_index, candidates, escaping, inputs, input_storages)
 
 
 def never_saved(cap, call):
@@ -257,17 +265,6 @@ def ladder(cap, scopes, speed, allow_offload):
         off.sort(key=lambda t: t[0])
         actions += [a for _, a in off]
     return actions
-
-
-def predicted_peak(baseline_peak, actions, k):
-    """A first guess of the peak after the first k actions: every byte given back at the forward's end, one
-    region's recomputed bytes live again while its backward runs."""
-    freed = sum(a.nbytes for a in actions[:k])
-    per_region = defaultdict(int)
-    for a in actions[:k]:
-        if a.kind == "recompute":
-            per_region[a.scope] += a.nbytes
-    return baseline_peak - freed + max(per_region.values(), default=0)
 
 
 def decisions(cap, scopes, regions, actions, prefetch):

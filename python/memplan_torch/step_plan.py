@@ -6,7 +6,8 @@ import json
 from ._lib import MemplanTorchError
 from .plan_apply import AppliedPlan, check_model, fingerprint, model_structure
 from .plan_capture import capture_step
-from .plan_policy import GPU_SPEEDS, analyze, choose_regions, decisions, ladder, predicted_peak
+from .plan_policy import GPU_SPEEDS, analyze, choose_regions, decisions, ladder
+from .plan_simulate import TraceSimulator
 
 FORMAT = "memplan.step_plan/1"
 
@@ -105,11 +106,17 @@ class Planner:
                      "baseline_peak_bytes": self.baseline,
                      "autocast_dtype": str(autocast_dtype).replace("torch.", "") if autocast_dtype else None}
         self.verified = {0: self.baseline}
+        self.sim = None
 
     def policy_for(self, k):
         p = dict(self.head)
         p.update(decisions(self.cap, self.scopes, self.regions, self.actions[:k], self.prefetch))
         return p
+
+    def simulator(self):
+        if self.sim is None:
+            self.sim = TraceSimulator(self.cap, self.scopes, self.actions)
+        return self.sim
 
     def peak(self, k):
         """The estimated peak with the first k actions applied (estimate_step on fake tensors)."""
@@ -123,7 +130,7 @@ class Planner:
     def plan(self, budget):
         budget = int(budget)
         actions, n = self.actions, len(self.actions)
-        k = 0 if self.baseline <= budget else _search(self.peak, n, budget, self.baseline, actions,
+        k = 0 if self.baseline <= budget else _search(self.peak, self.verified, self.simulator().peak, n, budget,
                                                          self.max_estimates)
         if k is None:
             for j in (n // 2, (3 * n) // 4):  # the ladder's peak need not fall all the way: look inside it too
@@ -143,32 +150,81 @@ class Planner:
         return StepPlan(policy)
 
 
-def _search(peak, n, budget, baseline, actions, max_estimates):
-    """The smallest k whose verified peak meets the budget, assuming the verified peak falls as k grows; the first
-    guess from the bytes the actions give back. None when even all n actions miss it."""
+def _search(peak, verified, simulated, n, budget, max_estimates):
+    """The smallest k whose verified peak meets the budget, assuming the verified peak falls as k grows; None when even
+    all n actions miss it. Each guess is the first k whose simulated peak (plan_simulate, from the unplanned step's
+    record), corrected by the simulation's error at the nearest verified prefix, meets the budget; the bracket
+    (lo over the budget, hi within it) shrinks with every verified estimate until hi = lo + 1. Peaks verified before
+    (other budgets) are reused."""
     if n == 0:
         return None
-    guess = next((k for k in range(1, n + 1) if predicted_peak(baseline, actions, k) <= budget), n)
-    lo, hi = 0, None  # lo: known over the budget; hi: known within it
-    k, step = guess, 1
-    tries = 0
-    while hi is None:
+    over = [j for j, v in verified.items() if v > budget]
+    within = [j for j, v in verified.items() if v <= budget]
+    lo = max(over, default=0)
+    hi = min((j for j in within if j > lo), default=None)
+    lo = max((j for j in over if hi is None or j < hi), default=0)
+    tries, width, slow, bisect = 0, None, 0, False
+    while hi is None or hi - lo > 1:
+        top = n if hi is None else hi - 1
+        predicted = None
+        if tries >= max_estimates:
+            if hi is not None:
+                return hi
+            k = n  # out of estimates without a plan: the whole ladder decides
+        elif bisect and hi is not None:
+            k = (lo + hi) // 2
+        else:
+            target = budget - _correction(verified, simulated, lo)
+            k = _first_within(simulated, lo + 1, top, target)
+            near = min(verified, key=lambda j: (abs(j - k), j))
+            if near != lo:  # the simulation's error where the guess fell
+                target = budget - _correction(verified, simulated, near)
+                k = _first_within(simulated, lo + 1, top, target)
+            predicted = simulated(k) <= target
         tries += 1
-        if peak(k) <= budget:
+        within = peak(k) <= budget
+        if within:
             hi = k
         else:
             lo = k
             if k == n:
-                return None
-            k = min(n, k + step)
-            step *= 2
-    while hi - lo > 1 and tries < max_estimates:
+                lo, hi = _dip(peak, verified, simulated, n, budget)
+                if hi is None:
+                    return None
+        # a bisection follows a guess the simulation got wrong and a second guess in a row that did not halve the
+        # bracket, so the search stays logarithmic however poor the simulation is
+        now = None if hi is None else hi - lo
+        slow = slow + 1 if width is not None and now is not None and 2 * now > width else 0
+        bisect = not bisect and (predicted is not None and predicted != within or slow >= 2)
+        width = now
+    return hi
+
+
+def _dip(peak, verified, simulated, n, budget):
+    """The whole ladder misses the budget, yet its peak need not fall all the way (offload's copies back can raise
+    it): the prefix with the lowest simulated peak is tried, and when it meets the budget the bracket below it is
+    returned, (lo, hi); else (n, None)."""
+    if n < 2:
+        return n, None
+    k = min(range(1, n), key=lambda j: (simulated(j), j))
+    if peak(k) > budget:
+        return n, None
+    return max(j for j, v in verified.items() if j < k and v > budget), k
+
+
+def _correction(verified, simulated, k):
+    return verified[k] - simulated(k)
+
+
+def _first_within(simulated, lo, hi, target):
+    """The smallest k in [lo, hi] whose simulated peak is at most target (bisection: the simulated peak taken as
+    falling along the ladder); hi when none is."""
+    while lo < hi:
         mid = (lo + hi) // 2
-        tries += 1
-        if peak(mid) <= budget:
+        if simulated(mid) <= target:
             hi = mid
         else:
-            lo = mid
+            lo = mid + 1
     return hi
 
 

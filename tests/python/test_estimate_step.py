@@ -177,6 +177,34 @@ def data_dependent_step_reruns():
     assert est["peak_allocated_bytes"] > est["before_step_bytes"] > 0
 
 
+def input_value_read_stays_fake():
+    class Checked(nn.Module):
+        def __init__(self, read):
+            super().__init__()
+            self.read = read
+            self.emb, self.head = nn.Embedding(100, 64), nn.Linear(64, 100)
+
+        def forward(self, ids):
+            pos = torch.arange(ids.shape[1]).expand_as(ids)
+            if self.read and not (torch.diff(pos, dim=-1) == 1).all():  # transformers' packed-sequence check
+                raise AssertionError("the read was answered with another value than the real one")
+            if self.read and ids.sum().item() < 0:
+                raise AssertionError("a sum of token ids is never negative")
+            return self.head(self.emb(ids) + self.emb(pos))
+
+    ids = torch.randint(0, 100, (8, 128))
+    kw = dict(loss_fn=lambda o, y: F.cross_entropy(o.flatten(0, 1), y.flatten()), targets=(ids,),
+              optimizer=lambda ps: torch.optim.AdamW(ps))
+    torch.manual_seed(0)
+    read = memplan_torch.estimate_step(Checked(True), (ids,), **kw)
+    torch.manual_seed(0)
+    plain = memplan_torch.estimate_step(Checked(False), (ids,), **kw)
+    assert any("data-dependent reads answered" in n for n in read["notes"]), read["notes"]
+    assert not any("real CPU" in n for n in read["notes"]), read["notes"]
+    for k in ("before_step_bytes", "peak_allocated_bytes", "peak_reserved_bytes"):
+        assert read[k] == plain[k], (k, read[k], plain[k])
+
+
 def trace_drawn_by_viz():
     import subprocess
 
@@ -230,6 +258,7 @@ R.run("dropout saves CUDA's one-byte mask", dropout_mask_is_one_byte)
 R.run("a CUDA reduction's staging buffer equals the H200's", reduction_staging_matches_gpu)
 R.run("a model on the meta device estimates as on the CPU", meta_model_equals_cpu_model)
 R.run("a data-dependent step is rerun at the example's values, with a note", data_dependent_step_reruns)
+R.run("a read of the inputs' values is answered on the fake step, which stays fake", input_value_read_stays_fake)
 R.run("the estimated step's trace is drawn by memplan viz --trace", trace_drawn_by_viz)
 R.run("bad arguments are refused naming the argument", bad_arguments_are_refused)
 sys.exit(R.finish())
