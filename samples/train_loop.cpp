@@ -39,16 +39,16 @@ int main(int argc, char** argv) {
     const auto keep_all = planner::plan_training(tg, po);
     po.strategy = "sqrt";
     const auto least = planner::plan_training(tg, po);
-    req.plan.strategy = "optimal";
-    req.plan.budget_bytes = req.plan.library_bytes + (keep_all.peak_bytes + least.peak_bytes) / 2;
-    const planner::TrainingPlanResult r = planner::plan_training_step(forward, req).result;
+    po.strategy = "optimal";
+    po.budget_bytes = po.library_bytes + (keep_all.peak_bytes + least.peak_bytes) / 2;
+    const planner::TrainingPlanResult r = planner::plan_training(tg, po);
     if (argc > 3) {  // the plan as `memplan plan --save-plan` writes it (graph embedded)
       std::ofstream out(argv[3]);
       out << planner::plan_to_json(r.graph, r.plan, true).dump(1) << "\n";
       if (!out) throw Error(ErrorKind::io, std::string("cannot write ") + argv[3]);
     }
     std::printf("plan: strategy %s, budget %llu B, peak %llu B (keep-all %llu B), arena %llu B, %zu recomputed tensors\n",
-                r.strategy.c_str(), static_cast<unsigned long long>(*req.plan.budget_bytes),
+                r.strategy.c_str(), static_cast<unsigned long long>(*po.budget_bytes),
                 static_cast<unsigned long long>(r.peak_bytes), static_cast<unsigned long long>(keep_all.peak_bytes),
                 static_cast<unsigned long long>(r.activation_arena_bytes), r.recomputed_tensors);
 
