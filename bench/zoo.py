@@ -325,6 +325,7 @@ def main(script, run_one, doc):
     out-of-memory costs that entry alone, recorded as an error row."""
     import argparse
     import json
+    import os
     import subprocess
     import time
     from concurrent.futures import ThreadPoolExecutor
@@ -336,6 +337,8 @@ def main(script, run_one, doc):
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--timeout", type=int, default=300)
+    ap.add_argument("--resume", action="store_true",
+                    help="append to --out, skipping entries whose id it already holds (a cut-off run goes on)")
     a = ap.parse_args()
     cases = a.cases.split(",")
     if a.one:
@@ -346,6 +349,10 @@ def main(script, run_one, doc):
     if a.ids:
         want = {line.strip() for line in open(a.ids) if line.strip()}
         entries = [e for e in entries if e["id"] in want]
+    done = set()
+    if a.resume and a.out != "-" and os.path.exists(a.out):
+        done = {json.loads(line)["id"] for line in open(a.out) if line.strip()}
+        entries = [e for e in entries if e["id"] not in done]
 
     def work(entry):
         try:
@@ -361,13 +368,13 @@ def main(script, run_one, doc):
         return rows
 
     t0 = time.time()
-    out = sys.stdout if a.out == "-" else open(a.out, "w")
+    out = sys.stdout if a.out == "-" else open(a.out, "a" if a.resume else "w")
     with ThreadPoolExecutor(a.jobs) as ex:
         for rows in ex.map(work, entries):
             for r in rows:
                 out.write(json.dumps(r) + "\n")
             out.flush()
-    print(f"{len(entries)} entries in {time.time() - t0:.0f} s", file=sys.stderr)
+    print(f"{len(entries)} entries in {time.time() - t0:.0f} s ({len(done)} already in {a.out})", file=sys.stderr)
 
 
 if __name__ == "__main__":

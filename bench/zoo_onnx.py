@@ -2,10 +2,25 @@
 the README's recipe), planned by `memplan plan --train` for both cases, and its `pytorch_peak_bytes` (memplan's
 model of PyTorch eager) written beside estimate_step's figures for zoo_report.py to hold against the GPU's.
 
-    python3 bench/zoo_onnx.py --out onnx.jsonl [--ids FILE] [--jobs 1] [--memplan build/memplan]
+    python3 bench/zoo_onnx.py --out onnx.jsonl [--ids FILE] [--jobs 1] [--resume] [--timeout 1200]
 
 Case flags: fp32 -> `--loss ce --optimizer none`; bf16_adamw -> `--loss ce --optimizer adamw --precision bf16`.
+No --budget: the plan is memplan's keep-all plan (strategy none), its `peak_bytes` the planned peak (persistent +
+inputs + activation arena).
+
+The export is of what the measured step runs (bench/zoo_truth.py: `loss_fn(model(x), y)` in eager):
+- the module is wrapped to return the logits tensor the zoo's loss reads (a Hugging Face model's ModelOutput
+  would export every field it holds);
+- transformers' mask code takes other branches when it sees a tracer (`is_tracing`): it materializes the causal
+  mask and the packed-sequence check (`torch.diff`, which the TorchScript exporter cannot export) instead of
+  letting SDPA run `is_causal` with no mask as eager does on these inputs. During the export those checks answer
+  as in eager (masking_utils.is_tracing -> False, find_packed_sequence_indices -> None: one sequence per row, as
+  the zoo's inputs are), so the graph holds the attention eager runs.
+Per row: `exported` (or `export_error`, its class and first line), `plan_exit` and `plan_error` (memplan's exit
+code and first error line), `pytorch_peak_bytes`, `memplan_peak_bytes` (the keep-all plan's peak),
+`plan_seconds`, `export_seconds`.
 """
+import contextlib
 import json
 import os
 import subprocess
@@ -19,14 +34,155 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 
 MEMPLAN = os.environ.get("MEMPLAN_BIN", os.path.join(os.path.dirname(HERE), "build", "memplan"))
 CASE_FLAGS = {"fp32": ["--optimizer", "none"], "bf16_adamw": ["--optimizer", "adamw", "--precision", "bf16"]}
+PLAN_TIMEOUT = int(os.environ.get("MEMPLAN_ZOO_PLAN_TIMEOUT", "480"))
+
+
+@contextlib.contextmanager
+def eager_masks():
+    """transformers' mask helpers answering as in eager while the tracer runs (see the module's doc)."""
+    try:
+        from transformers import masking_utils as mu
+        from transformers.integrations import sdpa_attention as sa
+    except Exception:  # noqa: BLE001 - no transformers: nothing to patch
+        yield
+        return
+    patches = [(mu, "is_tracing", lambda *a, **k: False), (mu, "find_packed_sequence_indices", lambda *a, **k: None),
+               (sa, "use_gqa_in_sdpa", lambda *a, **k: False)]
+    try:
+        from transformers.integrations import moe
+        patches.append((moe, "_grouped_mm", grouped_mm_per_expert))
+    except Exception:  # noqa: BLE001 - an older transformers without the experts interface
+        pass
+    saved = [(m, k, getattr(m, k)) for m, k, _ in patches if hasattr(m, k)]
+    for m, k, v in patches:
+        if hasattr(m, k):
+            setattr(m, k, v)
+    try:
+        yield
+    finally:
+        for m, k, v in saved:
+            setattr(m, k, v)
+
+
+def grouped_mm_per_expert(input, weight, offs):
+    """torch._grouped_mm (no ONNX symbolic) as the matmul of each expert's rows, concatenated: the example's
+    routing, read by the tracer, fixes the row counts (planned at the example's sizes)."""
+    import torch
+
+    x, outs, start = input.to(weight.dtype), [], 0
+    for i, end in enumerate(int(v) for v in offs.tolist()):
+        if end > start:
+            outs.append(torch.mm(x[start:end], weight[i]))
+        start = end
+    if start < x.shape[0]:  # rows routed to no expert (ids past the last) stay zero, as grouped_mm leaves them
+        outs.append(x.new_zeros(x.shape[0] - start, weight.shape[2]))
+    return torch.cat(outs, 0)
+
+
+def logits_module(model):
+    """The model returning the tensor the zoo's loss (zoo._logits_ce) reads."""
+    import torch
+
+    class Logits(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *xs):
+            out = self.inner(*xs)
+            return out if isinstance(out, torch.Tensor) else (out.logits if hasattr(out, "logits") else out[0])
+
+    return Logits(model)
+
+
+_REGISTERED = []
+
+
+def register_symbolics():
+    """ONNX symbolics (opset 17) for ATen ops the TorchScript exporter lacks and the zoo's models call, each
+    written as the ops it computes: expm1 (xIELU activations) as Exp(x) - 1; histc (mixture-of-experts routers
+    counting tokens per expert) as a one-hot count of each value's bin, values outside [min, max] not counted."""
+    if _REGISTERED:
+        return
+    from torch.onnx import register_custom_op_symbolic
+    from torch.onnx import symbolic_helper as sh
+
+    def expm1(g, x):
+        one = g.op("CastLike", g.op("Constant", value_t=__import__("torch").tensor(1.0)), x)
+        return g.op("Sub", g.op("Exp", x), one)
+
+    @sh.parse_args("v", "i", "f", "f")
+    def histc(g, x, bins, lo, hi):
+        import torch
+
+        xf = g.op("Cast", g.op("Reshape", x, g.op("Constant", value_t=torch.tensor([-1]))), to_i=1)
+        if hi == lo:  # torch takes the data's min and max then: not known at export; the zoo's routers give both
+            raise RuntimeError("histc with min == max takes the data's range: not exportable")
+        c = lambda v: g.op("Constant", value_t=torch.tensor(v, dtype=torch.float32))  # noqa: E731
+        idx = g.op("Floor", g.op("Mul", g.op("Sub", xf, c(lo)), c(bins / (hi - lo))))
+        idx = g.op("Min", idx, c(float(bins - 1)))
+        inside = g.op("Cast", g.op("And", g.op("GreaterOrEqual", xf, c(lo)), g.op("LessOrEqual", xf, c(hi))), to_i=1)
+        onehot = g.op("OneHot", g.op("Cast", g.op("Max", idx, c(0.0)), to_i=7), g.op("Constant", value_t=torch.tensor([bins])),
+                      g.op("Constant", value_t=torch.tensor([0.0, 1.0])), axis_i=-1)
+        counts = g.op("ReduceSum", g.op("Mul", onehot, g.op("Unsqueeze", inside, g.op("Constant", value_t=torch.tensor([1])))),
+                      g.op("Constant", value_t=torch.tensor([0])), keepdims_i=0)
+        return g.op("CastLike", counts, x)
+
+    register_custom_op_symbolic("aten::expm1", expm1, 17)
+    register_custom_op_symbolic("aten::histc", histc, 17)
+    _REGISTERED.append(True)
 
 
 def export(model, inputs, path):
+    import warnings
+
     import torch
 
+    register_symbolics()
     model.train()
-    torch.onnx.export(model, tuple(inputs), path, dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
-                      do_constant_folding=False, opset_version=17, input_names=["input"])
+    with eager_masks(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(logits_module(model), tuple(inputs), path, dynamo=False,
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, opset_version=17,
+                          input_names=["input"], output_names=["logits"])
+
+
+def first_line(text):
+    return str(text).strip().splitlines()[0][:300] if str(text).strip() else ""
+
+
+def plan_error(stderr):
+    """memplan's first error line (the line naming the error, else the first line)."""
+    lines = [ln.strip() for ln in (stderr or "").splitlines() if ln.strip()]
+    for ln in lines:
+        if "error" in ln.lower():
+            return ln[:300]
+    return lines[0][:300] if lines else ""
+
+
+def plan(path, case):
+    t = time.time()
+    try:
+        p = subprocess.run([MEMPLAN, "plan", path, "--train", "--loss", "ce", "--json", *CASE_FLAGS[case]],
+                           capture_output=True, text=True, timeout=PLAN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "plan_exit": None, "plan_error": f"plan timeout {PLAN_TIMEOUT}s",
+                "plan_seconds": round(time.time() - t, 2)}
+    r = {"plan_exit": p.returncode, "plan_seconds": round(time.time() - t, 2)}
+    if p.returncode != 0:
+        r.update(ok=False, plan_error=plan_error(p.stderr))
+        return r
+    j = json.loads(p.stdout)
+    r.update(ok=True, pytorch_peak_bytes=j.get("pytorch_peak_bytes"), memplan_peak_bytes=j["peak_bytes"],
+             doubts=j.get("pytorch_peak_doubts", []),
+             # the zoo_report fields: only the peak is predicted on this route
+             peak_allocated_bytes=j.get("pytorch_peak_bytes"),
+             before_step_bytes=j.get("persistent_bytes", 0) + j.get("input_bytes", 0),
+             peak_reserved_bytes=j.get("pytorch_peak_bytes"))
+    warn = [ln.strip() for ln in p.stderr.splitlines() if "warning" in ln.lower()]
+    if warn:
+        r["plan_warnings"] = [w[:200] for w in warn[:3]]
+    return r
 
 
 def run_one(entry, cases):
@@ -35,36 +191,29 @@ def run_one(entry, cases):
     import zoo
 
     rows = []
-    t0 = time.time()
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "model.onnx")
+        t0 = time.time()
         try:
             torch.manual_seed(0)
             model, inputs, _, _ = zoo.build(entry)
             export(model, inputs, path)
-            exported = None
+            export_error = None
         except Exception as e:  # noqa: BLE001 - recorded per entry
-            exported = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+            export_error = f"{type(e).__name__}: {first_line(e)}"
+        export_seconds = round(time.time() - t0, 2)
+        onnx_bytes = os.path.getsize(path) if export_error is None and os.path.exists(path) else None
         for case in cases:
-            r = {"id": entry["id"], "case": case, "route": "onnx"}
-            if exported:
-                r.update(ok=False, error="export: " + exported)
-                rows.append(r)
-                continue
-            p = subprocess.run([MEMPLAN, "plan", path, "--train", "--loss", "ce", "--json", *CASE_FLAGS[case]],
-                               capture_output=True, text=True, timeout=600)
-            if p.returncode != 0:
-                r.update(ok=False, error=f"plan exit {p.returncode}: {p.stderr.strip().splitlines()[-1][:300] if p.stderr.strip() else ''}")
+            r = {"id": entry["id"], "case": case, "route": "onnx", "torch": torch.__version__,
+                 "exported": export_error is None, "export_seconds": export_seconds}
+            if export_error:
+                r.update(ok=False, export_error=export_error, error="export: " + export_error)
             else:
-                j = json.loads(p.stdout)
-                r.update(ok=True, peak_allocated_bytes=j["pytorch_peak_bytes"], memplan_peak_bytes=j["peak_bytes"],
-                         doubts=j.get("pytorch_peak_doubts", []),
-                         # the zoo_report fields: only the peak is predicted on this route
-                         before_step_bytes=j["persistent_bytes"] + j.get("input_bytes", 0),
-                         peak_reserved_bytes=j["pytorch_peak_bytes"])
+                r["onnx_bytes"] = onnx_bytes
+                r.update(plan(path, case))
+                if not r["ok"]:
+                    r["error"] = f"plan exit {r['plan_exit']}: {r['plan_error']}"
             rows.append(r)
-    for r in rows:
-        r["seconds"] = round(time.time() - t0, 1)
     return rows
 
 
