@@ -100,7 +100,8 @@ _REGISTERED = []
 
 def register_symbolics():
     """ONNX symbolics (opset 17) for ATen ops the TorchScript exporter lacks and the zoo's models call, each
-    written as the ops it computes: expm1 (xIELU activations) as Exp(x) - 1; histc (mixture-of-experts routers
+    written as the ops it computes: expm1 (xIELU activations) as Exp(x) - 1; rms_norm (F.rms_norm) as
+    x * 1/sqrt(mean(x^2) + eps) * weight; histc (mixture-of-experts routers
     counting tokens per expert) as a one-hot count of each value's bin, values outside [min, max] not counted."""
     if _REGISTERED:
         return
@@ -128,7 +129,34 @@ def register_symbolics():
                       g.op("Constant", value_t=torch.tensor([0])), keepdims_i=0)
         return g.op("CastLike", counts, x)
 
+    def rms_norm(g, x, shape, weight, eps):
+        import torch
+
+        axes = list(range(-len(sh._get_const(shape, "is", "normalized_shape")), 0))
+        e = torch.finfo(torch.float32).eps if sh._is_none(eps) else sh._get_const(eps, "f", "eps")
+        c = lambda v: g.op("CastLike", g.op("Constant", value_t=torch.tensor(v, dtype=torch.float32)), x)  # noqa: E731
+        # as transformers' RMSNorm modules write it: x * rsqrt(mean(x^2) + eps) * weight
+        ms = g.op("ReduceMean", g.op("Pow", x, c(2.0)), axes_i=axes, keepdims_i=1)
+        y = g.op("Mul", x, g.op("Reciprocal", g.op("Sqrt", g.op("Add", ms, c(e)))))
+        return y if sh._is_none(weight) else g.op("Mul", y, weight)
+
+    def repeat_interleave(g, x, repeats, dim=None, output_size=None):
+        import torch
+        from torch.onnx._internal.torchscript_exporter import symbolic_opset13
+
+        sizes = sh._get_tensor_sizes(x)
+        r = sh._maybe_get_const(repeats, "i")
+        if isinstance(r, int) and not sh._is_none(dim) and sizes and None not in sizes:
+            d = sh._get_const(dim, "i", "dim") % len(sizes)
+            # a constant count along a dim of known shape: Unsqueeze after it, Expand, Reshape
+            u = g.op("Unsqueeze", x, g.op("Constant", value_t=torch.tensor([d + 1])))
+            e = g.op("Expand", u, g.op("Constant", value_t=torch.tensor(sizes[:d + 1] + [r] + sizes[d + 1:])))
+            return g.op("Reshape", e, g.op("Constant", value_t=torch.tensor(sizes[:d] + [sizes[d] * r] + sizes[d + 1:])))
+        return symbolic_opset13.repeat_interleave(g, x, repeats, dim, output_size)
+
+    register_custom_op_symbolic("aten::repeat_interleave", repeat_interleave, 17)
     register_custom_op_symbolic("aten::expm1", expm1, 17)
+    register_custom_op_symbolic("aten::rms_norm", rms_norm, 17)
     register_custom_op_symbolic("aten::histc", histc, 17)
     _REGISTERED.append(True)
 
