@@ -42,12 +42,10 @@ def eager_masks():
     """transformers' mask helpers answering as in eager while the tracer runs (see the module's doc)."""
     try:
         from transformers import masking_utils as mu
-        from transformers.integrations import sdpa_attention as sa
     except Exception:  # noqa: BLE001 - no transformers: nothing to patch
         yield
         return
-    patches = [(mu, "is_tracing", lambda *a, **k: False), (mu, "find_packed_sequence_indices", lambda *a, **k: None),
-               (sa, "use_gqa_in_sdpa", lambda *a, **k: False)]
+    patches = [(mu, "is_tracing", lambda *a, **k: False), (mu, "find_packed_sequence_indices", lambda *a, **k: None)]
     try:
         from transformers.integrations import moe
         patches.append((moe, "_grouped_mm", grouped_mm_per_expert))
@@ -154,6 +152,29 @@ def register_symbolics():
             return g.op("Reshape", e, g.op("Constant", value_t=torch.tensor(sizes[:d] + [sizes[d] * r] + sizes[d + 1:])))
         return symbolic_opset13.repeat_interleave(g, x, repeats, dim, output_size)
 
+    def sdpa(g, q, k, v, mask=None, dropout_p=None, is_causal=None, scale=None, enable_gqa=None):
+        import torch
+        from torch.onnx._internal.torchscript_exporter import symbolic_opset14
+
+        args = [a if a is not None else g.op("prim::Constant") for a in (mask, dropout_p, is_causal, scale)]
+        if enable_gqa is not None and not sh._is_none(enable_gqa) and sh._maybe_get_const(enable_gqa, "b"):
+            qs, ks = sh._get_tensor_sizes(q), sh._get_tensor_sizes(k)
+            if not qs or not ks or None in qs or None in ks:
+                raise RuntimeError("enable_gqa needs the query's and key's shapes")
+            if qs[-3] != ks[-3]:
+                groups = qs[-3] // ks[-3]
+
+                def rep(t):
+                    ts = sh._get_tensor_sizes(t)
+                    u = g.op("Unsqueeze", t, g.op("Constant", value_t=torch.tensor([len(ts) - 2])))
+                    e = g.op("Expand", u, g.op("Constant", value_t=torch.tensor(ts[:-2] + [groups] + ts[-2:])))
+                    return g.op("Reshape", e, g.op("Constant", value_t=torch.tensor(ts[:-3] + [ts[-3] * groups] + ts[-2:])))
+
+                k, v = rep(k), rep(v)
+        no = g.op("Constant", value_t=torch.tensor(False))
+        return symbolic_opset14.scaled_dot_product_attention(g, q, k, v, *args, no)
+
+    register_custom_op_symbolic("aten::scaled_dot_product_attention", sdpa, 17)
     register_custom_op_symbolic("aten::repeat_interleave", repeat_interleave, 17)
     register_custom_op_symbolic("aten::expm1", expm1, 17)
     register_custom_op_symbolic("aten::rms_norm", rms_norm, 17)
