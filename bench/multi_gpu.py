@@ -8,14 +8,17 @@ Launch (one process per GPU; 2 GPUs, or 1 for a degraded smoke test):
 
 PyTorch part (every rank): a GPT-2-size decoder (124M: 12 layers, d768, 12 heads, vocab 50257) and a Llama-style
 decoder (about 0.5B: 16 layers, d1536, 12 query / 4 KV heads, SwiGLU 4096, RMSNorm, RoPE, vocab 32000), dropout off,
-batch 8 per GPU, sequence 1024, cross-entropy on random labels, Adam; bf16 autocast and fp32; wrapped in DDP and in
-FSDP2 (fully_shard per decoder layer, then the root), and for GPT-2 DDP with ZeroRedundancyOptimizer (ZeRO-1: Adam
-state sharded). Per rank: torch.cuda.max_memory_allocated / max_memory_reserved over the warm-up and timed steps
-(reset after the model is built), and the median step time (CUDA events, after warm-up).
+batch 4 per GPU, sequence 1024, cross-entropy on random labels (fp32 logits), AdamW (foreach, PyTorch's default);
+fp32 (TF32 off) and bf16, each layout as its docs recommend: DDP (bf16 = torch.autocast), DDP with
+ZeroRedundancyOptimizer (ZeRO-1: AdamW state sharded; bf16 = autocast) and FSDP2 (fully_shard per decoder layer, then
+the root; bf16 = MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) without autocast). Per rank:
+torch.cuda.max_memory_allocated / max_memory_reserved over the warm-up and timed steps (reset after the model is
+built) and over the last step alone (the steady state), memory_allocated before the last step, and the median step
+time (CUDA events, after warm-up).
 
 memplan part (rank 0, after the PyTorch part released the GPUs): the GPT-2 model exported to a training ONNX graph
 (TorchScript exporter, weights stripped: memplan synthesizes them from their names), then `memplan train` with
---gpus N, one process per GPU (batch 8 each), and the same model on one GPU on the combined batch (8 N): step
+--gpus N, one process per GPU (batch 4 each), and the same model on one GPU on the combined batch (4 N): step
 time, device memory beside the plan, and the first step's gradients compared (max |diff| / max |g| per gradient).
 If `memplan plan --help` lists --gpus, the per-rank plans of each PyTorch configuration are recorded too.
 
@@ -80,27 +83,29 @@ def torch_config(model_name, precision, wrap, args, rank, device):
     gc.collect()
     torch.cuda.empty_cache()
     model, vocab = build(model_name, args.quick, device)
+    bf16 = precision == "bf16"
     if wrap == "fsdp2":
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
         layers = model.transformer.h if model_name == "gpt2" else model.model.layers
         for layer in layers:
-            fully_shard(layer)
-        fully_shard(model)
-        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+            fully_shard(layer, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     elif wrap == "zero1":
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         model = DDP(model, device_ids=[device])
-        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-4)
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-4)
     else:
         model = DDP(model, device_ids=[device])
-        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids, labels = batch(vocab, args.batch, args.seq, rank, device)
-    bf16 = precision == "bf16"
+    autocast = bf16 and wrap != "fsdp2"  # FSDP2 computes in bf16 through its policy
 
     def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
             logits = model(input_ids=ids, use_cache=False).logits
         loss = F.cross_entropy(logits.float().reshape(-1, vocab), labels.reshape(-1))
         loss.backward()
@@ -113,15 +118,23 @@ def torch_config(model_name, precision, wrap, args, rank, device):
     for _ in range(args.warmup):
         step()
     times = []
-    for _ in range(args.steps):
+    for _ in range(args.steps - 1):
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         loss = step()
         stop.record()
         stop.synchronize()
         times.append(start.elapsed_time(stop) / 1e3)
-    row = dict(rank=rank, peak_allocated_bytes=torch.cuda.max_memory_allocated(),
-               peak_reserved_bytes=torch.cuda.max_memory_reserved(), step_seconds=statistics.median(times),
+    run_peak, run_reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    loss = step()
+    torch.cuda.synchronize()
+    row = dict(rank=rank, peak_allocated_bytes=max(run_peak, torch.cuda.max_memory_allocated()),
+               peak_reserved_bytes=max(run_reserved, torch.cuda.max_memory_reserved()),
+               step_before_bytes=before, step_peak_allocated_bytes=torch.cuda.max_memory_allocated(),
+               step_peak_reserved_bytes=torch.cuda.max_memory_reserved(), step_seconds=statistics.median(times),
                last_loss=float(loss.item()), parameters=sum(p.numel() for p in model.parameters()))  # DTensor numel is the global one
     del model, opt
     return row
@@ -136,12 +149,14 @@ def run_torch(args, results):
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32
+    torch.backends.cudnn.allow_tf32 = False
     if not dist.is_initialized():
         dist.init_process_group("nccl", device_id=torch.device("cuda", local))
     configs = []
     for model_name in args.models:
         for precision in ("bf16", "fp32"):
-            for wrap in ("ddp", "fsdp2") + (("zero1",) if model_name == "gpt2" else ()):
+            for wrap in ("ddp", "zero1", "fsdp2"):
                 configs.append((model_name, precision, wrap))
     rows = []
     for model_name, precision, wrap in configs:
@@ -154,7 +169,7 @@ def run_torch(args, results):
         dist.all_gather_object(gathered, row)
         if rank == 0:
             rows.append(dict(model=model_name, precision=precision, wrap=wrap, world_size=world, batch_per_gpu=args.batch,
-                             seq=args.seq, optimizer="adam", per_rank=gathered, seconds=time.time() - t0))
+                             seq=args.seq, optimizer="adamw", per_rank=gathered, seconds=time.time() - t0))
             print(f"torch {model_name:5s} {precision} {wrap:5s}: " + ", ".join(
                 f"rank {r['rank']} peak {r.get('peak_allocated_bytes', 0) / 2**30:.2f} GiB "
                 f"step {r.get('step_seconds', 0) * 1e3:.1f} ms" for r in gathered), flush=True)
@@ -223,7 +238,7 @@ def nccl_env():
 
 def memplan_train(cmd, model, world, args, tmp, precision, tag, combined=False, save=None):
     """`memplan train` on `world` GPUs (one process each) or, `combined`, one process on the combined batch."""
-    base = cmd + ["train", model, "--no-dropout", "--loss", "ce", "--optimizer", "adam", "--precision", precision,
+    base = cmd + ["train", model, "--no-dropout", "--loss", "ce", "--optimizer", "adamw", "--precision", precision,
                   "--dim", f"seq={args.seq}", "--steps", str(args.memplan_steps), "--json", "--backend", args.memplan_backend]
     env = nccl_env()
     t0 = time.time()
@@ -276,7 +291,7 @@ def run_memplan(args, results, world):
             zero = {"ddp": "0", "fsdp2": "3", "zero1": "1"}
             for row in results.get("torch", []):
                 a = cmd + ["plan", models[row["model"]], "--train", "--gpus", str(world), "--zero", zero[row["wrap"]],
-                           "--optimizer", "adam", "--loss", "ce", "--precision", row["precision"],
+                           "--optimizer", "adamw", "--loss", "ce", "--precision", row["precision"],
                            "--dim", f"batch={args.batch}", "--dim", f"seq={args.seq}", "--json"]
                 p = subprocess.run(a, capture_output=True, text=True, env=nccl_env())
                 pred = dict(model=row["model"], precision=row["precision"], wrap=row["wrap"], command=" ".join(a[len(cmd):]))
@@ -325,7 +340,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results", "multi_gpu.json"))
     ap.add_argument("--memplan", default="", help="the memplan command (default: scripts/memplan_carried.sh or build/memplan)")
     ap.add_argument("--models", default="gpt2,llama")
-    ap.add_argument("--batch", type=int, default=8, help="per GPU")
+    ap.add_argument("--batch", type=int, default=4, help="per GPU")
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
@@ -350,6 +365,9 @@ def main():
     results.setdefault("device", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (no GPU)")
     results.setdefault("gpus", world)
     results["torch_seconds"] = time.time() - t0
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:  # the PyTorch part kept even if the memplan part is cut off
+        json.dump(results, f, indent=2)
     if not args.skip_memplan:
         run_memplan(args, results, world)
     results["seconds"] = time.time() - t0

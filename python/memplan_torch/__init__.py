@@ -25,6 +25,14 @@ def estimate_step(model, example_inputs, **kw):
 estimate_step.__doc__ = "See memplan_torch.estimate.estimate_step."
 
 
+def __getattr__(name):
+    if name == "DataParallel":
+        from .data_parallel import DataParallel
+
+        return DataParallel
+    raise AttributeError(f"module 'memplan_torch' has no attribute {name!r}")
+
+
 def plan_step(model, example_inputs, **kw):
     from .step_plan import plan_step as _plan
 
@@ -42,6 +50,6 @@ def load_plan(path):
 
 load_plan.__doc__ = "See memplan_torch.step_plan.load_plan: a StepPlan saved by StepPlan.save."
 
-__all__ = ["MemplanTorchError", "UnmappedOps", "estimate_step", "export_graph", "is_installed", "load_plan",
+__all__ = ["DataParallel", "MemplanTorchError", "UnmappedOps", "estimate_step", "export_graph", "is_installed", "load_plan",
            "plan_step", "reserved_bytes", "save_trace", "stats", "step", "step_begin", "step_end", "use_planned_allocator"]
 __version__ = "0.1.0"

@@ -13,6 +13,7 @@ from contextlib import nullcontext
 from collections import Counter, defaultdict
 
 from .caching_allocator import CachingAllocator, round_size
+from .data_parallel import as_data_parallel, fsdp_storage_events, local, zero1_optimizer
 from .cuda_kernels import _ACC_BYTES as _REDUCTIONS
 from .cuda_kernels import reduction_dims, reduction_staging_bytes
 from .device_rules import gpu_rules, sdpa_backend
@@ -22,7 +23,7 @@ from .step_loop import run_steps
 REAL_RERUN_PARAM_BYTES = 1 << 30  # the largest model a data-dependent step is computed for on the host
 REAL_RERUN_STEP_BYTES = 4 << 30   # and the most its fake step may have held before the read
 CATEGORIES = ("parameters", "buffers", "inputs", "gradients", "optimizer_state", "autocast_weights",
-              "saved_for_backward", "workspaces", "other")
+              "saved_for_backward", "workspaces", "gradient_buckets", "unsharded_parameters", "other")
 # ATen ops that run through cuBLAS on CUDA (each thread's first one allocates its handle's workspace).
 _CUBLAS_OPS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "vdot", "_addmm_activation",
                "addr", "_int_mm", "_scaled_mm"}
@@ -46,16 +47,27 @@ class _Recorder:
 
     def note(self, storage, op, category=None):
         if storage in self.by_storage:
-            bid = self.by_storage[storage]
-            nbytes = storage.nbytes()
-            if nbytes != self.blocks[bid]["bytes"]:  # resized in place: a new block, the old one freed
-                self.events.append(("free", bid))
-                self._alloc(storage, nbytes, op, category)
+            self.resized(storage, op, category)
             return
         nbytes = storage.nbytes()
         if nbytes == 0:
             return
         self._alloc(storage, nbytes, op, category)
+
+    def resized(self, storage, op, category=None):
+        """A storage seen again: resized in place (or given back and taken again) is a new block."""
+        bid = self.by_storage.get(storage)
+        nbytes = storage.nbytes()
+        if bid is None:
+            if nbytes:
+                self._alloc(storage, nbytes, op, category)
+            return
+        if bid in self.freed or nbytes != self.blocks[bid]["bytes"]:
+            if bid not in self.freed:
+                self.freed.add(bid)
+                self.events.append(("free", bid))
+            if nbytes:
+                self._alloc(storage, nbytes, op, category)
 
     def _alloc(self, storage, nbytes, op, category):
         bid = len(self.blocks)
@@ -66,7 +78,7 @@ class _Recorder:
         weakref.finalize(storage, self._finalized, bid)
 
     def mark(self, tensor, category, only_if_unset=False):
-        st = tensor.untyped_storage()
+        st = local(tensor).untyped_storage()
         bid = self.by_storage.get(st)
         if bid is not None and not (only_if_unset and self.blocks[bid]["category"]):
             self.blocks[bid]["category"] = category
@@ -171,7 +183,7 @@ def _modes(rec, rules, params_ids):
                 cat = "autocast_weights"
             for t in tree_leaves(out):
                 if isinstance(t, torch.Tensor):
-                    rec.note(t.untyped_storage(), name, cat)
+                    rec.note(local(t).untyped_storage(), name, cat)
             if rec.op_log is not None and name not in ("device", "dim", "sym_size", "sym_stride", "sym_numel"):
                 rec.events.append(("op", name))
             return out
@@ -385,22 +397,54 @@ def _default_foreach(opt):
 
 
 def estimate_step(model, example_inputs, *, loss_fn, targets=(), optimizer=None, autocast_dtype=None,
-                  device="cuda", gpu="h100", steps=2, trace_path=None, op_log=False, _on_recorder=None):
+                  device="cuda", gpu="h100", steps=None, trace_path=None, op_log=False, parallel=None, _on_recorder=None):
     """Peak allocated and reserved bytes of one steady-state training step of `model` as PyTorch eager runs it on
     `gpu`, without a GPU. `example_inputs` and `targets`: tuples of CPU tensors at the real sizes (placed on the
     device each step); `loss_fn(output, *targets)` -> loss; `optimizer(params)` -> a torch optimizer, or None;
-    `autocast_dtype`: torch.bfloat16 / torch.float16 for torch.autocast, or None. Returns a dict (docs/torch.md,
-    "estimate_step"); `trace_path` also writes the measured step as an allocation trace (`memplan viz --trace`)."""
-    import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    `autocast_dtype`: torch.bfloat16 / torch.float16 for torch.autocast, or None. `parallel`: a
+    memplan_torch.DataParallel (or a dict of its arguments): one rank of a DDP, ZeRO-1 or FSDP2 step, the inputs
+    being that rank's batch; the report then holds `ranks` (one entry per rank estimated) and its top-level
+    figures are those of the rank with the highest peak. Returns a dict (docs/torch.md, "estimate_step");
+    `trace_path` also writes the measured step as an allocation trace (`memplan viz --trace`). `steps`: steps run,
+    the last reported (default 2; 3 under DDP and ZeRO-1, whose second step rebuilds the gradient buckets)."""
+    from .data_parallel import fake_process_group
 
     if str(device).split(":")[0] != "cuda":
         raise ValueError(f"estimate_step predicts CUDA steps: device must be 'cuda', not {device!r}")
+    par = as_data_parallel(parallel)
+    if steps is None:
+        steps = 3 if par is not None and par.layout in ("ddp", "zero1") else 2
     if steps < 2:
         raise ValueError("estimate_step needs at least 2 steps (the last one is the steady state)")
     rules = gpu_rules(gpu)
     example_inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     targets = tuple(targets) if isinstance(targets, (tuple, list)) else (targets,)
+    args = (model, example_inputs, targets, loss_fn, optimizer, autocast_dtype, steps, rules, op_log, _on_recorder)
+    if par is None:
+        report, rec = _estimate_once(*args, layout=None)
+    else:
+        per_rank = []
+        for rank in par.roles():
+            with fake_process_group(par.world_size, rank) as mesh:
+                per_rank.append((rank,) + _estimate_once(*args, layout=(par, mesh)))
+        rank, report, rec = max(per_rank, key=lambda r: (r[1]["peak_allocated_bytes"], -r[0]))
+        report["parallel"] = dict(par.describe(), rank=rank)
+        report["ranks"] = [dict(rank=r, **{k: rep[k] for k in _RANK_FIELDS if k in rep}) for r, rep, _ in per_rank]
+    if trace_path:
+        from .trace_io import write_trace
+        write_trace(trace_path, rec, report, steps)
+    return report
+
+
+_RANK_FIELDS = ("before_step_bytes", "before_forward_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "run_peak_allocated_bytes",
+                "run_peak_reserved_bytes", "peak_phase", "peak_op",
+                "breakdown_at_peak")
+
+
+def _estimate_once(model, example_inputs, targets, loss_fn, optimizer, autocast_dtype, steps, rules, op_log,
+                   _on_recorder, layout):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
     was_training = model.training
     model.train()
     notes = []
@@ -425,13 +469,13 @@ def estimate_step(model, example_inputs, *, loss_fn, targets=(), optimizer=None,
                 if attempt == "real":
                     with _cpu_kernels_for_cuda_ops():
                         result = _run(model, example_inputs, targets, loss_fn, optimizer, autocast_dtype, steps,
-                                      rules, rec, lambda t: t.detach().clone())
+                                      rules, rec, lambda t: t.detach().clone(), layout)
                 else:
                     fake = FakeTensorMode(allow_non_fake_inputs=True)
                     rec.known = KnownValues(fake)
                     with fake, (_fakes_unseen() if attempt == "fake" else nullcontext()):
                         result = _run(model, example_inputs, targets, loss_fn, optimizer, autocast_dtype, steps,
-                                      rules, rec, lambda t, fake=fake: fake.from_tensor(t).clone())
+                                      rules, rec, lambda t, fake=fake: fake.from_tensor(t).clone(), layout)
                 break
             except _data_dependent_errors() as e:
                 notes.append(f"the {attempt} step stopped at a data-dependent read ({type(e).__name__})")
@@ -458,10 +502,7 @@ def estimate_step(model, example_inputs, *, loss_fn, targets=(), optimizer=None,
     report["notes"] = notes
     if rec.cudnn_reserves:
         report["cudnn_rnn_reserve_bytes"] = max(rec.cudnn_reserves)
-    if trace_path:
-        from .trace_io import write_trace
-        write_trace(trace_path, rec, report, steps)
-    return report
+    return report, rec
 
 
 class _fakes_unseen:
@@ -586,7 +627,7 @@ def _grouped_mm_meta(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
     return torch.empty(shape, dtype=dtype, device=mat_a.device)
 
 
-def _run(model, inputs, targets, loss_fn, optimizer, autocast_dtype, steps, rules, rec, to_device):
+def _run(model, inputs, targets, loss_fn, optimizer, autocast_dtype, steps, rules, rec, to_device, layout=None):
     import torch
     from torch.func import functional_call
 
@@ -595,9 +636,8 @@ def _run(model, inputs, targets, loss_fn, optimizer, autocast_dtype, steps, rule
     params = {}
     rec.phase = "parameters"
     for name, p in model.named_parameters():
-        t = _device_copy(p.detach(), to_device).requires_grad_(p.requires_grad)
-        params[name] = t
-        rec.note(t.untyped_storage(), "parameter", "parameters")
+        params[name] = _device_copy(p.detach(), to_device).requires_grad_(p.requires_grad)
+        rec.note(params[name].untyped_storage(), "parameter", "parameters")
     buffers = {}
     rec.phase = "buffers"
     for name, b in model.named_buffers():
@@ -606,12 +646,30 @@ def _run(model, inputs, targets, loss_fn, optimizer, autocast_dtype, steps, rule
         if rec.known is not None:
             rec.known.seed(t, b)
         rec.note(t.untyped_storage(), "buffer", "buffers")
-    state = dict(buffers)
-    state.update(params)
-    trained = [p for p in params.values() if p.requires_grad]
-    params_ids = {id(p) for p in params.values()}
-    opt = optimizer(trained) if optimizer is not None else None
-    if opt is not None:
+    par, mesh = layout if layout is not None else (None, None)
+    if par is not None and par.layout == "fsdp2":
+        forward, trained = _fully_sharded(model, params, buffers, par, mesh, autocast_dtype, rec)
+        autocast_dtype = None  # FSDP2 computes in the policy's dtype, without autocast
+        del params
+        buckets = []
+    else:
+        state = dict(buffers)
+        state.update(params)
+        trained = [p for p in params.values() if p.requires_grad]
+
+        def forward(*x):
+            return functional_call(model, state, x, strict=False, tie_weights=True)
+
+        buckets = _gradient_buckets(trained, par, rec) if par is not None else []
+    stale = []
+    params_ids = {id(p) for p in trained}
+    if optimizer is None:
+        opt = None
+    elif par is not None and par.layout == "zero1":
+        opt = zero1_optimizer(optimizer, trained)
+        _default_foreach(opt.optim)
+    else:
+        opt = optimizer(trained)
         _default_foreach(opt)
     Track, Rules = _modes(rec, rules, params_ids)
     ac = CudaAutocastOnCpu(autocast_dtype) if autocast_dtype is not None else None
@@ -619,20 +677,27 @@ def _run(model, inputs, targets, loss_fn, optimizer, autocast_dtype, steps, rule
     def autocast():
         return _Autocast(ac, autocast_dtype)
 
-    def forward(*x):
-        return functional_call(model, state, x, strict=False, tie_weights=True)
-
     def place(objs):
         return tuple(to_device(o) if isinstance(o, torch.Tensor) else o for o in objs)
 
     def on_phase(step, name):
         rec.step, rec.phase = step, name
+        if name == "forward" and step == 1 and buckets:
+            # DDP rebuilds its buckets once, in the second forward, in the order the gradients became ready. The
+            # old ones are held by the first step's NCCL work objects until the process group's watchdog thread
+            # releases them, at a moment no rank controls: kept here through the second step (the bound measured
+            # on most ranks), released at its end
+            stale[:] = buckets
+            buckets[:] = _gradient_buckets(trained, par, rec, hooks=False)
+            rec.phase = name
+        if name == "end":
+            stale.clear()
         if name == "end" or name == "optimizer":
             for p in trained:
                 if p.grad is not None:
                     rec.mark(p.grad, "gradients")
         if name == "end" and opt is not None:
-            for st in opt.state.values():
+            for st in getattr(opt, "optim", opt).state.values():
                 for v in st.values():
                     if isinstance(v, torch.Tensor):
                         rec.mark(v, "optimizer_state")
@@ -657,14 +722,47 @@ def _run(model, inputs, targets, loss_fn, optimizer, autocast_dtype, steps, rule
     metas = torch.library.Library("aten", "IMPL")
     metas.impl("_cudnn_rnn_backward", _cudnn_rnn_backward_meta, "Meta")
 
-    with _Destroy(metas), (ac if ac is not None else nullcontext()), Rules(), Track(), \
+    sharded = par is not None and par.layout == "fsdp2"
+    with _Destroy(metas), (fsdp_storage_events(rec) if sharded else nullcontext()), \
+            (ac if ac is not None else nullcontext()), Rules(), Track(), \
             torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out, loss = run_steps(forward, trained, inputs, targets, loss_fn, opt, autocast if ac else None, steps,
                               place_inputs, on_phase)
         loss_value = loss.detach()
-        del out, loss, placed[:]
+        del out, loss, placed[:], buckets, stale
     return {"sdpa_kernels": {k[5:]: v for k, v in rec.warnings.items() if k.startswith("sdpa:")},
             "loss_dtype": str(loss_value.dtype).replace("torch.", "")}
+
+
+def _fully_sharded(model, params, buffers, par, mesh, autocast_dtype, rec):
+    """The model over the step's fake tensors with fully_shard applied (PyTorch's FSDP2 on the fake process
+    group): its forward and its sharded parameters, noted as this rank's parameters (the full ones die here)."""
+    from .data_parallel import fake_model_copy, shard_model
+
+    wrapped = fake_model_copy(model, params, buffers)
+    params.clear()
+    shard_model(wrapped, par, mesh, autocast_dtype)
+    rec.phase = "parameters"
+    for p in wrapped.parameters():
+        rec.note(local(p).untyped_storage(), "fully_shard", "parameters")
+    trained = [p for p in wrapped.parameters() if p.requires_grad]
+    return (lambda *x: wrapped(*x)), trained
+
+
+def _gradient_buckets(trained, par, rec, hooks=True):
+    """DDP's gradient buckets, noted where the reducer allocates them (its construction, after the parameters);
+    with gradient_as_bucket_view the gradients are views of them, so autograd's own dies once copied in."""
+    from .data_parallel import ddp_buckets
+
+    rec.phase = "gradient_buckets"
+    buckets = ddp_buckets(trained, par)
+    for b in buckets:
+        rec.note(b.untyped_storage(), "ddp_bucket", "gradient_buckets")
+        rec.mark(b, "gradient_buckets")  # seen first by the dispatch mode when allocated inside the step
+    if par.gradient_as_bucket_view and hooks:
+        for p in trained:
+            p.register_post_accumulate_grad_hook(lambda q: rec.free_now(q.grad.untyped_storage()))
+    return buckets
 
 
 class _Destroy:
@@ -703,7 +801,7 @@ def _replay(rec, steps, rules):
     alloc = CachingAllocator()
     live = {}
     last = steps - 1
-    before = None
+    before = before_forward = None
     peak_at_event = -1
     cur_step = -1
     ops = rec.op_log
@@ -715,8 +813,11 @@ def _replay(rec, steps, rules):
         b = rec.blocks[bid]
         op_step = max(op_step, b["step"])
         if kind == "alloc":
+            if b["step"] == last and b["phase"] == "forward" and before_forward is None:
+                before_forward = alloc.allocated
             if b["step"] == last and before is None:
                 before = alloc.allocated
+                run_peak = (alloc.peak_allocated, alloc.peak_reserved)
                 alloc.reset_peak()
                 cur_step = last
             live[bid] = alloc.alloc(b["bytes"])
@@ -744,8 +845,11 @@ def _replay(rec, steps, rules):
     peak_block = rec.blocks[rec.events[peak_at_event][1]]
     return {
         "before_step_bytes": before,
+        "before_forward_bytes": before_forward if before_forward is not None else before,
         "peak_allocated_bytes": alloc.peak_allocated,
         "peak_reserved_bytes": alloc.peak_reserved,
+        "run_peak_allocated_bytes": max(run_peak[0], alloc.peak_allocated),
+        "run_peak_reserved_bytes": max(run_peak[1], alloc.peak_reserved),
         "segments": alloc.segments,
         "peak_phase": peak_block["phase"],
         "peak_op": peak_block["op"],
