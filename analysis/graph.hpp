@@ -92,6 +92,8 @@ struct Tensor {
   std::uint64_t bytes() const;              // checked; rounds sub-byte types up
 };
 
+class Graph;
+
 struct Attribute {
   enum class Kind : std::uint8_t { i, f, s, ints, floats, strings, tensor, graph };
   Kind kind = Kind::i;
@@ -102,6 +104,9 @@ struct Attribute {
   std::vector<double> floats;
   std::vector<std::string> strings;
   std::shared_ptr<const TensorData> t;
+  // A subgraph (If's branches, Loop's and Scan's body): its formal inputs are its `inputs`; a tensor it reads
+  // from an enclosing scope is a tensor of role input, no producer and no data that `inputs` does not list.
+  std::shared_ptr<const Graph> graph;
 };
 
 // memplan's own op domain, named once.
@@ -135,6 +140,8 @@ class Graph {
   std::vector<Op> ops;
   std::vector<TensorId> inputs;   // graph inputs fed by the user (not weights)
   std::vector<TensorId> outputs;
+  // What shape inference decided that the user should know, one sentence each (an If planned with one branch).
+  std::vector<std::string> notes;
 
   // Adds a tensor; its name must be new (ErrorKind::invalid_graph otherwise).
   TensorId add_tensor(Tensor t);

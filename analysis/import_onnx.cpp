@@ -13,10 +13,15 @@
 #include "analysis/import.hpp"
 #include "analysis/names.hpp"
 #include "analysis/onnx_opset.hpp"
+#include "analysis/onnx_tensor.hpp"
 
 namespace memplan::analysis {
 
 namespace {
+
+using onnx_tensor::checked_dims;
+using onnx_tensor::tensor_data;
+using onnx_tensor::to_dtype;
 
 constexpr std::uint64_t kMaxModelFileBytes = 0x7fffffff;  // a protobuf message cannot exceed 2 GiB
 constexpr std::uint64_t kKeepSmallElements = 4096;
@@ -27,87 +32,21 @@ struct Ctx {
   [[noreturn]] void bad(ErrorKind k, const std::string& msg) const { fail(k, origin + ": " + msg); }
 };
 
-DType to_dtype(const Ctx& c, int32_t elem_type, const std::string& what) {
-  if (elem_type <= 0 || elem_type > kMaxDType)
-    c.bad(ErrorKind::unsupported, what + " has unknown dtype " + std::to_string(elem_type));
-  return static_cast<DType>(elem_type);
-}
+// The names a subgraph may read from the graphs around it (ONNX IR: outer-scope values are visible inside).
+struct Scope {
+  const Scope* outer = nullptr;
+  std::unordered_set<std::string> names;
+  bool has(const std::string& n) const { return names.count(n) || (outer && outer->has(n)); }
+};
 
-std::vector<std::int64_t> checked_dims(const Ctx& c, const google::protobuf::RepeatedField<std::int64_t>& dims,
-                                       const std::string& what) {
-  std::vector<std::int64_t> out(dims.begin(), dims.end());
-  std::uint64_t n = 1;
-  for (auto d : out) {
-    if (d < 0) c.bad(ErrorKind::overflow, what + " has a negative dim " + std::to_string(d));
-    n = checked_mul(n, static_cast<std::uint64_t>(d), c.origin + ": " + what);
-  }
-  return out;
-}
+// What reading one graph (the model's or a subgraph) needs besides its proto.
+struct GraphCtx {
+  std::int64_t opset = 0;
+  const ImportOptions* opts = nullptr;
+  const Scope* outer = nullptr;  // null for the model's graph
+};
 
-// Converts the inline payload of a TensorProto into raw little-endian bytes.
-TensorData tensor_data(const Ctx& c, const onnx::TensorProto& tp, DType dtype, std::vector<std::int64_t> dims,
-                       const std::string& what) {
-  TensorData d{dtype, std::move(dims), {}};
-  const std::uint64_t n = d.element_count();
-  const std::uint32_t bits = dtype_bits(dtype);
-  if (bits == 0) c.bad(ErrorKind::unsupported, what + ": dtype " + dtype_name(dtype) + " is not supported for constants");
-  const std::uint64_t nbytes = (checked_mul(n, bits, what) + 7) / 8;
-  if (tp.has_raw_data()) {
-    if (tp.raw_data().size() != nbytes)
-      c.bad(ErrorKind::malformed, what + ": raw_data has " + std::to_string(tp.raw_data().size()) + " bytes, dims need " +
-                                      std::to_string(nbytes));
-    d.bytes.resize(nbytes);
-    if (nbytes) std::memcpy(d.bytes.data(), tp.raw_data().data(), nbytes);
-    return d;
-  }
-  std::byte* p = nullptr;
-  // Allocates only once the file is seen to hold the values: dims alone may promise terabytes.
-  auto need = [&](std::uint64_t have) {
-    if (have != n) c.bad(ErrorKind::malformed, what + ": has " + std::to_string(have) + " values, dims need " + std::to_string(n));
-    d.bytes.resize(nbytes);
-    p = d.bytes.data();
-  };
-  switch (dtype) {
-    case DType::f32:
-      need(static_cast<std::uint64_t>(tp.float_data_size()));
-      if (n) std::memcpy(p, tp.float_data().data(), nbytes);
-      break;
-    case DType::f64:
-      need(static_cast<std::uint64_t>(tp.double_data_size()));
-      if (n) std::memcpy(p, tp.double_data().data(), nbytes);
-      break;
-    case DType::i64:
-      need(static_cast<std::uint64_t>(tp.int64_data_size()));
-      if (n) std::memcpy(p, tp.int64_data().data(), nbytes);
-      break;
-    case DType::u32: case DType::u64: {
-      need(static_cast<std::uint64_t>(tp.uint64_data_size()));
-      for (std::uint64_t k = 0; k < n; ++k) {
-        std::uint64_t v = tp.uint64_data(static_cast<int>(k));
-        if (dtype == DType::u32) {
-          auto w = static_cast<std::uint32_t>(v);
-          std::memcpy(p + 4 * k, &w, 4);
-        } else {
-          std::memcpy(p + 8 * k, &v, 8);
-        }
-      }
-      break;
-    }
-    case DType::i32: case DType::i16: case DType::i8: case DType::u8: case DType::u16: case DType::boolean:
-    case DType::f16: case DType::bf16: {
-      need(static_cast<std::uint64_t>(tp.int32_data_size()));
-      const std::uint32_t width = bits / 8;
-      for (std::uint64_t k = 0; k < n; ++k) {
-        auto v = static_cast<std::uint32_t>(tp.int32_data(static_cast<int>(k)));
-        std::memcpy(p + width * k, &v, width);  // little-endian: low bytes first
-      }
-      break;
-    }
-    default:
-      c.bad(ErrorKind::unsupported, what + ": inline data of dtype " + std::string(dtype_name(dtype)) + " is not supported");
-  }
-  return d;
-}
+Graph graph_from_proto(const Ctx& c, const onnx::GraphProto& gp, const GraphCtx& gc);
 
 Tensor weight_from_proto(const Ctx& c, const onnx::TensorProto& tp, const ImportOptions& opts) {
   const std::string what = "initializer '" + tp.name() + "'";
@@ -115,8 +54,8 @@ Tensor weight_from_proto(const Ctx& c, const onnx::TensorProto& tp, const Import
   Tensor t;
   t.name = tp.name();
   t.role = TensorRole::weight;
-  t.dtype = to_dtype(c, tp.data_type(), what);
-  auto dims = checked_dims(c, tp.dims(), what);
+  t.dtype = to_dtype(c.origin, tp.data_type(), what);
+  auto dims = checked_dims(c.origin, tp.dims(), what);
   t.rank_known = true;
   for (auto d : dims) t.dims.push_back(Dim::of(d));
   if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
@@ -141,12 +80,12 @@ Tensor weight_from_proto(const Ctx& c, const onnx::TensorProto& tp, const Import
   const std::uint64_t n = t.element_count();
   if (opts.keep_weight_data || n <= kKeepSmallElements) {
     if (t.dtype == DType::string) return t;
-    t.data = std::make_shared<TensorData>(tensor_data(c, tp, t.dtype, dims, what));
+    t.data = std::make_shared<TensorData>(tensor_data(c.origin, tp, t.dtype, dims, what));
   }
   return t;
 }
 
-Attribute attribute_from_proto(const Ctx& c, const onnx::NodeProto& node, const onnx::AttributeProto& a) {
+Attribute attribute_from_proto(const Ctx& c, const onnx::NodeProto& node, const onnx::AttributeProto& a, const GraphCtx& gc) {
   Attribute out;
   const std::string what = "node '" + node.name() + "' (" + node.op_type() + ") attribute '" + a.name() + "'";
   switch (a.type()) {
@@ -160,12 +99,16 @@ Attribute attribute_from_proto(const Ctx& c, const onnx::NodeProto& node, const 
       out.kind = Attribute::Kind::tensor;
       const auto& tp = a.t();
       if (tp.data_location() == onnx::TensorProto::EXTERNAL) c.bad(ErrorKind::unsupported, what + ": external data in an attribute");
-      DType dt = to_dtype(c, tp.data_type(), what);
-      out.t = std::make_shared<TensorData>(tensor_data(c, tp, dt, checked_dims(c, tp.dims(), what), what));
+      DType dt = to_dtype(c.origin, tp.data_type(), what);
+      out.t = std::make_shared<TensorData>(tensor_data(c.origin, tp, dt, checked_dims(c.origin, tp.dims(), what), what));
       break;
     }
-    case onnx::AttributeProto::GRAPH: case onnx::AttributeProto::GRAPHS:
-      c.bad(ErrorKind::unsupported, "op '" + node.name() + "' (" + node.op_type() + "): subgraphs (If, Loop, Scan) are not supported");
+    case onnx::AttributeProto::GRAPH:  // If's branches, Loop's and Scan's body: expanded by shape inference
+      out.kind = Attribute::Kind::graph;
+      out.graph = std::make_shared<const Graph>(graph_from_proto(c, a.g(), gc));
+      break;
+    case onnx::AttributeProto::GRAPHS:
+      c.bad(ErrorKind::unsupported, what + ": lists of subgraphs (SequenceMap's kind) are not supported");
     default:
       c.bad(ErrorKind::unsupported, what + " has an unsupported attribute type " + std::to_string(a.type()));
   }
@@ -186,14 +129,18 @@ TensorData constant_value(const Ctx& c, const onnx::NodeProto& node, const Op& o
   c.bad(ErrorKind::unsupported, "Constant node '" + node.name() + "' has no supported value attribute");
 }
 
-void add_value_info_input(const Ctx& c, Graph& g, const onnx::ValueInfoProto& vi) {
+void add_value_info_input(const Ctx& c, Graph& g, const onnx::ValueInfoProto& vi, bool subgraph) {
   const std::string what = "graph input '" + vi.name() + "'";
+  if (subgraph && (!vi.has_type() || (vi.type().has_tensor_type() && vi.type().tensor_type().elem_type() == 0))) {
+    g.inputs.push_back(g.add_tensor(Tensor{.name = vi.name(), .role = TensorRole::input}));  // typed by what binds it
+    return;
+  }
   if (!vi.type().has_tensor_type()) c.bad(ErrorKind::unsupported, what + " is not a tensor (sequence/map/optional types are not supported)");
   const auto& tt = vi.type().tensor_type();
   Tensor t;
   t.name = vi.name();
   t.role = TensorRole::input;
-  t.dtype = to_dtype(c, tt.elem_type(), what);
+  t.dtype = to_dtype(c.origin, tt.elem_type(), what);
   if (tt.has_shape()) {
     t.rank_known = true;
     int k = 0;
@@ -240,31 +187,30 @@ std::int64_t default_opset(const Ctx& c, const onnx::ModelProto& model) {
   return opset;
 }
 
-// The Graph of a parsed model whose default-domain opset is `opset` (range checked by the caller).
-Graph graph_from_model(const Ctx& c, const onnx::ModelProto& model, std::int64_t opset, const ImportOptions& opts) {
-  const std::string& origin = c.origin;
-  Graph g;
-  g.ir_version = model.ir_version();
-  g.opset = opset;
-  const auto& gp = model.graph();
-  g.name = !gp.name().empty() ? gp.name() : is_valid_utf8(origin) ? origin : "model";
-  if (gp.sparse_initializer_size() > 0) c.bad(ErrorKind::unsupported, "sparse initializers are not supported");
+// The names graph `gp` defines (initializers, inputs, node outputs), seen by its subgraphs as their outer scope.
+Scope scope_of(const onnx::GraphProto& gp, const Scope* outer) {
+  Scope s{outer, {}};
+  for (const auto& tp : gp.initializer()) s.names.insert(tp.name());
+  for (const auto& vi : gp.input()) s.names.insert(vi.name());
+  for (const auto& node : gp.node())
+    for (const auto& out : node.output()) s.names.insert(out);
+  return s;
+}
 
-  std::unordered_set<std::string> initializer_names;
-  for (const auto& tp : gp.initializer()) {
-    g.add_tensor(weight_from_proto(c, tp, opts));
-    initializer_names.insert(tp.name());
-  }
-  for (const auto& vi : gp.input()) {
-    if (initializer_names.count(vi.name())) continue;  // old exporters list weights as inputs too
-    if (vi.name().empty()) c.bad(ErrorKind::malformed, "a graph input has no name");
-    add_value_info_input(c, g, vi);
-  }
+// The tensor graph `g` reads as `name`: its own, or in a subgraph one of an enclosing scope (added as a tensor
+// of role input that g.inputs does not list); kNoTensor when neither.
+TensorId resolve_read(Graph& g, const std::string& name, const GraphCtx& gc) {
+  TensorId t = g.find(name);
+  if (t == kNoTensor && gc.outer && gc.outer->has(name)) t = g.add_tensor(Tensor{.name = name, .role = TensorRole::input});
+  return t;
+}
 
-  // Pass 1: every node output gets a tensor (nodes may come in any order; order is checked later).
+// Pass 1 of a graph: every node output gets a tensor (nodes may come in any order; order is checked later).
+std::vector<Op> node_ops(const Ctx& c, const onnx::GraphProto& gp, const GraphCtx& gc, Graph& g, std::vector<bool>& is_constant) {
+  const Scope inner = scope_of(gp, gc.outer);
+  const GraphCtx sub{gc.opset, gc.opts, &inner};
   std::vector<Op> ops;
   ops.reserve(static_cast<std::size_t>(gp.node_size()));
-  std::vector<bool> is_constant;
   std::unordered_set<std::string> node_names;
   for (int ni = 0; ni < gp.node_size(); ++ni) {
     const auto& node = gp.node(ni);
@@ -276,11 +222,11 @@ Graph graph_from_model(const Ctx& c, const onnx::ModelProto& model, std::int64_t
     if (op.type.empty()) c.bad(ErrorKind::malformed, "node " + std::to_string(ni) + " has no op type");
     for (const auto& a : node.attribute()) {
       if (a.name().empty()) c.bad(ErrorKind::malformed, "node '" + op.name + "' has an attribute without a name");
-      op.attrs[a.name()] = attribute_from_proto(c, node, a);
+      op.attrs[a.name()] = attribute_from_proto(c, node, a, sub);
     }
     // Before opset 13 Softmax, LogSoftmax and Hardmax default to axis 1 (from 13 on: -1). Spelled out, the
     // kernels read it as opset 13 does; the two agree whenever the dims after the axis are 1 (CNN classifiers).
-    if (opset < 13 && op.domain.empty() && (op.type == "Softmax" || op.type == "LogSoftmax" || op.type == "Hardmax") &&
+    if (gc.opset < 13 && op.domain.empty() && (op.type == "Softmax" || op.type == "LogSoftmax" || op.type == "Hardmax") &&
         !op.attrs.count("axis"))
       op.attrs["axis"] = Attribute{.kind = Attribute::Kind::i, .i = 1};
     const bool constant = op.domain.empty() && op.type == "Constant";
@@ -308,7 +254,12 @@ Graph graph_from_model(const Ctx& c, const onnx::ModelProto& model, std::int64_t
     ops.push_back(std::move(op));
     is_constant.push_back(constant);
   }
-  // Pass 2: link inputs and outputs by name.
+  return ops;
+}
+
+// Pass 2: link inputs and outputs by name.
+void link_ops(const Ctx& c, const onnx::GraphProto& gp, const GraphCtx& gc, Graph& g, std::vector<Op>& ops,
+              const std::vector<bool>& is_constant) {
   for (int ni = 0; ni < gp.node_size(); ++ni) {
     if (is_constant[static_cast<std::size_t>(ni)]) continue;
     const auto& node = gp.node(ni);
@@ -318,25 +269,55 @@ Graph graph_from_model(const Ctx& c, const onnx::ModelProto& model, std::int64_t
         op.inputs.push_back(kNoTensor);
         continue;
       }
-      TensorId t = g.find(in);
+      const TensorId t = resolve_read(g, in, gc);
       if (t == kNoTensor)
         c.bad(ErrorKind::invalid_graph, "node '" + op.name + "' (" + op.type + ") reads '" + in +
                                             "', which no node produces and is not a graph input or initializer");
       op.inputs.push_back(t);
     }
     for (const auto& out : node.output()) op.outputs.push_back(out.empty() ? kNoTensor : g.find(out));
-    if (op.domain.empty() && op.type == "Einsum" && lower_einsum(g, op, opset)) continue;  // einsum_lower.hpp
+    if (op.domain.empty() && op.type == "Einsum" && lower_einsum(g, op, gc.opset)) continue;  // einsum_lower.hpp
     g.add_op(std::move(op));
   }
+}
+
+// The Graph of one ONNX graph: the model's (gc.outer null) or a subgraph, whose reads of enclosing scopes
+// become tensors of role input outside its `inputs`.
+Graph graph_from_proto(const Ctx& c, const onnx::GraphProto& gp, const GraphCtx& gc) {
+  Graph g;
+  g.opset = gc.opset;
+  g.name = gp.name();
+  if (gp.sparse_initializer_size() > 0) c.bad(ErrorKind::unsupported, "sparse initializers are not supported");
+  std::unordered_set<std::string> initializer_names;
+  for (const auto& tp : gp.initializer()) {
+    g.add_tensor(weight_from_proto(c, tp, *gc.opts));
+    initializer_names.insert(tp.name());
+  }
+  for (const auto& vi : gp.input()) {
+    if (initializer_names.count(vi.name())) continue;  // old exporters list weights as inputs too
+    if (vi.name().empty()) c.bad(ErrorKind::malformed, "a graph input has no name");
+    add_value_info_input(c, g, vi, gc.outer != nullptr);
+  }
+  std::vector<bool> is_constant;
+  std::vector<Op> ops = node_ops(c, gp, gc, g, is_constant);
+  link_ops(c, gp, gc, g, ops, is_constant);
   for (const auto& vi : gp.output()) {
-    TensorId t = g.find(vi.name());
+    const TensorId t = resolve_read(g, vi.name(), gc);
     if (t == kNoTensor) c.bad(ErrorKind::invalid_graph, "graph output '" + vi.name() + "' is produced by no node");
     g.tensors[t].is_graph_output = true;
     g.outputs.push_back(t);
   }
-  if (g.outputs.empty()) c.bad(ErrorKind::invalid_graph, "the graph has no outputs");
-  require_utf8_names(g, origin);
+  if (g.outputs.empty()) c.bad(ErrorKind::invalid_graph, "the graph " + (gc.outer ? "'" + gp.name() + "' " : std::string()) + "has no outputs");
+  require_utf8_names(g, c.origin);
   g.validate();
+  return g;
+}
+
+// The Graph of a parsed model whose default-domain opset is `opset` (range checked by the caller).
+Graph graph_from_model(const Ctx& c, const onnx::ModelProto& model, std::int64_t opset, const ImportOptions& opts) {
+  Graph g = graph_from_proto(c, model.graph(), GraphCtx{opset, &opts, nullptr});
+  g.ir_version = model.ir_version();
+  if (g.name.empty()) g.name = is_valid_utf8(c.origin) ? c.origin : "model";
   return g;
 }
 

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "analysis/control_flow.hpp"
+#include "analysis/liveness.hpp"
 #include "analysis/ops.hpp"
 #include "analysis/shape_rules.hpp"
 
@@ -139,8 +141,7 @@ void check_memplan_op(Graph& g, OpId o, const Values& values) {
 bool visit(Graph& g, OpId o, Values& values, const ShapeOptions& opts) {
   const Op& op = g.ops[o];
   const std::string where = "op '" + op.name + "' (" + op.type + ")";
-  if (op.type == "If" || op.type == "Loop" || op.type == "Scan" || op.type == "SequenceMap")
-    fail(ErrorKind::unsupported, where + ": subgraphs are not supported");
+  if (op.type == "SequenceMap") fail(ErrorKind::unsupported, where + ": sequences are not supported");
   if (op.domain == kMemplanDomain) {
     check_memplan_op(g, o, values);
     return false;
@@ -228,27 +229,102 @@ Graph compact(Graph g, const std::vector<bool>& folded) {
   return g;
 }
 
+// One inference pass over `base`, up to the first control-flow op it reaches (kNoOp: none, the pass is complete).
+struct Pass {
+  Graph g;
+  Values values;
+  std::vector<bool> folded;
+  OpId control_flow = kNoOp;
+};
+
+Pass infer_pass(const Graph& base, const ShapeOptions& opts) {
+  Pass p{base, {}, std::vector<bool>(base.ops.size(), false)};
+  Graph& g = p.g;
+  g.relink();
+  bind_sources(g, opts);
+  p.values.resize(g.tensors.size());
+  for (TensorId t = 0; t < g.tensors.size(); ++t) p.values[t] = g.tensors[t].data;
+  for (OpId o : topological_order(g)) {
+    if (control_flow::is_control_flow(g.ops[o])) {
+      p.control_flow = o;
+      return p;
+    }
+    if (!visit(g, o, p.values, opts)) continue;
+    p.folded[o] = true;
+    for (TensorId t : g.ops[o].outputs) {
+      if (t == kNoTensor) continue;
+      g.tensors[t].data = p.values[t];
+      g.tensors[t].role = TensorRole::weight;
+    }
+  }
+  return p;
+}
+
+Graph shape_graph(const Graph& in, const ShapeOptions& opts, bool measuring, std::vector<std::string>& notes);
+
+// The shaped graph with If `o`'s branch inlined and the lower bound of its live bytes; an Error when it does not infer.
+struct Candidate {
+  std::uint64_t peak = 0;
+  std::optional<Error> error;
+};
+
+Candidate measure_branch(const Graph& base, OpId o, bool then_branch, const ShapeOptions& opts) {
+  try {
+    std::vector<std::string> ignored;
+    const Graph s = shape_graph(control_flow::inline_if(base, o, then_branch), opts, true, ignored);
+    return {analyze_liveness(s, topological_order(s)).lower_bound_bytes, std::nullopt};
+  } catch (const Error& e) {
+    return {0, e};
+  }
+}
+
+// An If whose condition is not known at planning time: both branches are shaped and the one whose inlined graph
+// needs more memory is planned (the then branch on a tie), so the plan holds whichever runs; a branch that does
+// not infer for these shapes is never chosen. Later unknown Ifs take their then branch while measuring.
+Graph inline_larger_branch(const Graph& base, OpId o, const ShapeOptions& opts, std::vector<std::string>& notes) {
+  const Op& op = base.ops[o];
+  const Candidate a = measure_branch(base, o, true, opts), b = measure_branch(base, o, false, opts);
+  if (a.error && b.error) throw *a.error;
+  const bool then_branch = !a.error && (b.error || a.peak >= b.peak);
+  const Candidate& other = then_branch ? b : a;
+  std::string why = other.error ? std::string("the ") + (then_branch ? "else" : "then") + " branch does not infer here (" +
+                                      other.error->what() + ")"
+                                : "it is the larger in memory (" + std::to_string((then_branch ? a : b).peak) + " bytes live at the peak, against " +
+                                      std::to_string(other.peak) + " with the " + (then_branch ? "else" : "then") + " branch)";
+  notes.push_back("op '" + op.name + "' (If): its condition '" + base.tensors[op.inputs[0]].name +
+                  "' is not known at planning time; planned with its " + (then_branch ? "then" : "else") + " branch: " + why);
+  return control_flow::inline_if(base, o, then_branch);
+}
+
+Graph expand_control_flow(const Graph& base, const Pass& p, const ShapeOptions& opts, bool measuring,
+                          std::vector<std::string>& notes) {
+  const control_flow::Reached r{base, p.control_flow, p.g, p.values};
+  const Op& op = base.ops[r.o];
+  if (op.type == "Loop") return control_flow::unroll_loop(r);
+  if (op.type == "Scan") return control_flow::unroll_scan(r);
+  if (const auto cond = control_flow::if_condition(r)) return control_flow::inline_if(base, r.o, *cond);
+  if (measuring) return control_flow::inline_if(base, r.o, true);
+  return inline_larger_branch(base, r.o, opts, notes);
+}
+
+// Passes over the graph until no control flow is left (each expands the first If, Loop or Scan reached, whose
+// inputs the pass has shaped), then the folded ops are dropped.
+Graph shape_graph(const Graph& in, const ShapeOptions& opts, bool measuring, std::vector<std::string>& notes) {
+  Graph base = in;
+  for (;;) {
+    Pass p = infer_pass(base, opts);
+    if (p.control_flow == kNoOp) return compact(std::move(p.g), p.folded);
+    base = expand_control_flow(base, p, opts, measuring, notes);
+  }
+}
+
 }  // namespace
 
 Graph infer_shapes(const Graph& in, const ShapeOptions& opts) {
   check_bindings(opts);
-  Graph g = in;
-  g.relink();
-  bind_sources(g, opts);
-  Values values(g.tensors.size());
-  for (TensorId t = 0; t < g.tensors.size(); ++t) values[t] = g.tensors[t].data;
-
-  std::vector<bool> folded(g.ops.size(), false);
-  for (OpId o : topological_order(g)) {
-    if (!visit(g, o, values, opts)) continue;
-    folded[o] = true;
-    for (TensorId t : g.ops[o].outputs) {
-      if (t == kNoTensor) continue;
-      g.tensors[t].data = values[t];
-      g.tensors[t].role = TensorRole::weight;
-    }
-  }
-  Graph out = compact(std::move(g), folded);
+  std::vector<std::string> notes = in.notes;
+  Graph out = shape_graph(in, opts, false, notes);
+  out.notes = std::move(notes);
   shape_detail::lower_legacy_normalizers(out);
   for (const auto& t : out.tensors)
     if (!t.shape_known() || t.dtype == DType::undefined)

@@ -186,13 +186,18 @@ void print_analyze(const AnalyzeArgs& a, const planner::InferenceStep& step, con
 
 int run_analyze(const AnalyzeArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
+  const analysis::Graph shaped = load_shaped_model(a.model);
   const planner::InferenceStep step =
-      planner::plan_inference_step(load_shaped_model(a.model), fuse_options(a.model), assign_options(a.arena), schedule_options(a.arena));
+      planner::plan_inference_step(shaped, fuse_options(a.model), assign_options(a.arena), schedule_options(a.arena));
   AnalyzeFacts facts = analyze_facts(a, step);
   facts.total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   analysis::OutputFiles files;  // renamed into place once stdout is written
   if (!a.plan_file.empty()) files.add(a.plan_file, json_text(planner::plan_to_json(step.graph, step.plan.plan, true), 1) + "\n");
-  if (a.json) std::cout << json_text(analyze_json(a, step, facts), 2) << "\n";
+  if (a.json) {
+    nlohmann::json j = analyze_json(a, step, facts);
+    j["notes"] = shaped.notes;  // what shape inference decided for the user to know (an If planned with one branch)
+    std::cout << json_text(j, 2) << "\n";
+  }
   else print_analyze(a, step, facts);
   commit_after_stdout(files);
   return 0;

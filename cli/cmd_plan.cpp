@@ -206,7 +206,11 @@ int run_plan(const PlanArgs& a) {
   const PlanFacts facts = plan_facts(step.result);
   analysis::OutputFiles files;
   if (!a.plan_file.empty()) save_plan(files, a.plan_file, step);
-  if (a.json) std::cout << json_text(plan_json(a, step, facts), 2) << "\n";
+  if (a.json) {
+    nlohmann::json j = plan_json(a, step, facts);
+    j["notes"] = shaped.notes;  // what shape inference decided for the user to know (an If planned with one branch)
+    std::cout << json_text(j, 2) << "\n";
+  }
   else print_plan(a, step, facts);
   commit_after_stdout(files);
   return 0;

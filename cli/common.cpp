@@ -178,7 +178,10 @@ analysis::Graph load_shaped_model(const ModelArgs& args, bool keep_weight_data) 
   analysis::ShapeOptions so;
   so.dims = parse_dims(args.dims);
   for (const auto& [name, value] : so.dims) require_symbolic_dim(g, name, "--dim " + name + "=" + std::to_string(value));
-  return analysis::infer_shapes(g, so);
+  analysis::Graph shaped = analysis::infer_shapes(g, so);
+  for (const auto& note : shaped.notes)  // an If planned with one of its branches (docs/onnx-control-flow.md)
+    std::fprintf(stderr, "memplan: warning: %s: %s\n", analysis::terminal_safe(args.model).c_str(), analysis::terminal_safe(note).c_str());
+  return shaped;
 }
 
 void add_library_bytes_arg(CLI::App* cmd, std::string& library_bytes) {

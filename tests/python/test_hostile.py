@@ -142,9 +142,9 @@ def onnx_cases(samples):
         ("unknown op type",
          model([helper.make_node("Frobnicate", ["x"], ["y"], name="frob")], [vi("x", [2])], [vi("y", None)]),
          [], {UNSUPPORTED}, ["Frobnicate"]),
-        ("If with subgraphs", if_model(), [], {UNSUPPORTED}, ["If"]),
-        ("Loop with a body", loop_model("Loop"), [], {UNSUPPORTED}, ["Loop"]),
-        ("Scan with a body", loop_model("Scan"), [], {UNSUPPORTED}, ["Scan"]),
+        ("If on an input (planned with one branch)", if_model(), [], {OK}, []),
+        ("Loop without a trip count", loop_model("Loop"), [], {UNSUPPORTED}, ["Loop", "trip count"]),
+        ("Scan with a body (unrolled)", loop_model("Scan"), [], {OK}, []),
         ("opset 99", model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [2])], [vi("y", None)], opset=99),
          [], {UNSUPPORTED}, ["opset"]),
         ("external data '../../etc/passwd' (never opened)", external_model("../../etc/passwd"), [], {OK}, []),
@@ -175,6 +175,9 @@ def if_model():
 def loop_model(kind):
     body = helper.make_graph([helper.make_node("Identity", ["s"], ["s2"])], "body", [vi("s", [2])], [vi("s2", [2])])
     if kind == "Loop":
+        body = helper.make_graph([helper.make_node("Identity", ["c"], ["c2"]), helper.make_node("Identity", ["s"], ["s2"])],
+                                 "body", [vi("i", [], TensorProto.INT64), vi("c", [], TensorProto.BOOL), vi("s", [2])],
+                                 [vi("c2", [], TensorProto.BOOL), vi("s2", [2])])
         node = helper.make_node("Loop", ["", "", "x"], ["y"], name="loop", body=body)
     else:
         node = helper.make_node("Scan", ["x"], ["y"], name="scan", body=body, num_scan_inputs=1)
