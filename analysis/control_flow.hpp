@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "analysis/graph.hpp"
@@ -13,6 +14,9 @@ using Values = std::vector<std::shared_ptr<const TensorData>>;  // per tensor: k
 
 // Unrolling stops here: a loop whose iterations would add more ops is refused (ErrorKind::unsupported).
 inline constexpr std::uint64_t kMaxUnrolledOps = 100000;
+// Shape inference expands at most this many control-flow ops (nested ones included) in one graph, and adds at
+// most kMaxUnrolledOps ops in all (ErrorKind::unsupported beyond).
+inline constexpr std::size_t kMaxExpansions = 1000;
 
 // If, Loop and Scan of the default domain: ops whose subgraphs shape inference expands before it goes on.
 bool is_control_flow(const Op& op);

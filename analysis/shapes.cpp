@@ -311,9 +311,14 @@ Graph expand_control_flow(const Graph& base, const Pass& p, const ShapeOptions& 
 // inputs the pass has shaped), then the folded ops are dropped.
 Graph shape_graph(const Graph& in, const ShapeOptions& opts, bool measuring, std::vector<std::string>& notes) {
   Graph base = in;
-  for (;;) {
+  for (std::size_t expanded = 0;; ++expanded) {
     Pass p = infer_pass(base, opts);
     if (p.control_flow == kNoOp) return compact(std::move(p.g), p.folded);
+    // Each expansion costs a pass over the graph: nested loops could otherwise multiply both without bound.
+    if (expanded == control_flow::kMaxExpansions || base.ops.size() > in.ops.size() + control_flow::kMaxUnrolledOps)
+      fail(ErrorKind::unsupported, "op '" + base.ops[p.control_flow].name + "' (" + base.ops[p.control_flow].type +
+                                       "): the graph's control flow expands into more than " + std::to_string(control_flow::kMaxExpansions) +
+                                       " If/Loop/Scan ops or " + std::to_string(control_flow::kMaxUnrolledOps) + " added ops");
     base = expand_control_flow(base, p, opts, measuring, notes);
   }
 }

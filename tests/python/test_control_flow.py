@@ -114,6 +114,20 @@ def loop_nested(tmp):
     return save(tmp, "loop_nested", nodes, [vi("x", [2, 3])], [vi("y", None)], [weight("w", [3, 3], 8)])
 
 
+def loop_bomb(tmp):
+    # 1000 iterations of a body holding a Loop of 1000: unrolled in full, a million ops; refused at the limit.
+    def body(inner):
+        nodes = [helper.make_node("Identity", ["cond"], ["cond_out"])]
+        if inner:
+            nodes += [const("m2", np.int64(1000)), helper.make_node("Loop", ["m2", "", "y"], ["y2"], body=body(False))]
+        else:
+            nodes += [helper.make_node("Neg", ["y"], ["y2"])]
+        return helper.make_graph(nodes, "body", [vi("i", [], TensorProto.INT64), vi("cond", [], TensorProto.BOOL), vi("y", [2])],
+                                 [vi("cond_out", [], TensorProto.BOOL), vi("y2", [2])])
+    nodes = [const("M", np.int64(1000)), helper.make_node("Loop", ["M", "", "x"], ["y"], name="outer", body=body(True))]
+    return save(tmp, "loop_bomb", nodes, [vi("x", [2])], [vi("y", None)])
+
+
 def scan_model(tmp):
     # Running sum of x's rows, read backwards, with each row's running sum scaled by w.
     body = helper.make_graph([helper.make_node("Add", ["s", "xt"], ["s2"]), helper.make_node("Mul", ["s2", "w"], ["out"])],
@@ -197,6 +211,7 @@ def check_loops(c, tmp):
                ("condition from the data", loop_model(tmp, "loop_data_cond", False, [
                    helper.make_node("ReduceSum", ["y2"], ["total"], keepdims=0), const("lim", np.float32(1)),
                    helper.make_node("Less", ["total", "lim"], ["cond_out"])]), ["'loop' (Loop)", "computes the condition", "data-dependent"])]
+    refused.append(("a Loop of 1000 inside a Loop of 1000", loop_bomb(tmp), ["(Loop)", "expands into more than", "added ops"]))
     for what, model, words in refused:
         r = c.cmd("analyze", model)
         c.check(r.returncode == UNSUPPORTED and all(w in r.stderr for w in words),
