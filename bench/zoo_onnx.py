@@ -158,17 +158,20 @@ def register_symbolics():
 
         args = [a if a is not None else g.op("prim::Constant") for a in (mask, dropout_p, is_causal, scale)]
         if enable_gqa is not None and not sh._is_none(enable_gqa) and sh._maybe_get_const(enable_gqa, "b"):
-            qs, ks = sh._get_tensor_sizes(q), sh._get_tensor_sizes(k)
-            if not qs or not ks or None in qs or None in ks:
-                raise RuntimeError("enable_gqa needs the query's and key's shapes")
+            qs, ks = sh._get_tensor_sizes(q) or [], sh._get_tensor_sizes(k) or []
+            if len(qs) < 3 or len(ks) < 3 or qs[-3] is None or ks[-3] is None:
+                raise RuntimeError("enable_gqa needs the query's and key's head counts")
             if qs[-3] != ks[-3]:
-                groups = qs[-3] // ks[-3]
+                groups, rank = qs[-3] // ks[-3], len(ks)
+                i64 = lambda xs: g.op("Constant", value_t=torch.tensor(xs, dtype=torch.int64))  # noqa: E731
 
-                def rep(t):
-                    ts = sh._get_tensor_sizes(t)
-                    u = g.op("Unsqueeze", t, g.op("Constant", value_t=torch.tensor([len(ts) - 2])))
-                    e = g.op("Expand", u, g.op("Constant", value_t=torch.tensor(ts[:-2] + [groups] + ts[-2:])))
-                    return g.op("Reshape", e, g.op("Constant", value_t=torch.tensor(ts[:-3] + [ts[-3] * groups] + ts[-2:])))
+                def rep(t):  # [.., H, S, D] -> [.., H, groups, S, D] -> [.., H * groups, S, D]: repeat_interleave
+                    u = g.op("Unsqueeze", t, i64([rank - 2]))
+                    e = g.op("Expand", u, i64([1] * (rank - 2) + [groups, 1, 1]))
+                    shape = g.op("Shape", t)
+                    target = g.op("Concat", g.op("Slice", shape, i64([0]), i64([rank - 3])), i64([-1]),
+                                  g.op("Slice", shape, i64([rank - 2]), i64([rank])), axis_i=0)
+                    return g.op("Reshape", e, target)
 
                 k, v = rep(k), rep(v)
         no = g.op("Constant", value_t=torch.tensor(False))
@@ -176,6 +179,22 @@ def register_symbolics():
 
     register_custom_op_symbolic("aten::scaled_dot_product_attention", sdpa, 17)
     register_custom_op_symbolic("aten::repeat_interleave", repeat_interleave, 17)
+    def exponential(g, x, lambd=None, generator=None):
+        import torch
+
+        lam = 1.0 if lambd is None or sh._is_none(lambd) else sh._get_const(lambd, "f", "lambd")
+        u = g.op("RandomUniformLike", x)  # -log(1 - U) / lambda, U uniform in [0, 1)
+        one = g.op("CastLike", g.op("Constant", value_t=torch.tensor(1.0)), x)
+        return g.op("Div", g.op("Neg", g.op("Log", g.op("Sub", one, u))),
+                    g.op("CastLike", g.op("Constant", value_t=torch.tensor(lam)), x))
+
+    def uniform(g, x, lo=None, hi=None, generator=None):
+        low = 0.0 if lo is None or sh._is_none(lo) else sh._get_const(lo, "f", "from")
+        high = 1.0 if hi is None or sh._is_none(hi) else sh._get_const(hi, "f", "to")
+        return g.op("RandomUniformLike", x, low_f=low, high_f=high)
+
+    register_custom_op_symbolic("aten::exponential", exponential, 17)
+    register_custom_op_symbolic("aten::uniform", uniform, 17)
     register_custom_op_symbolic("aten::expm1", expm1, 17)
     register_custom_op_symbolic("aten::rms_norm", rms_norm, 17)
     register_custom_op_symbolic("aten::histc", histc, 17)
