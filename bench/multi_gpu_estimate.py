@@ -4,9 +4,13 @@ against the measured per-rank figures: the steady-state step (memory_allocated b
 the whole run's max_memory_allocated (the first steps create AdamW's state; DDP rebuilds its buckets in the second).
 
     python3 bench/multi_gpu_estimate.py bench/results/multi_gpu_2026-11-28/multi_gpu_2gpu.json [...] \\
-        --out bench/results/multi_gpu_2026-11-28/estimate.json --md bench/results/multi_gpu_2026-11-28/estimate.md
+        --out bench/results/multi_gpu_2026-11-28/estimate.json --md bench/results/multi_gpu_2026-11-28/estimate.md \\
+        [--memplan build/memplan --onnx-dir DIR]
 
 The same models (built on the meta device), the same loss on fp32 logits, batch and sequence from the file; no GPU.
+With --memplan, also the ONNX route: `memplan plan MODEL.train.onnx --train --gpus N --zero K` (its pytorch roles)
+on DIR/gpt2.train.onnx and DIR/llama.train.onnx (bench/multi_gpu.py's export_onnx; exported when missing). Its loop
+frees the logits after the loss, so it is held against estimate_step on that loop too (the logits not kept).
 """
 import argparse
 import json
@@ -42,7 +46,7 @@ class Step:
     """The measured step's forward and loss in one module: logits, their fp32 copy, cross-entropy; the logits are
     kept (KEPT) until the optimizer's step ends, as bench/multi_gpu.py's step() holds them."""
 
-    def __new__(cls, model, vocab):
+    def __new__(cls, model, vocab, keep_logits):
         import torch
         import torch.nn.functional as F
 
@@ -53,7 +57,8 @@ class Step:
 
             def forward(self, ids, labels):
                 logits = self.model(input_ids=ids, use_cache=False).logits
-                KEPT["logits"] = logits
+                if keep_logits:
+                    KEPT["logits"] = logits
                 return F.cross_entropy(logits.float().reshape(-1, vocab), labels.reshape(-1))
 
         return _Step()
@@ -63,13 +68,13 @@ def blocks(step, name):
     return step.model.transformer.h if name == "gpt2" else step.model.model.layers
 
 
-def estimate(row, gpu):
+def estimate(row, gpu, keep_logits=True):
     import torch
 
     import memplan_torch
 
     model, vocab = build(row["model"])
-    step = Step(model, vocab)
+    step = Step(model, vocab, keep_logits)
     ids = torch.randint(0, vocab, (row["batch_per_gpu"], row["seq"]))
     labels = torch.randint(0, vocab, (row["batch_per_gpu"], row["seq"]))
     par = memplan_torch.DataParallel(row["wrap"], row["world_size"], shard=lambda s: blocks(s, row["model"]))
@@ -103,6 +108,54 @@ def compare(row, est):
     return out
 
 
+def memplan_route(row, memplan, onnx_dir):
+    """`memplan plan --gpus N --zero K` on the export: PyTorch's per-rank peaks as the ONNX route predicts them."""
+    import subprocess
+
+    from multi_gpu import export_onnx
+
+    path = os.path.join(onnx_dir, f"{row['model']}.train.onnx")
+    if not os.path.exists(path):
+        export_onnx(row["model"], False, path)
+    zero = {"ddp": "0", "zero1": "1", "fsdp2": "3"}[row["wrap"]]
+    cmd = [memplan, "plan", path, "--train", "--optimizer", "adamw", "--loss", "ce", "--precision", row["precision"],
+           "--dim", f"batch={row['batch_per_gpu']}", "--dim", f"seq={row['seq']}", "--gpus", str(row["world_size"]),
+           "--zero", zero, "--json"]
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        return dict(error=p.stderr.strip()[-500:], command=" ".join(cmd[1:]))
+    out = json.loads(p.stdout)["pytorch"]
+    out["command"], out["seconds"] = " ".join(cmd[1:]), time.time() - t0
+    return out
+
+
+def markdown_memplan(rows):
+    lines = ["", "## The ONNX route: `memplan plan --gpus N --zero K` (its loop frees the logits after the loss)", "",
+             "Held against estimate_step on the same loop (the logits not kept), the figure PyTorch would measure for it, "
+             "and against the measured step (which keeps them). MiB, steady-state step peak.", "",
+             "| GPUs | model | precision | layout | rank | measured (logits kept) | estimate_step, logits freed | memplan plan | memplan / estimate |",
+             "|---:|---|---|---|---:|---:|---:|---:|---:|"]
+    errs = []
+    for r in rows:
+        m = r.get("memplan")
+        if not m or "error" in m:
+            lines.append(f"| {r['world_size']} | {r['model']} | {r['precision']} | {r['wrap']} | | | | error | |")
+            continue
+        free = {e["rank"]: e for e in r["estimate_logits_freed"]["ranks"]}
+        for c in r["ranks"]:
+            role = next(x for x in m["roles"] if c["rank"] in x["ranks"])
+            ref = free.get(c["rank"], free.get(0))["peak_allocated_bytes"]
+            pred = role["pytorch_step_peak_bytes"]
+            errs.append(pred / ref - 1)
+            lines.append(f"| {r['world_size']} | {r['model']} | {r['precision']} | {r['wrap']} | {c['rank']} | "
+                         f"{c['step_peak']['measured'] / MIB:.0f} | {ref / MIB:.0f} | {pred / MIB:.0f} | {100 * (pred / ref - 1):+.1f}% |")
+    if errs:
+        lines += ["", f"{len(errs)} ranks: memplan plan within 5% of estimate_step on {sum(abs(e) <= 0.05 for e in errs)}, "
+                      f"within 10% on {sum(abs(e) <= 0.10 for e in errs)}, worst {100 * max(errs, key=abs):+.1f}%."]
+    return "\n".join(lines) + "\n"
+
+
 def markdown(rows, device):
     lines = [f"PyTorch measured on {device}; estimate_step on this machine without a GPU. MiB; error = estimate / measured - 1.",
              "",
@@ -128,6 +181,8 @@ def main():
     ap.add_argument("measured", nargs="+", help="multi_gpu.py JSON files")
     ap.add_argument("--out", required=True)
     ap.add_argument("--md", default="")
+    ap.add_argument("--memplan", default="", help="also the ONNX route's per-rank prediction (memplan plan --gpus)")
+    ap.add_argument("--onnx-dir", default="/tmp/multi_gpu_onnx")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     import torch
@@ -144,6 +199,11 @@ def main():
             rows.append(dict(model=row["model"], precision=row["precision"], wrap=row["wrap"], world_size=row["world_size"],
                              measured_file=os.path.relpath(path, os.path.dirname(HERE)), estimate_seconds=seconds,
                              ranks=ranks, estimate={k: est[k] for k in ("ranks", "parallel", "notes", "sdpa_kernels")}))
+            if args.memplan:
+                os.makedirs(args.onnx_dir, exist_ok=True)
+                freed, _ = estimate(row, gpu, keep_logits=False)
+                rows[-1]["estimate_logits_freed"] = {k: freed[k] for k in ("ranks", "parallel")}
+                rows[-1]["memplan"] = memplan_route(row, args.memplan, args.onnx_dir)
             print(row["world_size"], row["model"], row["precision"], row["wrap"], " ".join(
                 f"r{c['rank']} step {100 * c['step_peak']['error']:+.1f}% run {100 * c['run_peak']['error']:+.1f}%" for c in ranks),
                 f"({seconds:.0f} s)", flush=True)
@@ -153,7 +213,7 @@ def main():
         json.dump(result, f, indent=2)
     if args.md:
         with open(args.md, "w") as f:
-            f.write(markdown(rows, ", ".join(sorted(devices))))
+            f.write(markdown(rows, ", ".join(sorted(devices))) + (markdown_memplan(rows) if args.memplan else ""))
 
 
 if __name__ == "__main__":

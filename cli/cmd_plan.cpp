@@ -197,11 +197,12 @@ int run_plan(const PlanArgs& a) {
   if (a.pytorch_attention != "sdpa" && a.pytorch_attention != "eager")
     fail(ErrorKind::usage, "--pytorch-attention '" + a.pytorch_attention + "' is not one of sdpa, eager");
   if (!a.train.train) fail(ErrorKind::usage, "plan and fit need --train (use `memplan analyze` for inference)");
-  if (parallel_requested(a.parallel)) return run_parallel_plan(a.train, a.parallel, a.json, a.plan_file);
+  const planner::PytorchEager pytorch{a.pytorch_attention == "sdpa", planner::parse_size(a.pytorch_workspace)};
+  if (parallel_requested(a.parallel)) return run_parallel_plan(a.train, a.parallel, a.json, a.plan_file, pytorch);
   const analysis::Graph shaped = load_shaped_model(a.train.model);
   warn_if_eval_export(shaped, a.train.model.model);
   planner::StepRequest req = step_request(a.train);
-  req.pytorch = planner::PytorchEager{a.pytorch_attention == "sdpa", planner::parse_size(a.pytorch_workspace)};
+  req.pytorch = pytorch;
   const planner::StepPlan step = planner::plan_training_step(shaped, req);
   const PlanFacts facts = plan_facts(step.result);
   analysis::OutputFiles files;

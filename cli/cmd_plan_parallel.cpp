@@ -11,7 +11,8 @@
 
 namespace memplan::cli {
 
-RankPlans plan_rank_roles(const TrainingArgs& train, const ParallelArgs& par) {
+RankPlans plan_rank_roles(const TrainingArgs& train, const ParallelArgs& par,
+                          const std::optional<planner::PytorchEager>& pytorch) {
   const planner::ParallelOptions o = parallel_options(par, train.microbatches);
   const analysis::Graph shaped = load_shaped_model(train.model);
   warn_if_eval_export(shaped, train.model.model);
@@ -19,11 +20,14 @@ RankPlans plan_rank_roles(const TrainingArgs& train, const ParallelArgs& par) {
   ta.microbatches = 1;  // --microbatches are the layout's (pipeline microbatches or accumulation steps)
   RankPlans rp{training_setup(shaped, ta), {}};
   rp.result = planner::plan_parallel(rp.setup.fused_forward, rp.setup.training_options, rp.setup.options, o);
+  if (pytorch && o.tp == 1 && o.pp == 1 && o.data_parallel() > 1)
+    rp.pytorch = planner::predict_pytorch_data_parallel(shaped, step_request(ta), *pytorch, o.data_parallel(), o.zero);
   return rp;
 }
 
-int run_parallel_plan(const TrainingArgs& train, const ParallelArgs& par, bool json, const std::string& plan_file) {
-  const RankPlans planned = plan_rank_roles(train, par);
+int run_parallel_plan(const TrainingArgs& train, const ParallelArgs& par, bool json, const std::string& plan_file,
+                      const std::optional<planner::PytorchEager>& pytorch) {
+  const RankPlans planned = plan_rank_roles(train, par, pytorch);
   const TrainingSetup& s = planned.setup;
   const planner::ParallelPlanResult& r = planned.result;
   analysis::OutputFiles files;  // written once stdout is: a failed print leaves no rank-plans file behind
@@ -54,6 +58,10 @@ int run_parallel_plan(const TrainingArgs& train, const ParallelArgs& par, bool j
     j["fusion"] = fusion_json(s.fusion);
     j["precision"] = train.precision;
     j["budget_bytes"] = s.options.budget_bytes ? nlohmann::json(*s.options.budget_bytes) : nlohmann::json();
+    if (planned.pytorch) {
+      j["pytorch"] = pytorch_parallel_json(*planned.pytorch);
+      j["pytorch_peak_bytes"] = j["pytorch"]["pytorch_peak_bytes"];  // the rank that peaks highest
+    }
     std::cout << json_text(j, 2) << "\n";
     commit_after_stdout(files);
     return 0;
@@ -61,6 +69,7 @@ int run_parallel_plan(const TrainingArgs& train, const ParallelArgs& par, bool j
   std::printf("model                %s (per-rank training plans)\n", analysis::terminal_safe(train.model.model).c_str());
   std::printf("fused                %s\n", fusion_text(s.fusion).c_str());
   std::printf("%s", parallel_text(r).c_str());
+  if (planned.pytorch) std::printf("%s", pytorch_parallel_text(*planned.pytorch).c_str());
   if (!plan_file.empty()) std::printf("plans written to     %s (one per rank role)\n", analysis::terminal_safe(plan_file).c_str());
   commit_after_stdout(files);
   return 0;

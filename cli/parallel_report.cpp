@@ -1,6 +1,8 @@
 // Per-rank plans stated: JSON `ranks` with model state, activations, arena and communication; a table per role.
 #include "cli/parallel_report.hpp"
 
+#include <algorithm>
+
 #include <cstdio>
 
 #include "cli/common.hpp"
@@ -170,6 +172,38 @@ std::string parallel_text(const planner::ParallelPlanResult& r) {
   std::snprintf(line, sizeof line, "\nstep estimate        %.3f ms (compute%s + communication %.3f ms, not overlapped)\n", 1e3 * r.estimated_step_seconds,
                 o.pp > 1 ? " with the pipeline bubble" : "", 1e3 * r.communication_seconds);
   s += line;
+  return s;
+}
+
+nlohmann::json pytorch_parallel_json(const planner::PytorchDataParallel& p) {
+  nlohmann::json j;
+  j["layout"] = planner::pytorch_layout_name(p.layout);
+  j["world_size"] = p.world_size;
+  if (p.layout == planner::PytorchLayout::fsdp2) j["reshard_after_forward"] = p.reshard_after_forward;
+  else j["bucket_bytes"] = p.bucket_bytes;
+  std::uint64_t worst = 0;
+  nlohmann::json roles = nlohmann::json::array();
+  for (const auto& r : p.roles) {
+    roles.push_back({{"ranks", r.ranks}, {"pytorch_peak_bytes", r.peak_bytes}, {"pytorch_step_peak_bytes", r.step_peak_bytes},
+                     {"model_state_bytes", r.model_state_bytes}});
+    worst = std::max(worst, r.peak_bytes);
+  }
+  j["roles"] = roles;
+  j["pytorch_peak_bytes"] = worst;
+  j["doubts"] = p.doubts;
+  return j;
+}
+
+std::string pytorch_parallel_text(const planner::PytorchDataParallel& p) {
+  std::string s = "\nPyTorch " + std::string(planner::pytorch_layout_name(p.layout)) + " on " + std::to_string(p.world_size) +
+                  " GPUs (max_memory_allocated per rank, workspaces included; the run, then a steady step):\n";
+  char line[512];
+  for (const auto& r : p.roles) {
+    std::snprintf(line, sizeof line, "  ranks %-14s %12s  step %s, model state %s\n", ranks_text(r.ranks).c_str(),
+                  human_bytes(r.peak_bytes).c_str(), human_bytes(r.step_peak_bytes).c_str(), human_bytes(r.model_state_bytes).c_str());
+    s += line;
+  }
+  for (const auto& d : p.doubts) s += "  doubt: " + d + "\n";
   return s;
 }
 

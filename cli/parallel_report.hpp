@@ -9,6 +9,7 @@
 
 #include "cli/training_args.hpp"
 #include "planner/parallel/parallel.hpp"
+#include "planner/pytorch/data_parallel_eager.hpp"
 
 namespace memplan::cli {
 
@@ -35,13 +36,22 @@ nlohmann::json parallel_json(const planner::ParallelPlanResult& r);
 std::string parallel_text(const planner::ParallelPlanResult& r);
 // `memplan plan --train --gpus N ...`: plans every rank role, prints the JSON or the tables; --save-plan FILE
 // writes one plan per rank role (docs/plan-schema.md, "Rank plans").
-int run_parallel_plan(const TrainingArgs& train, const ParallelArgs& par, bool json, const std::string& plan_file);
-// The model loaded, fused and planned per rank role as `plan --gpus` does (--microbatches are the layout's).
+// `pytorch`: how PyTorch eager runs the step, for the prediction of PyTorch's DDP / ZeRO-1 / FSDP2 on each rank (data
+// parallel alone: --tp 1 --pp 1).
+int run_parallel_plan(const TrainingArgs& train, const ParallelArgs& par, bool json, const std::string& plan_file,
+                      const std::optional<planner::PytorchEager>& pytorch = std::nullopt);
+// The model loaded, fused and planned per rank role as `plan --gpus` does (--microbatches are the layout's); with
+// `pytorch`, PyTorch's layout predicted on each rank too.
 struct RankPlans {
   TrainingSetup setup;
   planner::ParallelPlanResult result;
+  std::optional<planner::PytorchDataParallel> pytorch;
 };
-RankPlans plan_rank_roles(const TrainingArgs& train, const ParallelArgs& par);
+RankPlans plan_rank_roles(const TrainingArgs& train, const ParallelArgs& par,
+                          const std::optional<planner::PytorchEager>& pytorch = std::nullopt);
+// {"layout": "FSDP2", "roles": [{"ranks", "pytorch_peak_bytes", ...}], ...} and the text lines of the same.
+nlohmann::json pytorch_parallel_json(const planner::PytorchDataParallel& p);
+std::string pytorch_parallel_text(const planner::PytorchDataParallel& p);
 // "dp2 zero3 tp1 pp1"
 std::string layout_name(const planner::ParallelOptions& o);
 // "0,1,2,3" (eight at most), else "0..15".

@@ -68,7 +68,8 @@ TrainingStep build_training_step(const analysis::Graph& shaped_forward, const St
   return s;
 }
 
-PytorchPrediction predict_pytorch(const analysis::Graph& shaped_forward, const StepRequest& req, const PytorchEager& eager) {
+PytorchEagerRun run_pytorch_eager(const analysis::Graph& shaped_forward, const StepRequest& req, const PytorchEager& eager,
+                                  bool timeline) {
   StepRequest r = req;
   r.pytorch.reset();
   r.plan.strategy = "none";  // PyTorch keeps every saved tensor
@@ -78,12 +79,18 @@ PytorchPrediction predict_pytorch(const analysis::Graph& shaped_forward, const S
   // Under autocast SDPA reads 16-bit operands (flash takes grouped-query heads); pytorch_sdpa_backend sees the
   // graph's fp32 ones: only fp32 steps get the math backend written out.
   if (eager.sdpa && r.training.precision != analysis::Precision::fp32) r.fuse.math_attention = false;
-  const TrainingStep s = build_training_step(shaped_forward, r);
-  const TrainingPlanResult planned = plan_training(s.training, s.options);
+  PytorchEagerRun run{build_training_step(shaped_forward, r), {}, {}};
+  run.planned = plan_training(run.step.training, run.step.options);
   EagerOptions eo;
   eo.optimizer_impl = r.training.optimizer_impl;
+  eo.timeline = timeline;
+  run.peak = eager_peak(run.planned.graph, run.planned.plan, eo);
+  return run;
+}
+
+PytorchPrediction predict_pytorch(const analysis::Graph& shaped_forward, const StepRequest& req, const PytorchEager& eager) {
   PytorchPrediction p;
-  p.peak_bytes = checked_add(eager_peak(planned.graph, planned.plan, eo).peak_bytes, eager.workspace_bytes, "PyTorch peak");
+  p.peak_bytes = checked_add(run_pytorch_eager(shaped_forward, req, eager).peak.peak_bytes, eager.workspace_bytes, "PyTorch peak");
   p.workspace_bytes = eager.workspace_bytes;
   p.sdpa = eager.sdpa;
   p.doubts = pytorch_eager_doubts(shaped_forward, eager.sdpa);

@@ -211,6 +211,7 @@ EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan, const EagerOpti
   std::uint64_t live = 0, worst = 0;
   for (std::uint32_t s = 0; s < steps; ++s) {
     live = checked_add(live, add[s], "eager peak") - remove[s];  // added first: a release may start where its buffer does
+    if (options.timeline) out.live.push_back(live);
     if (live > worst) {
       worst = live;
       out.peak_step = s;

@@ -14,12 +14,14 @@ namespace memplan::planner {
 struct EagerOptions {
   // How torch.optim runs step(): what it allocates beside the parameters and their state (eager_model.cpp).
   analysis::OptimizerImpl optimizer_impl = analysis::OptimizerImpl::foreach;
+  bool timeline = false;  // fill EagerPeak::live
 };
 
 struct EagerPeak {
   std::uint64_t peak_bytes = 0;       // resident + activations + gradients at the worst step
   std::uint64_t resident_bytes = 0;   // weights, optimizer state and graph inputs: held for the whole step
   std::uint32_t peak_step = 0;
+  std::vector<std::uint64_t> live;    // with EagerOptions::timeline: bytes live beside resident_bytes at each step
 };
 
 // An eager framework allocates each tensor when its op runs and frees it after its last use; it shares
