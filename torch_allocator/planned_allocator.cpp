@@ -84,8 +84,28 @@ bool PlannedAllocator::range_free(std::uint64_t offset, std::uint64_t bytes) con
   return it == arena_live_.begin() || std::prev(it)->second <= offset;
 }
 
+// The recorded block the step's next allocation of `size` on `stream` is: the next in order, else (an allocation
+// the recording made and this step does not, such as DDP rebuilding its buckets in the recorded step, or one of
+// this step's own) the first of that size and stream a little further on; the replay goes on from there. Liveness
+// stays safe whatever is matched: a planned range still held goes to the pool (range_free).
+std::size_t PlannedAllocator::match_recorded(std::uint64_t size, StreamId stream) {
+  const RecordedStep& rec = *planned_;
+  const auto same = [&](std::size_t j) {
+    return j < rec.blocks.size() && rec.blocks[j].bytes == round_block(size) && rec.blocks[j].stream == stream;
+  };
+  const std::size_t k = next_alloc_;
+  if (same(k) || k >= rec.blocks.size()) return k;
+  for (std::size_t j = k + 1; j < std::min(rec.blocks.size(), k + 1 + kResyncWindow); ++j)
+    if (same(j)) {
+      ++stats_.resyncs;
+      return j;
+    }
+  return k;
+}
+
 void* PlannedAllocator::replay(std::uint64_t size, StreamId stream) {
-  const std::size_t k = next_alloc_++;
+  const std::size_t k = match_recorded(size, stream);
+  next_alloc_ = k + 1;
   const RecordedStep& rec = *planned_;
   const bool matches = k < rec.blocks.size() && rec.blocks[k].bytes == round_block(size) && rec.blocks[k].stream == stream;
   if (stream != rec.primary_stream) {
@@ -136,7 +156,7 @@ void* PlannedAllocator::allocate(std::uint64_t size, StreamId stream) {
     return from_pool(size, stream);
   }
   void* p = nullptr;
-  const std::size_t k = next_alloc_;
+  const std::size_t k = step_allocs_.size();  // its place among the step's allocations
   if (replaying_) {
     p = replay(size, stream);
     ++event_;
@@ -340,6 +360,7 @@ nlohmann::json stats_json(const AllocatorStats& s) {
           {"misses", s.misses},                 {"conflicts", s.conflicts},
           {"late_frees", s.late_frees},         {"other_stream", s.other_stream},
           {"unstepped", s.unstepped}, {"carried", s.carried}, {"setup", s.setup},           {"replans", s.replans},
+          {"resyncs", s.resyncs},
           {"carried_in_arena", s.carried_in_arena}, {"periodic_bytes", s.periodic_bytes}, {"periodic_blocks", s.periodic_blocks},
           {"plans", s.plans},                   {"steps", s.steps},
           {"recorded_steps", s.recorded_steps}, {"deferred_frees", s.deferred_frees},

@@ -45,6 +45,7 @@ struct AllocatorStats {
   std::uint64_t hits = 0;               // allocations served at their planned offset
   std::uint64_t misses = 0;             // allocations of a replayed step that did not match the plan
   std::uint64_t conflicts = 0;          // misses whose planned range was still held by an unfreed block
+  std::uint64_t resyncs = 0;            // replayed allocations matched further on in the recording (one skipped)
   std::uint64_t late_frees = 0;         // arena blocks freed after the event the plan freed them at
   std::uint64_t other_stream = 0;       // allocations off the arena's stream (pool, by design)
   std::uint64_t carried = 0;            // replayed allocations of carried blocks that are not periodic (pool)
@@ -158,7 +159,9 @@ class PlannedAllocator {
   bool in_step_ = false;
   bool stepped_ = false;          // a step has begun: later allocations outside steps are `unstepped`
   std::uint64_t exact_bytes_ = 0;  // held by Where::exact blocks
-  std::size_t next_alloc_ = 0;  // index of the step's next allocation
+  std::size_t next_alloc_ = 0;  // the recorded block the step's next allocation is expected to be
+  static constexpr std::size_t kResyncWindow = 256;  // how far on an unexpected allocation is looked for
+  std::size_t match_recorded(std::uint64_t size, StreamId stream);
   std::uint64_t step_serial_ = 0;  // steps begun
   std::vector<void*> step_allocs_;  // the step's allocations in order (for rank_carried)
   std::uint32_t event_ = 0;      // events of the replayed step so far

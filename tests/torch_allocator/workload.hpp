@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "torch_allocator/planned_allocator.hpp"
@@ -69,6 +70,8 @@ struct Workload {
   bool keep_grads = true;
   bool zero_grad_after_forward = false;  // PyTorch's usual loop: the previous gradients live through the forward
   std::vector<void*> weights;
+  std::uint64_t one_off_bytes = 0;  // nonzero: the next step first allocates a block of these bytes, kept to finish()
+  std::vector<void*> one_offs;
 
   void setup(int layers = 6) {
     for (int l = 0; l < layers; ++l) weights.push_back(alloc(3000 * static_cast<std::uint64_t>(l + 1) + 5));
@@ -93,6 +96,7 @@ struct Workload {
       grads.clear();
     };
     if (!zero_grad_after_forward) zero_grad();
+    if (one_off_bytes) one_offs.push_back(alloc(std::exchange(one_off_bytes, 0)));
     std::vector<void*> acts;
     for (int l = 0; l < layers; ++l) {
       acts.push_back(alloc(batch * 1000 * static_cast<std::uint64_t>(l % 3 + 1)));
@@ -116,6 +120,8 @@ struct Workload {
     grads.clear();
     for (void* p : weights) release(p);
     weights.clear();
+    for (void* p : one_offs) release(p);
+    one_offs.clear();
   }
 };
 
