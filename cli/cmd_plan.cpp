@@ -51,6 +51,7 @@ struct PlanArgs {
   std::string plan_file;
   std::string pytorch_attention = "sdpa";
   std::string pytorch_workspace = "65MiB";  // planner::kPytorchWorkspaceBytes
+  std::string pytorch_outputs = "held";
   ParallelArgs parallel;  // --gpus, --zero, --tp, --pp: per-rank plans (cli/cmd_plan_parallel.cpp)
 };
 
@@ -92,6 +93,7 @@ nlohmann::json pytorch_json(const planner::PytorchPrediction& p) {
   return {{"pytorch_peak_bytes", p.peak_bytes},            // PyTorch eager's own peak (planner::predict_pytorch)
           {"pytorch_workspace_bytes", p.workspace_bytes},  // of pytorch_peak_bytes: the libraries' workspaces
           {"pytorch_attention", p.sdpa ? "sdpa" : "eager"},
+          {"pytorch_outputs", p.hold_outputs ? "held" : "freed"},
           {"pytorch_peak_doubts", std::move(doubts)}};     // where that prediction guessed (empty: nothing)
 }
 
@@ -197,7 +199,10 @@ int run_plan(const PlanArgs& a) {
   if (a.pytorch_attention != "sdpa" && a.pytorch_attention != "eager")
     fail(ErrorKind::usage, "--pytorch-attention '" + a.pytorch_attention + "' is not one of sdpa, eager");
   if (!a.train.train) fail(ErrorKind::usage, "plan and fit need --train (use `memplan analyze` for inference)");
-  const planner::PytorchEager pytorch{a.pytorch_attention == "sdpa", planner::parse_size(a.pytorch_workspace)};
+  if (a.pytorch_outputs != "held" && a.pytorch_outputs != "freed")
+    fail(ErrorKind::usage, "--pytorch-outputs '" + a.pytorch_outputs + "' is not one of held, freed");
+  const planner::PytorchEager pytorch{a.pytorch_attention == "sdpa", planner::parse_size(a.pytorch_workspace),
+                                      a.pytorch_outputs == "held"};
   if (parallel_requested(a.parallel)) return run_parallel_plan(a.train, a.parallel, a.json, a.plan_file, pytorch);
   const analysis::Graph shaped = load_shaped_model(a.train.model);
   warn_if_eval_export(shaped, a.train.model.model);
@@ -229,6 +234,9 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
                   "attention PyTorch runs in the pytorch_peak_bytes prediction: sdpa (default; one fused kernel) or eager (matmul, softmax, matmul)");
   cmd->add_option("--pytorch-workspace", args->pytorch_workspace,
                   "what PyTorch's allocator holds for cuBLAS/cuBLASLt workspaces, part of pytorch_peak_bytes (default 65MiB: PyTorch 2.11, CUDA 13, H100)");
+  cmd->add_option("--pytorch-outputs", args->pytorch_outputs,
+                  "held (default): the loop keeps the model's output to the end of the step (out = model(x); loss = loss_fn(out, y)); "
+                  "freed: the loss is taken inline (loss_fn(model(x), y)), the output dies at its last use");
   cmd->callback([args, &action] { action = [args] { return run_plan(*args); }; });
 }
 

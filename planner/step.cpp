@@ -84,6 +84,7 @@ PytorchEagerRun run_pytorch_eager(const analysis::Graph& shaped_forward, const S
   EagerOptions eo;
   eo.optimizer_impl = r.training.optimizer_impl;
   eo.timeline = timeline;
+  eo.hold_outputs = eager.hold_outputs;
   run.peak = eager_peak(run.planned.graph, run.planned.plan, eo);
   return run;
 }
@@ -93,6 +94,7 @@ PytorchPrediction predict_pytorch(const analysis::Graph& shaped_forward, const S
   p.peak_bytes = checked_add(run_pytorch_eager(shaped_forward, req, eager).peak.peak_bytes, eager.workspace_bytes, "PyTorch peak");
   p.workspace_bytes = eager.workspace_bytes;
   p.sdpa = eager.sdpa;
+  p.hold_outputs = eager.hold_outputs;
   p.doubts = pytorch_eager_doubts(shaped_forward, eager.sdpa);
   return p;
 }

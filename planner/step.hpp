@@ -65,6 +65,7 @@ inline constexpr std::uint64_t kPytorchWorkspaceBytes = 65ull << 20;
 struct PytorchEager {
   bool sdpa = true;  // attention through scaled_dot_product_attention (one fused kernel); false: matmul, softmax, matmul
   std::uint64_t workspace_bytes = kPytorchWorkspaceBytes;
+  bool hold_outputs = true;  // the loop holds the model's output to the end of the step (EagerOptions::hold_outputs)
 };
 
 // What PyTorch eager would hold at its peak running the step (torch.cuda.max_memory_allocated): the forward graph fused
@@ -74,6 +75,7 @@ struct PytorchPrediction {
   std::uint64_t peak_bytes = 0;       // workspace_bytes included
   std::uint64_t workspace_bytes = 0;
   bool sdpa = true;
+  bool hold_outputs = true;
   std::vector<EagerDoubt> doubts;     // empty: nothing it could not tell apart
 };
 

@@ -61,7 +61,7 @@ void hold_until(const analysis::Graph& g, const Plan& plan, const std::vector<st
 }
 
 void cross_entropy_eager(const analysis::Graph& g, const Plan& plan, const std::vector<std::uint32_t>& step_of,
-                         analysis::OpId ce, Steps& add, Steps& remove) {
+                         analysis::OpId ce, bool hold_outputs, Steps& add, Steps& remove) {
   const auto& op = g.ops[ce];
   const analysis::TensorId y = op.inputs.at(0), lse = op.output(1);
   const auto& yt = g.tensors[y];
@@ -100,13 +100,38 @@ void cross_entropy_eager(const analysis::Graph& g, const Plan& plan, const std::
     // The plan's fp32 y is not there; the plan's fp32 dy at b stands for nll_loss_backward's gradient (the
     // 16-bit logits' gradient comes after it is freed); the 16-bit logits stay until b.
     if (y_in_arena) release(add, remove, step_of[yt.producer], shared ? b - 1 : b, y_bytes);
-    return hold_until(g, plan, step_of, src, b, grad, add, remove);
+    return hold_outputs ? void() : hold_until(g, plan, step_of, src, b, grad, add, remove);  // held: see held_outputs
   }
   // nll_loss_backward's zeroed logits-sized gradient. With 16-bit logits the logits' gradient (the plan's dy,
   // made at b) comes after it is freed: its bytes are in the plan at b already.
   hold(add, remove, b, b, upcast ? logits - std::min(logits, y_bytes) : logits);
   if (upcast || !y_in_arena) return;
+  if (hold_outputs) {
+    // The held logits and their gradient share one buffer in memplan's plan (the gradient written over them); in
+    // PyTorch the gradient is an allocation of its own while the loop holds the logits.
+    if (shared) hold(add, remove, b, plan.buffers[plan.tensor_buffer[y]].interval.last, y_bytes);
+    return;
+  }
   if (const std::uint32_t last = std::max(last_use_before_b(y), f); last < b) release(add, remove, last + 1, shared ? b - 1 : b, y_bytes);
+}
+
+// The training loop holds the model's output (`out = model(x); loss = loss_fn(out, y)`): the prediction a loss reads
+// (its 16-bit original under autocast) lives from its last use to the end of the step, and the previous step's
+// until the forward has made the new one (the loop rebinds `out` then).
+void held_outputs(const analysis::Graph& g, const Plan& plan, const std::vector<std::uint32_t>& step_of, Steps& add,
+                  Steps& remove) {
+  const auto last = static_cast<std::uint32_t>(plan.schedule.size() - 1);
+  for (std::uint32_t s = 0; s <= last; ++s) {
+    const auto& op = g.ops[plan.schedule[s]];
+    if (op.phase != analysis::Phase::forward || op.inputs.empty()) continue;
+    if (op.type != analysis::memplan_ops::kCrossEntropyLoss && op.type != analysis::memplan_ops::kMSELoss) continue;
+    const analysis::TensorId cast_from = autocast_source(g, op.inputs[0]);
+    const analysis::TensorId out = cast_from == analysis::kNoTensor ? op.inputs[0] : cast_from;
+    const auto& t = g.tensors[out];
+    if (!t.shape_known() || t.on_host || t.producer == analysis::kNoOp) continue;
+    hold_until(g, plan, step_of, out, last, analysis::kNoOp, add, remove);
+    hold(add, remove, 0, step_of[t.producer], align_up(t.bytes(), plan.alignment));  // the previous step's
+  }
 }
 
 // torch.autocast caches the low-precision copy of each weight (a Cast of an initializer in the forward pass)
@@ -169,13 +194,13 @@ EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan, const EagerOpti
   for (std::uint32_t s = 0; s < steps; ++s) {  // PyTorch's mse_loss (see the header)
     const auto& op = g.ops[plan.schedule[s]];
     if (op.type == analysis::memplan_ops::kCrossEntropyLoss && op.phase == analysis::Phase::forward)
-      cross_entropy_eager(g, plan, step_of, plan.schedule[s], add, remove);
+      cross_entropy_eager(g, plan, step_of, plan.schedule[s], options.hold_outputs, add, remove);
     if (op.type != analysis::memplan_ops::kMSELoss || op.inputs.empty()) continue;
     const auto& y = g.tensors[op.inputs[0]];
     if (!y.shape_known() || y.on_host) continue;
     const std::uint64_t bytes = align_up(y.bytes(), plan.alignment);
     hold(add, remove, s, s, bytes);                            // the mean's temporary
-    if (const analysis::TensorId src = autocast_source(g, op.inputs[0]); src != analysis::kNoTensor) {
+    if (const analysis::TensorId src = autocast_source(g, op.inputs[0]); src != analysis::kNoTensor && !options.hold_outputs) {
       std::uint32_t grad_step = s;  // the 16-bit output is kept until the loss's gradient has read its fp32 copy
       for (analysis::OpId c : y.consumers) grad_step = std::max(grad_step, step_of[c]);
       hold_until(g, plan, step_of, src, grad_step, analysis::kNoOp, add, remove);
@@ -183,6 +208,7 @@ EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan, const EagerOpti
     hold(add, remove, s, static_cast<std::uint32_t>(steps - 1), bytes);  // the loss's storage, held to the end
   }
   extend_autocast_cache(g, plan, step_of, add, remove);
+  if (options.hold_outputs) held_outputs(g, plan, step_of, add, remove);
   // optimizer.step(): its temporaries live while it runs, at the first update's step (gradients still held).
   std::vector<analysis::OpId> updates;
   for (std::uint32_t s = 0; s < steps; ++s)

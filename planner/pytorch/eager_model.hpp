@@ -15,6 +15,10 @@ struct EagerOptions {
   // How torch.optim runs step(): what it allocates beside the parameters and their state (eager_model.cpp).
   analysis::OptimizerImpl optimizer_impl = analysis::OptimizerImpl::foreach;
   bool timeline = false;  // fill EagerPeak::live
+  // The loop holds the model's output until the step ends (`out = model(x); loss = loss_fn(out, y)`, as
+  // memplan_torch.estimate_step's loop does); false: the loss is taken inline (`loss_fn(model(x), y)`) and the
+  // output dies at its last use.
+  bool hold_outputs = false;
 };
 
 struct EagerPeak {
