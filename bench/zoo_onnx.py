@@ -121,8 +121,10 @@ def register_symbolics():
         idx = g.op("Floor", g.op("Mul", g.op("Sub", xf, c(lo)), c(bins / (hi - lo))))
         idx = g.op("Min", idx, c(float(bins - 1)))
         inside = g.op("Cast", g.op("And", g.op("GreaterOrEqual", xf, c(lo)), g.op("LessOrEqual", xf, c(hi))), to_i=1)
-        onehot = g.op("OneHot", g.op("Cast", g.op("Max", idx, c(0.0)), to_i=7), g.op("Constant", value_t=torch.tensor([bins])),
-                      g.op("Constant", value_t=torch.tensor([0.0, 1.0])), axis_i=-1)
+        # one-hot by comparison with the bin numbers (Equal against a Range; memplan has no OneHot)
+        bins_t = g.op("Constant", value_t=torch.arange(bins, dtype=torch.float32))
+        onehot = g.op("Cast", g.op("Equal", g.op("Unsqueeze", g.op("Max", idx, c(0.0)),
+                                                 g.op("Constant", value_t=torch.tensor([1]))), bins_t), to_i=1)
         counts = g.op("ReduceSum", g.op("Mul", onehot, g.op("Unsqueeze", inside, g.op("Constant", value_t=torch.tensor([1])))),
                       g.op("Constant", value_t=torch.tensor([0])), keepdims_i=0)
         return g.op("CastLike", counts, x)
@@ -253,6 +255,14 @@ def plan(path, case):
     return r
 
 
+def memplan_build():
+    """The binary planned with: its path and modification time (a shared build tree may be rebuilt mid-run)."""
+    try:
+        return f"{MEMPLAN} {time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(os.path.getmtime(MEMPLAN)))}Z"
+    except OSError:
+        return MEMPLAN
+
+
 def run_one(entry, cases):
     import torch
 
@@ -273,7 +283,7 @@ def run_one(entry, cases):
         onnx_bytes = os.path.getsize(path) if export_error is None and os.path.exists(path) else None
         for case in cases:
             r = {"id": entry["id"], "case": case, "route": "onnx", "torch": torch.__version__,
-                 "exported": export_error is None, "export_seconds": export_seconds}
+                 "exported": export_error is None, "export_seconds": export_seconds, "memplan": memplan_build()}
             if export_error:
                 r.update(ok=False, export_error=export_error, error="export: " + export_error)
             else:
