@@ -39,7 +39,8 @@ PLAN_TIMEOUT = int(os.environ.get("MEMPLAN_ZOO_PLAN_TIMEOUT", "480"))
 
 @contextlib.contextmanager
 def eager_masks():
-    """transformers' mask helpers answering as in eager while the tracer runs (see the module's doc)."""
+    """transformers' mask helpers, grouped matmul and timm's same padding as eager runs them at the example's sizes,
+    while the tracer runs (see the module's doc)."""
     try:
         from transformers import masking_utils as mu
     except Exception:  # noqa: BLE001 - no transformers: nothing to patch
@@ -50,6 +51,13 @@ def eager_masks():
         from transformers.integrations import moe
         patches.append((moe, "_grouped_mm", grouped_mm_per_expert))
     except Exception:  # noqa: BLE001 - an older transformers without the experts interface
+        pass
+    try:
+        from timm.layers import padding as timm_padding
+        same = timm_padding.get_same_padding
+        patches.append((timm_padding, "get_same_padding",
+                        lambda x, *a, **k: same(int(x), *a, **k)))  # the size at the example: a constant, as in eager
+    except Exception:  # noqa: BLE001 - no timm
         pass
     saved = [(m, k, getattr(m, k)) for m, k, _ in patches if hasattr(m, k)]
     for m, k, v in patches:
