@@ -76,6 +76,9 @@ struct FuseOptions {
   // (decompose_math_attention): with `attention`, those PyTorch's SDPA dispatch sends to its math backend; without
   // it (eager attention), every one (a graph written with FusedAttention: memplan_torch.export_graph).
   bool math_attention = false;
+  // x * Sigmoid(x), x * HardSigmoid(x), x * Tanh(Softplus(x)) -> Swish, HardSwish, Mish: PyTorch's F.silu,
+  // F.hardswish and F.mish as exported (fusion_activations.cpp); memplan's own plans fuse them as elementwise chains.
+  bool activations = false;
   // Nothing fused (`--no-fuse`).
   static FuseOptions none() {
     FuseOptions o{false, false, false, false, false};
@@ -88,6 +91,7 @@ struct FuseOptions {
     FuseOptions o{sdpa, true, true, false, false};
     o.composite = false;
     o.math_attention = true;
+    o.activations = true;
     return o;
   }
 };
@@ -98,6 +102,7 @@ FusionResult fuse_graph(const analysis::Graph& g, const FuseOptions& opts = {});
 
 // The passes (each one a whole rewrite; fuse_graph chains them).
 FusionResult fuse_attention(const analysis::Graph& g);  // fusion_attention.cpp
+FusionResult fuse_gated_activations(const analysis::Graph& g);  // fusion_activations.cpp
 // fusion_norms.cpp: LayerNorm and (with `rms`) RMSNorm
 FusionResult fuse_norms(const analysis::Graph& g, bool rms = true);
 // fusion_gelu.cpp: erf and tanh forms; without `composite` only F.gelu's exported association

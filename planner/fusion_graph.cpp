@@ -29,6 +29,7 @@ FusionResult fuse_graph(const analysis::Graph& g, const FuseOptions& opts) {
   run(opts.math_attention, [&](const analysis::Graph& x) { return decompose_math_attention(x, !opts.attention); });
   run(opts.norms, [&](const analysis::Graph& x) { return fuse_norms(x, opts.composite); });
   run(opts.gelu, [&](const analysis::Graph& x) { return fuse_gelu(x, opts.composite); });
+  run(opts.activations, &fuse_gated_activations);
   run(opts.rolls, &fuse_rolls);
   run(opts.layouts, &fuse_layouts);
   run(opts.layouts && opts.attention, &fuse_packed_attention);

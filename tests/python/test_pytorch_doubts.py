@@ -53,6 +53,35 @@ def silu_gate():
     assert k == {"activation": 1}, k
 
 
+def peak(m, *extra):
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "m.onnx")
+        onnx.save(m, p)
+        r = subprocess.run([A.memplan, "plan", p, "--train", "--json", *extra], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)["pytorch_peak_bytes"]
+
+
+def gated_as_one_kernel():
+    # F.silu and F.mish as exported: PyTorch runs one kernel whose backward saves x, as its Elu does; written out
+    # op by op the gate (x's size) would be saved too
+    def net(act_nodes):
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), *act_nodes, helper.make_node("MatMul", ["a", "w2"], ["y"])]
+        return model(nodes, [weight("w", [32, 64]), weight("w2", [64, 32])], [8, 16, 32])
+    elu = peak(net([helper.make_node("Elu", ["h"], ["a"])]))
+    silu = peak(net([helper.make_node("Sigmoid", ["h"], ["s"]), helper.make_node("Mul", ["h", "s"], ["a"])]))
+    mish_ = peak(net([helper.make_node("Softplus", ["h"], ["sp"]), helper.make_node("Tanh", ["sp"], ["t"]),
+                      helper.make_node("Mul", ["t", "h"], ["a"])]))
+    assert silu == elu and mish_ == elu, (silu, mish_, elu)
+    # under autocast they are counted op by op (their backward rules run in float32): the plan still succeeds
+    silu_net = net([helper.make_node("Sigmoid", ["h"], ["s"]), helper.make_node("Mul", ["h", "s"], ["a"])])
+    assert peak(silu_net, "--precision", "bf16", "--optimizer", "adamw") > 0
+    # the gate read twice is no library activation: op by op, above
+    twice = peak(net([helper.make_node("Sigmoid", ["h"], ["s"]), helper.make_node("Mul", ["h", "s"], ["a0"]),
+                      helper.make_node("Add", ["a0", "s"], ["a"])]))
+    assert twice > elu, (twice, elu)
+
+
 def mish():
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Softplus", ["h"], ["sp"]),
              helper.make_node("Tanh", ["sp"], ["t"]), helper.make_node("Mul", ["h", "t"], ["y"])]
@@ -79,6 +108,7 @@ def softmax_attention_over_the_wrong_axis():
 
 R = Results()
 R.run("x * sigmoid(x) is reported as a guessed activation", silu_gate)
+R.run("x * sigmoid(x) and x * tanh(softplus(x)) are predicted as one kernel saving x (as an Elu)", gated_as_one_kernel)
 R.run("x * tanh(softplus(x)) is reported as a guessed activation", mish)
 R.run("a plain MLP has no doubts", plain_mlp)
 R.run("softmax attention SDPA does not take is reported", softmax_attention_over_the_wrong_axis)
