@@ -58,7 +58,7 @@ def run_layout(layout, precision, args, rank, device):
     g = torch.Generator().manual_seed(1000 + rank)
     batches = [(torch.randint(0, 50257, (args.batch, args.seq), generator=g),
                 torch.randint(0, 50257, (args.batch, args.seq), generator=g)) for _ in range(args.steps)]
-    losses = []
+    losses, per_step = [], []
     torch.cuda.synchronize()
     if args.allocator == "torch":  # a pluggable allocator has no peak statistics to reset (memplan keeps its own)
         torch.cuda.reset_peak_memory_stats()
@@ -73,10 +73,14 @@ def run_layout(layout, precision, args, rank, device):
             opt.zero_grad(set_to_none=True)
             losses.append(float(loss.item()))
             del logits, loss
+        if args.allocator == "memplan":  # where the planned allocator's peak falls: its device bytes after each step
+            st = memplan_torch.stats(device)
+            per_step.append({k: st.get(k) for k in ("device_bytes", "peak_device_bytes", "arena_bytes", "pool_bytes", "peak_pool_bytes", "periodic_bytes", "misses", "other_stream", "carried")})
     torch.cuda.synchronize()
     row = dict(layout=layout, precision=precision, rank=rank, losses=losses)
     if args.allocator == "memplan":
         s = memplan_torch.stats(device)
+        row["per_step"] = per_step
         row.update(memplan={k: s.get(k) for k in ("arena_bytes", "pool_bytes", "device_bytes", "peak_device_bytes", "hits",
                                                  "misses", "resyncs", "replans", "steps", "other_stream")})
     else:
