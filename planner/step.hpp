@@ -11,7 +11,6 @@
 #include "analysis/graph.hpp"
 #include "analysis/training.hpp"
 #include "planner/pytorch/eager_doubts.hpp"
-#include "planner/pytorch/eager_model.hpp"
 #include "planner/fusion.hpp"
 #include "planner/inference.hpp"
 #include "planner/plan.hpp"
@@ -116,16 +115,6 @@ TrainingStep build_training_step(const analysis::Graph& shaped_forward, const St
 StepPlan plan_training_step(const analysis::Graph& shaped_forward, const StepRequest& req);
 // The PyTorch prediction alone (req.plan's strategy and budget do not apply: PyTorch keeps every saved tensor).
 PytorchPrediction predict_pytorch(const analysis::Graph& shaped_forward, const StepRequest& req, const PytorchEager& eager);
-
-// The step PyTorch eager runs, as predict_pytorch builds and replays it: the step (fused only where PyTorch runs one
-// kernel), its keep-everything plan in the program's order and the eager model's replay of it (with its timeline).
-struct PytorchEagerRun {
-  TrainingStep step;
-  TrainingPlanResult planned;
-  EagerPeak peak;  // workspaces not included
-};
-PytorchEagerRun run_pytorch_eager(const analysis::Graph& shaped_forward, const StepRequest& req, const PytorchEager& eager,
-                                  bool timeline = false);
 
 // An inference step: the shaped graph fused with `fuse`, then plan_inference.
 struct InferenceStep {

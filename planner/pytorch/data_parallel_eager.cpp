@@ -9,6 +9,7 @@
 #include "analysis/error.hpp"
 #include "analysis/ops.hpp"
 #include "planner/parallel/parallel.hpp"
+#include "planner/pytorch/eager_run.hpp"
 
 namespace memplan::planner {
 

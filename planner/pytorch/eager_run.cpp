@@ -1,0 +1,42 @@
+// The step PyTorch eager runs and the PyTorch prediction made from it (eager_run.hpp, planner/step.hpp).
+#include "planner/pytorch/eager_run.hpp"
+
+#include "analysis/error.hpp"
+
+namespace memplan::planner {
+
+PytorchEagerRun run_pytorch_eager(const analysis::Graph& shaped_forward, const StepRequest& req, const PytorchEager& eager,
+                                  bool timeline) {
+  StepRequest r = req;
+  r.pytorch.reset();
+  r.plan.strategy = "none";  // PyTorch keeps every saved tensor
+  r.plan.budget_bytes.reset();
+  r.plan.schedule.kind = ScheduleKind::file;  // PyTorch eager runs the program's order
+  r.fuse = FuseOptions::pytorch_eager(eager.sdpa);
+  // Under autocast SDPA reads 16-bit operands (flash takes grouped-query heads); pytorch_sdpa_backend sees the
+  // graph's fp32 ones: only fp32 steps get the math backend written out.
+  if (eager.sdpa && r.training.precision != analysis::Precision::fp32) r.fuse.math_attention = false;
+  // Swish, HardSwish and Mish take their backward from their expressions, which run in float32 only: under autocast
+  // the gated activations stay op by op (the eager_doubts' note says which way that errs).
+  if (r.training.precision != analysis::Precision::fp32) r.fuse.activations = false;
+  PytorchEagerRun run{build_training_step(shaped_forward, r), {}, {}};
+  run.planned = plan_training(run.step.training, run.step.options);
+  EagerOptions eo;
+  eo.optimizer_impl = r.training.optimizer_impl;
+  eo.timeline = timeline;
+  eo.hold_outputs = eager.hold_outputs;
+  run.peak = eager_peak(run.planned.graph, run.planned.plan, eo);
+  return run;
+}
+
+PytorchPrediction predict_pytorch(const analysis::Graph& shaped_forward, const StepRequest& req, const PytorchEager& eager) {
+  PytorchPrediction p;
+  p.peak_bytes = checked_add(run_pytorch_eager(shaped_forward, req, eager).peak.peak_bytes, eager.workspace_bytes, "PyTorch peak");
+  p.workspace_bytes = eager.workspace_bytes;
+  p.sdpa = eager.sdpa;
+  p.hold_outputs = eager.hold_outputs;
+  p.doubts = pytorch_eager_doubts(shaped_forward, eager.sdpa);
+  return p;
+}
+
+}  // namespace memplan::planner
