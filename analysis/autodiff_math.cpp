@@ -1,5 +1,6 @@
 // Backward rules of activations and variadic ops through their fused expressions (one kernel per wanted input),
 // CumSum, Tile, Trilu, CastLike, and the ReduceX ops beyond ReduceSum/ReduceMean, all with plain ONNX ops or memplan BroadcastTo.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,11 +10,27 @@
 namespace memplan::analysis::autodiff {
 namespace {
 
+// Float operands of which some are bfloat16 or float16 and the rest float32.
+bool low_precision_operands(const Graph& g, const Op& op) {
+  bool low = false;
+  for (const auto* list : {&op.inputs, &op.outputs})
+    for (TensorId t : *list) {
+      if (t == kNoTensor) continue;
+      const DType d = g.tensors[t].dtype;
+      if (d == DType::bf16 || d == DType::f16) low = true;
+      else if (d != DType::f32) return false;
+    }
+  return low;
+}
+
 // ELU, PReLU, Softplus, Max/Min/Mean of any arity...: dy times the derivative of the op's expression
-// (fused_expr_activations.cpp), exact at kinks as PyTorch's kernels are (fused_expr.hpp says which).
+// (fused_expr_activations.cpp), exact at kinks as PyTorch's kernels are (fused_expr.hpp says which); over 16-bit
+// operands the same expression, computed in float32 and stored in the tensors' dtypes (a FusedElementwise), as
+// PyTorch's kernels of these ops do under autocast.
 void by_expression(GradContext& c) {
-  const auto e = elementwise_expr(c.graph(), c.fwd());
-  if (!e) c.unsupported("backward rule needs float32 operands of known shape (and constant scalar parameters)");
+  auto e = elementwise_expr(c.graph(), c.fwd());
+  if (!e && low_precision_operands(c.graph(), c.fwd())) e = float32_expr(c.graph(), c.fwd());
+  if (!e) c.unsupported("backward rule needs float operands of known shape (and constant scalar parameters)");
   expression_grads(c, *e);
 }
 

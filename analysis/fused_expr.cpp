@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -224,6 +225,35 @@ bool elementwise_expr_covers(const OpInfo& info) {
 }
 
 std::optional<FusedExpr> elementwise_expr(const Graph& g, OpId id) { return elementwise_expr(g, g.ops[id]); }
+
+std::optional<FusedExpr> float32_expr(const Graph& g, const Op& op) {
+  Graph m;
+  m.opset = g.opset;
+  std::map<TensorId, TensorId> copied;
+  auto copy = [&](TensorId t) -> TensorId {
+    if (t == kNoTensor) return kNoTensor;
+    if (auto it = copied.find(t); it != copied.end()) return it->second;
+    const Tensor& src = g.tensors[t];
+    Tensor x;
+    x.name = "t";
+    x.name += std::to_string(copied.size());  // (GCC 12 warns falsely of overlap on "t" + std::to_string)
+    x.dtype = dtype_is_float(src.dtype) ? DType::f32 : src.dtype;
+    x.dims = src.dims;
+    x.rank_known = src.rank_known;
+    x.data = src.data;  // scalar constants are read as numbers whatever their dtype
+    return copied[t] = m.add_tensor(std::move(x));
+  };
+  Op f = op;
+  f.inputs.clear();
+  f.outputs.clear();
+  for (TensorId t : op.inputs) f.inputs.push_back(copy(t));
+  for (TensorId t : op.outputs) {
+    if (t != kNoTensor && copied.count(t)) return std::nullopt;  // an output that is also an input: not elementwise
+    f.outputs.push_back(copy(t));
+  }
+  m.add_op(std::move(f));
+  return elementwise_expr(m, 0);
+}
 
 std::optional<FusedExpr> elementwise_expr(const Graph& g, const Op& op) {
   if (op.domain == kMemplanDomain && op.type == kFusedOpType) return FusedExpr::parse(op.attr_string("expr", ""));

@@ -72,6 +72,10 @@ FusedExpr gradient_expr(const FusedExpr& e, std::uint32_t input);
 // FusedElementwise op returns its own expression.
 std::optional<FusedExpr> elementwise_expr(const Graph& g, OpId op);
 std::optional<FusedExpr> elementwise_expr(const Graph& g, const Op& op);
+// The expression of `op` computed in float32 whatever its float tensors' dtypes (bf16, f16): that of the same op over
+// float32 copies of its tensors (same shapes, same scalar constants); nullopt as elementwise_expr's, or when an output
+// is also an input.
+std::optional<FusedExpr> float32_expr(const Graph& g, const Op& op);
 
 // Ops written with the nodes above (fused_expr_activations.cpp): ELU, SELU, CELU, ThresholdedRelu, HardSigmoid,
 // HardSwish, Softplus, Softsign, Shrink, Mish, PRelu, and Sum, Mean, Max, Min of any arity. build_activation appends

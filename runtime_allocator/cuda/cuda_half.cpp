@@ -2,7 +2,6 @@
 // expression of an ONNX op over 16-bit tensors (computed in float32, stored in the tensors' dtypes), and the cuBLAS
 // products of any of the three float dtypes (16-bit ones with float32 accumulation on tensor cores).
 #include <algorithm>
-#include <map>
 
 #include "analysis/fused_expr.hpp"
 #include "runtime_allocator/cuda/cuda_state.hpp"
@@ -31,30 +30,7 @@ std::optional<analysis::FusedExpr> half_elementwise_expr(const Graph& g, const O
     }
   if (!any_half) return std::nullopt;
   // The same op over float32 tensors of the same shapes and constants: its expression is the one to compute.
-  Graph m;
-  m.opset = g.opset;
-  std::map<TensorId, TensorId> copied;
-  auto copy = [&](TensorId t) -> TensorId {
-    if (t == kNoTensor) return kNoTensor;
-    if (auto it = copied.find(t); it != copied.end()) return it->second;
-    analysis::Tensor x;
-    x.name = "t" + std::to_string(copied.size());
-    x.dtype = DType::f32;
-    x.dims = g.tensors[t].dims;
-    x.rank_known = true;
-    x.data = g.tensors[t].data;  // scalar constants are read as numbers whatever their dtype
-    return copied[t] = m.add_tensor(std::move(x));
-  };
-  Op f = op;
-  f.inputs.clear();
-  f.outputs.clear();
-  for (TensorId t : op.inputs) f.inputs.push_back(copy(t));
-  for (TensorId t : op.outputs) {
-    if (t != kNoTensor && copied.count(t)) return std::nullopt;  // an output that is also an input: not elementwise
-    f.outputs.push_back(copy(t));
-  }
-  m.add_op(std::move(f));
-  return analysis::elementwise_expr(m, 0);
+  return analysis::float32_expr(g, op);
 }
 
 std::string elementwise_dtype_reason(const Graph& g, const Op& op) {
