@@ -18,6 +18,7 @@ chosen per process before CUDA starts, so each allocator is its own launch; ever
 """
 import argparse
 import json
+from contextlib import nullcontext
 import os
 import sys
 
@@ -63,7 +64,7 @@ def run_layout(layout, precision, args, rank, device):
     if args.allocator == "torch":  # a pluggable allocator has no peak statistics to reset (memplan keeps its own)
         torch.cuda.reset_peak_memory_stats()
     for ids, labels in batches:
-        with (memplan_torch.step() if args.allocator == "memplan" else _null()):
+        with (memplan_torch.step() if args.allocator == "memplan" else nullcontext()):
             ids, labels = ids.to(device), labels.to(device)
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16 and layout != "fsdp2"):
                 logits = model(input_ids=ids, use_cache=False).logits
@@ -88,14 +89,6 @@ def run_layout(layout, precision, args, rank, device):
         row["max_memory_reserved"] = torch.cuda.max_memory_reserved(device)
     del model, opt
     return row
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def launch(args):

@@ -42,39 +42,36 @@ def build(name):
 KEPT = {}  # the step's logits, alive until the optimizer step ends, as the measured step() holds them
 
 
-class Step:
+def step_module(model, vocab):
     """The measured step's forward and loss in one module: logits, their fp32 copy, cross-entropy; the logits are
     kept (KEPT) until the optimizer's step ends, as bench/multi_gpu.py's step() holds them."""
+    import torch
+    import torch.nn.functional as F
 
-    def __new__(cls, model, vocab, keep_logits):
-        import torch
-        import torch.nn.functional as F
+    class Step(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
 
-        class _Step(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.model = model
+        def forward(self, ids, labels):
+            logits = self.model(input_ids=ids, use_cache=False).logits
+            KEPT["logits"] = logits
+            return F.cross_entropy(logits.float().reshape(-1, vocab), labels.reshape(-1))
 
-            def forward(self, ids, labels):
-                logits = self.model(input_ids=ids, use_cache=False).logits
-                if keep_logits:
-                    KEPT["logits"] = logits
-                return F.cross_entropy(logits.float().reshape(-1, vocab), labels.reshape(-1))
-
-        return _Step()
+    return Step()
 
 
 def blocks(step, name):
     return step.model.transformer.h if name == "gpt2" else step.model.model.layers
 
 
-def estimate(row, gpu, keep_logits=True):
+def estimate(row, gpu):
     import torch
 
     import memplan_torch
 
     model, vocab = build(row["model"])
-    step = Step(model, vocab, keep_logits)
+    step = step_module(model, vocab)
     ids = torch.randint(0, vocab, (row["batch_per_gpu"], row["seq"]))
     labels = torch.randint(0, vocab, (row["batch_per_gpu"], row["seq"]))
     par = memplan_torch.DataParallel(row["wrap"], row["world_size"], shard=lambda s: blocks(s, row["model"]))
@@ -83,7 +80,7 @@ def estimate(row, gpu, keep_logits=True):
 
     hook = register_optimizer_step_post_hook(lambda *a: KEPT.clear())
     try:
-            r = memplan_torch.estimate_step(step, (ids, labels), loss_fn=lambda loss: loss,
+        r = memplan_torch.estimate_step(step, (ids, labels), loss_fn=lambda loss: loss,
                                         optimizer=lambda ps: torch.optim.AdamW(ps, lr=1e-4),
                                         autocast_dtype=torch.bfloat16 if row["precision"] == "bf16" else None,
                                         gpu=gpu, steps=3, parallel=par)

@@ -18,17 +18,12 @@ namespace {
 
 constexpr double kTol = 1e-4;
 
-double attr_float(const Op& op, const char* name, double fallback) {
-  const auto it = op.attrs.find(name);
-  return it == op.attrs.end() ? fallback : it->second.f;
-}
-
 // The gate's op type and the ops between x and the gate's output: Sigmoid, HardSigmoid, or Softplus then Tanh.
 std::optional<std::pair<const char*, std::vector<OpId>>> gate_of(const Graph& g, TensorId gate, TensorId x) {
   if (const OpId s = made_by(g, gate, "Sigmoid"); s != kNoOp && g.ops[s].inputs[0] == x) return {{"Swish", {s}}};
   if (const OpId h = made_by(g, gate, "HardSigmoid"); h != kNoOp && g.ops[h].inputs[0] == x) {
     const Op& op = g.ops[h];
-    if (std::abs(attr_float(op, "alpha", 0.2) - 1.0 / 6) < kTol && std::abs(attr_float(op, "beta", 0.5) - 0.5) < kTol)
+    if (std::abs(op.attr_float("alpha", 0.2) - 1.0 / 6) < kTol && std::abs(op.attr_float("beta", 0.5) - 0.5) < kTol)
       return {{"HardSwish", {h}}};
   }
   if (const OpId t = made_by(g, gate, "Tanh"); t != kNoOp) {

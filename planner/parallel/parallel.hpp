@@ -60,6 +60,7 @@ double communication_seconds(const CommunicationBytes& c, const analysis::Device
 struct ParameterUnit {
   std::string name;
   std::vector<std::size_t> params;  // indices into TrainingGraph::param_grads
+  bool block = false;               // a transformer block's (a layer index in the names); false: weights outside blocks
 };
 std::vector<ParameterUnit> parameter_units(const analysis::TrainingGraph& tg);
 

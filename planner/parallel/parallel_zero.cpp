@@ -89,7 +89,8 @@ std::vector<ParameterUnit> parameter_units(const TrainingGraph& tg) {
   std::vector<ParameterUnit> units;
   std::string last = "\x01";
   for (const Entry& e : entries) {
-    if (units.empty() || e.key != last) units.push_back({e.key.empty() ? "unit" + std::to_string(units.size()) : e.key, {}});
+    if (units.empty() || e.key != last)
+      units.push_back({e.key.empty() ? "unit" + std::to_string(units.size()) : e.key, {}, !e.key.empty()});
     units.back().params.push_back(e.param);
     last = e.key;
   }

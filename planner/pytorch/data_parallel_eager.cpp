@@ -106,6 +106,13 @@ void group_roles(PytorchDataParallel& out, const std::vector<PytorchRankPeak>& p
   }
 }
 
+// One role for every rank (the layouts that allocate alike on each).
+void every_rank(PytorchDataParallel& out, PytorchRankPeak p) {
+  p.ranks.resize(static_cast<std::size_t>(out.world_size));
+  std::iota(p.ranks.begin(), p.ranks.end(), 0);
+  out.roles.push_back(std::move(p));
+}
+
 PytorchRankPeak rank_peak(const Timeline& t, const EagerPeak& e, std::uint64_t workspace, std::uint64_t rebuild,
                           std::uint64_t model_state, int rank) {
   PytorchRankPeak p;
@@ -165,9 +172,7 @@ std::vector<UnitSpan> unit_spans(const PytorchEagerRun& run, const std::vector<s
   for (const ParameterUnit& u : parameter_units(run.step.training)) {
     UnitSpan s;
     s.params = u.params;
-    // parameter_units names a run of weights outside any block "unitN": those are the root's
-    s.root = u.name.rfind("unit", 0) == 0 && u.name.size() > 4 &&
-             std::all_of(u.name.begin() + 4, u.name.end(), [](char c) { return c >= '0' && c <= '9'; });
+    s.root = !u.block;  // weights outside blocks: the root's
     for (std::size_t k : u.params) {
       for (OpId o : g.tensors[pg[k].first].consumers) {
         const std::uint32_t st = step_of[o];
@@ -227,9 +232,7 @@ void predict_fsdp2(PytorchDataParallel& out, const PytorchEagerRun& run, const s
   }
   if (blocks == 0 && out.reshard_after_forward)
     out.doubts.push_back("no repeated blocks found (weights named like 'layers.3.' or 'h.3.'): the model is one FSDP2 unit");
-  group_roles(out, {rank_peak(t, run.peak, workspace, 0, shards + state_shard, 0)});
-  out.roles.front().ranks.resize(static_cast<std::size_t>(out.world_size));
-  std::iota(out.roles.front().ranks.begin(), out.roles.front().ranks.end(), 0);
+  every_rank(out, rank_peak(t, run.peak, workspace, 0, shards + state_shard, 0));
 }
 
 }  // namespace
@@ -304,9 +307,7 @@ PytorchDataParallel predict_pytorch_data_parallel(const analysis::Graph& shaped_
   }
   Timeline t(plan.schedule.size());
   t.add(0, static_cast<std::uint32_t>(plan.schedule.size() - 1), signed_bytes(out.bucket_bytes));
-  group_roles(out, {rank_peak(t, run.peak, eager.workspace_bytes, out.bucket_bytes, weights + state + out.bucket_bytes, 0)});
-  out.roles.front().ranks.resize(static_cast<std::size_t>(world_size));
-  std::iota(out.roles.front().ranks.begin(), out.roles.front().ranks.end(), 0);
+  every_rank(out, rank_peak(t, run.peak, eager.workspace_bytes, out.bucket_bytes, weights + state + out.bucket_bytes, 0));
   return out;
 }
 
