@@ -1,5 +1,5 @@
 // Exact rematerialization over the stage chain: the model's evaluator, a brute force, and the gap of the segment DP.
-// The MILP through GLPK is in remat_exact_milp.cpp.
+// The MILP (CBC) is in remat_exact_milp.cpp.
 #include "planner/exact/remat_exact.hpp"
 
 #include <algorithm>
@@ -14,51 +14,89 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 bool read_b(const StageChain& c, std::size_t j) { return c.boundary_read[j] && c.boundary[j] > 0; }
 
-// One phase t of the model, given what is held entering it (hb, hn: per stage j <= t), what it rebuilds (r: per
-// stage j <= t) and what it passes on (pb, pn: per stage j < t). Returns the FLOPs, or infinity when a need is
-// unmet or the bytes pass the budget. A rebuild skips its boundary op when the boundary is held or unused.
-double phase_cost(const StageChain& c, std::size_t t, const std::vector<bool>& hb, const std::vector<bool>& hn, const std::vector<bool>& r,
-                  const std::vector<bool>& pb, const std::vector<bool>& pn, std::uint64_t budget) {
-  // b_j made by the rebuild (its boundary op run) when something uses it from there.
+// What phase t is entered with (hb, hn: per stage j <= t), rebuilds (r: per stage j <= t) and passes on (pb, pn:
+// per stage j < t).
+struct PhaseChoice {
+  const std::vector<bool>& hb;
+  const std::vector<bool>& hn;
+  const std::vector<bool>& r;
+  const std::vector<bool>& pb;
+  const std::vector<bool>& pn;
+};
+
+// b_j made by the rebuild (its boundary op run) when something uses it from there: the rebuild of j + 1, stage t's
+// backward, or the next phase.
+std::vector<bool> made_boundaries(const StageChain& c, std::size_t t, const PhaseChoice& p) {
   std::vector<bool> made(t + 1, false);
   for (std::size_t j = 0; j <= t; ++j) {
-    if (!r[j] || hb[j]) continue;
-    const bool used = (j + 1 <= t && r[j + 1]) || (j == t && read_b(c, t)) || (t >= 1 && j == t - 1 && read_b(c, j)) || (j < t && pb[j]);
-    made[j] = used;
+    if (!p.r[j] || p.hb[j]) continue;
+    made[j] =
+        (j + 1 <= t && p.r[j + 1]) || (j == t && read_b(c, t)) || (t >= 1 && j == t - 1 && read_b(c, j)) || (j < t && p.pb[j]);
   }
-  auto has_b = [&](std::size_t j) { return hb[j] || made[j]; };
-  for (std::size_t j = 0; j <= t; ++j)
-    if (r[j] && j >= 1 && !has_b(j - 1)) return kInf;
-  if (c.inner[t] > 0 && !hn[t] && !r[t]) return kInf;
-  if (read_b(c, t) && !has_b(t)) return kInf;
-  if (t >= 1 && read_b(c, t - 1) && !has_b(t - 1)) return kInf;
+  return made;
+}
+
+// Whether the phase has what it reads: b_{j-1} for a rebuild of j, stage t's inner bytes and read boundaries for its
+// backward, and everything it passes on.
+bool needs_met(const StageChain& c, std::size_t t, const PhaseChoice& p, const std::vector<bool>& made) {
+  auto has_b = [&](std::size_t j) { return p.hb[j] || made[j]; };
+  auto has_n = [&](std::size_t j) { return p.hn[j] || p.r[j]; };
+  for (std::size_t j = 1; j <= t; ++j)
+    if (p.r[j] && !has_b(j - 1)) return false;
+  if (c.inner[t] > 0 && !has_n(t)) return false;
+  if (read_b(c, t) && !has_b(t)) return false;
+  if (t >= 1 && read_b(c, t - 1) && !has_b(t - 1)) return false;
   for (std::size_t j = 0; j < t; ++j)
-    if ((pb[j] && !has_b(j)) || (pn[j] && !hn[j] && !r[j])) return kInf;
-  std::uint64_t held = 0;
+    if ((p.pb[j] && !has_b(j)) || (p.pn[j] && !has_n(j))) return false;
+  return true;
+}
+
+// Whether the phase holds b_j (j < t) throughout: entered with, passed on, or b_{t-1} made for the backward.
+bool boundary_held(const StageChain& c, std::size_t t, const PhaseChoice& p, const std::vector<bool>& made, std::size_t j) {
+  return j < t && (p.hb[j] || p.pb[j] || (j + 1 == t && read_b(c, j) && made[j]));
+}
+
+// The bytes the phase holds of each stage j < t throughout (0 for stage t).
+std::vector<std::uint64_t> held_bytes(const StageChain& c, std::size_t t, const PhaseChoice& p, const std::vector<bool>& made) {
   std::vector<std::uint64_t> own(t + 1, 0);
-  std::vector<bool> ub(t + 1, false);
-  for (std::size_t j = 0; j < t; ++j) {
-    ub[j] = hb[j] || pb[j] || (j + 1 == t && read_b(c, j) && made[j]);
-    const bool un = hn[j] || pn[j];
-    own[j] = (ub[j] ? c.boundary[j] : 0) + (un ? c.inner[j] : 0);
-    held += own[j];
-  }
-  const std::uint64_t bwd = held + c.inner[t] + (read_b(c, t) ? c.boundary[t] : 0) + c.extra[t];
-  if (bwd > budget) return kInf;
+  for (std::size_t j = 0; j < t; ++j)
+    own[j] = (boundary_held(c, t, p, made, j) ? c.boundary[j] : 0) + (p.hn[j] || p.pn[j] ? c.inner[j] : 0);
+  return own;
+}
+
+// The FLOPs of the phase's rebuilds, infinity when one passes the budget. While stage j is rebuilt (in order): what
+// the phase holds of the stages before j, what it was entered with of the stages after j, stage j's inner bytes, and
+// its boundary when held or made.
+double rebuild_flops(const StageChain& c, std::size_t t, const PhaseChoice& p, const std::vector<bool>& made,
+                     const std::vector<std::uint64_t>& own, std::uint64_t budget) {
   double flops = 0.0;
-  // While stage j is rebuilt (in order): what the phase holds of the stages before j, what it was entered with of
-  // the stages after j, stage j's inner bytes, and its boundary when held or made.
   std::uint64_t before = 0;
   for (std::size_t j = 0; j <= t; ++j) {
     std::uint64_t after = 0;
-    for (std::size_t k = j + 1; k < t; ++k) after += (hb[k] ? c.boundary[k] : 0) + (hn[k] ? c.inner[k] : 0);
-    const bool fits = before + after + c.inner[j] + (ub[j] || made[j] ? c.boundary[j] : 0) <= budget;
+    for (std::size_t k = j + 1; k < t; ++k) after += (p.hb[k] ? c.boundary[k] : 0) + (p.hn[k] ? c.inner[k] : 0);
+    const bool b_present = boundary_held(c, t, p, made, j) || made[j];
+    const bool fits = before + after + c.inner[j] + (b_present ? c.boundary[j] : 0) <= budget;
     before += own[j];
-    if (!r[j]) continue;
+    if (!p.r[j]) continue;
     if (!fits) return kInf;
     flops += c.flops[j] - (made[j] ? 0.0 : c.boundary_flops[j]);
   }
   return flops;
+}
+
+// One phase t of the model (PhaseChoice). Returns the FLOPs, or infinity when a need is unmet or the bytes pass the
+// budget. A rebuild skips its boundary op when the boundary is held or unused.
+double phase_cost(const StageChain& c, std::size_t t, const std::vector<bool>& hb, const std::vector<bool>& hn,
+                  const std::vector<bool>& r, const std::vector<bool>& pb, const std::vector<bool>& pn, std::uint64_t budget) {
+  const PhaseChoice p{hb, hn, r, pb, pn};
+  const std::vector<bool> made = made_boundaries(c, t, p);
+  if (!needs_met(c, t, p, made)) return kInf;
+  const std::vector<std::uint64_t> own = held_bytes(c, t, p, made);
+  std::uint64_t held = 0;
+  for (std::uint64_t b : own) held += b;
+  const std::uint64_t bwd = held + c.inner[t] + (read_b(c, t) ? c.boundary[t] : 0) + c.extra[t];
+  if (bwd > budget) return kInf;
+  return rebuild_flops(c, t, p, made, own, budget);
 }
 
 std::vector<bool> bits(std::uint64_t mask, std::size_t n) {
@@ -71,12 +109,18 @@ std::vector<bool> bits(std::uint64_t mask, std::size_t n) {
 
 const char* exact_status_name(ExactStatus s) noexcept {
   switch (s) {
-    case ExactStatus::optimal: return "optimal";
-    case ExactStatus::feasible: return "feasible";
-    case ExactStatus::infeasible: return "infeasible";
-    case ExactStatus::no_solution: return "no_solution";
-    case ExactStatus::too_large: return "too_large";
-    case ExactStatus::not_built: return "not_built";
+    case ExactStatus::optimal:
+      return "optimal";
+    case ExactStatus::feasible:
+      return "feasible";
+    case ExactStatus::infeasible:
+      return "infeasible";
+    case ExactStatus::no_solution:
+      return "no_solution";
+    case ExactStatus::too_large:
+      return "too_large";
+    case ExactStatus::not_built:
+      return "not_built";
   }
   return "not_built";
 }
@@ -122,30 +166,70 @@ double brute_force_remat(const StageChain& c, std::uint64_t budget) {
   return best;
 }
 
-ChainPoint chain_point_of_segments(const StageChain& c, const SegmentPlan& plan) {
+namespace {
+
+using BoolMatrix = std::vector<std::vector<bool>>;
+
+// r[t][j]: stage j rebuilt in phase t. A recompute segment is rebuilt in the phase of its last stage; as the DP, a
+// segment holding nothing but its kept end boundary rebuilds nothing.
+BoolMatrix segment_rebuilds(const StageChain& c, const SegmentPlan& plan) {
   const std::size_t m = c.size();
-  std::vector<std::vector<bool>> r(m, std::vector<bool>(m, false));
+  BoolMatrix r(m, std::vector<bool>(m, false));
   for (const Segment& seg : plan) {
-    // As the DP: a segment holding nothing but its kept end boundary rebuilds nothing.
     std::uint64_t total = 0;
     for (std::uint32_t j = seg.first; j <= seg.last; ++j) total += c.inner[j] + (read_b(c, j) ? c.boundary[j] : 0);
     if (seg.recompute && total > (read_b(c, seg.last) ? c.boundary[seg.last] : 0))
       for (std::uint32_t j = seg.first; j <= seg.last; ++j) r[seg.last][j] = true;
   }
-  // Least holdings: an item is held entering phase t when some phase t' <= t needs it and nothing rebuilds it
-  // in phases t'+1 .. t (ascending scan per item). Needs: n_t, read boundaries b_t and b_{t-1}, and b_{j-1} for
-  // a rebuild of j whose stage j-1 the phase does not rebuild; as the DP, a recompute segment's read end boundary
-  // is kept from the forward.
-  std::vector<std::vector<bool>> need_b(m, std::vector<bool>(m, false)), need_n(m, std::vector<bool>(m, false));
-  for (const Segment& seg : plan)  // a recompute segment keeps its end boundary (if read): its rebuild skips that op
-    if (seg.recompute && read_b(c, seg.last) && r[seg.last][seg.last]) need_b[seg.last][seg.last] = true;
+  return r;
+}
+
+// What each phase t needs held of stage j: n_t, read boundaries b_t and b_{t-1}, and b_{j-1} for a rebuild of j whose
+// stage j-1 the phase does not rebuild; as the DP, a recompute segment's read end boundary is kept from the forward
+// (its rebuild skips that op).
+struct PhaseNeeds {
+  BoolMatrix b, n;
+};
+PhaseNeeds phase_needs(const StageChain& c, const SegmentPlan& plan, const BoolMatrix& r) {
+  const std::size_t m = c.size();
+  PhaseNeeds need{BoolMatrix(m, std::vector<bool>(m, false)), BoolMatrix(m, std::vector<bool>(m, false))};
+  for (const Segment& seg : plan)
+    if (seg.recompute && read_b(c, seg.last) && r[seg.last][seg.last]) need.b[seg.last][seg.last] = true;
   for (std::size_t t = 0; t < m; ++t) {
-    if (c.inner[t] > 0 && !r[t][t]) need_n[t][t] = true;
-    if (read_b(c, t) && !r[t][t]) need_b[t][t] = true;
-    if (t >= 1 && read_b(c, t - 1) && !r[t][t - 1]) need_b[t][t - 1] = true;
+    if (c.inner[t] > 0 && !r[t][t]) need.n[t][t] = true;
+    if (read_b(c, t) && !r[t][t]) need.b[t][t] = true;
+    if (t >= 1 && read_b(c, t - 1) && !r[t][t - 1]) need.b[t][t - 1] = true;
     for (std::size_t j = 1; j <= t; ++j)
-      if (r[t][j] && !r[t][j - 1]) need_b[t][j - 1] = true;
+      if (r[t][j] && !r[t][j - 1]) need.b[t][j - 1] = true;
   }
+  return need;
+}
+
+// Least holdings of stage j: held entering phase t when some phase t' <= t needs it and nothing rebuilds it in
+// phases t'+1 .. t (an ascending scan).
+void hold_least(ChainPoint& p, const BoolMatrix& r, const PhaseNeeds& need, std::size_t j) {
+  bool pend_b = false, pend_n = false;
+  for (std::size_t t = j; t < r.size(); ++t) {
+    if (r[t][j] && !need.b[t][j]) {
+      pend_b = pend_n = false;
+      continue;
+    }
+    if (r[t][j]) {  // rebuilt, but its boundary held from above (a recompute segment's end)
+      p.held_boundary[t][j] = pend_b = true;
+      pend_n = false;
+      continue;
+    }
+    p.held_boundary[t][j] = pend_b = pend_b || need.b[t][j];
+    p.held_inner[t][j] = pend_n = pend_n || need.n[t][j];
+  }
+}
+
+}  // namespace
+
+ChainPoint chain_point_of_segments(const StageChain& c, const SegmentPlan& plan) {
+  const std::size_t m = c.size();
+  const BoolMatrix r = segment_rebuilds(c, plan);
+  const PhaseNeeds need = phase_needs(c, plan, r);
   ChainPoint p;
   p.rebuild.resize(m), p.held_boundary.resize(m), p.held_inner.resize(m);
   for (std::size_t t = 0; t < m; ++t) {
@@ -153,22 +237,7 @@ ChainPoint chain_point_of_segments(const StageChain& c, const SegmentPlan& plan)
     p.held_boundary[t].assign(t + 1, false);
     p.held_inner[t].assign(t + 1, false);
   }
-  for (std::size_t j = 0; j < m; ++j) {
-    bool pend_b = false, pend_n = false;
-    for (std::size_t t = j; t < m; ++t) {
-      if (r[t][j] && !need_b[t][j]) {
-        pend_b = pend_n = false;
-        continue;
-      }
-      if (r[t][j]) {  // rebuilt, but its boundary held from above (a recompute segment's end)
-        p.held_boundary[t][j] = pend_b = true;
-        pend_n = false;
-        continue;
-      }
-      p.held_boundary[t][j] = pend_b = pend_b || need_b[t][j];
-      p.held_inner[t][j] = pend_n = pend_n || need_n[t][j];
-    }
-  }
+  for (std::size_t j = 0; j < m; ++j) hold_least(p, r, need, j);
   return p;
 }
 
@@ -198,8 +267,10 @@ RematChoice choice_from_exact(const Graph& g, const ForwardStages& s, const Exac
       if (r.rebuild[t][j] && phase[j] == UINT32_MAX) phase[j] = static_cast<std::uint32_t>(t);
   for (std::size_t j = 0; j < m; ++j)
     if (const TensorId b = s.boundary[j]; b != analysis::kNoTensor) {
-      if (r.keep_boundary[j] || phase[j] == UINT32_MAX) c.action[b] = RematAction::keep;  // kept, or a rebuild's source
-      else c.action[b] = RematAction::recompute, c.group[b] = phase[j];
+      if (r.keep_boundary[j] || phase[j] == UINT32_MAX)
+        c.action[b] = RematAction::keep;  // kept, or a rebuild's source
+      else
+        c.action[b] = RematAction::recompute, c.group[b] = phase[j];
     }
   for (TensorId t : find_saved_for_backward(g)) {
     const std::uint32_t st = s.stage_of_op[g.tensors[t].producer];
@@ -217,7 +288,8 @@ RematGap remat_gap(const ForwardStages& plain, std::uint64_t budget, const Exact
   const StageChain chain = stage_chain(plain);
   const ChainPoint start = chain_point_of_segments(chain, dp);
   g.exact = exact_remat(chain, budget, o, dp.empty() ? nullptr : &start);
-  if (std::isfinite(g.dp_flops) && g.dp_flops > 0.0 && (g.exact.status == ExactStatus::optimal || g.exact.status == ExactStatus::feasible))
+  if (std::isfinite(g.dp_flops) && g.dp_flops > 0.0 &&
+      (g.exact.status == ExactStatus::optimal || g.exact.status == ExactStatus::feasible))
     g.gap = std::max(0.0, (g.dp_flops - g.exact.lower_bound) / g.dp_flops);
   return g;
 }

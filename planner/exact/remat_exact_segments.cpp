@@ -19,8 +19,9 @@ constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
 
 void check_sizes(const SwapStageModel& m) {
   const std::size_t n = m.size();
-  for (std::size_t k : {m.boundary.size(), m.moved.size(), m.input.size(), m.extra.size(), m.seconds.size(), m.boundary_seconds.size(),
-                        m.out_seconds.size(), m.forward_after.size(), m.in_seconds.size(), m.backward_after.size(), m.window.size()})
+  for (std::size_t k :
+       {m.boundary.size(), m.moved.size(), m.input.size(), m.extra.size(), m.seconds.size(), m.boundary_seconds.size(),
+        m.out_seconds.size(), m.forward_after.size(), m.in_seconds.size(), m.backward_after.size(), m.window.size()})
     if (k != n) fail(ErrorKind::usage, "swap stage model: per-stage vectors of different lengths");
 }
 
@@ -47,38 +48,40 @@ SwapStageModel swap_stage_model(const ForwardStages& s) {
   return m;
 }
 
-SwapStageModel swap_stage_model(const Graph& g, const std::vector<OpId>& schedule, const ForwardStages& s,
-                                const std::vector<double>& op_seconds, SwapLinks links) {
-  SwapStageModel m = swap_stage_model(s);
+namespace {
+
+// Backward seconds per stage: an op after the forward counts for the latest stage among the forward activations it
+// reads, or for the stage of the op before it.
+std::vector<double> backward_seconds(const Graph& g, const std::vector<OpId>& schedule, const ForwardStages& s,
+                                     const std::vector<double>& op_seconds) {
   const std::size_t n = s.size();
-  std::fill(m.seconds.begin(), m.seconds.end(), 0.0);
-  for (OpId o : s.forward)
-    if (const std::uint32_t st = s.stage_of_op[o]; st != kNone && st < n) m.seconds[st] += op_seconds[o];
-  for (std::size_t i = 0; i < n; ++i) {
-    const TensorId b = s.boundary[i];
-    m.boundary_seconds[i] = b != analysis::kNoTensor && s.boundary_flops[i] > 0.0 ? std::min(m.seconds[i], op_seconds[g.tensors[b].producer]) : 0.0;
-  }
-  // Backward seconds per stage: an op after the forward counts for the latest stage among the forward activations
-  // it reads, or for the stage of the op before it.
   std::vector<double> backward(n, 0.0);
-  std::uint32_t last = kNone;
-  for (OpId o : schedule) {
-    const analysis::Op& op = g.ops[o];
-    if (op.phase == analysis::Phase::forward || op.phase == analysis::Phase::optimizer) continue;
+  auto latest_stage_read = [&](const analysis::Op& op) {
     std::uint32_t st = kNone;
     for (TensorId t : op.inputs) {
       if (t == analysis::kNoTensor || g.tensors[t].producer == analysis::kNoOp) continue;
       const std::uint32_t k = s.stage_of_op[g.tensors[t].producer];
       if (k != kNone && (st == kNone || k > st)) st = k;
     }
+    return st;
+  };
+  std::uint32_t last = kNone;
+  for (OpId o : schedule) {
+    const analysis::Op& op = g.ops[o];
+    if (op.phase == analysis::Phase::forward || op.phase == analysis::Phase::optimizer) continue;
+    std::uint32_t st = latest_stage_read(op);
     if (st == kNone) st = last;
     if (st == kNone || st >= n) continue;
     backward[st] += op_seconds[o];
     last = st;
   }
-  std::fill(m.forward_after.begin(), m.forward_after.end(), 0.0);
-  for (std::size_t i = n; i-- > 1;) m.forward_after[i - 1] = m.forward_after[i] + m.seconds[i];
-  for (std::size_t i = n; i-- > 1;) m.backward_after[i - 1] = m.backward_after[i] + backward[i];
+  return backward;
+}
+
+// Which stages can swap over `links`: a stage with saved bytes whose copy back fits in the backward of the stages
+// above it (its window, as few stages as cover the copy).
+void set_swap_windows(SwapStageModel& m, const ForwardStages& s, const std::vector<double>& backward, SwapLinks links) {
+  const std::size_t n = s.size();
   const bool links_ok = links.host_to_device_bytes_per_s > 0.0 && links.device_to_host_bytes_per_s > 0.0;
   for (std::size_t i = 0; i < n; ++i) {
     const auto bytes = static_cast<double>(s.saved_bytes[i]);
@@ -93,6 +96,27 @@ SwapStageModel swap_stage_model(const Graph& g, const std::vector<OpId>& schedul
     m.window[i] = w;
     m.moved[i] = s.saved_bytes[i];
   }
+}
+
+}  // namespace
+
+SwapStageModel swap_stage_model(const Graph& g, const std::vector<OpId>& schedule, const ForwardStages& s,
+                                const std::vector<double>& op_seconds, SwapLinks links) {
+  SwapStageModel m = swap_stage_model(s);
+  const std::size_t n = s.size();
+  std::fill(m.seconds.begin(), m.seconds.end(), 0.0);
+  for (OpId o : s.forward)
+    if (const std::uint32_t st = s.stage_of_op[o]; st != kNone && st < n) m.seconds[st] += op_seconds[o];
+  for (std::size_t i = 0; i < n; ++i) {
+    const TensorId b = s.boundary[i];
+    m.boundary_seconds[i] =
+        b != analysis::kNoTensor && s.boundary_flops[i] > 0.0 ? std::min(m.seconds[i], op_seconds[g.tensors[b].producer]) : 0.0;
+  }
+  const std::vector<double> backward = backward_seconds(g, schedule, s, op_seconds);
+  std::fill(m.forward_after.begin(), m.forward_after.end(), 0.0);
+  for (std::size_t i = n; i-- > 1;) m.forward_after[i - 1] = m.forward_after[i] + m.seconds[i];
+  for (std::size_t i = n; i-- > 1;) m.backward_after[i - 1] = m.backward_after[i] + backward[i];
+  set_swap_windows(m, s, backward, links);
   return m;
 }
 
@@ -111,7 +135,7 @@ SwapPlanCost swap_plan_cost(const SwapStageModel& m, const SwapSegmentPlan& p, s
     next = seg.last + 1;
   }
   if (next != n) return broken();
-  std::uint64_t below = 0;  // what the stages below keep
+  std::uint64_t below = 0;                           // what the stages below keep
   auto back = [&](std::size_t i) -> std::uint64_t {  // swaps below i whose copy back spans row i
     std::uint64_t b = 0;
     for (std::size_t j = 0; j < i; ++j)
@@ -246,9 +270,173 @@ std::optional<SwapSegmentPlan> decode(const SwapColumns& c, const std::vector<do
   return p;
 }
 
+double kib(std::uint64_t b) { return static_cast<double>(b) / 1024.0; }
+
+// Coefficients by column, summed where a column appears twice (a missing column, -1, is dropped).
+using Coefs = std::map<int, double>;
+void add(Coefs& t, int col, double v) {
+  if (col >= 0) t[col] += v;
+}
+
+// The MILP of exact_swap_remat (remat_exact_segments.hpp). Columns and rows are added in one fixed order: the
+// solver's path, and so the plan it stops at under a node limit, depends on it.
+class SwapRematModel {
+ public:
+  SwapRematModel(const SwapStageModel& m, std::uint64_t budget) : m_(m), n_(m.size()), budget_(budget), cap_(kib(budget)) {
+    // Seconds scaled so the longest of a stage's forward and copies is 1000: moderate coefficients.
+    double longest = 0.0;
+    for (std::size_t i = 0; i < n_; ++i) longest = std::max({longest, m.seconds[i], m.in_seconds[i], m.out_seconds[i]});
+    ms_ = longest > 0.0 ? 1e3 / longest : 1.0;
+    prefix_.assign(n_ + 1, 0);
+    for (std::size_t i = 0; i < n_; ++i) prefix_[i + 1] = prefix_[i] + m.held[i];
+    add_mode_columns();
+  }
+
+  void add_rows() {
+    std::vector<int> Q(n_ + 1);  // Q[i]: what the stages below i keep (KiB)
+    for (std::size_t i = 0; i <= n_; ++i) Q[i] = milp.continuous(0.0, i == 0 ? 0.0 : Milp::kInf);
+    for (std::size_t i = 0; i < n_; ++i) {
+      add_kept_below(Q, i);
+      add_one_mode(i);
+      add_backward_row(Q, i);
+    }
+    add_link_windows();
+    for (const auto& [col, v] : objective()) milp.set_cost(col, v);
+  }
+
+  SwapColumns columns() const { return {K_, S_, y_}; }
+  // Solver units (scaled milliseconds) per second.
+  double ms_per_second() const { return ms_; }
+
+  Milp milp;
+
+ private:
+  int Y(std::size_t r, std::size_t i) const { return i >= r && i - r < y_[r].size() ? y_[r][i - r] : -1; }
+  void emit(const Coefs& t, Milp::Sense s, double b) { milp.row(std::vector<std::pair<int, double>>(t.begin(), t.end()), s, b); }
+
+  void add_mode_columns() {
+    K_.assign(n_, -1), S_.assign(n_, -1), y_.assign(n_, {});
+    for (std::size_t i = 0; i < n_; ++i) {
+      K_[i] = milp.binary();
+      if (m_.can_swap(i)) S_[i] = milp.binary(ms_ * m_.swap_weight * m_.in_seconds[i]);
+    }
+    for (std::size_t r = 0; r < n_; ++r)
+      for (std::size_t i = r; i < n_; ++i) {
+        // A row of the segment alone: what it holds up to i, its loose input and i's backward bytes.
+        if (prefix_[i + 1] - prefix_[r] + m_.input[r] + m_.extra[i] > budget_) break;
+        y_[r].push_back(milp.binary());
+      }
+  }
+
+  // The rebuild seconds of segment stages, less the boundary op of each segment's end.
+  Coefs objective() const {
+    Coefs obj;
+    for (std::size_t r = 0; r < n_; ++r)
+      for (std::size_t i = r; i < r + y_[r].size(); ++i) {
+        add(obj, Y(r, i), ms_ * m_.seconds[i]);
+        add(obj, Y(r, i), -ms_ * m_.boundary_seconds[i]);     // ends at i ...
+        add(obj, Y(r, i + 1), ms_ * m_.boundary_seconds[i]);  // ... unless it goes on
+      }
+    return obj;
+  }
+
+  // Q[i + 1] = Q[i] + what stage i keeps: all of it kept, its boundary swapped, a segment's loose input where it
+  // starts and its end boundary where it ends.
+  void add_kept_below(const std::vector<int>& Q, std::size_t i) {
+    Coefs t;
+    add(t, Q[i + 1], 1.0);
+    add(t, Q[i], -1.0);
+    add(t, K_[i], -kib(m_.held[i]));
+    add(t, S_[i], -kib(m_.boundary[i]));
+    add(t, Y(i, i), -kib(m_.input[i]));
+    for (std::size_t r = 0; r <= i; ++r) {
+      add(t, Y(r, i), -kib(m_.boundary[i]));
+      add(t, Y(r, i + 1), kib(m_.boundary[i]));
+    }
+    emit(t, Milp::Sense::eq, 0.0);
+  }
+
+  // One mode per stage; segments contiguous.
+  void add_one_mode(std::size_t i) {
+    Coefs part;
+    add(part, K_[i], 1.0);
+    add(part, S_[i], 1.0);
+    for (std::size_t r = 0; r <= i; ++r) add(part, Y(r, i), 1.0);
+    emit(part, Milp::Sense::eq, 1.0);
+    for (std::size_t r = 0; r < i; ++r)
+      if (Y(r, i) >= 0) emit({{Y(r, i), 1.0}, {Y(r, i - 1), -1.0}}, Milp::Sense::le, 0.0);
+  }
+
+  // Row i: what the stages below keep, stage i's own bytes (a segment's stages r..i and its loose input), the swaps
+  // below whose copy back spans it, and its backward bytes.
+  void add_backward_row(const std::vector<int>& Q, std::size_t i) {
+    Coefs rw;
+    add(rw, Q[i], 1.0);
+    add(rw, Y(i, i), kib(m_.input[i]));
+    for (std::size_t r = 0; r <= i; ++r) add(rw, Y(r, i), kib(prefix_[i + 1] - prefix_[r]));
+    add(rw, K_[i], kib(m_.held[i]));
+    add(rw, S_[i], kib(m_.held[i]));
+    for (std::size_t j = 0; j < i; ++j)
+      if (S_[j] >= 0 && j + m_.window[j] >= i) add(rw, S_[j], kib(m_.moved[j]));
+    emit(rw, Milp::Sense::le, cap_ - kib(m_.extra[i]));
+  }
+
+  // The links: copies out of stages >= i within the forward after stage i, copies back before its backward (prefix
+  // sums, milliseconds).
+  void add_link_windows() {
+    for (const bool out : {true, false}) {
+      int above = -1;
+      for (std::size_t i = n_; i-- > 0;) {
+        if (S_[i] < 0 && above < 0) continue;
+        const double window = out ? m_.forward_after[i] : m_.backward_after[i];
+        const int oi = milp.continuous(0.0, ms_ * window * (1 + 1e-9) + 1e-12);
+        Coefs t;
+        add(t, oi, 1.0);
+        add(t, above, -1.0);
+        add(t, S_[i], -ms_ * (out ? m_.out_seconds[i] : m_.in_seconds[i]));
+        emit(t, Milp::Sense::eq, 0.0);
+        above = oi;
+      }
+    }
+  }
+
+  const SwapStageModel& m_;
+  std::size_t n_;
+  std::uint64_t budget_;
+  double cap_;
+  double ms_ = 1.0;
+  std::vector<std::uint64_t> prefix_;  // held bytes of stages < i
+  std::vector<int> K_, S_;
+  std::vector<std::vector<int>> y_;
+};
+
+// The solver's plan where the evaluator accepts it (it, not the solver's arithmetic, decides): its cost, infinity
+// where there is none.
+double take_solution(SwapExactResult& res, const SwapStageModel& m, std::uint64_t budget, const SwapColumns& cols,
+                     const Milp::Result& r, double bound) {
+  if (r.status != Milp::Status::optimal && r.status != Milp::Status::feasible) return kInf;
+  std::optional<SwapSegmentPlan> p = decode(cols, r.x);
+  const double found = p ? swap_plan_cost(m, *p, budget).cost : kInf;
+  if (!std::isfinite(found)) return kInf;
+  res.plan = std::move(*p);
+  res.cost = found;
+  res.status = r.status == Milp::Status::optimal ? ExactStatus::optimal : ExactStatus::feasible;
+  res.lower_bound = res.status == ExactStatus::optimal ? found : std::min(bound, found);
+  return found;
+}
+
+// The start point (the DP's plan) where the search stopped above it or found nothing: never worse than it.
+void keep_start(SwapExactResult& res, const SwapSegmentPlan& start, double start_cost, double bound) {
+  res.plan = start;
+  res.cost = start_cost;
+  res.lower_bound = std::min(bound, start_cost);
+  res.status = res.lower_bound >= start_cost * (1 - 1e-9) ? ExactStatus::optimal : ExactStatus::feasible;
+}
+
 }  // namespace
 
-SwapExactResult exact_swap_remat(const SwapStageModel& m, std::uint64_t budget, const ExactRematOptions& o, const SwapSegmentPlan* start) {
+SwapExactResult exact_swap_remat(const SwapStageModel& m, std::uint64_t budget, const ExactRematOptions& o,
+                                 const SwapSegmentPlan* start) {
   check_sizes(m);
   SwapExactResult res;
   const std::size_t n = m.size();
@@ -261,131 +449,28 @@ SwapExactResult exact_swap_remat(const SwapStageModel& m, std::uint64_t budget, 
     return res;
   }
   const double start_cost = start ? swap_plan_cost(m, *start, budget).cost : kInf;
-  auto keep_start = [&](ExactStatus st, double bound) {
-    res.plan = *start;
-    res.cost = start_cost;
-    res.lower_bound = std::min(bound, start_cost);
-    res.status = res.lower_bound >= start_cost * (1 - 1e-9) ? ExactStatus::optimal : st;
-  };
   if (!Milp::available()) {
     res.status = ExactStatus::not_built;
     return res;
   }
-  // Bytes in KiB, seconds scaled so the longest of a stage's forward and copies is 1000: moderate coefficients.
-  auto kib = [](std::uint64_t b) { return static_cast<double>(b) / 1024.0; };
-  double longest = 0.0;
-  for (std::size_t i = 0; i < n; ++i) longest = std::max({longest, m.seconds[i], m.in_seconds[i], m.out_seconds[i]});
-  const double kMs = longest > 0.0 ? 1e3 / longest : 1.0;
-  const double cap = kib(budget);
-  std::vector<std::uint64_t> prefix(n + 1, 0);  // held bytes of stages < i
-  for (std::size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + m.held[i];
-  Milp milp;
-  std::vector<int> K(n, -1), S(n, -1);
-  std::vector<std::vector<int>> y(n);  // y[r][i - r]: stage i in the recompute segment starting at r
-  for (std::size_t i = 0; i < n; ++i) {
-    K[i] = milp.binary();
-    if (m.can_swap(i)) S[i] = milp.binary(kMs * m.swap_weight * m.in_seconds[i]);
-  }
-  for (std::size_t r = 0; r < n; ++r)
-    for (std::size_t i = r; i < n; ++i) {
-      // A row of the segment alone: what it holds up to i, its loose input and i's backward bytes.
-      if (prefix[i + 1] - prefix[r] + m.input[r] + m.extra[i] > budget) break;
-      y[r].push_back(milp.binary());
-    }
-  auto Y = [&](std::size_t r, std::size_t i) { return i >= r && i - r < y[r].size() ? y[r][i - r] : -1; };
-  using Terms = std::map<int, double>;
-  auto add = [](Terms& t, int col, double v) {
-    if (col >= 0) t[col] += v;
-  };
-  auto emit = [&](const Terms& t, Milp::Sense s, double b) {
-    std::vector<std::pair<int, double>> v(t.begin(), t.end());
-    milp.row(v, s, b);
-  };
-  // The objective: rebuild seconds of segment stages, less the boundary op of each segment's end.
-  Terms obj;
-  for (std::size_t r = 0; r < n; ++r)
-    for (std::size_t i = r; i < r + y[r].size(); ++i) {
-      add(obj, Y(r, i), kMs * m.seconds[i]);
-      add(obj, Y(r, i), -kMs * m.boundary_seconds[i]);      // ends at i ...
-      add(obj, Y(r, i + 1), kMs * m.boundary_seconds[i]);   // ... unless it goes on
-    }
-  // Q[i]: what the stages below i keep (KiB).
-  std::vector<int> Q(n + 1);
-  for (std::size_t i = 0; i <= n; ++i) Q[i] = milp.continuous(0.0, i == 0 ? 0.0 : Milp::kInf);
-  for (std::size_t i = 0; i < n; ++i) {
-    Terms t;
-    add(t, Q[i + 1], 1.0);
-    add(t, Q[i], -1.0);
-    add(t, K[i], -kib(m.held[i]));
-    add(t, S[i], -kib(m.boundary[i]));
-    add(t, Y(i, i), -kib(m.input[i]));
-    for (std::size_t r = 0; r <= i; ++r) {  // a segment ending at i keeps its end boundary
-      add(t, Y(r, i), -kib(m.boundary[i]));
-      add(t, Y(r, i + 1), kib(m.boundary[i]));
-    }
-    emit(t, Milp::Sense::eq, 0.0);
-    // One mode per stage; segments contiguous.
-    Terms part;
-    add(part, K[i], 1.0);
-    add(part, S[i], 1.0);
-    for (std::size_t r = 0; r <= i; ++r) add(part, Y(r, i), 1.0);
-    emit(part, Milp::Sense::eq, 1.0);
-    for (std::size_t r = 0; r < i; ++r)
-      if (Y(r, i) >= 0) emit({{Y(r, i), 1.0}, {Y(r, i - 1), -1.0}}, Milp::Sense::le, 0.0);
-    // Row i.
-    Terms rw;
-    add(rw, Q[i], 1.0);
-    add(rw, Y(i, i), kib(m.input[i]));
-    for (std::size_t r = 0; r <= i; ++r) add(rw, Y(r, i), kib(prefix[i + 1] - prefix[r]));
-    add(rw, K[i], kib(m.held[i]));
-    add(rw, S[i], kib(m.held[i]));
-    for (std::size_t j = 0; j < i; ++j)
-      if (S[j] >= 0 && j + m.window[j] >= i) add(rw, S[j], kib(m.moved[j]));
-    emit(rw, Milp::Sense::le, cap - kib(m.extra[i]));
-  }
-  // The links: copies out of stages >= i within the forward after stage i, copies back before its backward (prefix
-  // sums, milliseconds).
-  for (int dir = 0; dir < 2; ++dir) {
-    int above = -1;
-    for (std::size_t i = n; i-- > 0;) {
-      if (S[i] < 0 && above < 0) continue;
-      const double window = dir == 0 ? m.forward_after[i] : m.backward_after[i];
-      const int oi = milp.continuous(0.0, kMs * window * (1 + 1e-9) + 1e-12);
-      Terms t;
-      add(t, oi, 1.0);
-      add(t, above, -1.0);
-      add(t, S[i], -kMs * (dir == 0 ? m.out_seconds[i] : m.in_seconds[i]));
-      emit(t, Milp::Sense::eq, 0.0);
-      above = oi;
-    }
-  }
-  for (const auto& [col, v] : obj) milp.set_cost(col, v);
-  res.variables = milp.columns();
-  res.constraints = milp.rows();
-  const SwapColumns cols{K, S, y};
-  const std::vector<double> x0 = std::isfinite(start_cost) ? start_point(*start, cols, milp.columns()) : std::vector<double>{};
+  SwapRematModel model(m, budget);
+  model.add_rows();
+  res.variables = model.milp.columns();
+  res.constraints = model.milp.rows();
+  const SwapColumns cols = model.columns();
+  const std::vector<double> x0 =
+      std::isfinite(start_cost) ? start_point(*start, cols, model.milp.columns()) : std::vector<double>{};
   Milp::Options mo;
   mo.seconds = o.seconds;
   mo.max_nodes = o.max_nodes;
   mo.relative_gap = o.relative_gap;
-  const Milp::Result r = milp.solve(mo, x0.empty() ? nullptr : &x0);
+  const Milp::Result r = model.milp.solve(mo, x0.empty() ? nullptr : &x0);
   res.seconds = r.seconds;
   res.nodes = r.nodes;
-  const double bound = std::isfinite(r.bound) ? std::max(0.0, r.bound / kMs) : 0.0;
-  double found = kInf;
-  if (r.status == Milp::Status::optimal || r.status == Milp::Status::feasible) {
-    std::optional<SwapSegmentPlan> p = decode(cols, r.x);
-    // The solution as the evaluator sees it (it, not the solver's arithmetic, decides).
-    found = p ? swap_plan_cost(m, *p, budget).cost : kInf;
-    if (std::isfinite(found)) {
-      res.plan = std::move(*p);
-      res.cost = found;
-      res.status = r.status == Milp::Status::optimal ? ExactStatus::optimal : ExactStatus::feasible;
-      res.lower_bound = res.status == ExactStatus::optimal ? found : std::min(bound, found);
-    }
-  }
+  const double bound = std::isfinite(r.bound) ? std::max(0.0, r.bound / model.ms_per_second()) : 0.0;
+  const double found = take_solution(res, m, budget, cols, r, bound);
   if (std::isfinite(start_cost) && (!std::isfinite(found) || start_cost < found * (1 - 1e-9))) {
-    keep_start(ExactStatus::feasible, std::isfinite(found) ? res.lower_bound : bound);
+    keep_start(res, *start, start_cost, std::isfinite(found) ? res.lower_bound : bound);
   } else if (!std::isfinite(found)) {
     res.status = r.status == Milp::Status::infeasible ? ExactStatus::infeasible : ExactStatus::no_solution;
     res.lower_bound = res.status == ExactStatus::infeasible ? kInf : bound;
