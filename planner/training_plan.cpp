@@ -228,14 +228,108 @@ RematChoice choice_from_swap_plan(const Context& c, const ForwardStages& s, cons
   return ch;
 }
 
+// Strategy exact's MILP options on `stages` stages.
+ExactRematOptions exact_options(const Context& c, std::size_t stages) {
+  ExactRematOptions o;
+  o.seconds = c.opts.exact_seconds;
+  o.max_nodes = c.opts.exact_nodes;
+  o.max_stages = std::max(o.max_stages, stages);
+  o.relative_gap = c.opts.exact_gap;
+  return o;
+}
+
+// One model's MILP solves for strategy exact: each at a model budget, started from the segment DP's plan there, its
+// figures in `last`, the totals in `rep`.
+struct ExactSolver {
+  const Context& c;
+  const ForwardStages& s;
+  const SwapStageModel& model;
+  const ExactRematOptions& o;
+  ExactRematReport& rep;
+  ExactRematReport last = {};  // the latest solve's figures
+
+  // The plan as per-tensor actions, nullopt where the MILP found none.
+  std::optional<RematChoice> operator()(std::uint64_t at) {
+    const SegmentPlan dp = optimal_segments(s, at);
+    const SwapSegmentPlan start = swap_plan_of_segments(model, dp);
+    const SwapExactResult r = exact_swap_remat(model, at, o, dp.empty() ? nullptr : &start);
+    ++rep.solves;
+    rep.seconds += r.seconds;
+    rep.nodes += r.nodes;
+    last.status = exact_status_name(r.status);
+    last.model_budget = at;
+    last.variables = r.variables;
+    last.dp_cost = dp.empty() ? std::numeric_limits<double>::infinity() : swap_plan_cost(model, start, at).cost;
+    last.milp_cost = r.cost;
+    last.lower_bound = r.lower_bound;
+    last.gap =
+        last.dp_cost > 0.0 && std::isfinite(last.dp_cost) ? std::max(0.0, (last.dp_cost - r.lower_bound) / last.dp_cost) : 0.0;
+    last.milp_gap = r.cost > 0.0 && std::isfinite(r.cost) ? std::max(0.0, (r.cost - r.lower_bound) / r.cost) : 0.0;
+    last.swaps = static_cast<std::size_t>(std::count(r.plan.swapped.begin(), r.plan.swapped.end(), true));
+    if (r.status != ExactStatus::optimal && r.status != ExactStatus::feasible) return std::nullopt;
+    return choice_from_swap_plan(c, s, r.plan);
+  }
+};
+
+// Below the DP's reach (swaps can go lower): the calibration runs on the MILP itself, at most 8 solves. `kept`: the
+// figures of the solve behind the plan, else of the last one.
+Maybe fit_milp_alone(const Context& c, std::uint64_t target, ExactSolver& solve, ExactRematReport& kept) {
+  int solves = 0;
+  bool planned = false;
+  return fit_choices(c, target, solve.s, [&](std::uint64_t at) -> std::optional<RematChoice> {
+    if (++solves > 8) return std::nullopt;
+    std::optional<RematChoice> ch = solve(at);
+    if (ch || !planned) kept = solve.last;
+    planned = planned || ch;
+    return ch;
+  });
+}
+
+// From the model budget the DP was calibrated at: the MILP solved there, lowered by any overshoot (at most 2 solves),
+// then once halfway towards the budget found too much. `kept`: the figures of the solve behind the plan.
+Maybe fit_milp_from(const Context& c, std::uint64_t target, ModelBudget mb, ExactSolver& solve, ExactRematReport& kept) {
+  auto attempt = [&](std::uint64_t at) -> Maybe {
+    std::optional<RematChoice> ch = solve(at);
+    if (!ch) return std::nullopt;
+    return evaluate(c, std::move(*ch));
+  };
+  Maybe here;
+  std::uint64_t at = mb.at, too_much = mb.too_much;
+  for (int k = 0; k < 2 && !here; ++k) {
+    Maybe e = attempt(at);
+    kept = solve.last;
+    if (!e) break;
+    if (e->arena() <= target) {
+      here = std::move(e);
+      break;
+    }
+    too_much = at;
+    const std::uint64_t step = std::max(e->arena() - target, at / 64 + 1);
+    if (at <= step) break;
+    at -= step;
+  }
+  if (here && at + std::max<std::uint64_t>(1, too_much / 256) < too_much) {
+    const std::uint64_t mid = at + (too_much - at) / 2;
+    Maybe e = attempt(mid);
+    if (e && e->arena() <= target && e->seconds < here->seconds) here = std::move(e), kept = solve.last;
+  }
+  return here;
+}
+
+// The figures of the solve behind strategy exact's plan.
+void take_solve_figures(ExactRematReport& rep, const ExactRematReport& f) {
+  rep.status = f.status, rep.model_budget = f.model_budget, rep.dp_cost = f.dp_cost;
+  rep.variables = f.variables, rep.milp_cost = f.milp_cost, rep.lower_bound = f.lower_bound;
+  rep.gap = f.gap, rep.milp_gap = f.milp_gap, rep.swaps = f.swaps;
+}
+
 // Exact remat with swap (remat_exact_segments.hpp): the MILP over the plain stages coarsened to at most
 // opts.exact_stages, keep / swap / recompute segment per stage, the least estimated seconds, started from the segment
 // DP's plan on the same stages (never worse than it in the model). The model budget comes from calibrating that DP on
-// the packed arena; the MILP is solved there, lowered by any overshoot (at most 2 solves), then once halfway towards
-// the budget found too much. Where the DP reaches no plan under the target (swaps can go lower), the calibration runs
-// on the MILP itself (at most 8 solves). Where the plan swaps, the same runs without swaps (a swap the model counts as
-// hidden can stall in the step estimate) and the faster plan is kept. `optimal`'s own plan (cheap recomputation,
-// partial stages) is planned too; the MILP's plan is used where its estimated step is faster.
+// the packed arena (fit_milp_from); where the DP reaches no plan under the target, from the MILP itself
+// (fit_milp_alone). Where the plan swaps, the same runs without swaps (the swap planner's placement and the step
+// estimate's copy waits can make a swap the model counts as hidden stall) and the faster plan is kept. `optimal`'s own
+// plan (cheap recomputation, partial stages) is planned too; the MILP's plan is used where its estimated step is faster.
 Maybe strategy_exact(const Context& c, std::uint64_t target) {
   if (!exact_remat_available()) fail(ErrorKind::unsupported, "strategy exact: this build has no MILP solver (CBC, CMake MEMPLAN_CBC)");
   Maybe dp_best = strategy_optimal(c, target);
@@ -251,87 +345,23 @@ Maybe strategy_exact(const Context& c, std::uint64_t target) {
   for (std::size_t i = 0; i < with_swaps.size(); ++i) rep.swappable += with_swaps.can_swap(i) ? 1 : 0;
   SwapStageModel recompute_only = with_swaps;
   std::fill(recompute_only.moved.begin(), recompute_only.moved.end(), 0);
-  ExactRematOptions o;
-  o.seconds = c.opts.exact_seconds;
-  o.max_nodes = c.opts.exact_nodes;
-  o.max_stages = std::max(o.max_stages, s.size());
-  o.relative_gap = c.opts.exact_gap;
-  auto dp_at = [&](std::uint64_t mb) { return optimal_segments(s, mb); };
+  const ExactRematOptions o = exact_options(c, s.size());
   ModelBudget mb;
-  const Maybe dp_here = fit_choices(c, target, s, [&](std::uint64_t at) -> std::optional<RematChoice> {
-    const SegmentPlan plan = dp_at(at);
-    if (plan.empty()) return std::nullopt;
-    return choice_from_segments(c.g, s, plan);
-  }, &mb);
-  // The model with swaps, and without them where it swapped (the swap planner's placement and the step estimate's
-  // copy waits can make a swap the model counts as hidden stall): the faster fitted plan is kept.
+  const Maybe dp_here = fit_choices(
+      c, target, s,
+      [&](std::uint64_t at) -> std::optional<RematChoice> {
+        const SegmentPlan plan = optimal_segments(s, at);
+        if (plan.empty()) return std::nullopt;
+        return choice_from_segments(c.g, s, plan);
+      },
+      &mb);
   Maybe found;
   ExactRematReport found_rep;
   for (const SwapStageModel* model : {&with_swaps, static_cast<const SwapStageModel*>(&recompute_only)}) {
     if (model == &recompute_only && (rep.swappable == 0 || (found && found_rep.swaps == 0))) break;
-    ExactRematReport last;  // the latest solve's figures
-    ExactRematReport kept;  // those of the solve behind this model's plan
-    auto solve = [&](std::uint64_t at) -> std::optional<RematChoice> {
-      const SegmentPlan dp = dp_at(at);
-      const SwapSegmentPlan start = swap_plan_of_segments(*model, dp);
-      const SwapExactResult r = exact_swap_remat(*model, at, o, dp.empty() ? nullptr : &start);
-      ++rep.solves;
-      rep.seconds += r.seconds;
-      rep.nodes += r.nodes;
-      last.status = exact_status_name(r.status);
-      last.model_budget = at;
-      last.variables = r.variables;
-      last.dp_cost = dp.empty() ? std::numeric_limits<double>::infinity() : swap_plan_cost(*model, start, at).cost;
-      last.milp_cost = r.cost;
-      last.lower_bound = r.lower_bound;
-      last.gap = last.dp_cost > 0.0 && std::isfinite(last.dp_cost) ? std::max(0.0, (last.dp_cost - r.lower_bound) / last.dp_cost) : 0.0;
-      last.milp_gap = r.cost > 0.0 && std::isfinite(r.cost) ? std::max(0.0, (r.cost - r.lower_bound) / r.cost) : 0.0;
-      last.swaps = static_cast<std::size_t>(std::count(r.plan.swapped.begin(), r.plan.swapped.end(), true));
-      if (r.status != ExactStatus::optimal && r.status != ExactStatus::feasible) return std::nullopt;
-      return choice_from_swap_plan(c, s, r.plan);
-    };
-    Maybe here;
-    if (!dp_here) {  // below the DP's reach: calibrate the MILP itself
-      int solves = 0;
-      bool planned = false;
-      here = fit_choices(c, target, s, [&](std::uint64_t at) -> std::optional<RematChoice> {
-        if (++solves > 8) return std::nullopt;
-        std::optional<RematChoice> ch = solve(at);
-        if (ch || !planned) kept = last;  // the solve behind the plan, else the last one
-        planned = planned || ch;
-        return ch;
-      });
-    } else {
-      auto attempt = [&](std::uint64_t at) -> Maybe {
-        std::optional<RematChoice> ch = solve(at);
-        if (!ch) return std::nullopt;
-        return evaluate(c, std::move(*ch));
-      };
-      std::uint64_t at = mb.at, too_much = mb.too_much;
-      for (int k = 0; k < 2 && !here; ++k) {
-        Maybe e = attempt(at);
-        kept = last;
-        if (!e) break;
-        if (e->arena() <= target) {
-          here = std::move(e);
-          break;
-        }
-        too_much = at;
-        const std::uint64_t step = std::max(e->arena() - target, at / 64 + 1);
-        if (at <= step) break;
-        at -= step;
-      }
-      for (int k = 0; here && k < 1 && at + std::max<std::uint64_t>(1, too_much / 256) < too_much; ++k) {
-        const std::uint64_t mid = at + (too_much - at) / 2;
-        Maybe e = attempt(mid);
-        if (!e || e->arena() > target) {
-          too_much = mid;
-          continue;
-        }
-        at = mid;
-        if (e->seconds < here->seconds) here = std::move(e), kept = last;
-      }
-    }
+    ExactSolver solve{c, s, *model, o, rep, {}};
+    ExactRematReport kept;  // the figures of the solve behind this model's plan
+    Maybe here = dp_here ? fit_milp_from(c, target, mb, solve, kept) : fit_milp_alone(c, target, solve, kept);
     if (here && (!found || here->seconds < found->seconds)) {
       found = std::move(here);
       found_rep = kept;
@@ -339,9 +369,7 @@ Maybe strategy_exact(const Context& c, std::uint64_t target) {
       found_rep = kept;  // report the last solve where nothing fitted
     }
   }
-  rep.status = found_rep.status, rep.model_budget = found_rep.model_budget, rep.dp_cost = found_rep.dp_cost;
-  rep.variables = found_rep.variables, rep.milp_cost = found_rep.milp_cost, rep.lower_bound = found_rep.lower_bound;
-  rep.gap = found_rep.gap, rep.milp_gap = found_rep.milp_gap, rep.swaps = found_rep.swaps;
+  take_solve_figures(rep, found_rep);
   if (found) rep.exact_step_seconds = found->seconds;
   if (found && (!dp_best || found->seconds < dp_best->seconds * (1 - 1e-9))) {
     rep.used = true;
@@ -447,8 +475,6 @@ Error infeasible_error(const Infeasible& inf) {
                                           ") over the budget");
 }
 
-// `name_totals`: an unmet budget's Infeasible carries what each strategy reaches at least (a search per strategy);
-// without it the totals are left empty.
 // The forward's stages, for the strategies that recompute or swap and for an unmet budget's report (once); keep-all
 // needs none of them (nor a search: its plan is `none`).
 void find_stages(Context& c) {
@@ -526,6 +552,63 @@ void take_chosen(const Context& c, Evaluated& chosen, TrainingPlanResult& r) {
   r.plan = std::move(chosen.plan);
 }
 
+// Where the budget cannot be met: throws Infeasible, with what each strategy reaches at least where `name_totals`
+// (infeasible_error names the closest).
+[[noreturn]] void throw_infeasible(Context& c, const TrainingPlanResult& r, std::uint64_t fixed, bool name_totals,
+                                   const std::string& why) {
+  find_stages(c);
+  Infeasible inf{why, r.persistent_bytes, r.input_bytes, r.library_bytes, *c.opts.budget_bytes, {}};
+  if (name_totals)
+    for (const auto& s : training_strategies())
+      inf.totals.push_back(checked_add(fixed, least_memory(c, s).arena(), "total device bytes"));
+  throw inf;
+}
+
+// The strategy's least-memory plan where the search missed `arena_budget` (the searches steer by models and lower
+// bounds), packed exactly where allowed (the searches see greedy arenas); nullopt where it does not fit either.
+Maybe least_memory_within(const Context& c, Maybe chosen, std::uint64_t arena_budget) {
+  if (c.opts.strategy != "none") chosen = least_memory(c, c.opts.strategy);
+  if (chosen->arena() <= arena_budget) return chosen;
+  if (c.opts.assign.exact_pack_seconds > 0.0 && !chosen->plan.arena_optimal) {
+    chosen->plan = assign(chosen->tr.graph, chosen->live, c.opts.assign);
+    time_step(c, *chosen);
+    if (chosen->arena() <= arena_budget) return chosen;
+  }
+  return std::nullopt;
+}
+
+// The strategy's plan within `arena_budget`, nullopt where none fits. swap_to_budget bounds the lower bound, not the
+// packed arena: the target is tightened by any overshoot (at most 6 runs).
+Maybe plan_within(const Context& c, Evaluated& none, std::uint64_t arena_budget) {
+  const bool keep_all = c.opts.strategy == "none";
+  std::uint64_t target = arena_budget;
+  for (int attempt = 0;; ++attempt) {
+    Maybe chosen = keep_all ? std::move(none) : run_strategy(c, c.opts.strategy, target);
+    if (chosen && chosen->arena() <= arena_budget) return chosen;
+    if (keep_all || !chosen || attempt == 5 || chosen->arena() - arena_budget >= target)
+      return least_memory_within(c, std::move(chosen), arena_budget);
+    target -= chosen->arena() - arena_budget;
+  }
+}
+
+// The chosen plan packed exactly where allowed, verified, and its totals checked against the budget.
+void finish_plan(const Context& c, Evaluated& chosen, std::uint64_t held, TrainingPlanResult& r) {
+  const TrainingPlanOptions& options = c.opts;
+  if (options.assign.exact_pack_seconds > 0.0 && !chosen.plan.arena_optimal) {
+    chosen.plan = assign(chosen.tr.graph, chosen.live, options.assign);  // never larger: the greedy packing is its start
+    time_step(c, chosen);                                                // new offsets: swap-ins may wait on other bytes
+  }
+  Plan& plan = chosen.plan;
+  r.report = verify_plan(chosen.tr.graph, plan);
+  if (!r.report.valid) fail(ErrorKind::verification, "the training plan (" + options.strategy + ") failed the verifier");
+  r.activation_arena_bytes = plan.arena_bytes;
+  r.peak_bytes = checked_add(held, plan.arena_bytes, "peak bytes");
+  r.total_device_bytes = checked_add(r.peak_bytes, r.library_bytes, "total device bytes");
+  if (options.budget_bytes && r.total_device_bytes > *options.budget_bytes)
+    fail(ErrorKind::verification,
+         "total device memory " + gib(r.total_device_bytes) + " exceeds the budget " + gib(*options.budget_bytes));
+}
+
 TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlanOptions& options, const ScheduleResult& schedule,
                            bool name_totals = true) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -548,56 +631,17 @@ TrainingPlanResult plan_on(const analysis::TrainingGraph& tg, const TrainingPlan
   Evaluated none = evaluate(c, RematChoice::keep_all(g));
   c.none_arena = none.arena();
   c.none_seconds = none.seconds;
-
-  // What each strategy reaches at least, for the caller to name the closest (infeasible_error).
-  auto infeasible = [&](const std::string& why) {
-    find_stages(c);
-    Infeasible inf{why, r.persistent_bytes, r.input_bytes, r.library_bytes, *options.budget_bytes, {}};
-    if (!name_totals) throw inf;
-    for (const auto& s : names) inf.totals.push_back(checked_add(fixed, least_memory(c, s).arena(), "total device bytes"));
-    throw inf;
-  };
-
   Maybe chosen;
-  std::uint64_t arena_budget = 0;
   if (!options.budget_bytes) {
     chosen = keep_all ? std::move(none) : least_memory(c, options.strategy);
   } else {
+    const std::string budget = "budget " + gib(*options.budget_bytes);
     if (*options.budget_bytes < fixed)
-      infeasible("budget " + gib(*options.budget_bytes) + " is below the persistent memory, inputs and libraries");
-    arena_budget = *options.budget_bytes - fixed;
+      throw_infeasible(c, r, fixed, name_totals, budget + " is below the persistent memory, inputs and libraries");
+    chosen = plan_within(c, none, *options.budget_bytes - fixed);
+    if (!chosen) throw_infeasible(c, r, fixed, name_totals, budget + " cannot be met by strategy " + options.strategy);
   }
-  // swap_to_budget bounds the lower bound, not the packed arena: tighten its target by any overshoot.
-  std::uint64_t target = arena_budget;
-  for (int attempt = 0; options.budget_bytes; ++attempt) {
-    chosen = keep_all ? std::move(none) : run_strategy(c, options.strategy, target);
-    if (chosen && chosen->arena() <= arena_budget) break;
-    if (keep_all || !chosen || attempt == 5 || chosen->arena() - arena_budget >= target) {
-      // The searches steer by models and lower bounds; the strategy's least-memory plan may still fit.
-      if (!keep_all) chosen = least_memory(c, options.strategy);
-      if (chosen->arena() <= arena_budget) break;
-      // The searches see greedy arenas; the exact packer may bring the least-memory plan under the budget.
-      if (options.assign.exact_pack_seconds > 0.0 && !chosen->plan.arena_optimal) {
-        chosen->plan = assign(chosen->tr.graph, chosen->live, options.assign);
-        time_step(c, *chosen);
-        if (chosen->arena() <= arena_budget) break;
-      }
-      infeasible("budget " + gib(*options.budget_bytes) + " cannot be met by strategy " + options.strategy);
-    }
-    target -= chosen->arena() - arena_budget;
-  }
-  if (options.assign.exact_pack_seconds > 0.0 && !chosen->plan.arena_optimal) {
-    chosen->plan = assign(chosen->tr.graph, chosen->live, options.assign);  // never larger: the greedy packing is its start
-    time_step(c, *chosen);  // new offsets: swap-ins may wait on other bytes
-  }
-  Plan& plan = chosen->plan;
-  r.report = verify_plan(chosen->tr.graph, plan);
-  if (!r.report.valid) fail(ErrorKind::verification, "the training plan (" + options.strategy + ") failed the verifier");
-  r.activation_arena_bytes = plan.arena_bytes;
-  r.peak_bytes = checked_add(held, plan.arena_bytes, "peak bytes");
-  r.total_device_bytes = checked_add(r.peak_bytes, r.library_bytes, "total device bytes");
-  if (options.budget_bytes && r.total_device_bytes > *options.budget_bytes)
-    fail(ErrorKind::verification, "total device memory " + gib(r.total_device_bytes) + " exceeds the budget " + gib(*options.budget_bytes));
+  finish_plan(c, *chosen, held, r);
   take_chosen(c, *chosen, r);
   r.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
