@@ -126,6 +126,15 @@ void layer_norm(GradContext& c) {
         {{"axis", attr_i(static_cast<std::int64_t>(axis))}});
 }
 
+// Y = scale[c] * (X - mean) * invstd + B[c] per sample n and channel c: one InstanceNormGrad from X and the saved
+// statistics (outputs 1 and 2, training_forward.cpp). With xhat = (X - mean) * invstd and g = dY * scale[c]:
+// dX = invstd * (g - mean(g) - xhat * mean(g * xhat)) over the spatial axes, dScale[c] = sum of dY * xhat,
+// dB[c] = sum of dY over n and the spatial axes.
+void instance_norm(GradContext& c) {
+  if (c.shape(c.in(0)).size() < 2) c.unsupported("an input of rank below 2 has no channel axis");
+  multi(c, "InstanceNormGrad", {c.dy(), c.in(0), c.in(1), c.out(1), c.out(2)}, {0, 1, 2});
+}
+
 // memplan RMSNormalization (analysis/fused_ops.hpp): one RMSNormGrad from X, scale and the saved InvStdDev.
 void rms_norm(GradContext& c) {
   const auto axis = positive_axis(c, c.fwd().attr_int("axis", -1), c.shape(c.in(0)).size());
@@ -215,6 +224,7 @@ void add_nn_grads(GradTable& t) {
   t[std::string(memplan_ops::kMatMulT)] = {matmul_t, 3u, 1u};
   t["BatchNormTraining"] = {batch_norm, 7u, 1u};
   t["LayerNormalization"] = {layer_norm, 7u, 1u};
+  t["InstanceNormalization"] = {instance_norm, 7u, 1u};
   t[std::string(memplan_ops::kRMSNormalization)] = {rms_norm, 3u, 1u};
   t["Softmax"] = {softmax, 1u, 1u};
   t["LogSoftmax"] = {softmax, 1u, 1u};

@@ -1,4 +1,5 @@
 // Backward rules of data-movement ops: views, Transpose, Concat/Split, Slice, Gather, GatherND, ScatterND/Elements.
+#include <algorithm>
 #include <memory>
 #include <numeric>
 
@@ -32,8 +33,15 @@ void transpose(GradContext& c) {
   std::vector<std::int64_t> perm = c.fwd().attr_ints("perm");
   if (perm.empty())
     for (std::size_t k = rank; k-- > 0;) perm.push_back(static_cast<std::int64_t>(k));
-  std::vector<std::int64_t> inverse(rank, 0);
-  for (std::size_t k = 0; k < perm.size() && k < rank; ++k) inverse.at(static_cast<std::size_t>(perm[k])) = static_cast<std::int64_t>(k);
+  // Entries may count from the end (the TorchScript exporter writes [0, -2, -1, 1]), as the shape rule reads them.
+  const auto r = static_cast<std::int64_t>(rank);
+  if (perm.size() != rank) c.unsupported("perm has " + std::to_string(perm.size()) + " entries for rank " + std::to_string(rank));
+  std::vector<std::int64_t> inverse(rank, -1);
+  for (std::size_t k = 0; k < rank; ++k) {
+    const std::int64_t p = perm[k] < 0 ? perm[k] + r : perm[k];
+    if (p < 0 || p >= r || inverse[static_cast<std::size_t>(p)] >= 0) c.unsupported("perm is not a permutation of the axes");
+    inverse[static_cast<std::size_t>(p)] = static_cast<std::int64_t>(k);
+  }
   single(c, "Transpose", "", {c.dy()}, {{"perm", attr_ints(inverse)}});
 }
 
@@ -163,24 +171,45 @@ void top_k(GradContext& c) {
   single(c, "GatherElementsGrad", "memplan", {c.dy(0), c.out(1)}, {{"axis", attr_i(axis)}});
 }
 
-// Constant Pad: the gradient is dY cropped back to x (a Slice from the leading pads); other modes and
-// negative pads (crops) have no rule here.
+// Pad: a constant Pad that only grows x gives dY cropped back to x (a Slice from the leading pads). Other modes
+// (reflect, edge, wrap), negative pads (crops) and an axes input give one memplan PadGrad, which adds each dY element
+// to the x element it read (runtime_allocator/kernels/pad_index.hpp), with the pads spelled out for every axis.
 void pad(GradContext& c) {
-  if (c.fwd().attr_string("mode", "constant") != "constant") c.unsupported("only constant-mode Pad has a backward rule");
+  const std::string mode = c.fwd().attr_string("mode", "constant");
   std::vector<std::int64_t> pads = c.fwd().attr_ints("pads");
   if (c.in(1) != kNoTensor) {
     const Tensor& p = c.tensor(c.in(1));
     if (!p.data) c.unsupported("the pads are computed at run time");
     pads = p.data->as_int64();
   }
-  if (c.fwd().input(3) != kNoTensor) c.unsupported("Pad with an axes input has no backward rule");
   const Shape x = c.shape(c.in(0));
-  if (pads.size() != 2 * x.size()) c.unsupported("pads do not give a begin and an end per axis");
+  std::vector<std::int64_t> axes;
+  if (c.fwd().input(3) != kNoTensor) {
+    const Tensor& a = c.tensor(c.fwd().input(3));
+    if (!a.data) c.unsupported("the axes are computed at run time");
+    axes = a.data->as_int64();
+  } else {
+    axes.resize(x.size());
+    std::iota(axes.begin(), axes.end(), 0);
+  }
+  if (pads.size() != 2 * axes.size()) c.unsupported("pads do not give a begin and an end per padded axis");
+  std::vector<std::int64_t> full(2 * x.size(), 0);
+  const auto rank = static_cast<std::int64_t>(x.size());
+  for (std::size_t k = 0; k < axes.size(); ++k) {
+    if (axes[k] < -rank || axes[k] >= rank) c.unsupported("axis " + std::to_string(axes[k]) + " is out of range");
+    const auto a = static_cast<std::size_t>(axes[k] < 0 ? axes[k] + rank : axes[k]);
+    full[a] = pads[k];
+    full[a + x.size()] = pads[k + axes.size()];
+  }
+  const bool grows = std::all_of(full.begin(), full.end(), [](std::int64_t p) { return p >= 0; });
+  if (mode != "constant" || !grows) {
+    if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap") c.unsupported("mode '" + mode + "'");
+    return single(c, "PadGrad", "memplan", {c.dy()}, {{"mode", attr_s(mode)}, {"pads", attr_ints(full)}});
+  }
   std::vector<std::int64_t> starts(x.size()), ends(x.size());
   for (std::size_t k = 0; k < x.size(); ++k) {
-    if (pads[k] < 0 || pads[k + x.size()] < 0) c.unsupported("negative pads (crops) have no backward rule");
-    starts[k] = pads[k];
-    ends[k] = pads[k] + x[k];
+    starts[k] = full[k];
+    ends[k] = full[k] + x[k];
   }
   const TensorId g = c.grad_tensor(0);
   c.emit("Slice", "", {c.dy(), c.int_constant("starts", starts), c.int_constant("ends", ends)}, {g});

@@ -99,7 +99,7 @@ void add_elementwise_rules(RuleTable& t) {
         "Softmax", "LogSoftmax", "Hardmax", "Floor", "Ceil", "Round", "Reciprocal", "Sign", "Sin", "Cos", "Tan", "Asin",
         "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish",
         "Softplus", "Softsign", "Mish", "ThresholdedRelu", "CumSum", "Trilu", "ScatterND", "ScatterElements",
-        "InstanceNormalization", "LRN", "MeanVarianceNormalization", "BitwiseNot", "Shrink", "Swish", "QuickGelu"})
+        "LRN", "MeanVarianceNormalization", "BitwiseNot", "Shrink", "Swish", "QuickGelu"})
     t[name].shape = &same_as_input;
   for (const char* name : {"IsNaN", "IsInf"}) t[name].shape = &bool_like_input;
   for (const char* name : {"Add", "Sub", "Mul", "Div", "Mod", "Min", "Max", "Sum", "Mean", "BitwiseAnd", "BitwiseOr",

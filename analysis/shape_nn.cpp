@@ -238,18 +238,34 @@ void attention_op(OpContext& c) {
   c.set_output(3, dt, {q[0], q[1], q[2], total});
 }
 
-// Inference: Y only. Training (training_mode=1, or the old opsets' extra outputs): running or saved
-// mean and variance, each of shape [C].
-void batch_norm_op(OpContext& c) {
+// X [N, C, ...] of a per-channel normalization, its inputs 1 to `inputs` - 1 (where present) of shape [C].
+Shape channel_input(const OpContext& c, std::size_t inputs) {
   const Shape x = c.in_shape(0);
   if (x.size() < 2) c.fail_shape("needs an input of rank >= 2, got " + shape_str(x));
-  for (std::size_t i = 1; i < 5 && i < c.num_inputs(); ++i)
+  for (std::size_t i = 1; i < inputs && i < c.num_inputs(); ++i)
     if (c.has_input(i) && c.in_shape(i) != Shape{x[1]})
       c.fail_shape("input '" + c.input(i).name + "' has shape " + shape_str(c.in_shape(i)) + ", expected [" +
                    std::to_string(x[1]) + "]");
+  return x;
+}
+
+// Inference: Y only. Training (training_mode=1, or the old opsets' extra outputs): running or saved
+// mean and variance, each of shape [C].
+void batch_norm_op(OpContext& c) {
+  const Shape x = channel_input(c, 5);
   c.set_output(0, c.in_dtype(0), x);
   const DType stat = c.has_input(3) ? c.in_dtype(3) : c.in_dtype(0);
   for (std::size_t k = 1; k < c.num_outputs(); ++k) c.set_output(k, stat, {x[1]});
+}
+
+// InstanceNormalization: X [N, C, spatial...], scale and B [C]; Y like X. In a training graph it also outputs the
+// float32 mean and inverse std per sample and channel, [N, C, 1...] (autodiff::prepare_forward adds them).
+void instance_norm_op(OpContext& c) {
+  const Shape x = channel_input(c, 3);
+  c.set_output(0, c.in_dtype(0), x);
+  Shape stats = x;
+  for (std::size_t k = 2; k < stats.size(); ++k) stats[k] = 1;
+  for (std::size_t k = 1; k < c.num_outputs(); ++k) c.set_output(k, DType::f32, stats);
 }
 
 bool present(const OpContext& c, std::size_t i) { return c.has_input(i) && c.input(i).element_count() > 0; }
@@ -327,6 +343,7 @@ void add_nn_rules(RuleTable& t) {
   t["LayerNormalization"].shape = &layer_norm_op;
   t["Attention"].shape = &attention_op;
   t["BatchNormalization"].shape = &batch_norm_op;
+  t["InstanceNormalization"].shape = &instance_norm_op;
   t["Resize"].shape = &resize_op;
   t["Upsample"].shape = &resize_op;
 }

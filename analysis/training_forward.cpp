@@ -51,6 +51,59 @@ std::vector<std::int64_t> normalized_stats_shape(const Graph& g, const Op& op) {
   return s;
 }
 
+// Identity of a float weight: its output becomes a weight of its own (true; the Identity is then dropped).
+bool weight_of_its_own(Graph& g, const Op& op) {
+  const Tensor& src = g.tensors[op.inputs[0]];
+  if (src.role != TensorRole::weight || src.producer != kNoOp || !dtype_is_float(src.dtype)) return false;
+  Tensor& dst = g.tensors[op.outputs[0]];
+  dst.role = TensorRole::weight;
+  dst.data = src.data;
+  dst.external_data = src.external_data;
+  dst.external_location = src.external_location;
+  dst.external_offset = src.external_offset;
+  dst.external_length = src.external_length;
+  return true;
+}
+
+// A normalization's statistics that its backward reads, as outputs (true when `op` is one): BatchNormalization
+// becomes memplan BatchNormTraining (an inference-form one, from an eval-mode export, which the CLI warns about, trains
+// as PyTorch would train the module: batch statistics, running statistics updated); LayerNormalization gets its
+// Mean/InvStdDev, InstanceNormalization its float32 mean and inverse std per sample and channel (as PyTorch's instance
+// and group norms save them).
+bool save_norm_statistics(Graph& g, Op& op) {
+  if (is_op(op, "BatchNormalization")) {
+    const Tensor& x = g.tensors[op.inputs.at(0)];
+    const std::vector<std::int64_t> c{x.shape().at(1)};
+    const DType dt = x.dtype;
+    op.type = memplan_ops::kBatchNormTraining;
+    op.domain = kMemplanDomain;
+    op.attrs.erase("training_mode");
+    ensure_output(g, op, 1, "/running_mean", dt, c);
+    ensure_output(g, op, 2, "/running_var", dt, c);
+    ensure_output(g, op, 3, "/saved_mean", dt, c);
+    ensure_output(g, op, 4, "/saved_invstd", dt, c);
+    // Running statistics are module buffers updated in place: persistent, never arena.
+    g.tensors[op.outputs[1]].role = TensorRole::weight;
+    g.tensors[op.outputs[2]].role = TensorRole::weight;
+    return true;
+  }
+  if (is_op(op, "LayerNormalization")) {
+    const auto s = normalized_stats_shape(g, op);
+    const DType stash = op.attr_int("stash_type", 1) == 1 ? DType::f32 : g.tensors[op.outputs[0]].dtype;
+    ensure_output(g, op, 1, "/mean", stash, s);
+    ensure_output(g, op, 2, "/invstd", stash, s);
+    return true;
+  }
+  if (is_op(op, "InstanceNormalization")) {
+    auto s = g.tensors[op.inputs.at(0)].shape();
+    for (std::size_t k = 2; k < s.size(); ++k) s[k] = 1;
+    ensure_output(g, op, 1, "/mean", DType::f32, s);
+    ensure_output(g, op, 2, "/invstd", DType::f32, s);
+    return true;
+  }
+  return false;
+}
+
 // ONNX Dropout runs in training mode when input 2 is true; unknown (computed) counts as training.
 bool dropout_training(const Graph& g, const Op& op) {
   TensorId m = op.input(2);
@@ -115,7 +168,8 @@ std::string unique_name(const Graph& g, const std::string& base) {
 // BatchNormalization in training mode becomes memplan BatchNormTraining with saved mean and invstd;
 // LayerNormalization, MaxPool and training Dropout get their optional Mean/InvStdDev, Indices, mask (a
 // Dropout of constant ratio 0 whose mask nothing reads becomes an Identity instead);
-// memplan RMSNormalization its InvStdDev;
+// InstanceNormalization its float32 mean and inverse std per sample and channel (outputs 1 and 2, as PyTorch's
+// instance and group norms save them); memplan RMSNormalization its InvStdDev;
 // memplan FusedAttention gets its per-row logsumexp (float32 [B, Hq, Sq]), which its backward reads.
 void prepare_forward(Graph& g) {
   std::vector<bool> drop(g.ops.size(), false);
@@ -133,44 +187,13 @@ void prepare_forward(Graph& g) {
     }
     if (!(op.domain.empty() || op.domain == "ai.onnx")) continue;
     if (op.type == "Identity" && op.input(0) != kNoTensor && op.output(0) != kNoTensor) {
-      const Tensor& src = g.tensors[op.inputs[0]];
-      if (src.role == TensorRole::weight && src.producer == kNoOp && dtype_is_float(src.dtype)) {
-        Tensor& dst = g.tensors[op.outputs[0]];
-        dst.role = TensorRole::weight;
-        dst.data = src.data;
-        dst.external_data = src.external_data;
-        dst.external_location = src.external_location;
-        dst.external_offset = src.external_offset;
-        dst.external_length = src.external_length;
-        drop[o] = true;
-      }
+      drop[o] = weight_of_its_own(g, op);
       continue;
     }
     if (op.output(0) == kNoTensor) continue;
-    const Tensor& y = g.tensors[op.outputs[0]];
-    // Inference-form BatchNormalization (an eval-mode export, which the CLI warns about) trains as PyTorch
-    // would train the module: batch statistics, running statistics updated.
-    if (is_op(op, "BatchNormalization")) {
-      const Tensor& x = g.tensors[op.inputs.at(0)];
-      const std::vector<std::int64_t> c{x.shape().at(1)};
-      const DType dt = x.dtype;
-      op.type = memplan_ops::kBatchNormTraining;
-      op.domain = kMemplanDomain;
-      op.attrs.erase("training_mode");
-      ensure_output(g, op, 1, "/running_mean", dt, c);
-      ensure_output(g, op, 2, "/running_var", dt, c);
-      ensure_output(g, op, 3, "/saved_mean", dt, c);
-      ensure_output(g, op, 4, "/saved_invstd", dt, c);
-      // Running statistics are module buffers updated in place: persistent, never arena.
-      g.tensors[op.outputs[1]].role = TensorRole::weight;
-      g.tensors[op.outputs[2]].role = TensorRole::weight;
-    } else if (is_op(op, "LayerNormalization")) {
-      const auto s = normalized_stats_shape(g, op);
-      const DType stash = op.attr_int("stash_type", 1) == 1 ? DType::f32 : y.dtype;
-      ensure_output(g, op, 1, "/mean", stash, s);
-      ensure_output(g, op, 2, "/invstd", stash, s);
-    } else if (is_op(op, "MaxPool")) {
-      ensure_output(g, op, 1, "/indices", DType::i64, y.shape());
+    if (save_norm_statistics(g, op)) continue;
+    if (is_op(op, "MaxPool")) {
+      ensure_output(g, op, 1, "/indices", DType::i64, g.tensors[op.outputs[0]].shape());
     } else if (is_op(op, "Dropout") && dropout_training(g, op) && dropout_is_identity(g, op)) {
       op.type = "Identity";  // a view: no mask, no copy; its gradient passes through
       op.attrs.clear();

@@ -280,6 +280,8 @@ std::string batch_norm_training_reason(const analysis::Graph& g, const Op& op) {
   return mixed_dtype_reason(g, op, {}, {0}, {1, 2, 3, 4}, {1, 2, 3, 4});
 }
 std::string batch_norm_grad_reason(const analysis::Graph& g, const Op& op) { return mixed_dtype_reason(g, op, {1}, {0}, {2, 3, 4}, {1, 2}); }
+// bf16/f16 data beside float32 scale, bias and statistics (InstanceNormalization, InstanceNormGrad: cuda_norms.cpp).
+std::string instance_norm_reason(const analysis::Graph& g, const Op& op) { return mixed_dtype_reason(g, op, {}, {0}, {1, 2}, {1, 2}); }
 std::string pool_reason(const analysis::Graph& g, const Op& op) { return mixed_dtype_reason(g, op, {}, {0}); }
 // ReduceMean/Max/Min run on autocast's promote list (ReduceSum on its fp32 one): the output in the data's dtype.
 std::string reduce_reason(const analysis::Graph& g, const Op& op) { return mixed_dtype_reason(g, op, {}, {0}); }
@@ -308,6 +310,7 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"Expand", {run_expand, false, false, kCopy}},
       {"Gather", {run_gather, false, false, kAny}},
       {"Pad", {run_pad, false, false, kCopy}},  // cuda_pad_random.cpp
+      {"memplan::PadGrad", {run_pad_grad, false, false, kFloatOrHalf, same_float_dtype_reason}},
       {"RandomUniformLike", {run_random_uniform_like, false, false, kAny}},
       {"RandomNormalLike", {run_random_normal, false, false, kAny}},
       {"RandomNormal", {run_random_normal, false, false, kAny}},
@@ -418,6 +421,8 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"memplan::LayerNormGrad", {training, false, false, kFloat}},
       {"memplan::RMSNormalization", {by_family<run_norm_op>, true, false, kFloat}},
       {"memplan::RMSNormGrad", {by_family<run_norm_op>, false, false, kFloat}},
+      {"InstanceNormalization", {by_family<run_norm_op>, true, false, kFloatOrHalf, instance_norm_reason}},
+      {"memplan::InstanceNormGrad", {by_family<run_norm_op>, true, false, kFloatOrHalf, batch_norm_grad_reason}},
       {"memplan::MaxPoolGrad", {training, false, false, kFloatOrHalf, max_pool_grad_reason}},
       {"memplan::ConvGradInput", {training, false, true, kProduct, same_float_dtype_reason}},
       {"memplan::ConvGradWeight", {training, false, true, kProduct, same_float_dtype_reason}},

@@ -1,5 +1,5 @@
-// The CUDA executor's Pad, CumSum (every mode, negative pads crop, optional pad value and axes) and RandomUniformLike
-// (the CPU kernels' values bit for bit); kernels in kernels_pad_random.cu.
+// The CUDA executor's Pad and PadGrad, CumSum (every mode, negative pads crop, optional pad value and axes) and
+// RandomUniformLike (the CPU kernels' values bit for bit); kernels in kernels_pad_random.cu.
 #include "runtime_allocator/cuda/cuda_state.hpp"
 #include "runtime_allocator/cuda/kernels_pad_random.hpp"
 #include "runtime_allocator/kernels/random_uniform.hpp"
@@ -58,6 +58,27 @@ void run_pad(ExecState& s, const Op& op) {
     p.axes[d] = ax[d];
   }
   pad(p, s.ptr[x], value, s.ptr[y], s.ctx.stream());
+}
+
+void run_pad_grad(ExecState& s, const Op& op) {
+  const TensorId dy = op.inputs.at(0), dx = op.outputs.at(0);
+  const auto in = s.dims(dx), out = s.dims(dy);
+  if (in.size() > static_cast<std::size_t>(kMaxRank)) unsupported(op, "rank above 8");
+  PadGradShape p;
+  if (!parse_pad_mode(op.attr_string("mode", "constant"), p.mode)) unsupported(op, "mode " + op.attr_string("mode", ""));
+  const std::vector<PadAxis> ax = pad_axes(in, op.attr_ints("pads"), {});
+  if (ax.size() != in.size() || out.size() != in.size()) unsupported(op, "pads do not give a begin and an end per axis");
+  p.storage = float_storage(op, s.tensor(dy).dtype);
+  if (s.tensor(dx).dtype != s.tensor(dy).dtype) unsupported(op, "dX must have dY's dtype");
+  const auto strides = contiguous_strides(out);
+  p.rank = static_cast<int>(in.size());
+  for (std::size_t d = 0; d < in.size(); ++d) {
+    p.in_dims[d] = in[d];
+    p.out_dims[d] = out[d];
+    p.out_strides[d] = strides[d];
+    p.axes[d] = ax[d];
+  }
+  pad_grad(p, s.ptr[dy], s.ptr[dx], s.ctx.stream());
 }
 
 void run_roll(ExecState& s, const Op& op) {

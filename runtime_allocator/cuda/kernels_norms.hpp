@@ -1,10 +1,13 @@
 // CUDA kernels of memplan's RMSNormalization and RMSNormGrad over rows [rows, n] (fp32; semantics in
-// analysis/fused_ops.hpp, as the CPU kernels in runtime_allocator/kernels/kernels_norms.cpp).
+// analysis/fused_ops.hpp, as the CPU kernels in runtime_allocator/kernels/kernels_norms.cpp), and of
+// InstanceNormalization and InstanceNormGrad (kernels_instance_norm.cu; as kernels/kernels_onnx_legacy.cpp).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "runtime_allocator/cuda/float_storage.hpp"
 
 namespace memplan::runtime::cuda {
 
@@ -17,5 +20,30 @@ void rms_norm(const float* x, const float* scale, float* y, float* rstd, std::in
 // dscale (may be null) = column sums of dy * x * rstd over the rows.
 void rms_norm_grad(const float* dy, const float* x, const float* scale, const float* rstd, float* dx, float* dscale,
                    std::int64_t rows, std::int64_t n, cudaStream_t stream);
+
+// InstanceNormalization of x [samples, channels, plane] in `storage` (y likewise; y may alias x): float32 scale and
+// bias per channel, the float32 mean and inverse std per sample and channel written where not null.
+struct InstanceNormArgs {
+  const void* x = nullptr;
+  const float *scale = nullptr, *bias = nullptr;
+  void* y = nullptr;
+  float *mean = nullptr, *invstd = nullptr;
+  std::int64_t samples = 0, channels = 0, plane = 0;
+  float epsilon = 1e-5f;
+  FloatStorage storage = FloatStorage::f32;
+};
+void instance_norm(const InstanceNormArgs& a, cudaStream_t stream);
+
+// InstanceNormGrad: dx (may be null; may alias dy) from dy, x, scale and the saved statistics; dscale and dbias
+// (either may be null) the per-channel sums of dy * xhat and dy. `sums`: device scratch of 2 * samples * channels floats.
+struct InstanceNormGradArgs {
+  const void *dy = nullptr, *x = nullptr;
+  const float *scale = nullptr, *mean = nullptr, *invstd = nullptr;
+  void* dx = nullptr;
+  float *dscale = nullptr, *dbias = nullptr;
+  std::int64_t samples = 0, channels = 0, plane = 0;
+  FloatStorage storage = FloatStorage::f32;
+};
+void instance_norm_grad(const InstanceNormGradArgs& a, float* sums, cudaStream_t stream);
 
 }  // namespace memplan::runtime::cuda

@@ -1,6 +1,7 @@
-// CUDA kernels of Pad and RandomUniformLike (see kernels_pad_random.hpp).
+// CUDA kernels of Pad, PadGrad and RandomUniformLike (see kernels_pad_random.hpp).
 #include "runtime_allocator/cuda/block_reduce.cuh"
 #include "runtime_allocator/cuda/cuda_context.hpp"
+#include "runtime_allocator/cuda/half_io.cuh"
 #include "runtime_allocator/cuda/kernels_pad_random.hpp"
 #include "runtime_allocator/kernels/random_uniform.hpp"
 
@@ -27,6 +28,32 @@ __global__ void pad_kernel(PadShape s, const T* x, const T* value, T* y, std::in
       off += src * s.in_strides[d];
     }
     y[i] = padded ? fill : x[off];
+  }
+}
+
+// One thread per dx element: the dy elements that read it, the product of the axes' preimages in odometer order.
+template <typename T>
+__global__ void pad_grad_kernel(PadGradShape s, const T* dy, T* dx, std::int64_t n) {
+  for (std::int64_t i = first_index(); i < n; i += stride()) {
+    PadPreimage pre[kMaxRank];
+    std::int64_t k[kMaxRank] = {};
+    std::int64_t rest = i;
+    bool done = false;  // an element that was cropped away reads nothing
+    for (int d = s.rank - 1; d >= 0; --d) {
+      pre[d] = pad_preimage(s.mode, s.axes[d], s.out_dims[d], rest % s.in_dims[d]);
+      rest /= s.in_dims[d];
+      done = done || pre[d].size() == 0;
+    }
+    float acc = 0.0f;
+    while (!done) {
+      std::int64_t off = 0;
+      for (int d = 0; d < s.rank; ++d) off += pre[d].at(k[d]) * s.out_strides[d];
+      acc += widen(dy[off]);
+      int d = s.rank - 1;
+      while (d >= 0 && ++k[d] == pre[d].size()) k[d--] = 0;
+      done = d < 0;
+    }
+    dx[i] = narrow<T>(acc);
   }
 }
 
@@ -139,6 +166,17 @@ void pad(const PadShape& s, const void* x, const void* value, void* y, cudaStrea
     default: fail(ErrorKind::unsupported, "Pad of " + std::to_string(s.elem_bytes) + "-byte elements");
   }
   check_launch("pad");
+}
+
+void pad_grad(const PadGradShape& s, const void* dy, void* dx, cudaStream_t stream) {
+  std::int64_t n = 1;
+  for (int d = 0; d < s.rank; ++d) n *= s.in_dims[d];
+  if (n == 0) return;
+  by_float_storage(s.storage, [&](auto tag) {
+    using T = decltype(tag);
+    pad_grad_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(s, static_cast<const T*>(dy), static_cast<T*>(dx), n);
+  });
+  check_launch("pad_grad");
 }
 
 void roll(const RollShape& s, const void* x, void* y, cudaStream_t stream) {

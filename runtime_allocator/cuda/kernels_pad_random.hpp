@@ -1,4 +1,4 @@
-// CUDA kernels of Pad, CumSum (runtime_allocator/kernels/pad_index.hpp's index map, every mode) and RandomUniformLike
+// CUDA kernels of Pad and PadGrad, CumSum (runtime_allocator/kernels/pad_index.hpp's index map, every mode) and RandomUniformLike
 // (runtime_allocator/kernels/random_uniform.hpp's draws, bit-identical to the CPU kernels), and the ops running them
 // (cuda_pad_random.cpp).
 #pragma once
@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "runtime_allocator/cuda/float_storage.hpp"
 #include "runtime_allocator/cuda/kernels.hpp"
 #include "runtime_allocator/kernels/pad_index.hpp"
 
@@ -24,6 +25,19 @@ struct PadShape {
 // y (contiguous, out_dims) from x; `value` points to one device element written where constant mode pads, null for
 // zero.
 void pad(const PadShape& s, const void* x, const void* value, void* y, cudaStream_t stream);
+
+// memplan PadGrad: dx (contiguous, in_dims) from dy (contiguous, out_dims): each element the float32 sum of the dy
+// elements that read it (pad_preimage per axis, in the CPU kernel's order); float32, bf16 or f16 storage.
+struct PadGradShape {
+  int rank = 0;
+  PadMode mode = PadMode::constant;
+  FloatStorage storage = FloatStorage::f32;
+  std::int64_t in_dims[kMaxRank] = {};
+  std::int64_t out_dims[kMaxRank] = {};
+  std::int64_t out_strides[kMaxRank] = {};  // in elements
+  PadAxis axes[kMaxRank] = {};
+};
+void pad_grad(const PadGradShape& s, const void* dy, void* dx, cudaStream_t stream);
 
 // memplan Roll of x viewed as [dims..., block]: row c of y (over the rolled axes and those between them) is row
 // c - shift (mod dims) of x; each row is `block_bytes` contiguous bytes (the axes after the last rolled one).
@@ -64,6 +78,7 @@ void random_uniform_f64(double* y, std::int64_t n, std::uint64_t key, double low
 namespace memplan::runtime::cuda {
 struct ExecState;
 void run_pad(ExecState& s, const analysis::Op& op);
+void run_pad_grad(ExecState& s, const analysis::Op& op);
 void run_random_uniform_like(ExecState& s, const analysis::Op& op);
 void run_cum_sum(ExecState& s, const analysis::Op& op);
 void run_roll(ExecState& s, const analysis::Op& op);

@@ -1,8 +1,9 @@
-// CPU kernels of memplan's reduction and data-movement gradients: ReduceSumTo, BroadcastTo, SliceGrad,
+// CPU kernels of memplan's reduction and data-movement gradients: ReduceSumTo, BroadcastTo, SliceGrad, PadGrad,
 // GatherGrad, GatherElementsGrad, SplitGrad (docs/backward-ops.md).
 #include <algorithm>
 
 #include "runtime_allocator/kernels/cpu_kernels.hpp"
+#include "runtime_allocator/kernels/pad_index.hpp"
 
 namespace memplan::runtime::cpu {
 namespace {
@@ -120,12 +121,49 @@ void k_split_grad(const Op& op, const Refs& in, const Refs& out) {
   }
 }
 
+// PadGrad: dX[x] = the sum of dY over the output coordinates that read x (pad_preimage per axis, their product in
+// odometer order: the CUDA kernel's order), float32 sums.
+void k_pad_grad(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& dy = required(op, in, 0);
+  const TensorRef& dx = out[0];
+  PadMode mode{};
+  if (!parse_pad_mode(op.attr_string("mode", "constant"), mode)) unsupported(op, "mode " + op.attr_string("mode", ""));
+  const std::size_t rank = dx.shape.size();
+  const auto ax = pad_axes(dx.shape, op.attr_ints("pads"), {});
+  if (ax.size() != rank || dy.shape.size() != rank) unsupported(op, "pads do not give a begin and an end per axis");
+  const auto ys = contiguous_strides(dy.shape);
+  std::vector<PadPreimage> pre(rank);
+  std::vector<std::int64_t> k(rank);
+  const float* g = dy.as<float>();
+  for (std::int64_t i = 0; i < dx.elements(); ++i) {
+    std::int64_t rest = i;
+    bool done = false;  // an x element that was cropped away reads nothing
+    for (std::size_t d = rank; d-- > 0;) {
+      pre[d] = pad_preimage(mode, ax[d], dy.shape[d], rest % dx.shape[d]);
+      rest /= dx.shape[d];
+      done = done || pre[d].size() == 0;
+    }
+    float acc = 0.0f;
+    std::fill(k.begin(), k.end(), 0);
+    while (!done) {
+      std::int64_t off = 0;
+      for (std::size_t d = 0; d < rank; ++d) off += pre[d].at(k[d]) * ys[d];
+      acc += g[off];
+      std::size_t d = rank;
+      while (d-- > 0 && ++k[d] == pre[d].size()) k[d] = 0;
+      done = d == static_cast<std::size_t>(-1);  // every axis wrapped around
+    }
+    dx.as<float>()[i] = acc;
+  }
+}
+
 }  // namespace
 
 void add_gradient_shape_kernels(KernelTable& t) {
   t["memplan::ReduceSumTo"] = {k_reduce_sum_to, false};
   t["memplan::BroadcastTo"] = {k_broadcast_to, false};
   t["memplan::SliceGrad"] = {k_slice_grad, false};
+  t["memplan::PadGrad"] = {k_pad_grad, false};
   t["memplan::GatherGrad"] = {k_gather_grad, false};
   t["memplan::GatherElementsGrad"] = {k_gather_elements_grad, false};
   t["memplan::SplitGrad"] = {k_split_grad, false};

@@ -1,7 +1,7 @@
 // Pad's index map along one axis, shared by the CPU and CUDA kernels (host and device code). ONNX Pad crops first
 // (negative pads) and then pads the cropped tensor: along an axis of n elements with pads (begin, end), the cropped
 // range is [lo, lo + m) with lo = max(-begin, 0), m = n - lo - max(-end, 0), and output coordinate i reads cropped
-// element s = i - max(begin, 0), mapped into [0, m) by the mode.
+// element s = i - max(begin, 0), mapped into [0, m) by the mode. pad_preimage inverts that map (PadGrad).
 #pragma once
 
 #include <cstdint>
@@ -77,6 +77,51 @@ MEMPLAN_HOST_DEVICE inline std::int64_t pad_source(PadMode mode, const PadAxis& 
       break;
   }
   return a.lo + s;
+}
+
+// The output coordinates along axis `a` (of out_len elements) that read input index x: pad_source's preimage, which
+// PadGrad sums. At most two ascending arithmetic progressions (a reflection reads an inner element from
+// both directions); empty for an element that was cropped away.
+struct PadPreimage {
+  std::int64_t first[2] = {0, 0}, step[2] = {1, 1}, count[2] = {0, 0};
+  MEMPLAN_HOST_DEVICE std::int64_t size() const { return count[0] + count[1]; }
+  MEMPLAN_HOST_DEVICE std::int64_t at(std::int64_t k) const {
+    return k < count[0] ? first[0] + k * step[0] : first[1] + (k - count[0]) * step[1];
+  }
+};
+
+namespace pad_detail {
+// The s = r + k * period (k any integer) in [s0, s1), as output coordinates s + shift, into part `p` of `pre`.
+MEMPLAN_HOST_DEVICE inline void congruent(PadPreimage& pre, int p, std::int64_t r, std::int64_t period, std::int64_t s0,
+                                          std::int64_t s1, std::int64_t shift) {
+  std::int64_t k = s0 - r;  // smallest s >= s0 with s == r (mod period)
+  k = k >= 0 ? (k + period - 1) / period : -((-k) / period);
+  const std::int64_t s = r + k * period;
+  pre.first[p] = s + shift;
+  pre.step[p] = period;
+  pre.count[p] = s < s1 ? (s1 - 1 - s) / period + 1 : 0;
+}
+}  // namespace pad_detail
+
+MEMPLAN_HOST_DEVICE inline PadPreimage pad_preimage(PadMode mode, const PadAxis& a, std::int64_t out_len, std::int64_t x) {
+  PadPreimage pre;
+  const std::int64_t t = x - a.lo, s0 = -a.shift, s1 = out_len - a.shift;  // cropped index; s ranges over [s0, s1)
+  if (t < 0 || t >= a.m) return pre;
+  const bool whole = a.m == 1 && mode != PadMode::constant;  // one element: every coordinate reads it
+  if (mode == PadMode::constant || whole || (mode == PadMode::edge && t > 0 && t < a.m - 1)) {
+    pre.first[0] = whole ? 0 : t + a.shift;
+    pre.count[0] = whole ? out_len : 1;
+  } else if (mode == PadMode::edge) {  // a border: itself and every coordinate beyond it
+    pre.first[0] = t == 0 ? 0 : t + a.shift;
+    pre.count[0] = t == 0 ? a.shift + 1 : out_len - (t + a.shift);
+  } else if (mode == PadMode::wrap) {
+    pad_detail::congruent(pre, 0, t, a.m, s0, s1, a.shift);
+  } else {  // reflect: period 2 (m - 1), read as t and as its mirror
+    const std::int64_t period = 2 * (a.m - 1);
+    pad_detail::congruent(pre, 0, t, period, s0, s1, a.shift);
+    if (t > 0 && t < a.m - 1) pad_detail::congruent(pre, 1, period - t, period, s0, s1, a.shift);
+  }
+  return pre;
 }
 
 }  // namespace memplan::runtime

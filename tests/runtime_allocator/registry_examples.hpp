@@ -145,13 +145,18 @@ inline const std::vector<Example>& examples() {
     for (const char* r : {"ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare"})
       v.push_back({"", r, {x({2, 3, 4})}, {{}}, A{{"axes", is({1})}, {"keepdims", i(1)}}});
     v.push_back({"", "Transpose", {t({2, 3, 4})}, {{}}, A{{"perm", is({2, 0, 1})}}});
+    // perm entries counted from the end, as the TorchScript exporter writes them (nemotron_h's mixer).
+    v.push_back({"", "Transpose", {t({2, 3, 4, 5})}, {{}}, A{{"perm", is({0, -2, -1, 1})}}});
     v.push_back({"", "Concat", {t({2, 3}), t({2, 2})}, {{}}, A{{"axis", i(1)}}});
     v.push_back({"", "Split", {t({2, 6}), i64({2}, {2, 4})}, {{}, {}}, A{{"axis", i(1)}}});
     v.push_back({"", "Pad", {t({2, 3}), i64({4}, {1, 0, 0, 2})}});
-    // Forward only: a pad value and axes (opset 18), crops (negative pads), the reflect, edge and wrap modes.
-    v.push_back({"", "Pad", {x({2, 3, 4}), i64({4}, {1, -1, 2, 0}), f32(0.5), i64({2}, {0, -1})}});
-    for (const char* mode : {"reflect", "edge", "wrap"})
-      v.push_back({"", "Pad", {x({3, 4}), i64({4}, {2, -1, 1, 3})}, {{}}, A{{"mode", s(mode)}}});
+    // A pad value and axes (opset 18), crops (negative pads), the reflect, edge and wrap modes (pads beyond the
+    // axis reflect and wrap more than once): their gradients are memplan PadGrad.
+    v.push_back({"", "Pad", {t({2, 3, 4}), i64({4}, {1, -1, 2, 0}), f32(0.5), i64({2}, {0, -1})}, {{}}, {}, {"memplan::PadGrad"}});
+    for (const char* mode : {"reflect", "edge", "wrap"}) {
+      v.push_back({"", "Pad", {t({3, 4}), i64({4}, {2, -1, 1, 3})}, {{}}, A{{"mode", s(mode)}}});
+      v.push_back({"", "Pad", {t({2, 3}), i64({4}, {1, 4, 0, 5})}, {{}}, A{{"mode", s(mode)}}});
+    }
     v.push_back({"", "Slice", {t({4, 5}), i64({1}, {1}), i64({1}, {4}), i64({1}, {1})}});
     // Two axes, a negative shift and one past the axis (wrapped); the gradient is a Roll back.
     v.push_back({"memplan", "Roll", {t({2, 3, 4})}, {{{2, 3, 4}}}, A{{"shifts", is({-1, 5})}, {"axes", is({1, -1})}}});
@@ -298,9 +303,10 @@ inline const std::vector<Example>& examples() {
     const ExampleInput probs{{2, 3}, DType::f32, Fill::distinct, false, std::vector<double>{0.1, 0.5, 0.9, 0.0, 1.0, 0.3}};
     v.push_back({"", "Bernoulli", {probs}, {{}}, A{{"seed", i(2)}}});
     v.push_back({"", "Bernoulli", {probs}, {{{}, DType::boolean}}, A{{"dtype", i(9)}}});
-    // ONNX ops of the backend suites (runtime_allocator/kernels/kernels_onnx_legacy.cpp): forward kernels only.
+    // ONNX ops of the backend suites (runtime_allocator/kernels/kernels_onnx_legacy.cpp): LRN forward only;
+    // InstanceNormalization (PyTorch's GroupNorm export) trains through InstanceNormGrad.
     v.push_back({"", "LRN", {x({2, 5, 2, 2})}, {{}}, A{{"size", i(3)}, {"alpha", f(1e-3)}, {"beta", f(0.75)}, {"bias", f(1.0)}}});
-    v.push_back({"", "InstanceNormalization", {x({2, 3, 2, 2}), x({3}), x({3})}, {{}}, A{{"epsilon", f(1e-5)}}});
+    v.push_back({"", "InstanceNormalization", {t({2, 3, 2, 2}), t({3}), t({3})}, {{}}, A{{"epsilon", f(1e-5)}}, {"memplan::InstanceNormGrad"}});
     return v;
   }();
   return all;
