@@ -140,97 +140,127 @@ OpId find_fused_op(const Graph& g, const std::vector<std::string>& members) {
   return kNoOp;
 }
 
-FusionResult fuse_elementwise(const Graph& g, const FusionOptions& opts) {
+namespace {
+
+// Each op's expression where it can fuse: forward elementwise ops not fused already. A training step's backward and
+// optimizer ops are the backward rules' (a fused forward group already emits fused backward kernels), and fusing
+// them would hide what they save.
+struct Fusible {
+  std::vector<FusedExpr> exprs;
+  std::vector<bool> ok;
+};
+Fusible fusible_ops(const Graph& g) {
   const std::size_t n = g.ops.size();
-  std::vector<FusedExpr> exprs(n);
-  std::vector<bool> fusible(n, false);
+  Fusible f{std::vector<FusedExpr>(n), std::vector<bool>(n, false)};
   for (OpId o = 0; o < n; ++o) {
-    if (g.ops[o].type == kFusedOpType) continue;  // already fused: left alone
-    // Forward ops only: a training step's backward and optimizer ops are the backward rules' (a fused
-    // forward group already emits fused backward kernels), and fusing them would hide what they save.
-    if (g.ops[o].phase != analysis::Phase::forward) continue;
+    if (g.ops[o].type == kFusedOpType || g.ops[o].phase != analysis::Phase::forward) continue;
     if (auto e = elementwise_expr(g, o)) {
-      exprs[o] = std::move(*e);
-      fusible[o] = true;
+      f.exprs[o] = std::move(*e);
+      f.ok[o] = true;
     }
   }
-  // Roots are taken latest first, so each group is grown from its final result.
+  return f;
+}
+
+// The groups to fuse, by root id. Roots are taken latest first, so each group is grown from its final result.
+std::vector<Group> choose_groups(const Graph& g, const Fusible& f, const FusionOptions& opts) {
   const auto order = analysis::topological_order(g);
-  std::vector<bool> claimed(n, false);
+  std::vector<bool> claimed(g.ops.size(), false);
   std::vector<Group> groups;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    if (!fusible[*it] || claimed[*it]) continue;
-    Group grp = grow(g, *it, fusible, claimed, std::max<std::size_t>(opts.max_group_ops, 2));
+    if (!f.ok[*it] || claimed[*it]) continue;
+    Group grp = grow(g, *it, f.ok, claimed, std::max<std::size_t>(opts.max_group_ops, 2));
     if (grp.members.size() < std::max<std::size_t>(opts.min_group_ops, 2)) continue;
-    if (opts.training && !saves_no_more_fused(g, grp, exprs)) continue;
+    if (opts.training && !saves_no_more_fused(g, grp, f.exprs)) continue;
     for (OpId m : grp.members) claimed[m] = true;
     groups.push_back(std::move(grp));
   }
   std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) { return a.root < b.root; });
+  return groups;
+}
 
-  FusionResult res;
-  std::vector<bool> dropped_tensor(g.tensors.size(), false);
-  std::map<OpId, std::size_t> group_of_root;
-  for (std::size_t i = 0; i < groups.size(); ++i) {
-    group_of_root[groups[i].root] = i;
-    for (OpId m : groups[i].members)
-      if (m != groups[i].root) dropped_tensor[g.ops[m].outputs[0]] = true;
-  }
-  // Rebuild: tensors without the intermediates (ids compacted, order kept), ops in their order with
-  // each group's members replaced by one fused op at its root's place.
-  Graph& out = res.graph;
-  out.name = g.name;
-  out.ir_version = g.ir_version;
-  out.opset = g.opset;
+// `out`'s tensors: g's without the groups' intermediates (ids compacted, order kept), unlinked. Returns the new id
+// of each old one (kNoTensor: dropped).
+std::vector<TensorId> copy_kept_tensors(const Graph& g, const std::vector<Group>& groups, Graph& out) {
+  std::vector<bool> dropped(g.tensors.size(), false);
+  for (const Group& grp : groups)
+    for (OpId m : grp.members)
+      if (m != grp.root) dropped[g.ops[m].outputs[0]] = true;
   std::vector<TensorId> remap(g.tensors.size(), kNoTensor);
   for (TensorId t = 0; t < g.tensors.size(); ++t) {
-    if (dropped_tensor[t]) continue;
+    if (dropped[t]) continue;
     analysis::Tensor copy = g.tensors[t];
     copy.producer = kNoOp;
     copy.consumers.clear();
     remap[t] = out.add_tensor(std::move(copy));
   }
-  auto mapped = [&](std::vector<TensorId> ids) {
-    for (auto& t : ids)
-      if (t != kNoTensor) t = remap[t];
-    return ids;
-  };
-  std::vector<bool> member(n, false);
-  for (const auto& grp : groups)
-    for (OpId m : grp.members) member[m] = true;
-  for (OpId o = 0; o < n; ++o) {
+  return remap;
+}
+
+std::vector<TensorId> mapped(const std::vector<TensorId>& remap, std::vector<TensorId> ids) {
+  for (auto& t : ids)
+    if (t != kNoTensor) t = remap[t];
+  return ids;
+}
+
+// The group contracted into one op at its root's place, added to `out`, and what it removed.
+FusedGroup add_fused_op(const Graph& g, const Group& grp, const std::vector<FusedExpr>& exprs, const std::vector<TensorId>& remap,
+                        Graph& out) {
+  const Op& root = g.ops[grp.root];
+  std::vector<TensorId> operands;
+  const FusedExpr e = ExprBuilder(g, grp, exprs).build(operands);
+  Op fused;
+  fused.name = root.name + "/fused";
+  fused.type = kFusedOpType;
+  fused.domain = kMemplanDomain;
+  fused.phase = root.phase;
+  fused.inputs = mapped(remap, operands);
+  fused.outputs = mapped(remap, root.outputs);
+  analysis::Attribute expr_attr;
+  expr_attr.kind = analysis::Attribute::Kind::s;
+  expr_attr.s = e.to_string();
+  fused.attrs["expr"] = expr_attr;
+  FusedGroup fg;
+  for (OpId m : grp.members) {
+    fg.members.push_back(g.ops[m].name);
+    if (m != grp.root)
+      fg.intermediate_bytes = checked_add(fg.intermediate_bytes, g.tensors[g.ops[m].outputs[0]].bytes(), "fused intermediates");
+  }
+  fg.kind = "elementwise";
+  set_fused_ops(fused, fg.members);
+  fg.op = out.add_op(std::move(fused));
+  return fg;
+}
+
+}  // namespace
+
+FusionResult fuse_elementwise(const Graph& g, const FusionOptions& opts) {
+  const Fusible f = fusible_ops(g);
+  const std::vector<Group> groups = choose_groups(g, f, opts);
+  std::vector<bool> member(g.ops.size(), false);
+  std::map<OpId, std::size_t> group_of_root;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    group_of_root[groups[i].root] = i;
+    for (OpId m : groups[i].members) member[m] = true;
+  }
+  // Rebuild: ops in their order with each group's members replaced by one fused op at its root's place.
+  FusionResult res;
+  Graph& out = res.graph;
+  out.name = g.name;
+  out.ir_version = g.ir_version;
+  out.opset = g.opset;
+  const std::vector<TensorId> remap = copy_kept_tensors(g, groups, out);
+  for (OpId o = 0; o < g.ops.size(); ++o) {
     if (!member[o]) {
       Op copy = g.ops[o];
-      copy.inputs = mapped(copy.inputs);
-      copy.outputs = mapped(copy.outputs);
+      copy.inputs = mapped(remap, copy.inputs);
+      copy.outputs = mapped(remap, copy.outputs);
       out.add_op(std::move(copy));
       continue;
     }
     auto gi = group_of_root.find(o);
     if (gi == group_of_root.end()) continue;
-    const Group& grp = groups[gi->second];
-    std::vector<TensorId> operands;
-    FusedExpr e = ExprBuilder(g, grp, exprs).build(operands);
-    FusedGroup fg;
-    Op fused;
-    fused.name = g.ops[o].name + "/fused";
-    fused.type = kFusedOpType;
-    fused.domain = kMemplanDomain;
-    fused.phase = g.ops[o].phase;
-    fused.inputs = mapped(operands);
-    fused.outputs = mapped(g.ops[o].outputs);
-    analysis::Attribute expr_attr;
-    expr_attr.kind = analysis::Attribute::Kind::s;
-    expr_attr.s = e.to_string();
-    fused.attrs["expr"] = expr_attr;
-    for (OpId m : grp.members) {
-      fg.members.push_back(g.ops[m].name);
-      if (m != grp.root)
-        fg.intermediate_bytes = checked_add(fg.intermediate_bytes, g.tensors[g.ops[m].outputs[0]].bytes(), "fused intermediates");
-    }
-    fg.kind = "elementwise";
-    set_fused_ops(fused, fg.members);
-    fg.op = out.add_op(std::move(fused));
+    FusedGroup fg = add_fused_op(g, groups[gi->second], f.exprs, remap, out);
     res.intermediate_bytes_removed = checked_add(res.intermediate_bytes_removed, fg.intermediate_bytes, "fused intermediates");
     res.groups.push_back(std::move(fg));
   }

@@ -206,10 +206,24 @@ class Matcher {
     return false;
   }
 
+  // miss() for the walks that return the next tensor: kNoTensor.
+  TensorId missed(const std::string& why) {
+    miss(why);
+    return kNoTensor;
+  }
+
   bool match();
   bool match_scores_chain(TensorId x);
+  TensorId scores_step(OpId p, bool& scaled, bool& reshaped);
+  TensorId bias_add_step(OpId p);
+  TensorId mask_where_step(OpId p);
+  bool check_scores_chain(TensorId x, const std::vector<OpId>& chain, bool reshaped);
   bool match_qk();
   bool match_pv(TensorId p);
+  TensorId probs_step(TensorId cur);
+  TensorId nan_guarded(TensorId cur);
+  bool take_dropout(OpId c);
+  void take_output_transpose();
   bool check_geometry();
   void take_helpers();
   bool check_closed();
@@ -251,49 +265,67 @@ bool Matcher::match_scores_chain(TensorId x) {
     if (!only_read_by(cur, reader)) return miss("score tensor '" + name(cur) + "' is read outside the attention");
     const OpId p = producer(cur);
     if (p == kNoOp) return miss("the softmax input comes from no MatMul");
-    const Op& o = op(p);
     if (is(p, "MatMul")) {
       m_.scores = p;
       members_.insert(p);
       break;
     }
-    TensorId next = kNoTensor;
-    if (f32_cast(p))
-      next = o.input(0);
-    else if ((is(p, "Mul") || is(p, "Div"))) {
-      auto s = scaled_operand(p);
-      if (!s) return miss("'" + o.name + "' scales the scores by a non-constant");
-      next = *s;
-      scaled = true;
-    } else if (scaled) {
-      return miss("the scores are scaled after '" + o.name + "' (" + o.type + ") adds to them");
-    } else if (is(p, "Add")) {
-      for (int i = 0; i < 2 && next == kNoTensor; ++i) {
-        const TensorId a = o.input(i), b = o.input(1 - i);
-        if (f32(a) && shape(a) == shape(o.output(0)) && leads_to_scores(a, 0) && f32(b)) {
-          next = a;
-          m_.biases.insert(m_.biases.begin(), b);
-        }
-      }
-      if (next == kNoTensor) return miss("'" + o.name + "' adds a bias that is not float32 or broadcasts the scores");
-    } else if (is(p, "Where")) {
-      const auto fill = scalar(o.input(2));
-      if (g_.tensors[o.input(0)].dtype != DType::boolean || !f32(o.input(1)) || shape(o.input(1)) != shape(o.output(0)) ||
-          !fill || *fill > kMaskedBelow || m_.bool_mask != kNoTensor)
-        return miss("'" + o.name + "' is no Where(mask, scores, -inf)");
-      m_.bool_mask = o.input(0);
-      next = o.input(1);
-    } else if (is(p, "Reshape")) {
-      reshaped = true;
-      next = o.input(0);
-    } else {
-      return miss("'" + o.name + "' (" + o.type + ") between the scores and the softmax");
-    }
+    const TensorId next = scores_step(p, scaled, reshaped);
+    if (next == kNoTensor) return false;
     members_.insert(p);
     chain.push_back(p);
     reader = p;
     cur = next;
   }
+  return check_scores_chain(x, chain, reshaped);
+}
+
+// One op between the scores and the softmax, walked back: the tensor it reads the scores from (kNoTensor: a miss).
+TensorId Matcher::scores_step(OpId p, bool& scaled, bool& reshaped) {
+  const Op& o = op(p);
+  if (f32_cast(p)) return o.input(0);
+  if (is(p, "Mul") || is(p, "Div")) {
+    auto s = scaled_operand(p);
+    if (!s) return missed("'" + o.name + "' scales the scores by a non-constant");
+    scaled = true;
+    return *s;
+  }
+  if (scaled) return missed("the scores are scaled after '" + o.name + "' (" + o.type + ") adds to them");
+  if (is(p, "Add")) return bias_add_step(p);
+  if (is(p, "Where")) return mask_where_step(p);
+  if (is(p, "Reshape")) {
+    reshaped = true;
+    return o.input(0);
+  }
+  return missed("'" + o.name + "' (" + o.type + ") between the scores and the softmax");
+}
+
+// An Add of a float32 bias to the scores: the bias joins m_.biases (earliest first).
+TensorId Matcher::bias_add_step(OpId p) {
+  const Op& o = op(p);
+  for (int i = 0; i < 2; ++i) {
+    const TensorId a = o.input(i), b = o.input(1 - i);
+    if (f32(a) && shape(a) == shape(o.output(0)) && leads_to_scores(a, 0) && f32(b)) {
+      m_.biases.insert(m_.biases.begin(), b);
+      return a;
+    }
+  }
+  return missed("'" + o.name + "' adds a bias that is not float32 or broadcasts the scores");
+}
+
+// Where(mask, scores, -inf): the boolean mask (one at most).
+TensorId Matcher::mask_where_step(OpId p) {
+  const Op& o = op(p);
+  const auto fill = scalar(o.input(2));
+  if (g_.tensors[o.input(0)].dtype != DType::boolean || !f32(o.input(1)) || shape(o.input(1)) != shape(o.output(0)) || !fill ||
+      *fill > kMaskedBelow || m_.bool_mask != kNoTensor)
+    return missed("'" + o.name + "' is no Where(mask, scores, -inf)");
+  m_.bool_mask = o.input(0);
+  return o.input(1);
+}
+
+// The chain walked as a whole: one kind of mask, the scores' shape, and reshapes only around a float bias.
+bool Matcher::check_scores_chain(TensorId x, const std::vector<OpId>& chain, bool reshaped) {
   if (!m_.biases.empty() && m_.bool_mask != kNoTensor) return miss("the scores get both a float bias and a boolean mask");
   if (shape(op(m_.scores).output(0)) != shape(x)) return miss("the scores' shape differs from the softmax input's");
   if (reshaped && m_.bool_mask != kNoTensor) return miss("a boolean mask between reshapes of the scores");
@@ -342,42 +374,9 @@ bool Matcher::match_qk() {
 // Softmax output forward to MatMul(P, V): f32 Casts, the SDPA exporter's Where(IsNaN(P), 0, P), Dropout.
 bool Matcher::match_pv(TensorId p) {
   TensorId cur = p;
-  while (true) {
-    const auto& t = g_.tensors[cur];
-    if (t.is_graph_output) return miss("probabilities '" + t.name + "' are a graph output");
-    if (t.consumers.size() == 2) {
-      const OpId a = t.consumers[0], b = t.consumers[1];
-      const OpId nan = is(a, "IsNaN") ? a : b, w = nan == a ? b : a;
-      if (is(nan, "IsNaN") && is(w, "Where") && op(w).input(0) == op(nan).output(0) && op(w).input(2) == cur &&
-          only_read_by(op(nan).output(0), w) && is_scalar_constant(g_, op(w).input(1), 0.0)) {
-        members_.insert({nan, w});
-        cur = op(w).output(0);
-        continue;
-      }
-    }
-    if (t.consumers.size() != 1) return miss("probabilities '" + t.name + "' are read outside the attention");
-    const OpId c = t.consumers[0];
-    const Op& o = op(c);
-    if (f32_cast(c)) {
-      members_.insert(c);
-      cur = o.output(0);
-    } else if (is(c, "Dropout") && o.input(0) == cur) {
-      // Opset 12 made training a runtime input (absent: inference, an identity); before, always identity.
-      const auto ratio = o.input(1) == kNoTensor ? std::optional<double>(0.5) : scalar(o.input(1));
-      const auto training = o.input(2) == kNoTensor ? std::optional<double>(0.0) : scalar(o.input(2));
-      if (!ratio || !training) return miss("dropout '" + o.name + "' has a non-constant ratio or training mode");
-      if (*training != 0.0 && *ratio > 0.0 && g_.opset >= 12) {
-        if (m_.dropout_ratio > 0.0) return miss("two training dropouts on the probabilities");
-        m_.dropout_ratio = *ratio;
-        m_.seed = attention_dropout_seed(o);
-      }
-      members_.insert(c);
-      cur = o.output(0);
-    } else if (is(c, "MatMul") && o.input(0) == cur && o.input(1) != cur) {
-      break;
-    } else {
-      return miss("'" + o.name + "' (" + o.type + ") reads the probabilities");
-    }
+  for (TensorId next = probs_step(cur); next != cur; next = probs_step(cur)) {
+    if (next == kNoTensor) return false;
+    cur = next;
   }
   const OpId pv = g_.tensors[cur].consumers[0];
   members_.insert(pv);
@@ -386,17 +385,68 @@ bool Matcher::match_pv(TensorId p) {
   m_.v = resolve(v, pv, true, true);
   m_.output = op(pv).output(0);
   m_.output_op = pv;
-  const auto& o = g_.tensors[m_.output];
-  if (!o.is_graph_output && o.consumers.size() == 1) {
-    const OpId t = o.consumers[0];
-    if (is(t, "Transpose") && perm(t) == std::vector<std::int64_t>{0, 2, 1, 3}) {
-      members_.insert(t);
-      m_.output = op(t).output(0);
-      m_.o_layout = HeadLayout::bshd;
-      m_.output_op = t;
-    }
-  }
+  take_output_transpose();
   return true;
+}
+
+// One op reading the probabilities, walked forward: the tensor it passes them on as; `cur` itself where its reader is
+// MatMul(P, V); kNoTensor: a miss.
+TensorId Matcher::probs_step(TensorId cur) {
+  const auto& t = g_.tensors[cur];
+  if (t.is_graph_output) return missed("probabilities '" + t.name + "' are a graph output");
+  if (const TensorId guarded = nan_guarded(cur); guarded != kNoTensor) return guarded;
+  if (t.consumers.size() != 1) return missed("probabilities '" + t.name + "' are read outside the attention");
+  const OpId c = t.consumers[0];
+  const Op& o = op(c);
+  if (f32_cast(c)) {
+    members_.insert(c);
+    return o.output(0);
+  }
+  if (is(c, "Dropout") && o.input(0) == cur) return take_dropout(c) ? o.output(0) : kNoTensor;
+  if (is(c, "MatMul") && o.input(0) == cur && o.input(1) != cur) return cur;
+  return missed("'" + o.name + "' (" + o.type + ") reads the probabilities");
+}
+
+// The SDPA exporter's Where(IsNaN(P), 0, P) read from `cur`: its output, kNoTensor where there is none.
+TensorId Matcher::nan_guarded(TensorId cur) {
+  const auto& t = g_.tensors[cur];
+  if (t.consumers.size() != 2) return kNoTensor;
+  const OpId a = t.consumers[0], b = t.consumers[1];
+  const OpId nan = is(a, "IsNaN") ? a : b, w = nan == a ? b : a;
+  if (!is(nan, "IsNaN") || !is(w, "Where") || op(w).input(0) != op(nan).output(0) || op(w).input(2) != cur ||
+      !only_read_by(op(nan).output(0), w) || !is_scalar_constant(g_, op(w).input(1), 0.0))
+    return kNoTensor;
+  members_.insert({nan, w});
+  return op(w).output(0);
+}
+
+// A Dropout on the probabilities: an identity at inference, the attention's dropout in training.
+bool Matcher::take_dropout(OpId c) {
+  const Op& o = op(c);
+  // Opset 12 made training a runtime input (absent: inference, an identity); before, always identity.
+  const auto ratio = o.input(1) == kNoTensor ? std::optional<double>(0.5) : scalar(o.input(1));
+  const auto training = o.input(2) == kNoTensor ? std::optional<double>(0.0) : scalar(o.input(2));
+  if (!ratio || !training) return miss("dropout '" + o.name + "' has a non-constant ratio or training mode");
+  if (*training != 0.0 && *ratio > 0.0 && g_.opset >= 12) {
+    if (m_.dropout_ratio > 0.0) return miss("two training dropouts on the probabilities");
+    m_.dropout_ratio = *ratio;
+    m_.seed = attention_dropout_seed(o);
+  }
+  members_.insert(c);
+  return true;
+}
+
+// A Transpose(0,2,1,3) that alone reads the output joins: the output is written in layout bshd.
+void Matcher::take_output_transpose() {
+  const auto& o = g_.tensors[m_.output];
+  if (o.is_graph_output || o.consumers.size() != 1) return;
+  const OpId t = o.consumers[0];
+  if (is(t, "Transpose") && perm(t) == std::vector<std::int64_t>{0, 2, 1, 3}) {
+    members_.insert(t);
+    m_.output = op(t).output(0);
+    m_.o_layout = HeadLayout::bshd;
+    m_.output_op = t;
+  }
 }
 
 bool Matcher::check_geometry() {

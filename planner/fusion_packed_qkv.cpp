@@ -80,88 +80,102 @@ analysis::Attribute attr_s(const std::string& v) {
   return a;
 }
 
+// A FusedAttention whose Q, K and V are three different slots of one head Transpose.
+struct Candidate {
+  OpId op = kNoOp;
+  OpId transpose = kNoOp;
+  std::array<std::int64_t, 3> slots{};
+  std::set<OpId> ops;  // the Squeeze/Split/Gather ops taking the slots out, and the Transpose
+};
+
+std::optional<Candidate> packed_candidate(const Graph& g, OpId o) {
+  const Op& op = g.ops[o];
+  if (op.type != analysis::memplan_ops::kFusedAttention || op.domain != analysis::kMemplanDomain) return std::nullopt;
+  for (const char* l : {"q_layout", "k_layout", "v_layout"})
+    if (op.attr_string(l, "bhsd") != "bhsd") return std::nullopt;
+  Candidate c{o, kNoOp, {}, {}};
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto s = slot_of(g, op.input(i));
+    if (!s || (c.transpose != kNoOp && c.transpose != s->transpose)) return std::nullopt;
+    c.transpose = s->transpose;
+    c.slots[i] = s->slot;
+    c.ops.insert(s->ops.begin(), s->ops.end());
+  }
+  if (c.slots[0] == c.slots[1] || c.slots[1] == c.slots[2] || c.slots[0] == c.slots[2]) return std::nullopt;
+  c.ops.insert(c.transpose);
+  return c;
+}
+
+// The candidates' slot ops that go: an op goes when nothing but removed ops and the rewritten attentions reads its
+// outputs (repeated until stable: the Split goes once its Squeezes have).
+std::set<OpId> removable_ops(const Graph& g, const std::vector<Candidate>& cands) {
+  std::set<OpId> readers_ok;  // rewritten attentions
+  std::set<OpId> removable;
+  for (const auto& c : cands) readers_ok.insert(c.op);
+  auto unread = [&](OpId o) {
+    for (TensorId t : g.ops[o].outputs) {
+      if (t == kNoTensor) continue;
+      if (g.tensors[t].is_graph_output) return false;
+      for (OpId reader : g.tensors[t].consumers)
+        if (!readers_ok.count(reader) && !removable.count(reader)) return false;
+    }
+    return true;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const auto& c : cands)
+      for (OpId o : c.ops)
+        if (!removable.count(o) && unread(o)) changed = removable.insert(o).second || changed;
+  }
+  return removable;
+}
+
+// The attention reading the packed tensor itself (layout "packed" and the three slots), added to `rw` in place of
+// the old one; the group names the removed copies and counts their bytes.
+FusedGroup rewrite_attention(const Graph& g, const Candidate& c, const std::set<OpId>& removable, GraphRewrite& rw) {
+  Op n = g.ops[c.op];
+  const TensorId packed = g.ops[c.transpose].inputs[0];
+  FusedGroup grp;
+  grp.kind = "packed_qkv";
+  for (OpId o : c.ops)
+    if (removable.count(o)) {
+      grp.members.push_back(g.ops[o].name);
+      for (TensorId t : g.ops[o].outputs)
+        if (t != kNoTensor)
+          grp.intermediate_bytes = checked_add(grp.intermediate_bytes, g.tensors[t].bytes(), "packed attention copies");
+    }
+  for (std::size_t i = 0; i < 3; ++i) n.inputs[i] = packed;
+  for (const char* l : {"q_layout", "k_layout", "v_layout"}) n.attrs[l] = attr_s("packed");
+  n.attrs["q_slot"] = analysis::autodiff::attr_i(c.slots[0]);
+  n.attrs["k_slot"] = analysis::autodiff::attr_i(c.slots[1]);
+  n.attrs["v_slot"] = analysis::autodiff::attr_i(c.slots[2]);
+  const auto& ps = g.tensors[packed].shape();
+  (void)analysis::attention_geometry(n, ps, ps, ps);  // ErrorKind::shape when the slots do not make Q, K, V
+  std::vector<std::string> fused = n.attr(kFusedOpsAttr) ? n.attr(kFusedOpsAttr)->strings : std::vector<std::string>{};
+  fused.insert(fused.end(), grp.members.begin(), grp.members.end());
+  set_fused_ops(n, fused);
+  rw.remove(c.op);
+  rw.add(std::move(n), c.op);
+  return grp;
+}
+
 }  // namespace
 
 FusionResult fuse_packed_attention(const Graph& g) {
-  struct Candidate {
-    OpId op = kNoOp;
-    OpId transpose = kNoOp;
-    std::array<std::int64_t, 3> slots{};
-    std::set<OpId> ops;  // the Squeeze/Split/Gather ops taking the slots out, and the Transpose
-  };
   std::vector<Candidate> cands;
-  for (OpId o = 0; o < g.ops.size(); ++o) {
-    const Op& op = g.ops[o];
-    if (op.type != analysis::memplan_ops::kFusedAttention || op.domain != analysis::kMemplanDomain) continue;
-    bool plain = true;
-    for (const char* l : {"q_layout", "k_layout", "v_layout"}) plain = plain && op.attr_string(l, "bhsd") == "bhsd";
-    if (!plain) continue;
-    Candidate c{o, kNoOp, {}, {}};
-    bool ok = true;
-    for (std::size_t i = 0; i < 3 && ok; ++i) {
-      const auto s = slot_of(g, op.input(i));
-      ok = s && (c.transpose == kNoOp || c.transpose == s->transpose);
-      if (!ok) break;
-      c.transpose = s->transpose;
-      c.slots[i] = s->slot;
-      c.ops.insert(s->ops.begin(), s->ops.end());
-    }
-    if (!ok || c.slots[0] == c.slots[1] || c.slots[1] == c.slots[2] || c.slots[0] == c.slots[2]) continue;
-    c.ops.insert(c.transpose);
-    cands.push_back(std::move(c));
-  }
+  for (OpId o = 0; o < g.ops.size(); ++o)
+    if (auto c = packed_candidate(g, o)) cands.push_back(std::move(*c));
   FusionResult r;
   if (cands.empty()) {
     r.graph = g;
     return r;
   }
-  // An op goes when nothing but removed ops and the rewritten attentions reads its outputs (repeated until stable:
-  // the Split goes once its Squeezes have).
-  std::set<OpId> readers_ok;  // rewritten attentions
-  std::set<OpId> removable;
-  for (const auto& c : cands) readers_ok.insert(c.op);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (const auto& c : cands)
-      for (OpId o : c.ops) {
-        if (removable.count(o)) continue;
-        bool unread = true;
-        for (TensorId t : g.ops[o].outputs) {
-          if (t == kNoTensor) continue;
-          unread = unread && !g.tensors[t].is_graph_output;
-          for (OpId reader : g.tensors[t].consumers) unread = unread && (readers_ok.count(reader) || removable.count(reader));
-        }
-        if (unread) changed = removable.insert(o).second || changed;
-      }
-  }
+  const std::set<OpId> removable = removable_ops(g, cands);
   GraphRewrite rw(g);
   for (OpId o : removable) rw.remove(o);
   for (const auto& c : cands) {
-    Op n = g.ops[c.op];
-    const TensorId packed = g.ops[c.transpose].inputs[0];
-    FusedGroup grp;
-    grp.kind = "packed_qkv";
-    std::uint64_t bytes = 0;
-    for (OpId o : c.ops)
-      if (removable.count(o)) {
-        grp.members.push_back(g.ops[o].name);
-        for (TensorId t : g.ops[o].outputs)
-          if (t != kNoTensor) bytes = checked_add(bytes, g.tensors[t].bytes(), "packed attention copies");
-      }
-    for (std::size_t i = 0; i < 3; ++i) n.inputs[i] = packed;
-    for (const char* l : {"q_layout", "k_layout", "v_layout"}) n.attrs[l] = attr_s("packed");
-    n.attrs["q_slot"] = analysis::autodiff::attr_i(c.slots[0]);
-    n.attrs["k_slot"] = analysis::autodiff::attr_i(c.slots[1]);
-    n.attrs["v_slot"] = analysis::autodiff::attr_i(c.slots[2]);
-    const auto& ps = g.tensors[packed].shape();
-    (void)analysis::attention_geometry(n, ps, ps, ps);  // ErrorKind::shape when the slots do not make Q, K, V
-    std::vector<std::string> fused = n.attr(kFusedOpsAttr) ? n.attr(kFusedOpsAttr)->strings : std::vector<std::string>{};
-    fused.insert(fused.end(), grp.members.begin(), grp.members.end());
-    set_fused_ops(n, fused);
-    grp.intermediate_bytes = bytes;
-    rw.remove(c.op);
-    rw.add(std::move(n), c.op);
-    r.intermediate_bytes_removed = checked_add(r.intermediate_bytes_removed, bytes, "packed attention copies");
+    FusedGroup grp = rewrite_attention(g, c, removable, rw);
+    r.intermediate_bytes_removed = checked_add(r.intermediate_bytes_removed, grp.intermediate_bytes, "packed attention copies");
     r.groups.push_back(std::move(grp));
   }
   r.graph = rw.apply();

@@ -44,79 +44,77 @@ void GraphRewrite::add(Op op, OpId near) { added_ops_.emplace_back(std::move(op)
 
 void GraphRewrite::replace_uses(TensorId from, TensorId to) { redirect_.at(from) = to; }
 
-Graph GraphRewrite::apply() const {
-  const std::size_t ns = src_.tensors.size(), nt = ns + added_tensors_.size();
-  auto resolve = [&](TensorId t) {
-    for (int hops = 0; t != kNoTensor && redirect_[t] != kNoTensor; ++hops) {
-      if (hops > static_cast<int>(nt)) fail(ErrorKind::verification, "graph rewrite: a cycle of replaced tensors");
-      t = redirect_[t];
-    }
-    return t;
-  };
-  // The ops of the new graph with their order keys: (source position, sequence among added ops).
-  struct Entry {
-    Op op;
-    std::uint64_t key;
-  };
-  std::vector<Entry> ops;
-  for (OpId o = 0; o < src_.ops.size(); ++o)
-    if (!removed_[o]) ops.push_back({src_.ops[o], static_cast<std::uint64_t>(o) << 20});
-  for (std::size_t k = 0; k < added_ops_.size(); ++k)
-    ops.push_back({added_ops_[k].first, (static_cast<std::uint64_t>(added_ops_[k].second) << 20) + 1 + k});
-  std::vector<bool> used(nt, false);
-  for (auto& e : ops) {
-    for (auto& t : e.op.inputs)
-      if (t != kNoTensor) used[t = resolve(t)] = true;
-    for (auto t : e.op.outputs)
-      if (t != kNoTensor) used[t] = true;
-  }
-  std::vector<TensorId> inputs, outputs;
-  for (TensorId t : src_.inputs) used[t] = true, inputs.push_back(t);
-  for (TensorId t : src_.outputs) used[t = resolve(t)] = true, outputs.push_back(t);
-  // Stable topological sort: Kahn's algorithm taking the smallest key among the ready ops.
+namespace {
+
+// An op of the new graph with its order key: (source position, sequence among added ops).
+struct KeyedOp {
+  Op op;
+  std::uint64_t key;
+};
+
+// Per op, the ops reading its outputs, and per op how many of its inputs other ops make. ErrorKind::invalid_graph
+// where an op reads a source tensor whose producer was removed.
+struct OpEdges {
+  std::vector<std::vector<OpId>> readers;
+  std::vector<std::size_t> waiting;
+};
+OpEdges op_edges(const GraphRewrite& rw, const std::vector<KeyedOp>& ops, std::size_t nt) {
+  const Graph& src = rw.source();
   std::vector<OpId> producer(nt, kNoOp);
   for (OpId i = 0; i < ops.size(); ++i)
     for (TensorId t : ops[i].op.outputs)
       if (t != kNoTensor) {
-        if (producer[t] != kNoOp) fail(ErrorKind::verification, "graph rewrite: tensor '" + tensor(t).name + "' has two producers");
+        if (producer[t] != kNoOp)
+          fail(ErrorKind::verification, "graph rewrite: tensor '" + rw.tensor(t).name + "' has two producers");
         producer[t] = i;
       }
-  std::vector<std::vector<OpId>> readers(ops.size());
-  std::vector<std::size_t> waiting(ops.size(), 0);
+  OpEdges e{std::vector<std::vector<OpId>>(ops.size()), std::vector<std::size_t>(ops.size(), 0)};
   for (OpId i = 0; i < ops.size(); ++i)
     for (TensorId t : ops[i].op.inputs) {
       if (t == kNoTensor) continue;
       if (producer[t] != kNoOp) {
-        readers[producer[t]].push_back(i);
-        ++waiting[i];
+        e.readers[producer[t]].push_back(i);
+        ++e.waiting[i];
         continue;
       }
-      if (t < ns && src_.tensors[t].producer != kNoOp)
-        fail(ErrorKind::invalid_graph, "graph rewrite: op '" + ops[i].op.name + "' reads '" + tensor(t).name +
-                                           "', whose producer was replaced");
+      if (t < src.tensors.size() && src.tensors[t].producer != kNoOp)
+        fail(ErrorKind::invalid_graph,
+             "graph rewrite: op '" + ops[i].op.name + "' reads '" + rw.tensor(t).name + "', whose producer was replaced");
     }
+  return e;
+}
+
+// Stable topological sort: Kahn's algorithm taking the smallest key among the ready ops.
+std::vector<OpId> stable_order(const GraphRewrite& rw, const std::vector<KeyedOp>& ops, std::size_t nt) {
+  OpEdges e = op_edges(rw, ops, nt);
   using Item = std::pair<std::uint64_t, OpId>;
   std::priority_queue<Item, std::vector<Item>, std::greater<>> ready;
   for (OpId i = 0; i < ops.size(); ++i)
-    if (waiting[i] == 0) ready.emplace(ops[i].key, i);
+    if (e.waiting[i] == 0) ready.emplace(ops[i].key, i);
   std::vector<OpId> order;
   while (!ready.empty()) {
     const OpId i = ready.top().second;
     ready.pop();
     order.push_back(i);
-    for (OpId r : readers[i])
-      if (--waiting[r] == 0) ready.emplace(ops[r].key, r);
+    for (OpId r : e.readers[i])
+      if (--e.waiting[r] == 0) ready.emplace(ops[r].key, r);
   }
   if (order.size() != ops.size()) fail(ErrorKind::verification, "graph rewrite: the rewritten graph has a cycle");
+  return order;
+}
 
+// The new graph: the used tensors (ids compacted in order), the ops in `order`, the graph's inputs and outputs.
+Graph compacted_graph(const GraphRewrite& rw, std::vector<KeyedOp>& ops, const std::vector<OpId>& order,
+                      const std::vector<bool>& used, const std::vector<TensorId>& inputs, const std::vector<TensorId>& outputs) {
+  const Graph& src = rw.source();
   Graph out;
-  out.name = src_.name;
-  out.ir_version = src_.ir_version;
-  out.opset = src_.opset;
-  std::vector<TensorId> remap(nt, kNoTensor);
-  for (TensorId t = 0; t < nt; ++t) {
+  out.name = src.name;
+  out.ir_version = src.ir_version;
+  out.opset = src.opset;
+  std::vector<TensorId> remap(used.size(), kNoTensor);
+  for (TensorId t = 0; t < used.size(); ++t) {
     if (!used[t]) continue;
-    Tensor copy = tensor(t);
+    Tensor copy = rw.tensor(t);
     copy.producer = kNoOp;
     copy.consumers.clear();
     copy.is_graph_output = false;
@@ -138,6 +136,36 @@ Graph GraphRewrite::apply() const {
   }
   out.relink();
   return out;
+}
+
+}  // namespace
+
+Graph GraphRewrite::apply() const {
+  const std::size_t nt = src_.tensors.size() + added_tensors_.size();
+  auto resolve = [&](TensorId t) {
+    for (int hops = 0; t != kNoTensor && redirect_[t] != kNoTensor; ++hops) {
+      if (hops > static_cast<int>(nt)) fail(ErrorKind::verification, "graph rewrite: a cycle of replaced tensors");
+      t = redirect_[t];
+    }
+    return t;
+  };
+  std::vector<KeyedOp> ops;
+  for (OpId o = 0; o < src_.ops.size(); ++o)
+    if (!removed_[o]) ops.push_back({src_.ops[o], static_cast<std::uint64_t>(o) << 20});
+  for (std::size_t k = 0; k < added_ops_.size(); ++k)
+    ops.push_back({added_ops_[k].first, (static_cast<std::uint64_t>(added_ops_[k].second) << 20) + 1 + k});
+  std::vector<bool> used(nt, false);
+  for (auto& e : ops) {
+    for (auto& t : e.op.inputs)
+      if (t != kNoTensor) used[t = resolve(t)] = true;
+    for (auto t : e.op.outputs)
+      if (t != kNoTensor) used[t] = true;
+  }
+  std::vector<TensorId> inputs, outputs;
+  for (TensorId t : src_.inputs) used[t] = true, inputs.push_back(t);
+  for (TensorId t : src_.outputs) used[t = resolve(t)] = true, outputs.push_back(t);
+  const std::vector<OpId> order = stable_order(*this, ops, nt);
+  return compacted_graph(*this, ops, order, used, inputs, outputs);
 }
 
 std::optional<double> scalar_constant(const Graph& g, TensorId t) {
