@@ -43,18 +43,14 @@ std::vector<Span> spans(const analysis::Graph& g) {
   return s;
 }
 
-}  // namespace
-
-std::vector<PipelineStage> pipeline_cuts(const analysis::Graph& g, int stages, const analysis::DeviceProfile& p) {
+// Per cut position k (between op k-1 and op k): how many tensors cross it, how many of them are float activations made
+// by an op, and their bytes. A cut at k sends what was made before k and is read at or after k.
+struct Crossings {
+  std::vector<std::size_t> count, floats;
+  std::vector<std::uint64_t> bytes;
+};
+Crossings crossings(const analysis::Graph& g) {
   const std::size_t n = g.ops.size();
-  if (stages <= 1) {
-    PipelineStage s{0, n, 0.0, 0};
-    for (OpId o = 0; o < n; ++o) s.forward_seconds += analysis::op_seconds(g, o, p);
-    return {s};
-  }
-  // A cut at position k (between op k-1 and op k) sends what was made before k and is read at or after k.
-  // Float activations made by an op that cross a cut: a stage whose outputs are all integers (token ids, indices)
-  // has no gradient to receive from the next, so such a point is no layer boundary and the cut moves on.
   std::vector<std::int64_t> count_diff(n + 2, 0), float_diff(n + 2, 0);
   std::vector<std::uint64_t> bytes_in(n + 2, 0), bytes_out(n + 2, 0);
   const std::vector<Span> sp = spans(g);
@@ -70,33 +66,41 @@ std::vector<PipelineStage> pipeline_cuts(const analysis::Graph& g, int stages, c
     bytes_in[a] = checked_add(bytes_in[a], g.tensors[t].bytes(), "pipeline boundary bytes");
     bytes_out[b] = checked_add(bytes_out[b], g.tensors[t].bytes(), "pipeline boundary bytes");
   }
-  std::vector<std::size_t> count(n + 1, 0), floats(n + 1, 0);
-  std::vector<std::uint64_t> bytes(n + 1, 0);
+  Crossings x{std::vector<std::size_t>(n + 1, 0), std::vector<std::size_t>(n + 1, 0), std::vector<std::uint64_t>(n + 1, 0)};
   std::int64_t c_run = 0, f_run = 0;
   std::uint64_t b_run = 0;
   for (std::size_t k = 0; k <= n; ++k) {
     c_run += count_diff[k];
     f_run += float_diff[k];
     b_run = b_run + bytes_in[k] - bytes_out[k];
-    count[k] = static_cast<std::size_t>(c_run);
-    floats[k] = static_cast<std::size_t>(f_run);
-    bytes[k] = b_run;
+    x.count[k] = static_cast<std::size_t>(c_run);
+    x.floats[k] = static_cast<std::size_t>(f_run);
+    x.bytes[k] = b_run;
   }
+  return x;
+}
+
+// The layer boundaries: the positions crossed by the fewest tensors, a float activation among them (a stage whose
+// outputs are all integers, token ids or indices, has no gradient to receive from the next, so such a point is no
+// layer boundary). ErrorKind::usage where they make fewer segments than `stages`.
+std::vector<std::size_t> layer_boundaries(const Crossings& x, std::size_t n, int stages) {
   std::size_t fewest = std::numeric_limits<std::size_t>::max();
   for (std::size_t k = 1; k < n; ++k)
-    if (count[k] > 0 && floats[k] > 0) fewest = std::min(fewest, count[k]);
+    if (x.count[k] > 0 && x.floats[k] > 0) fewest = std::min(fewest, x.count[k]);
   std::vector<std::size_t> cand;
   for (std::size_t k = 1; k < n; ++k)
-    if (count[k] == fewest && floats[k] > 0) cand.push_back(k);
+    if (x.count[k] == fewest && x.floats[k] > 0) cand.push_back(k);
   if (cand.size() + 1 < static_cast<std::size_t>(stages))
     fail(ErrorKind::usage, "--pp " + std::to_string(stages) + ": the graph has " + std::to_string(cand.size() + 1) +
                                " segments between layer boundaries (points where only " + std::to_string(fewest) +
                                " activation(s), a float one among them, cross), fewer than the stages asked for");
-  std::vector<double> prefix(n + 1, 0.0);
-  for (OpId o = 0; o < n; ++o) prefix[o + 1] = prefix[o] + analysis::op_seconds(g, o, p);
-  // Cuts minimising the slowest stage: best[j][c] = the least max stage time of j + 1 stages ending at cand[c].
-  const std::size_t m = cand.size();
-  const auto P = static_cast<std::size_t>(stages);
+  return cand;
+}
+
+// The P - 1 cuts among `cand` minimising the slowest stage (`prefix`: seconds of the ops before each position):
+// best[j][c] = the least max stage time of j + 1 stages ending at cand[c].
+std::vector<std::size_t> balanced_cuts(const std::vector<double>& prefix, const std::vector<std::size_t>& cand, std::size_t P) {
+  const std::size_t m = cand.size(), n = prefix.size() - 1;
   constexpr double kInf = std::numeric_limits<double>::infinity();
   std::vector<std::vector<double>> best(P - 1, std::vector<double>(m, kInf));
   std::vector<std::vector<std::size_t>> from(P - 1, std::vector<std::size_t>(m, 0));
@@ -118,15 +122,59 @@ std::vector<PipelineStage> pipeline_cuts(const analysis::Graph& g, int stages, c
     cuts[j] = cand[end];
     if (j > 0) end = from[j][end];
   }
+  return cuts;
+}
+
+}  // namespace
+
+std::vector<PipelineStage> pipeline_cuts(const analysis::Graph& g, int stages, const analysis::DeviceProfile& p) {
+  const std::size_t n = g.ops.size();
+  if (stages <= 1) {
+    PipelineStage s{0, n, 0.0, 0};
+    for (OpId o = 0; o < n; ++o) s.forward_seconds += analysis::op_seconds(g, o, p);
+    return {s};
+  }
+  const Crossings x = crossings(g);
+  const std::vector<std::size_t> cand = layer_boundaries(x, n, stages);
+  std::vector<double> prefix(n + 1, 0.0);
+  for (OpId o = 0; o < n; ++o) prefix[o + 1] = prefix[o] + analysis::op_seconds(g, o, p);
+  const auto P = static_cast<std::size_t>(stages);
+  const std::vector<std::size_t> cuts = balanced_cuts(prefix, cand, P);
   std::vector<PipelineStage> out;
   std::size_t first = 0;
   for (std::size_t j = 0; j < P; ++j) {
     const std::size_t e = j + 1 < P ? cuts[j] : n;
-    out.push_back({first, e, prefix[e] - prefix[first], e < n ? bytes[e] : 0});
+    out.push_back({first, e, prefix[e] - prefix[first], e < n ? x.bytes[e] : 0});
     first = e;
   }
   return out;
 }
+
+namespace {
+
+// A stage's outputs: the graph's own made in it (last stage), else what later stages read, the largest float first:
+// its gradient is what the next stage sends back (seeded there).
+std::vector<TensorId> stage_outputs(const analysis::Graph& g, const PipelineStage& s, bool last) {
+  std::vector<TensorId> outs;
+  if (last) {
+    for (TensorId t : g.outputs)
+      if (g.tensors[t].producer != analysis::kNoOp && g.tensors[t].producer >= s.first_op) outs.push_back(t);
+    return outs;
+  }
+  for (TensorId t = 0; t < g.tensors.size(); ++t) {
+    const Tensor& x = g.tensors[t];
+    if (x.producer == analysis::kNoOp || x.producer < s.first_op || x.producer >= s.end_op || x.data) continue;
+    if (std::any_of(x.consumers.begin(), x.consumers.end(), [&](OpId c) { return c >= s.end_op; })) outs.push_back(t);
+  }
+  std::stable_sort(outs.begin(), outs.end(), [&](TensorId a, TensorId b) {
+    const bool fa = analysis::dtype_is_float(g.tensors[a].dtype), fb = analysis::dtype_is_float(g.tensors[b].dtype);
+    if (fa != fb) return fa;
+    return g.tensors[a].bytes() > g.tensors[b].bytes();
+  });
+  return outs;
+}
+
+}  // namespace
 
 analysis::Graph pipeline_stage_graph(const analysis::Graph& g, const PipelineStage& s, bool last) {
   analysis::Graph out;
@@ -153,26 +201,7 @@ analysis::Graph pipeline_stage_graph(const analysis::Graph& g, const PipelineSta
     for (TensorId& t : op.outputs) t = take(t);
     out.add_op(std::move(op));
   }
-  // Outputs: the graph's own (last stage), else what later stages read, the largest float first: its
-  // gradient is what the next stage sends back (seeded here).
-  std::vector<TensorId> outs;
-  for (TensorId t = 0; t < g.tensors.size(); ++t) {
-    const Tensor& x = g.tensors[t];
-    if (x.producer == analysis::kNoOp || x.producer < s.first_op || x.producer >= s.end_op) continue;
-    bool later = false;
-    for (OpId c : x.consumers) later = later || c >= s.end_op;
-    if ((last && x.is_graph_output) || (!last && later && !x.data)) outs.push_back(t);
-  }
-  std::stable_sort(outs.begin(), outs.end(), [&](TensorId a, TensorId b) {
-    const bool fa = analysis::dtype_is_float(g.tensors[a].dtype), fb = analysis::dtype_is_float(g.tensors[b].dtype);
-    if (fa != fb) return fa;
-    return g.tensors[a].bytes() > g.tensors[b].bytes();
-  });
-  if (last) {
-    outs.clear();
-    for (TensorId t : g.outputs)
-      if (g.tensors[t].producer != analysis::kNoOp && g.tensors[t].producer >= s.first_op) outs.push_back(t);
-  }
+  const std::vector<TensorId> outs = stage_outputs(g, s, last);
   for (TensorId t : outs) {
     out.outputs.push_back(map[t]);
     out.tensors[map[t]].is_graph_output = true;

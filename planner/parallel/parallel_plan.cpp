@@ -170,6 +170,87 @@ ParallelLowerBounds parallel_lower_bounds(const analysis::Graph& shaped_forward,
   return out;
 }
 
+namespace {
+
+// A role's planning options: the file order (the order the parallel transforms lay out: ZeRO-3 gathers one unit ahead,
+// reductions after each unit; the peak model prices no overlap of communication, so a memory order would move each
+// gather to its first use), and the budget less the other microbatches' saved activations (none where they alone
+// pass it and `least_where_over_budget`: the role is then planned for its least memory).
+TrainingPlanOptions role_options(const TrainingPlanOptions& options, RankPlan& rp, bool least_where_over_budget) {
+  TrainingPlanOptions po = options;
+  po.schedule.kind = ScheduleKind::file;
+  // Past 2^64 bytes no budget holds them, and without one the figure cannot be stated (ErrorKind::overflow), never wrapped.
+  const auto count = static_cast<std::uint64_t>(rp.in_flight - 1), bytes = rp.saved_bytes_per_microbatch;
+  const bool wraps = bytes != 0 && count > std::numeric_limits<std::uint64_t>::max() / bytes;
+  if (wraps && !po.budget_bytes)
+    fail(ErrorKind::overflow,
+         rp.role + ": the " + std::to_string(count) + " microbatches in flight hold more than 2^64 bytes of saved activations");
+  const std::uint64_t others = wraps ? std::numeric_limits<std::uint64_t>::max() : count * bytes;
+  if (!po.budget_bytes) return po;
+  if (*po.budget_bytes > others) {
+    *po.budget_bytes -= others;
+  } else if (least_where_over_budget) {
+    po.budget_bytes.reset();
+    rp.least_memory = true;
+  } else {
+    fail(ErrorKind::infeasible,
+         rp.role + ": the " + std::to_string(rp.in_flight - 1) + " other microbatches in flight alone hold more than the budget");
+  }
+  return po;
+}
+
+// The role's plan, and its memory figures with the other microbatches in flight. An infeasible budget with
+// `least_where_over_budget`: the least the role's strategy reaches.
+void plan_rank_role(const PreparedRole& p, TrainingPlanOptions po, const ParallelOptions& par, RolePlanCache* cache,
+                    bool least_where_over_budget, RankPlan& rp) {
+  try {
+    rp.result = plan_role(p.tg, po, par, rp.stage, cache);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::infeasible || !least_where_over_budget || !po.budget_bytes) throw;
+    po.budget_bytes.reset();
+    rp.least_memory = true;
+    rp.result = plan_role(p.tg, po, par, rp.stage, cache);
+  }
+  const std::uint64_t dropped = planned_bytes(rp.result.recomputed) + planned_bytes(rp.result.swapped);
+  const std::uint64_t kept = rp.saved_bytes_per_microbatch > dropped ? rp.saved_bytes_per_microbatch - dropped : 0;
+  const std::string& role = rp.role;
+  rp.activation_bytes = checked_mul(kept, static_cast<std::uint64_t>(rp.in_flight), role + ": activation bytes in flight");
+  rp.peak_bytes =
+      checked_add(rp.result.peak_bytes, checked_mul(kept, static_cast<std::uint64_t>(rp.in_flight - 1), role + ": peak bytes"),
+                  role + ": peak bytes");
+  rp.model_state_bytes = checked_add(checked_add(rp.zero.weight_bytes, rp.zero.gradient_bytes, role + ": model state bytes"),
+                                     rp.zero.optimizer_state_bytes, role + ": model state bytes");
+  rp.flops = rp.result.training_flops;
+  rp.compute_seconds = rp.result.estimated_step_seconds;
+}
+
+// The bytes stage i's rank sends per step. ZeRO 0/1 reduce the accumulated gradients once; 2/3 keep no unsharded
+// gradients between microbatches, so they reduce (and 3 gathers) once per microbatch. Tensor parallel: the stage's own
+// collectives (forward and backward), once per microbatch; pipeline: activations forward, their gradients back.
+CommunicationBytes role_communication(const PreparedLayout& L, std::size_t i, const PreparedRole& p, const ParallelOptions& par) {
+  CommunicationBytes c = p.rp.zero.communication;
+  const auto m = static_cast<std::uint64_t>(par.microbatches);
+  const std::string sent = p.rp.role + ": bytes sent per step";
+  auto per_step = [&](std::uint64_t total, std::uint64_t per_microbatch) {
+    return checked_add(total, checked_mul(per_microbatch, m, sent), sent);
+  };
+  if (par.zero >= 2) {
+    c.reduce_scatter = checked_mul(c.reduce_scatter, m, sent);
+    c.all_gather = par.zero == 3 ? checked_mul(c.all_gather, m, sent) : c.all_gather;
+  }
+  c.all_reduce = per_step(c.all_reduce, p.tp_bytes.all_reduce);
+  c.reduce_scatter = per_step(c.reduce_scatter, p.tp_bytes.reduce_scatter);
+  c.all_gather = per_step(c.all_gather, p.tp_bytes.all_gather);
+  if (par.pp > 1) {
+    const std::uint64_t out = L.stages[i].boundary_bytes, in = i > 0 ? L.stages[i - 1].boundary_bytes : 0;
+    c.send_recv = per_step(0, checked_add(out, in, sent));
+  }
+  checked_add(checked_add(c.all_reduce, c.reduce_scatter, sent), checked_add(c.all_gather, c.send_recv, sent), sent);  // total()
+  return c;
+}
+
+}  // namespace
+
 ParallelPlanResult plan_parallel(const analysis::Graph& shaped_forward, const analysis::TrainingOptions& training,
                                  const TrainingPlanOptions& options, const ParallelOptions& par, RolePlanCache* cache,
                                  bool least_where_over_budget) {
@@ -177,82 +258,23 @@ ParallelPlanResult plan_parallel(const analysis::Graph& shaped_forward, const an
   ParallelPlanResult R;
   R.options = par;
   R.unsharded_parameters = trainable_elements(shaped_forward, training);
-  const int M = par.microbatches;
   double slowest = 0.0;
   for (std::size_t i = 0; i < L.stages.size(); ++i) {
     PreparedRole p = prepare_role(L, i, training, par);
     RankPlan& rp = p.rp;
-    TrainingPlanOptions po = options;
-    // The order the parallel transforms lay out: ZeRO-3 gathers one unit ahead, reductions after each unit. The
-    // peak model prices no overlap of communication, so a memory order would move each gather to its first use.
-    po.schedule.kind = ScheduleKind::file;
-    // The other microbatches' saved activations: past 2^64 bytes no budget holds them, and without one the figure
-    // cannot be stated (ErrorKind::overflow), never wrapped.
-    const auto in_flight_bytes = [&](std::uint64_t count, std::uint64_t bytes) {
-      const bool wraps = bytes != 0 && count > std::numeric_limits<std::uint64_t>::max() / bytes;
-      if (wraps && !po.budget_bytes)
-        fail(ErrorKind::overflow, rp.role + ": the " + std::to_string(count) + " microbatches in flight hold more than 2^64 bytes of saved activations");
-      return wraps ? std::numeric_limits<std::uint64_t>::max() : count * bytes;
-    };
-    const std::uint64_t others = in_flight_bytes(static_cast<std::uint64_t>(rp.in_flight - 1), rp.saved_bytes_per_microbatch);
-    if (po.budget_bytes) {
-      if (*po.budget_bytes > others) {
-        *po.budget_bytes -= others;
-      } else if (least_where_over_budget) {
-        po.budget_bytes.reset();
-        rp.least_memory = true;
-      } else {
-        fail(ErrorKind::infeasible, rp.role + ": the " + std::to_string(rp.in_flight - 1) +
-                                        " other microbatches in flight alone hold more than the budget");
-      }
-    }
-    try {
-      rp.result = plan_role(p.tg, po, par, rp.stage, cache);
-    } catch (const Error& e) {
-      if (e.kind() != ErrorKind::infeasible || !least_where_over_budget || !po.budget_bytes) throw;
-      po.budget_bytes.reset();  // the least the role's strategy reaches
-      rp.least_memory = true;
-      rp.result = plan_role(p.tg, po, par, rp.stage, cache);
-    }
-    const std::uint64_t dropped = planned_bytes(rp.result.recomputed) + planned_bytes(rp.result.swapped);
-    const std::uint64_t kept = rp.saved_bytes_per_microbatch > dropped ? rp.saved_bytes_per_microbatch - dropped : 0;
-    const std::string& role = rp.role;
-    rp.activation_bytes = checked_mul(kept, static_cast<std::uint64_t>(rp.in_flight), role + ": activation bytes in flight");
-    rp.peak_bytes = checked_add(rp.result.peak_bytes, checked_mul(kept, static_cast<std::uint64_t>(rp.in_flight - 1), role + ": peak bytes"),
-                                role + ": peak bytes");
-    rp.model_state_bytes = checked_add(checked_add(rp.zero.weight_bytes, rp.zero.gradient_bytes, role + ": model state bytes"),
-                                       rp.zero.optimizer_state_bytes, role + ": model state bytes");
-    rp.flops = rp.result.training_flops;
-    rp.compute_seconds = rp.result.estimated_step_seconds;
-    // Per step: ZeRO 0/1 reduce the accumulated gradients once; 2/3 keep no unsharded gradients between
-    // microbatches, so they reduce (and 3 gathers) once per microbatch.
-    CommunicationBytes c = rp.zero.communication;
-    const auto m = static_cast<std::uint64_t>(M);
-    const std::string sent = role + ": bytes sent per step";
-    auto per_step = [&](std::uint64_t total, std::uint64_t per_microbatch) { return checked_add(total, checked_mul(per_microbatch, m, sent), sent); };
-    if (par.zero >= 2) {
-      c.reduce_scatter = checked_mul(c.reduce_scatter, m, sent);
-      c.all_gather = par.zero == 3 ? checked_mul(c.all_gather, m, sent) : c.all_gather;
-    }
-    // Tensor parallel: the stage's own collectives (forward and backward), once per microbatch.
-    c.all_reduce = per_step(c.all_reduce, p.tp_bytes.all_reduce);
-    c.reduce_scatter = per_step(c.reduce_scatter, p.tp_bytes.reduce_scatter);
-    c.all_gather = per_step(c.all_gather, p.tp_bytes.all_gather);
-    if (par.pp > 1) {
-      const std::uint64_t out = L.stages[i].boundary_bytes, in = i > 0 ? L.stages[i - 1].boundary_bytes : 0;
-      c.send_recv = per_step(0, checked_add(out, in, sent));  // activations forward, their gradients back
-    }
-    checked_add(checked_add(c.all_reduce, c.reduce_scatter, sent), checked_add(c.all_gather, c.send_recv, sent), sent);  // total()
-    rp.communication = c;
+    plan_rank_role(p, role_options(options, rp, least_where_over_budget), par, cache, least_where_over_budget, rp);
+    rp.communication = role_communication(L, i, p, par);
     slowest = std::max(slowest, rp.compute_seconds);
-    R.communication_seconds = std::max(R.communication_seconds, communication_seconds(c, options.profile));
-    if (options.budget_bytes && checked_add(rp.peak_bytes, options.library_bytes, role + ": total device bytes") > *options.budget_bytes) R.fits = false;
+    R.communication_seconds = std::max(R.communication_seconds, communication_seconds(rp.communication, options.profile));
+    if (options.budget_bytes &&
+        checked_add(rp.peak_bytes, options.library_bytes, rp.role + ": total device bytes") > *options.budget_bytes)
+      R.fits = false;
     R.roles.push_back(std::move(rp));
   }
   R.stages = std::move(L.stages);
   R.tensor_parallel = std::move(L.tensor_parallel);
   // A pipeline of P stages runs M + P - 1 slots of its slowest stage (the bubble); without one, M micro-steps.
-  R.estimated_step_seconds = slowest * static_cast<double>(M + par.pp - 1) + R.communication_seconds;
+  R.estimated_step_seconds = slowest * static_cast<double>(par.microbatches + par.pp - 1) + R.communication_seconds;
   return R;
 }
 

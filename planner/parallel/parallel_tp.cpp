@@ -141,6 +141,62 @@ bool propagate_slice(const Graph& g, [[maybe_unused]] OpId id, const Op& op, Reg
   return set_outputs(g, op, r.ax(x), R, r);
 }
 
+bool propagate_transpose(const Graph& g, [[maybe_unused]] OpId id, const Op& op, Region& r, int R, [[maybe_unused]] TensorId y) {
+  const auto perm = op.attr_ints("perm");
+  for (int j = 0; j < static_cast<int>(perm.size()); ++j)
+    if (perm[static_cast<std::size_t>(j)] == r.ax(op.input(0))) return set_outputs(g, op, j, R, r);
+  return false;
+}
+
+// repeat_kv of grouped-query attention: the kv heads stay on their axis, the shape operand follows.
+bool propagate_expand(const Graph& g, OpId id, const Op& op, Region& r, int R, TensorId y) {
+  const TensorId x = op.input(0);
+  if (r.ax(x) < 0) return false;
+  const int a = r.ax(x) + R - rank_of(g, x);
+  if (dim(g, y, a) != dim(g, x, r.ax(x))) return false;
+  r.reshapes.emplace_back(id, a);
+  return set_outputs(g, op, a, R, r);
+}
+
+bool propagate_concat(const Graph& g, [[maybe_unused]] OpId id, const Op& op, Region& r, int R, [[maybe_unused]] TensorId y) {
+  const int a = r.ax(op.input(0));
+  if (a < 0 || (op.attr_int("axis", 0) + R) % R == a) return false;
+  for (TensorId t : op.inputs)
+    if (r.ax(t) != a) return false;
+  return set_outputs(g, op, a, R, r);
+}
+
+bool propagate_split(const Graph& g, OpId id, const Op& op, Region& r, int R, [[maybe_unused]] TensorId y) {
+  const TensorId x = op.input(0);
+  const int a = (static_cast<int>(op.attr_int("axis", 0)) + rank_of(g, x)) % rank_of(g, x);
+  if (a == r.ax(x)) r.splits.emplace_back(id, a);
+  return set_outputs(g, op, r.ax(x), R, r);
+}
+
+// The ops propagate splits by their type (beyond the elementwise and view kinds of the op registry).
+using PropagateRule = bool (*)(const Graph&, OpId, const Op&, Region&, int, TensorId);
+struct TypedRule {
+  std::string_view domain, type;
+  PropagateRule rule;
+};
+constexpr TypedRule kTypedRules[] = {
+    {"", "Transpose", propagate_transpose},
+    {"", "MatMul", propagate_matmul},
+    {kMemplanDomain, mops::kMatMulT, propagate_matmul},
+    {kMemplanDomain, mops::kFusedAttention, propagate_attention},
+    {"", "Expand", propagate_expand},
+    {"", "Slice", propagate_slice},
+    {"", "Concat", propagate_concat},
+    {"", "Split", propagate_split},
+};
+
+// Whether the op splits like an elementwise one: elementwise kinds, fused chains, softmax (off its axis), dropout.
+bool splits_elementwise(const Op& op, const analysis::OpInfo& info) {
+  const bool fused = op.domain == kMemplanDomain && op.type == mops::kFusedElementwise;
+  const bool softmax = op.domain.empty() && (op.type == "Softmax" || op.type == "LogSoftmax");
+  return info.kind == OpKind::elementwise || fused || softmax || (info.kind == OpKind::random && op.type == "Dropout");
+}
+
 // Where an op inside a pair splits its outputs, given its split inputs; false when it cannot be split.
 bool propagate(const Graph& g, OpId id, Region& r) {
   const Op& op = g.ops[id];
@@ -148,85 +204,71 @@ bool propagate(const Graph& g, OpId id, Region& r) {
   if (!info || op.outputs.empty() || op.output(0) == analysis::kNoTensor) return false;
   const TensorId y = op.output(0);
   const int R = rank_of(g, y);
-  const bool fused = op.domain == kMemplanDomain && op.type == mops::kFusedElementwise;
-  const bool softmax = op.domain.empty() && (op.type == "Softmax" || op.type == "LogSoftmax");
-  if (info->kind == OpKind::elementwise || fused || softmax || (info->kind == OpKind::random && op.type == "Dropout")) return propagate_elementwise(g, id, op, r, R, y);
-  const TensorId x = op.input(0);
+  if (splits_elementwise(op, *info)) return propagate_elementwise(g, id, op, r, R, y);
   if (info->kind == OpKind::view) return propagate_view(g, id, op, r, R, y);
-  if (op.domain.empty() && op.type == "Transpose") {
-    const auto perm = op.attr_ints("perm");
-    for (int j = 0; j < static_cast<int>(perm.size()); ++j)
-      if (perm[static_cast<std::size_t>(j)] == r.ax(x)) return set_outputs(g, op, j, R, r);
-    return false;
-  }
-  if ((op.domain.empty() && op.type == "MatMul") || (op.domain == kMemplanDomain && op.type == mops::kMatMulT)) return propagate_matmul(g, id, op, r, R, y);
-if (op.domain == kMemplanDomain && op.type == mops::kFusedAttention) return propagate_attention(g, id, op, r, R, y);
-
-  if (op.domain.empty() && op.type == "Expand") {
-    // repeat_kv of grouped-query attention: the kv heads stay on their axis, the shape operand follows.
-    if (r.ax(x) < 0) return false;
-    const int a = r.ax(x) + R - rank_of(g, x);
-    if (dim(g, y, a) != dim(g, x, r.ax(x))) return false;
-    r.reshapes.emplace_back(id, a);
-    return set_outputs(g, op, a, R, r);
-  }
-  if (op.domain.empty() && op.type == "Slice") return propagate_slice(g, id, op, r, R, y);
-  if (op.domain.empty() && op.type == "Concat") {
-    const int a = r.ax(op.input(0));
-    if (a < 0 || (op.attr_int("axis", 0) + R) % R == a) return false;
-    for (TensorId t : op.inputs)
-      if (r.ax(t) != a) return false;
-    return set_outputs(g, op, a, R, r);
-  }
-  if (op.domain.empty() && op.type == "Split") {
-    const int a = (static_cast<int>(op.attr_int("axis", 0)) + rank_of(g, x)) % rank_of(g, x);
-    if (a == r.ax(x)) r.splits.emplace_back(id, a);
-    return set_outputs(g, op, r.ax(x), R, r);
-  }
+  for (const TypedRule& t : kTypedRules)
+    if (op.domain == t.domain && op.type == t.type) return t.rule(g, id, op, r, R, y);
   return false;
 }
 
-// The pair (or pairs) starting at the weight matmuls that read `x`; nullopt when it is not one.
-std::optional<Region> find_region(const Graph& g, TensorId x, const std::vector<bool>& claimed) {
-  Region r;
+// The column matmuls of a pair: the weight matmuls reading `x` (their weights split by output features); false when
+// one cannot be split (a tied weight, a Gemm bias that does not follow).
+bool take_columns(const Graph& g, TensorId x, const std::vector<bool>& claimed, Region& r) {
   for (OpId o : g.tensors[x].consumers) {
     const int wa = weight_out_axis(g, g.ops[o]);
     if (wa < 0 || claimed[o] || g.ops[o].input(0) != x) continue;
     const TensorId w = g.ops[o].input(1);
-    if (g.tensors[w].consumers.size() != 1) return std::nullopt;  // a tied weight stays whole
+    if (g.tensors[w].consumers.size() != 1) return false;  // a tied weight stays whole
     r.columns.push_back(o);
     r.axis[w] = wa;
     const TensorId y = g.ops[o].output(0);
     r.axis[y] = rank_of(g, y) - 1;
-    if (g.ops[o].type == "Gemm" && g.ops[o].input(2) != analysis::kNoTensor && !take_operand(g, g.ops[o].input(2), r.axis[y], rank_of(g, y), dim(g, y, r.axis[y]), r))
-      return std::nullopt;
+    if (g.ops[o].type == "Gemm" && g.ops[o].input(2) != analysis::kNoTensor &&
+        !take_operand(g, g.ops[o].input(2), r.axis[y], rank_of(g, y), dim(g, y, r.axis[y]), r))
+      return false;
   }
-  if (r.columns.empty()) return std::nullopt;
-  std::set<OpId> in_region(r.columns.begin(), r.columns.end());
+  return true;
+}
+
+// The ops after the columns reading what the region splits: row matmuls (reading the split features, their weights
+// split by input features) end it, every other op must split (propagate). False where one cannot.
+bool take_inner_ops(const Graph& g, Region& r, std::set<OpId>& in_region) {
   for (OpId o = r.columns.front() + 1; o < g.ops.size(); ++o) {
     const Op& op = g.ops[o];
     if (in_region.count(o)) continue;
-    bool reads = false;
-    for (TensorId t : op.inputs) reads = reads || (t != analysis::kNoTensor && r.ax(t) >= 0 && !is_weight(g, t));
+    const bool reads = std::any_of(op.inputs.begin(), op.inputs.end(),
+                                   [&](TensorId t) { return t != analysis::kNoTensor && r.ax(t) >= 0 && !is_weight(g, t); });
     if (!reads) continue;
     const int wa = weight_out_axis(g, op);
     if (wa >= 0 && r.ax(op.input(0)) == rank_of(g, op.input(0)) - 1 && g.tensors[op.input(1)].consumers.size() == 1) {
       r.rows.push_back(o);
       r.axis[op.input(1)] = 1 - wa;  // the input features
     } else if (!propagate(g, o, r)) {
-      return std::nullopt;
+      return false;
     }
     r.ops.push_back(o);
     in_region.insert(o);
   }
-  if (r.rows.empty()) return std::nullopt;
-  // Closed: what the pair splits is read inside it only (the rows' outputs leave whole).
+  return true;
+}
+
+// Closed: what the pair splits is read inside it only (the rows' outputs leave whole).
+bool closed(const Graph& g, const Region& r, const std::set<OpId>& in_region) {
   for (const auto& [t, a] : r.axis) {
     if (is_weight(g, t)) continue;
-    if (g.tensors[t].is_graph_output) return std::nullopt;
+    if (g.tensors[t].is_graph_output) return false;
     for (OpId c : g.tensors[t].consumers)
-      if (!in_region.count(c)) return std::nullopt;
+      if (!in_region.count(c)) return false;
   }
+  return true;
+}
+
+// The pair (or pairs) starting at the weight matmuls that read `x`; nullopt when it is not one.
+std::optional<Region> find_region(const Graph& g, TensorId x, const std::vector<bool>& claimed) {
+  Region r;
+  if (!take_columns(g, x, claimed, r) || r.columns.empty()) return std::nullopt;
+  std::set<OpId> in_region(r.columns.begin(), r.columns.end());
+  if (!take_inner_ops(g, r, in_region) || r.rows.empty() || !closed(g, r, in_region)) return std::nullopt;
   r.ops.insert(r.ops.end(), r.columns.begin(), r.columns.end());
   return r;
 }
@@ -254,26 +296,37 @@ void divide_operand(Graph& g, OpId o, std::size_t slot, std::size_t k, int tp) {
   g.ops[o].inputs[slot] = g.add_tensor(std::move(t));
 }
 
+// The tensors shaped like the residual stream (`stream`: its dims; the sequence at axis rank - 2).
+struct StreamShape {
+  const Graph& g;
+  const std::vector<std::int64_t>& stream;
+  std::size_t axis() const { return stream.size() - 2; }
+  bool like(TensorId t) const {
+    return t != analysis::kNoTensor && g.tensors[t].dims.size() == stream.size() &&
+           g.tensors[t].dims[axis()].value == stream[axis()];
+  }
+};
+
+// An op outside the pairs that works row by row on the stream (elementwise, fused chains, dropout, norms over the
+// features), all its outputs shaped like the stream.
+bool rowwise_on_stream(const StreamShape& s, const std::set<OpId>& paired, OpId o) {
+  const Op& op = s.g.ops[o];
+  const auto* info = analysis::op_registry().find(op);
+  if (!info || paired.count(o)) return false;
+  const auto rank = static_cast<std::int64_t>(s.stream.size());
+  const bool norm = (op.domain.empty() && op.type == "LayerNormalization") ||
+                    (op.domain == kMemplanDomain && op.type == mops::kRMSNormalization);
+  const bool rowwise = info->kind == OpKind::elementwise || (op.domain == kMemplanDomain && op.type == mops::kFusedElementwise) ||
+                       (op.type == "Dropout" && info->kind == OpKind::random) ||
+                       (norm && static_cast<std::size_t>((op.attr_int("axis", -1) + rank) % rank) > s.axis());
+  if (!rowwise) return false;
+  return std::all_of(op.outputs.begin(), op.outputs.end(), [&](TensorId t) { return t == analysis::kNoTensor || s.like(t); });
+}
+
 // With sequence parallelism: the ops between pairs that work row by row (norms, dropout, residual adds, biases),
 // reached from the pairs' inputs and outputs through tensors shaped like the residual stream.
 std::set<OpId> sequence_region(const Graph& g, const std::set<OpId>& paired, const std::vector<TensorId>& seeds, const std::vector<std::int64_t>& stream) {
-  const std::size_t axis = stream.size() - 2;
-  auto seq_like = [&](TensorId t) {
-    return t != analysis::kNoTensor && g.tensors[t].dims.size() == stream.size() && g.tensors[t].dims[axis].value == stream[axis];
-  };
-  auto capable = [&](OpId o) {
-    const Op& op = g.ops[o];
-    const auto* info = analysis::op_registry().find(op);
-    if (!info || paired.count(o)) return false;
-    const bool norm = (op.domain.empty() && op.type == "LayerNormalization") || (op.domain == kMemplanDomain && op.type == mops::kRMSNormalization);
-    const bool rowwise = info->kind == OpKind::elementwise || (op.domain == kMemplanDomain && op.type == mops::kFusedElementwise) ||
-                         (op.type == "Dropout" && info->kind == OpKind::random) ||
-                         (norm && static_cast<std::size_t>((op.attr_int("axis", -1) + static_cast<std::int64_t>(stream.size())) % static_cast<std::int64_t>(stream.size())) > axis);
-    if (!rowwise) return false;
-    for (TensorId t : op.outputs)
-      if (t != analysis::kNoTensor && !seq_like(t)) return false;
-    return true;
-  };
+  const StreamShape s{g, stream};
   std::set<OpId> ops;
   std::set<TensorId> seen;
   std::vector<TensorId> work(seeds.begin(), seeds.end());
@@ -284,9 +337,9 @@ std::set<OpId> sequence_region(const Graph& g, const std::set<OpId>& paired, con
     std::vector<OpId> near(g.tensors[t].consumers.begin(), g.tensors[t].consumers.end());
     if (g.tensors[t].producer != analysis::kNoOp) near.push_back(g.tensors[t].producer);
     for (OpId o : near) {
-      if (!capable(o) || !ops.insert(o).second) continue;
+      if (!rowwise_on_stream(s, paired, o) || !ops.insert(o).second) continue;
       for (TensorId u : g.ops[o].inputs)
-        if (seq_like(u) && !is_weight(g, u)) work.push_back(u);
+        if (s.like(u) && !is_weight(g, u)) work.push_back(u);
       for (TensorId u : g.ops[o].outputs)
         if (u != analysis::kNoTensor) work.push_back(u);
     }
@@ -294,14 +347,11 @@ std::set<OpId> sequence_region(const Graph& g, const std::set<OpId>& paired, con
   return ops;
 }
 
-}  // namespace
-
-analysis::Graph shard_tensor_parallel(const analysis::Graph& forward, int tp, bool sequence_parallel, TensorParallelReport& report) {
-  Graph g = forward;
-  report = TensorParallelReport{};
+// The pairs of the graph, in op order, each op in one at most; `seeds`: their inputs and row outputs (where the
+// sequence-parallel region is searched from).
+std::vector<Region> find_regions(const Graph& g, std::vector<TensorId>& seeds, TensorParallelReport& report) {
   std::vector<bool> claimed(g.ops.size(), false);
   std::vector<Region> regions;
-  std::vector<TensorId> seeds;
   for (OpId o = 0; o < g.ops.size(); ++o) {
     if (claimed[o] || weight_out_axis(g, g.ops[o]) < 0) continue;
     const TensorId x = g.ops[o].input(0);
@@ -313,6 +363,11 @@ analysis::Graph shard_tensor_parallel(const analysis::Graph& forward, int tp, bo
     for (OpId row : r->rows) seeds.push_back(g.ops[row].output(0));
     regions.push_back(std::move(*r));
   }
+  return regions;
+}
+
+// The report's counts of the pairs; returns the ops inside them.
+std::set<OpId> report_pairs(const Graph& g, const std::vector<Region>& regions, TensorParallelReport& report) {
   std::set<OpId> paired;
   for (const Region& r : regions) {
     report.column_ops += r.columns.size();
@@ -326,7 +381,12 @@ analysis::Graph shard_tensor_parallel(const analysis::Graph& forward, int tp, bo
   // A layer: its attention pair and its MLP pair.
   for (std::size_t k = 0; k < std::min<std::size_t>(2, regions.size()); ++k)
     for (OpId row : regions[k].rows) report.all_reduce_bytes_per_layer += g.tensors[g.ops[row].output(0)].bytes();
-  // The replicated weights: every weight no pair splits (its bytes on every rank).
+  return paired;
+}
+
+// The replicated weights: every weight no pair splits (its bytes on every rank), and the matmuls outside the pairs.
+void report_replicated(const Graph& g, const std::vector<Region>& regions, const std::set<OpId>& paired,
+                       const std::vector<bool>& trains, TensorParallelReport& report) {
   std::set<TensorId> split_weights;
   for (const Region& r : regions)
     for (const auto& [t, a] : r.axis)
@@ -336,33 +396,50 @@ analysis::Graph shard_tensor_parallel(const analysis::Graph& forward, int tp, bo
       ++report.replicated_matmuls;
       if (report.replicated.size() < 16) report.replicated.push_back(g.ops[o].name);
     }
-  const std::vector<bool> trains = analysis::trainable_weights(g);
   for (TensorId t = 0; t < g.tensors.size(); ++t)
     if (trains[t] && !split_weights.count(t)) report.replicated_weight_bytes += g.tensors[t].bytes();
+}
+
+// Divides a Split's sizes (attribute or constant operand) by tp.
+void divide_split_sizes(Graph& g, OpId o, int tp) {
+  Op& op = g.ops[o];
+  if (const auto* s = op.attr("split"); s && !s->ints.empty()) {
+    std::vector<std::int64_t> v = s->ints;
+    for (auto& e : v) e /= tp;
+    op.attrs["split"] = analysis::autodiff::attr_ints(v);
+  } else if (op.input(1) != analysis::kNoTensor && g.tensors[op.input(1)].data) {
+    for (std::size_t k = 0; k < g.tensors[op.input(1)].data->element_count(); ++k) divide_operand(g, o, 1, k, tp);
+  }
+}
+
+// Divides every split tensor of the region along its axis, and the Reshape shapes and Split sizes that name those dims.
+void divide_region(Graph& g, const Region& r, int tp, const std::vector<bool>& trains, TensorParallelReport& report) {
+  for (const auto& [o, a] : r.reshapes) divide_operand(g, o, 1, static_cast<std::size_t>(a), tp);
+  for (const auto& [o, a] : r.splits) divide_split_sizes(g, o, tp);
+  for (const auto& [t, a] : r.axis) {
+    divide(g, t, a, tp);
+    ++report.sharded_tensors;
+    if (is_weight(g, t) && trains[t]) report.sharded_weight_bytes += g.tensors[t].bytes();
+  }
+}
+
+}  // namespace
+
+analysis::Graph shard_tensor_parallel(const analysis::Graph& forward, int tp, bool sequence_parallel,
+                                      TensorParallelReport& report) {
+  Graph g = forward;
+  report = TensorParallelReport{};
+  std::vector<TensorId> seeds;
+  const std::vector<Region> regions = find_regions(g, seeds, report);
+  const std::set<OpId> paired = report_pairs(g, regions, report);
+  const std::vector<bool> trains = analysis::trainable_weights(g);
+  report_replicated(g, regions, paired, trains, report);
   if (sequence_parallel && !report.stream_dims.empty()) {
     if (report.stream_dims.size() < 2 || report.stream_dims[report.stream_dims.size() - 2] % tp != 0)
       fail(ErrorKind::usage, "--sequence-parallel: --tp " + std::to_string(tp) + " does not divide the sequence of the residual stream");
     for (OpId o : sequence_region(g, paired, seeds, report.stream_dims)) report.sequence_parallel_ops.push_back(g.ops[o].name);
   }
-  // Divide: every split tensor along its axis, the Reshape shapes and Split sizes that name those dims.
-  for (const Region& r : regions) {
-    for (const auto& [o, a] : r.reshapes) divide_operand(g, o, 1, static_cast<std::size_t>(a), tp);
-    for (const auto& [o, a] : r.splits) {
-      Op& op = g.ops[o];
-      if (const auto* s = op.attr("split"); s && !s->ints.empty()) {
-        std::vector<std::int64_t> v = s->ints;
-        for (auto& e : v) e /= tp;
-        op.attrs["split"] = analysis::autodiff::attr_ints(v);
-      } else if (op.input(1) != analysis::kNoTensor && g.tensors[op.input(1)].data) {
-        for (std::size_t k = 0; k < g.tensors[op.input(1)].data->element_count(); ++k) divide_operand(g, o, 1, k, tp);
-      }
-    }
-    for (const auto& [t, a] : r.axis) {
-      divide(g, t, a, tp);
-      ++report.sharded_tensors;
-      if (is_weight(g, t) && trains[t]) report.sharded_weight_bytes += g.tensors[t].bytes();
-    }
-  }
+  for (const Region& r : regions) divide_region(g, r, tp, trains, report);
   g.relink();
   return g;
 }
