@@ -58,21 +58,11 @@ std::vector<std::uint64_t> backward_bytes(const Graph& g, const std::vector<OpId
   return out;
 }
 
-}  // namespace
-
-ForwardStages find_forward_stages(const Graph& g, const std::vector<OpId>& schedule, const std::vector<double>& op_flops,
-                                  std::uint64_t alignment, std::uint64_t workspace_limit,
-                                  const WorkspaceQuery& workspace_query) {
-  ForwardStages s;
-  std::vector<std::uint32_t> pos(g.ops.size(), kNone);
-  for (OpId o : schedule)
-    if (g.ops[o].phase == Phase::forward) {
-      pos[o] = static_cast<std::uint32_t>(s.forward.size());
-      s.forward.push_back(o);
-    }
-  const std::size_t n = s.forward.size();
-  // Crossing counts per boundary (after position b) by difference arrays; the id sum names the tensor
-  // where exactly one crosses.
+// Where the forward can be cut: after position b of the forward ops when at most one forward activation crosses
+// (that one the stage's boundary, kNoTensor where none does); the last cut ends the forward. Crossing counts per
+// boundary by difference arrays; the id sum names the tensor where exactly one crosses.
+std::vector<std::pair<std::uint32_t, TensorId>> forward_cuts(const Graph& g, const std::vector<std::uint32_t>& pos,
+                                                             std::size_t n) {
   std::vector<std::int64_t> count(n + 1, 0);
   std::vector<std::uint64_t> idsum(n + 1, 0);
   for (TensorId t = 0; t < g.tensors.size(); ++t) {
@@ -100,29 +90,52 @@ ForwardStages find_forward_stages(const Graph& g, const std::vector<OpId>& sched
     if (t != kNoTensor && !cuts.empty() && cuts.back().second == t) cuts.back().first = b;
     else cuts.emplace_back(b, t);
   }
+  cuts.emplace_back(n == 0 ? 0 : static_cast<std::uint32_t>(n - 1), kNoTensor);
+  return cuts;
+}
+
+// Appends the stage of forward positions [start, end] with boundary t: its ops' stage, saved bytes (but the
+// boundary's), FLOPs, and its boundary's bytes and op.
+void add_stage(const Graph& g, ForwardStages& s, std::uint32_t start, std::uint32_t end, TensorId t,
+               const std::vector<std::uint64_t>& saved_b, const std::vector<double>& op_flops, std::uint64_t alignment) {
+  const auto stage = static_cast<std::uint32_t>(s.boundary.size());
+  std::uint64_t saved = 0;
+  double flops = 0.0;
+  for (std::uint32_t p = start; p <= end; ++p) {
+    const OpId o = s.forward[p];
+    s.stage_of_op[o] = stage;
+    flops += op_flops[o];
+    for (TensorId out : g.ops[o].outputs)
+      if (out != kNoTensor && out != t) saved = checked_add(saved, saved_b[out], "saved bytes");
+  }
+  s.boundary.push_back(t);
+  s.saved_bytes.push_back(saved);
+  s.boundary_bytes.push_back(t == kNoTensor ? 0 : align_up(g.tensors[t].bytes(), alignment));
+  s.loose_bytes.push_back(t == kNoTensor || saved_b[t] > 0 ? 0 : s.boundary_bytes.back());
+  s.flops.push_back(flops);
+  s.boundary_flops.push_back(t == kNoTensor ? 0.0 : boundary_op_flops(g, t, saved_b, op_flops));
+}
+
+}  // namespace
+
+ForwardStages find_forward_stages(const Graph& g, const std::vector<OpId>& schedule, const std::vector<double>& op_flops,
+                                  std::uint64_t alignment, std::uint64_t workspace_limit, const WorkspaceQuery& workspace_query) {
+  ForwardStages s;
+  std::vector<std::uint32_t> pos(g.ops.size(), kNone);
+  for (OpId o : schedule)
+    if (g.ops[o].phase == Phase::forward) {
+      pos[o] = static_cast<std::uint32_t>(s.forward.size());
+      s.forward.push_back(o);
+    }
+  const std::size_t n = s.forward.size();
+  const auto cuts = forward_cuts(g, pos, n);
   std::vector<std::uint64_t> saved_b(g.tensors.size(), 0);
   for (TensorId t : find_saved_for_backward(g)) saved_b[t] = align_up(g.tensors[t].bytes(), alignment);
   s.stage_of_op.assign(g.ops.size(), kNone);
   std::uint32_t start = 0;
-  cuts.emplace_back(n == 0 ? 0 : static_cast<std::uint32_t>(n - 1), kNoTensor);
   for (const auto& [end, t] : cuts) {
     if (n == 0) break;
-    const auto stage = static_cast<std::uint32_t>(s.boundary.size());
-    std::uint64_t saved = 0;
-    double flops = 0.0;
-    for (std::uint32_t p = start; p <= end; ++p) {
-      const OpId o = s.forward[p];
-      s.stage_of_op[o] = stage;
-      flops += op_flops[o];
-      for (TensorId out : g.ops[o].outputs)
-        if (out != kNoTensor && out != t) saved = checked_add(saved, saved_b[out], "saved bytes");
-    }
-    s.boundary.push_back(t);
-    s.saved_bytes.push_back(saved);
-    s.boundary_bytes.push_back(t == kNoTensor ? 0 : align_up(g.tensors[t].bytes(), alignment));
-    s.loose_bytes.push_back(t == kNoTensor || saved_b[t] > 0 ? 0 : s.boundary_bytes.back());
-    s.flops.push_back(flops);
-    s.boundary_flops.push_back(t == kNoTensor ? 0.0 : boundary_op_flops(g, t, saved_b, op_flops));
+    add_stage(g, s, start, end, t, saved_b, op_flops, alignment);
     start = end + 1;
   }
   s.backward_bytes = backward_bytes(g, schedule, s, alignment, workspace_limit, workspace_query);

@@ -78,6 +78,7 @@ class ScheduleModel {
   };
   const OpFacts& op(OpId o) const { return ops_[o]; }
   const Value& value(std::uint32_t v) const { return values_[v]; }
+  std::size_t value_count() const noexcept { return values_.size(); }
   const std::vector<OpId>& preds(OpId o) const { return preds_[o]; }
   const std::vector<OpId>& succs(OpId o) const { return succs_[o]; }
   const std::vector<OpId>& readers_of(std::uint32_t v) const { return readers_[v]; }
@@ -92,6 +93,10 @@ class ScheduleModel {
   Step step(OpId o, const std::vector<std::uint32_t>& remaining) const;
 
  private:
+  // The construction's steps: each op's reads and the ops before it; write-after-read edges, successors and tiers.
+  void link_reads(const Graph& g, const std::vector<std::uint32_t>& value_of);
+  void order_ops(const Graph& g, const std::vector<OpId>& file);
+
   std::vector<OpFacts> ops_;
   std::vector<Value> values_;
   std::vector<std::vector<OpId>> preds_, succs_, readers_;

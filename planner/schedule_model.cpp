@@ -33,6 +33,43 @@ void add_unique(std::vector<OpId>& v, OpId o) {
   if (std::find(v.begin(), v.end(), o) == v.end()) v.push_back(o);
 }
 
+// Per tensor: the model's value holding its bytes (kNone: none), whether it is a view of bytes outside the arena, and
+// whether it takes arena bytes of its own.
+struct ValueMap {
+  std::vector<std::uint32_t> value_of;
+  std::vector<bool> outside, in_arena;
+};
+
+// Output 0 of a view op of its input's bytes: the input's value, or outside the arena with it. Returns whether it is.
+bool take_view(const Graph& g, const analysis::Op& op, const AssignOptions& o, ValueMap& m) {
+  const TensorId out = op.output(0);
+  if (out == kNoTensor || !m.in_arena[out] || !o.views || !is_view_op(op)) return false;
+  const TensorId in = op.input(0);
+  if (in == kNoTensor || !g.tensors[in].shape_known() || g.tensors[in].bytes() != g.tensors[out].bytes()) return false;
+  if (m.value_of[in] != kNone) {
+    m.value_of[out] = m.value_of[in];
+    return true;
+  }
+  if (m.outside[in] || (!m.in_arena[in] && !g.tensors[in].on_host)) {
+    m.outside[out] = true;
+    return true;
+  }
+  return false;
+}
+
+// The values output 0 may overwrite, in assign's order: in-place candidates of the same bytes and storage type.
+std::vector<std::uint32_t> inplace_values(const Graph& g, const analysis::Op& op, const ValueMap& m) {
+  const TensorId out = op.output(0);
+  std::vector<std::uint32_t> vs;
+  for (std::size_t p : inplace_candidates(op)) {
+    const TensorId in = op.input(p);
+    if (in == kNoTensor || m.value_of[in] == kNone) continue;
+    if (!same_storage_type(op, g.tensors[in], g.tensors[out]) || g.tensors[in].bytes() != g.tensors[out].bytes()) continue;
+    if (std::find(vs.begin(), vs.end(), m.value_of[in]) == vs.end()) vs.push_back(m.value_of[in]);
+  }
+  return vs;
+}
+
 }  // namespace
 
 ScheduleModel::ScheduleModel(const Graph& g, const AssignOptions& o) {
@@ -41,48 +78,38 @@ ScheduleModel::ScheduleModel(const Graph& g, const AssignOptions& o) {
   ops_.resize(n);
   preds_.resize(n);
   succs_.resize(n);
-  std::vector<std::uint32_t> value_of(nt, kNone);
-  std::vector<bool> outside(nt, false), in_arena(nt, false);
-  for (TensorId t = 0; t < nt; ++t)
-    in_arena[t] = analysis::occupies_arena(g, t) && align_up(g.tensors[t].bytes(), align) > 0;
+  ValueMap m{std::vector<std::uint32_t>(nt, kNone), std::vector<bool>(nt, false), std::vector<bool>(nt, false)};
+  for (TensorId t = 0; t < nt; ++t) m.in_arena[t] = analysis::occupies_arena(g, t) && align_up(g.tensors[t].bytes(), align) > 0;
   const std::vector<OpId> file = analysis::topological_order(g);
-  std::vector<std::uint32_t> pos(n, 0);
-  for (std::uint32_t i = 0; i < n; ++i) pos[file[i]] = i;
-
   for (OpId id : file) {
     const analysis::Op& op = g.ops[id];
     OpFacts& f = ops_[id];
     f.scratch = align_up(scratch_request(g, id, o.workspace_limit_bytes), align);
-    const TensorId out = op.output(0);
-    bool view = false;
-    if (out != kNoTensor && in_arena[out] && o.views && is_view_op(op)) {
-      const TensorId in = op.input(0);
-      if (in != kNoTensor && g.tensors[in].shape_known() && g.tensors[in].bytes() == g.tensors[out].bytes()) {
-        if (value_of[in] != kNone) value_of[out] = value_of[in], view = true;
-        else if (outside[in] || (!in_arena[in] && !g.tensors[in].on_host)) outside[out] = true, view = true;
-      }
-    }
+    const bool view = take_view(g, op, o, m);
     for (TensorId t : op.outputs) {
-      if (t == kNoTensor || !in_arena[t] || value_of[t] != kNone || outside[t]) continue;
-      value_of[t] = static_cast<std::uint32_t>(values_.size());
+      if (t == kNoTensor || !m.in_arena[t] || m.value_of[t] != kNone || m.outside[t]) continue;
+      m.value_of[t] = static_cast<std::uint32_t>(values_.size());
       values_.push_back(Value{align_up(g.tensors[t].bytes(), align), 0, false});
-      f.born.push_back(value_of[t]);
+      f.born.push_back(m.value_of[t]);
     }
-    if (out != kNoTensor && in_arena[out] && !view && o.inplace) {
-      f.out0 = value_of[out];
-      for (std::size_t p : inplace_candidates(op)) {
-        const TensorId in = op.input(p);
-        if (in == kNoTensor || value_of[in] == kNone) continue;
-        if (!same_storage_type(op, g.tensors[in], g.tensors[out]) || g.tensors[in].bytes() != g.tensors[out].bytes()) continue;
-        if (std::find(f.inplace.begin(), f.inplace.end(), value_of[in]) == f.inplace.end()) f.inplace.push_back(value_of[in]);
-      }
+    const TensorId out = op.output(0);
+    if (out != kNoTensor && m.in_arena[out] && !view && o.inplace) {
+      f.out0 = m.value_of[out];
+      f.inplace = inplace_values(g, op, m);
     }
   }
+  link_reads(g, m.value_of);
+  order_ops(g, file);
+}
+
+// Graph outputs and gradients live to the end; each op's distinct values read, each value's readers, and each op's
+// producers before it.
+void ScheduleModel::link_reads(const Graph& g, const std::vector<std::uint32_t>& value_of) {
   readers_.resize(values_.size());
-  for (TensorId t = 0; t < nt; ++t)
+  for (TensorId t = 0; t < g.tensors.size(); ++t)
     if (value_of[t] != kNone && (g.tensors[t].is_graph_output || g.tensors[t].role == analysis::TensorRole::gradient))
       values_[value_of[t]].pinned = true;
-  for (OpId id = 0; id < n; ++id) {
+  for (OpId id = 0; id < g.ops.size(); ++id) {
     for (TensorId t : g.ops[id].inputs) {
       if (t == kNoTensor) continue;
       if (const std::uint32_t v = value_of[t]; v != kNone && std::find(ops_[id].inputs.begin(), ops_[id].inputs.end(), v) == ops_[id].inputs.end()) {
@@ -92,10 +119,17 @@ ScheduleModel::ScheduleModel(const Graph& g, const AssignOptions& o) {
       if (const OpId p = g.tensors[t].producer; p != analysis::kNoOp) add_unique(preds_[id], p);
     }
   }
-  // Write after read: every other reader of storage rewritten in place (through views of it) comes first.
+  for (std::uint32_t v = 0; v < values_.size(); ++v) values_[v].readers = static_cast<std::uint32_t>(readers_[v].size());
+}
+
+// Write after read: every other reader of storage rewritten in place (through views of it) comes first. Then the
+// successors, and the tiers (forward ops 0, an op after a later-tier op in its tier).
+void ScheduleModel::order_ops(const Graph& g, const std::vector<OpId>& file) {
+  std::vector<std::uint32_t> pos(g.ops.size(), 0);
+  for (std::uint32_t i = 0; i < file.size(); ++i) pos[file[i]] = i;
   for (const auto& [reader, rewriter] : overwrite_readers(g))
     if (pos[reader] < pos[rewriter]) add_unique(preds_[rewriter], reader);
-  for (OpId id = 0; id < n; ++id) {
+  for (OpId id = 0; id < g.ops.size(); ++id) {
     std::sort(preds_[id].begin(), preds_[id].end());
     for (OpId p : preds_[id]) succs_[p].push_back(id);
   }
@@ -103,7 +137,6 @@ ScheduleModel::ScheduleModel(const Graph& g, const AssignOptions& o) {
     ops_[id].tier = g.ops[id].phase == analysis::Phase::forward ? 0 : 1;
     for (OpId p : preds_[id]) ops_[id].tier = std::max(ops_[id].tier, ops_[p].tier);
   }
-  for (std::uint32_t v = 0; v < values_.size(); ++v) values_[v].readers = static_cast<std::uint32_t>(readers_[v].size());
 }
 
 ScheduleModel::Step ScheduleModel::step(OpId o, const std::vector<std::uint32_t>& remaining) const {

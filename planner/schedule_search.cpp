@@ -47,46 +47,148 @@ struct FrontierHash {
   }
 };
 
+using Move = std::pair<std::uint32_t, std::uint32_t>;  // (from, to) positions
+
+// Candidate moves across the peak at position p: ops after the peak that may run at or before it, ops before it that
+// may run after. A forward op stays before the first backward one (none may move when the order starts with one).
+std::vector<Move> moves_across_peak(const ScheduleModel& m, const std::vector<OpId>& order, std::uint32_t p) {
+  const auto n = static_cast<std::uint32_t>(order.size());
+  std::vector<std::uint32_t> pos(n);
+  for (std::uint32_t i = 0; i < n; ++i) pos[order[i]] = i;
+  std::uint32_t last_tier0 = 0, first_tier1 = n;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if (m.op(order[i]).tier == 0)
+      last_tier0 = i;
+    else
+      first_tier1 = std::min(first_tier1, i);
+  }
+  std::vector<Move> moves;
+  for (std::uint32_t i = p; i < n && i <= p + kMoveWindow; ++i) {
+    std::uint32_t e = m.op(order[i]).tier > 0 && first_tier1 < n ? last_tier0 + 1 : 0;
+    for (OpId q : m.preds(order[i])) e = std::max(e, pos[q] + 1);
+    if (e < i && e <= p) {
+      moves.emplace_back(i, std::min(p, i));
+      if (e != p) moves.emplace_back(i, e);
+    }
+  }
+  for (std::uint32_t i = p > kMoveWindow ? p - kMoveWindow : 0; i <= p; ++i) {
+    std::uint32_t l = n - 1;
+    if (m.op(order[i]).tier == 0 && first_tier1 < n) l = first_tier1 == 0 ? 0 : first_tier1 - 1;
+    for (OpId s : m.succs(order[i])) l = std::min(l, pos[s] - 1);
+    if (l > i && l >= p) {
+      moves.emplace_back(i, std::max(p, i));
+      if (l != p) moves.emplace_back(i, l);
+    }
+  }
+  return moves;
+}
+
+// The exact DP's search (ScheduleModel::exact): frontiers layer by layer, each keeping its least peak and how it was
+// reached.
+class FrontierSearch {
+ public:
+  FrontierSearch(const ScheduleModel& m, const std::vector<OpId>& file)
+      : m_(m), file_(file), n_(m.size()), words_((n_ + 63) / 64), remaining_(m.value_count()) {
+    for (OpId o = 0; o < n_; ++o) tier0_ += m.op(o).tier == 0 ? 1 : 0;
+    layers_.resize(1);
+    layers_[0].push_back(State{std::vector<std::uint64_t>(words_, 0), 0, kNone, analysis::kNoOp});
+  }
+
+  // Every frontier of k + 1 ops from those of k; false past a limit.
+  bool expand(std::size_t k, Clock::time_point t0, double seconds, std::uint32_t max_states, std::uint64_t max_work) {
+    std::vector<State> next;
+    std::unordered_map<std::vector<std::uint64_t>, std::uint32_t, FrontierHash> index;
+    for (std::uint32_t si = 0; si < layers_[k].size(); ++si) {
+      if ((si & 63u) == 0 && since(t0) > seconds) return false;
+      if ((work_ += n_) > max_work) return false;
+      if (!expand_state(layers_[k][si], si, next, index, max_states)) return false;
+    }
+    layers_.push_back(std::move(next));
+    return true;
+  }
+
+  // The order reaching the full frontier with the least peak.
+  std::vector<OpId> order() const {
+    std::vector<OpId> order(n_);
+    std::uint32_t at = 0;
+    for (std::size_t k = n_; k > 0; --k) {
+      const State& st = layers_[k][at];
+      order[k - 1] = st.op;
+      at = st.parent;
+    }
+    return order;
+  }
+
+ private:
+  struct State {
+    std::vector<std::uint64_t> set;
+    std::uint64_t peak = 0;
+    std::uint32_t parent = kNone;
+    OpId op = analysis::kNoOp;
+  };
+  using Index = std::unordered_map<std::vector<std::uint64_t>, std::uint32_t, FrontierHash>;
+
+  static bool has(const std::vector<std::uint64_t>& s, OpId o) { return (s[o / 64] >> (o % 64)) & 1u; }
+
+  // The bytes live after the ops of `set` ran (remaining_: each value's readers yet to run), and how many forward
+  // ops it holds.
+  std::uint64_t live_after(const std::vector<std::uint64_t>& set, std::size_t& run0) {
+    for (std::uint32_t v = 0; v < remaining_.size(); ++v) remaining_[v] = m_.value(v).readers;
+    run0 = 0;
+    for (OpId o = 0; o < n_; ++o)
+      if (has(set, o)) {
+        run0 += m_.op(o).tier == 0 ? 1 : 0;
+        for (std::uint32_t v : m_.op(o).inputs) --remaining_[v];
+      }
+    std::uint64_t cur = 0;
+    for (OpId o = 0; o < n_; ++o)
+      if (has(set, o))
+        for (std::uint32_t v : m_.op(o).born)
+          if (m_.value(v).pinned || remaining_[v] > 0) cur += m_.value(v).bytes;
+    return cur;
+  }
+
+  // The frontiers one ready op past `st` (backward ops only once every forward op ran), into `next`.
+  bool expand_state(const State& st, std::uint32_t si, std::vector<State>& next, Index& index, std::uint32_t max_states) {
+    std::size_t run0 = 0;
+    const std::uint64_t cur = live_after(st.set, run0);
+    for (OpId o : file_) {
+      if (has(st.set, o) || (m_.op(o).tier > 0 && run0 < tier0_)) continue;
+      if (!std::all_of(m_.preds(o).begin(), m_.preds(o).end(), [&](OpId q) { return has(st.set, q); })) continue;
+      const std::uint64_t peak = std::max(st.peak, cur + m_.step(o, remaining_).during);
+      std::vector<std::uint64_t> set = st.set;
+      set[o / 64] |= 1ull << (o % 64);
+      auto [it, fresh] = index.emplace(std::move(set), static_cast<std::uint32_t>(next.size()));
+      if (fresh) {
+        next.push_back(State{it->first, peak, si, o});
+        if (++states_ > max_states) return false;
+      } else if (peak < next[it->second].peak) {
+        next[it->second].peak = peak, next[it->second].parent = si, next[it->second].op = o;
+      }
+    }
+    return true;
+  }
+
+  const ScheduleModel& m_;
+  const std::vector<OpId>& file_;
+  std::size_t n_, words_;
+  std::vector<std::uint32_t> remaining_;
+  std::size_t tier0_ = 0, states_ = 1;
+  std::uint64_t work_ = 0;  // ops walked: each frontier expanded walks every op
+  std::vector<std::vector<State>> layers_;
+};
+
 }  // namespace
 
 std::vector<OpId> ScheduleModel::local_search(std::vector<OpId> order, double seconds, std::uint32_t evaluations) const {
   const auto t0 = Clock::now();
-  const auto n = static_cast<std::uint32_t>(order.size());
-  if (n < 2) return order;
+  if (order.size() < 2) return order;
   Objective best = objective(profile(order));
-  std::vector<std::uint32_t> pos(n);
   std::uint32_t used = 0;
   bool improved = true;
   while (improved && used < evaluations && since(t0) < seconds) {
     improved = false;
-    for (std::uint32_t i = 0; i < n; ++i) pos[order[i]] = i;
-    std::uint32_t last_tier0 = 0, first_tier1 = n;
-    for (std::uint32_t i = 0; i < n; ++i) {
-      if (ops_[order[i]].tier == 0) last_tier0 = i;
-      else first_tier1 = std::min(first_tier1, i);
-    }
-    const std::uint32_t p = best.first_peak;
-    // (from, to) candidates: ops after the peak that may run at or before it, ops before it that may run after.
-    std::vector<std::pair<std::uint32_t, std::uint32_t>> moves;
-    for (std::uint32_t i = p; i < n && i <= p + kMoveWindow; ++i) {
-      std::uint32_t e = ops_[order[i]].tier > 0 && first_tier1 < n ? last_tier0 + 1 : 0;
-      for (OpId q : preds_[order[i]]) e = std::max(e, pos[q] + 1);
-      if (e < i && e <= p) {
-        moves.emplace_back(i, std::min(p, i));
-        if (e != p) moves.emplace_back(i, e);
-      }
-    }
-    for (std::uint32_t i = p > kMoveWindow ? p - kMoveWindow : 0; i <= p; ++i) {
-      // A forward op stays before the first backward one (none may move when the order starts with one).
-      std::uint32_t l = n - 1;
-      if (ops_[order[i]].tier == 0 && first_tier1 < n) l = first_tier1 == 0 ? 0 : first_tier1 - 1;
-      for (OpId s : succs_[order[i]]) l = std::min(l, pos[s] - 1);
-      if (l > i && l >= p) {
-        moves.emplace_back(i, std::max(p, i));
-        if (l != p) moves.emplace_back(i, l);
-      }
-    }
-    for (const auto& mv : moves) {
+    for (const Move& mv : moves_across_peak(*this, order, best.first_peak)) {
       if (mv.first == mv.second) continue;
       if (used >= evaluations || since(t0) >= seconds) break;
       ++used;
@@ -110,67 +212,10 @@ std::vector<OpId> ScheduleModel::local_search(std::vector<OpId> order, double se
 std::optional<std::vector<OpId>> ScheduleModel::exact(const std::vector<OpId>& file, std::uint32_t max_states, double seconds,
                                                       std::uint64_t max_work) const {
   const auto t0 = Clock::now();
-  const std::size_t n = size(), words = (n + 63) / 64;
-  std::vector<std::uint32_t> pos(n);
-  for (std::uint32_t i = 0; i < n; ++i) pos[file[i]] = i;
-  std::size_t tier0 = 0;
-  for (const OpFacts& f : ops_) tier0 += f.tier == 0 ? 1 : 0;
-  struct State {
-    std::vector<std::uint64_t> set;
-    std::uint64_t peak = 0;
-    std::uint32_t parent = kNone;
-    OpId op = analysis::kNoOp;
-  };
-  std::vector<std::vector<State>> layers(1);
-  layers[0].push_back(State{std::vector<std::uint64_t>(words, 0), 0, kNone, analysis::kNoOp});
-  std::size_t states = 1;
-  std::uint64_t work = 0;  // ops walked: each frontier expanded walks every op
-  std::vector<std::uint32_t> remaining(values_.size());
-  auto has = [](const std::vector<std::uint64_t>& s, OpId o) { return (s[o / 64] >> (o % 64)) & 1u; };
-  for (std::size_t k = 0; k < n; ++k) {
-    std::vector<State> next;
-    std::unordered_map<std::vector<std::uint64_t>, std::uint32_t, FrontierHash> index;
-    for (std::uint32_t si = 0; si < layers[k].size(); ++si) {
-      const State& st = layers[k][si];
-      if ((si & 63u) == 0 && since(t0) > seconds) return std::nullopt;
-      if ((work += n) > max_work) return std::nullopt;
-      std::size_t run0 = 0;
-      for (std::uint32_t v = 0; v < values_.size(); ++v) remaining[v] = values_[v].readers;
-      for (OpId o = 0; o < n; ++o)
-        if (has(st.set, o)) {
-          run0 += ops_[o].tier == 0 ? 1 : 0;
-          for (std::uint32_t v : ops_[o].inputs) --remaining[v];
-        }
-      std::uint64_t cur = 0;
-      for (OpId o = 0; o < n; ++o)
-        if (has(st.set, o))
-          for (std::uint32_t v : ops_[o].born)
-            if (values_[v].pinned || remaining[v] > 0) cur += values_[v].bytes;
-      for (OpId o : file) {
-        if (has(st.set, o) || (ops_[o].tier > 0 && run0 < tier0)) continue;
-        if (!std::all_of(preds_[o].begin(), preds_[o].end(), [&](OpId q) { return has(st.set, q); })) continue;
-        const std::uint64_t peak = std::max(st.peak, cur + step(o, remaining).during);
-        std::vector<std::uint64_t> set = st.set;
-        set[o / 64] |= 1ull << (o % 64);
-        auto [it, fresh] = index.emplace(std::move(set), static_cast<std::uint32_t>(next.size()));
-        if (fresh) {
-          next.push_back(State{it->first, peak, si, o});
-          if (++states > max_states) return std::nullopt;
-        } else if (peak < next[it->second].peak) {
-          next[it->second].peak = peak, next[it->second].parent = si, next[it->second].op = o;
-        }
-      }
-    }
-    layers.push_back(std::move(next));
-  }
-  std::vector<OpId> order(n);
-  std::uint32_t at = 0;
-  for (std::size_t k = n; k > 0; --k) {
-    const State& st = layers[k][at];
-    order[k - 1] = st.op;
-    at = st.parent;
-  }
-  return order;
+  FrontierSearch search(*this, file);
+  for (std::size_t k = 0; k < size(); ++k)
+    if (!search.expand(k, t0, seconds, max_states, max_work)) return std::nullopt;
+  return search.order();
 }
 
 }  // namespace memplan::planner
