@@ -142,28 +142,62 @@ std::uint32_t region_open_event(const RecordedStep& step) {
   return any ? std::min(last_prefix_free, first_alloc) : 0;
 }
 
-std::vector<RegionLayout> region_layouts(const RecordedStep& step) {
+namespace {
+
+// The step's arena blocks by role: periodic; transient ones that may enter the region (allocated after it opens;
+// `early` those that may not); legacy fillers (allocated after every previous-step instance is freed). Each block's
+// lifetime and transience go into `c`.
+struct BlockSets {
+  std::vector<std::size_t> periodic, fillers, legacy_fillers;
+  std::vector<bool> arena, early;
+};
+BlockSets classify_blocks(const RecordedStep& step, Candidates& c) {
   const std::size_t n = step.blocks.size();
-  Candidates c{step, {}, std::vector<bool>(n, false), {}, 0};
   const std::uint32_t open = region_open_event(step);
   std::uint32_t last_prefix_free = 0;  // the legacy layout's threshold: every previous-step instance freed
   for (std::size_t k = 0; k < n; ++k)
     if (step.in_arena(k) && step.periodic(k)) last_prefix_free = std::max(last_prefix_free, step.blocks[k].next_free_event);
-  std::vector<std::size_t> periodic, fillers, legacy_fillers;
-  std::vector<bool> arena(n, false), early(n, false);  // early: transient blocks that may not enter the region
+  BlockSets s{{}, {}, {}, std::vector<bool>(n, false), std::vector<bool>(n, false)};
   for (std::size_t k = 0; k < n; ++k) {
     c.lives.push_back(lifetime(step, k));
     if (!step.in_arena(k)) continue;
-    arena[k] = true;
+    s.arena[k] = true;
     if (step.periodic(k)) {
-      periodic.push_back(k);
+      s.periodic.push_back(k);
       continue;
     }
     c.transient[k] = true;
-    if (step.blocks[k].alloc_event > open) fillers.push_back(k);
-    else early[k] = true;
-    if (step.blocks[k].alloc_event > last_prefix_free) legacy_fillers.push_back(k);
+    if (step.blocks[k].alloc_event > open)
+      s.fillers.push_back(k);
+    else
+      s.early[k] = true;
+    if (step.blocks[k].alloc_event > last_prefix_free) s.legacy_fillers.push_back(k);
   }
+  return s;
+}
+
+// Region sizes: the periodic blocks' bytes (no smaller region holds them), that plus one or two of the largest blocks
+// that may enter it (room for the backward's first temporaries beside the gradients), the room the bound leaves above
+// the blocks that may not enter the region, and the most bytes of blocks that may enter it live at once.
+std::vector<std::uint64_t> region_limits(const RecordedStep& step, const BlockSets& s, const std::vector<std::size_t>& f_size,
+                                         std::uint64_t periodic_bytes, std::uint64_t bound) {
+  std::vector<bool> may_enter(step.blocks.size(), false);
+  for (std::size_t k : joined(s.periodic, s.fillers)) may_enter[k] = true;
+  const std::uint64_t early_peak = peak_of(step, s.early);
+  const auto& b = step.blocks;
+  const std::uint64_t first = f_size.empty() ? 0 : b[f_size[0]].bytes, second = f_size.size() < 2 ? 0 : b[f_size[1]].bytes;
+  std::vector<std::uint64_t> limits = {periodic_bytes};
+  for (const std::uint64_t l : {periodic_bytes + first, periodic_bytes + first + second,
+                                bound > early_peak ? bound - early_peak : 0, peak_of(step, may_enter)})
+    if (l > periodic_bytes && std::find(limits.begin(), limits.end(), l) == limits.end()) limits.push_back(l);
+  return limits;
+}
+
+}  // namespace
+
+std::vector<RegionLayout> region_layouts(const RecordedStep& step) {
+  Candidates c{step, {}, std::vector<bool>(step.blocks.size(), false), {}, 0};
+  const BlockSets s = classify_blocks(step, c);
   const auto& b = step.blocks;
   auto largest = [&](std::size_t k) { return std::make_pair(~b[k].bytes, k); };
   auto longest = [&](std::size_t k) {
@@ -171,29 +205,21 @@ std::vector<RegionLayout> region_layouts(const RecordedStep& step) {
     return std::make_tuple(~(to - from), ~b[k].bytes, k);
   };
   std::uint64_t periodic_bytes = 0;  // stacked: all live at the step's end
-  for (std::size_t k : periodic) periodic_bytes += b[k].bytes;
-  c.lower_bound = peak_of(step, arena);
-  const auto p_size = sorted_by(periodic, largest);
-  c.make(joined(p_size, sorted_by(legacy_fillers, largest)), periodic_bytes, Fit::lowest, "periodic by size, gaps by size first fit");
+  for (std::size_t k : s.periodic) periodic_bytes += b[k].bytes;
+  c.lower_bound = peak_of(step, s.arena);
+  const auto p_size = sorted_by(s.periodic, largest);
+  c.make(joined(p_size, sorted_by(s.legacy_fillers, largest)), periodic_bytes, Fit::lowest,
+         "periodic by size, gaps by size first fit");
   c.make(p_size, periodic_bytes, Fit::lowest, "periodic by size");
-  if (periodic.empty()) return std::move(c.made);  // both layouts are the same: no region
-  // Region sizes: the periodic blocks' bytes (no smaller region holds them), that plus one or two of the
-  // largest blocks that may enter it (room for the backward's first temporaries beside the gradients), the
-  // room the bound leaves above the blocks that may not enter the region, and the most bytes of blocks that
-  // may enter it live at once.
-  std::vector<bool> may_enter(n, false);
-  for (std::size_t k : joined(periodic, fillers)) may_enter[k] = true;
-  const std::uint64_t bound = c.lower_bound, early_peak = peak_of(step, early);
-  const auto f_size = sorted_by(fillers, largest);
-  const std::uint64_t first = f_size.empty() ? 0 : b[f_size[0]].bytes, second = f_size.size() < 2 ? 0 : b[f_size[1]].bytes;
-  std::vector<std::uint64_t> limits = {periodic_bytes};
-  for (const std::uint64_t s : {periodic_bytes + first, periodic_bytes + first + second, bound > early_peak ? bound - early_peak : 0,
-                                peak_of(step, may_enter)})
-    if (s > periodic_bytes && std::find(limits.begin(), limits.end(), s) == limits.end()) limits.push_back(s);
-  const std::pair<std::vector<std::size_t>, std::string> porders[] = {{periodic, "periodic by allocation"}, {p_size, "periodic by size"}};
-  const std::pair<std::vector<std::size_t>, std::string> forders[] = {{f_size, "gaps by size"}, {sorted_by(fillers, longest), "gaps by lifetime"}};
-  const std::pair<std::vector<std::size_t>, std::string> jorders[] = {{sorted_by(joined(periodic, fillers), largest), "all by size"}};
-  for (const std::uint64_t limit : limits) {
+  if (s.periodic.empty()) return std::move(c.made);  // both layouts are the same: no region
+  const auto f_size = sorted_by(s.fillers, largest);
+  const std::pair<std::vector<std::size_t>, std::string> porders[] = {{s.periodic, "periodic by allocation"},
+                                                                      {p_size, "periodic by size"}};
+  const std::pair<std::vector<std::size_t>, std::string> forders[] = {{f_size, "gaps by size"},
+                                                                      {sorted_by(s.fillers, longest), "gaps by lifetime"}};
+  const std::pair<std::vector<std::size_t>, std::string> jorders[] = {
+      {sorted_by(joined(s.periodic, s.fillers), largest), "all by size"}};
+  for (const std::uint64_t limit : region_limits(step, s, f_size, periodic_bytes, c.lower_bound)) {
     const std::string region = limit == periodic_bytes ? "" : " in " + std::to_string(limit) + " bytes";
     for (const Fit fit : {Fit::lowest, Fit::tightest}) {
       const std::string how = (fit == Fit::lowest ? " first fit" : " best fit") + region;

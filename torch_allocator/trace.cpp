@@ -78,17 +78,16 @@ std::uint32_t optional_event(const nlohmann::json& b, const char* key, const std
   if (!b.contains(key) || b.at(key).is_null()) return kNotFreed;
   return field<std::uint32_t>(b, key, where);
 }
-}  // namespace
-
-Trace read_trace(const nlohmann::json& j) {
+// The file's header: format, version, alignment, device, primary stream, the plan's figures where planned, and the
+// caching allocator's. Returns whether the trace is planned: a step recorded without a plan (memplan_torch.estimate_step's
+// trace) is planned by memplan once it is read.
+bool read_header(const nlohmann::json& j, Trace& t) {
   if (!j.is_object() || j.value("format", std::string{}) != kTraceFormat) bad("not a '" + std::string(kTraceFormat) + "' file");
   if (field<int>(j, "version", "the file") != kTraceVersion) bad("version " + j.at("version").dump() + " is not 1");
   if (field<std::uint64_t>(j, "alignment", "the file") != kBlockAlignment) bad("alignment is not 512");
-  Trace t;
   if (!j.contains("device")) bad("the file has no 'device'");
   t.device = static_cast<int>(analysis::json_int(j.at("device"), 0, kMaxDevice, "allocation trace: the file's 'device' (a CUDA device ordinal)"));
   t.step.primary_stream = static_cast<StreamId>(field<std::uint64_t>(j, "primary_stream", "the file"));
-  // A step recorded without a plan (memplan_torch.estimate_step's trace): memplan plans it once it is read.
   const bool planned = j.contains("planned") ? field<bool>(j, "planned", "the file") : true;
   if (planned) {
     t.plan.packer = field<std::string>(j, "packer", "the file");
@@ -99,54 +98,55 @@ Trace read_trace(const nlohmann::json& j) {
   }
   t.caching_reserved_bytes = field<std::uint64_t>(j, "caching_allocator_reserved_bytes", "the file");
   t.caching_max_allocated_bytes = field<std::uint64_t>(j, "caching_allocator_max_allocated_bytes", "the file");
-  const auto& blocks = field<nlohmann::json>(j, "blocks", "the file");
-  const auto& events = field<nlohmann::json>(j, "events", "the file");
-  if (!blocks.is_array() || !events.is_array()) bad("'blocks' and 'events' must be arrays");
-  if (events.size() >= kNotFreed) bad("too many events");
-  for (std::size_t k = 0; k < blocks.size(); ++k) {
-    const auto& b = blocks[k];
-    const std::string where = "block " + std::to_string(k);
-    RecordedBlock r{field<std::uint64_t>(b, "size", where), field<std::uint64_t>(b, "bytes", where),
-                    static_cast<StreamId>(field<std::uint64_t>(b, "stream", where)), field<std::uint32_t>(b, "alloc_event", where),
-                    optional_event(b, "free_event", where)};
-    if (r.size > kMaxBlockSize) bad(where + ": size " + std::to_string(r.size) + " is beyond 2^63 - 512 bytes");
-    if (r.bytes != round_block(r.size)) bad(where + ": bytes is not its size rounded up to 512");
-    if (r.free_event != kNotFreed && r.free_event <= r.alloc_event) bad(where + " is freed before it is allocated");
-    t.step.blocks.push_back(r);
-    const bool has_offset = b.contains("offset") && !b.at("offset").is_null();
-    if (has_offset && !planned) bad(where + " has an offset in a trace that is not planned");
-    const std::uint64_t off = has_offset ? field<std::uint64_t>(b, "offset", where) : planner::kNotInArena;
-    if (has_offset && off < t.plan.periodic_bytes && off + r.bytes > t.plan.periodic_bytes) bad(where + " straddles the periodic region's end");
-    t.plan.offsets.push_back(off);
+  return planned;
+}
+
+// Block k: its size, bytes, stream and events, and its offset where the trace is planned.
+void read_block(const nlohmann::json& b, std::size_t k, bool planned, Trace& t) {
+  const std::string where = "block " + std::to_string(k);
+  RecordedBlock r{field<std::uint64_t>(b, "size", where), field<std::uint64_t>(b, "bytes", where),
+                  static_cast<StreamId>(field<std::uint64_t>(b, "stream", where)), field<std::uint32_t>(b, "alloc_event", where),
+                  optional_event(b, "free_event", where)};
+  if (r.size > kMaxBlockSize) bad(where + ": size " + std::to_string(r.size) + " is beyond 2^63 - 512 bytes");
+  if (r.bytes != round_block(r.size)) bad(where + ": bytes is not its size rounded up to 512");
+  if (r.free_event != kNotFreed && r.free_event <= r.alloc_event) bad(where + " is freed before it is allocated");
+  t.step.blocks.push_back(r);
+  const bool has_offset = b.contains("offset") && !b.at("offset").is_null();
+  if (has_offset && !planned) bad(where + " has an offset in a trace that is not planned");
+  const std::uint64_t off = has_offset ? field<std::uint64_t>(b, "offset", where) : planner::kNotInArena;
+  if (has_offset && off < t.plan.periodic_bytes && off + r.bytes > t.plan.periodic_bytes)
+    bad(where + " straddles the periodic region's end");
+  t.plan.offsets.push_back(off);
+}
+
+// Event e, which must agree with the block it names (its alloc or free event, its bytes; each once). `seen_alloc` and
+// `seen_free`: per block, whether its alloc and free were read.
+void read_event(const nlohmann::json& j, std::size_t e, Trace& t, std::vector<bool>& seen_alloc, std::vector<bool>& seen_free) {
+  const std::string where = "event " + std::to_string(e);
+  const std::string kind = field<std::string>(j, "kind", where);
+  if (kind != "alloc" && kind != "free") bad(where + ": kind '" + kind + "' is neither alloc nor free");
+  RecordedEvent ev{kind == "alloc", field<std::int64_t>(j, "block", where), field<std::uint64_t>(j, "bytes", where)};
+  if (ev.block < -1 || ev.block >= static_cast<std::int64_t>(t.step.blocks.size()) || (ev.alloc && ev.block < 0))
+    bad(where + " names no block");
+  if (j.contains("earlier_rank")) {
+    ev.earlier_rank = field<std::int64_t>(j, "earlier_rank", where);
+    if (ev.alloc || ev.block >= 0 || ev.earlier_rank < 0)
+      bad(where + ": only the free of an earlier block has an earlier_rank (at least 0)");
   }
-  std::vector<bool> seen_alloc(blocks.size(), false), seen_free(blocks.size(), false);
-  for (std::size_t e = 0; e < events.size(); ++e) {
-    const std::string where = "event " + std::to_string(e);
-    const std::string kind = field<std::string>(events[e], "kind", where);
-    if (kind != "alloc" && kind != "free") bad(where + ": kind '" + kind + "' is neither alloc nor free");
-    RecordedEvent ev{kind == "alloc", field<std::int64_t>(events[e], "block", where), field<std::uint64_t>(events[e], "bytes", where)};
-    if (ev.block < -1 || ev.block >= static_cast<std::int64_t>(blocks.size()) || (ev.alloc && ev.block < 0)) bad(where + " names no block");
-    if (events[e].contains("earlier_rank")) {
-      ev.earlier_rank = field<std::int64_t>(events[e], "earlier_rank", where);
-      if (ev.alloc || ev.block >= 0 || ev.earlier_rank < 0) bad(where + ": only the free of an earlier block has an earlier_rank (at least 0)");
-    }
-    if (ev.block >= 0) {
-      const auto k = static_cast<std::size_t>(ev.block);
-      const RecordedBlock& b = t.step.blocks[k];
-      auto& seen = ev.alloc ? seen_alloc : seen_free;
-      if (seen[k] || (ev.alloc ? b.alloc_event : b.free_event) != e || ev.bytes != b.bytes)
-        bad(where + " disagrees with block " + std::to_string(k) + "'s events or bytes");
-      seen[k] = true;
-    }
-    t.step.events.push_back(ev);
+  if (ev.block >= 0) {
+    const auto k = static_cast<std::size_t>(ev.block);
+    const RecordedBlock& b = t.step.blocks[k];
+    auto& seen = ev.alloc ? seen_alloc : seen_free;
+    if (seen[k] || (ev.alloc ? b.alloc_event : b.free_event) != e || ev.bytes != b.bytes)
+      bad(where + " disagrees with block " + std::to_string(k) + "'s events or bytes");
+    seen[k] = true;
   }
-  for (std::size_t k = 0; k < blocks.size(); ++k)
-    if (!seen_alloc[k] || seen_free[k] != (t.step.blocks[k].free_event != kNotFreed))
-      bad("block " + std::to_string(k) + "'s events are not all in the event list");
-  link_carried(t.step);  // next_free_event follows from the events; a written one must agree
-  if (!planned) {
-    t.plan = plan_step(t.step);
-  }
+  t.step.events.push_back(ev);
+}
+
+// What follows from the events and the plan agrees with what the blocks say: next_free_event where written, and an
+// offset exactly for the blocks in the arena.
+void check_blocks(const nlohmann::json& blocks, const Trace& t) {
   for (std::size_t k = 0; k < blocks.size(); ++k) {
     const std::string where = "block " + std::to_string(k);
     if (blocks[k].contains("next_free_event") && optional_event(blocks[k], "next_free_event", where) != t.step.blocks[k].next_free_event)
@@ -154,6 +154,25 @@ Trace read_trace(const nlohmann::json& j) {
     if ((t.plan.offsets[k] != planner::kNotInArena) != t.step.in_arena(k))
       bad(where + ": only blocks of the primary stream freed within the step, and periodic blocks, have an offset");
   }
+}
+}  // namespace
+
+Trace read_trace(const nlohmann::json& j) {
+  Trace t;
+  const bool planned = read_header(j, t);
+  const auto& blocks = field<nlohmann::json>(j, "blocks", "the file");
+  const auto& events = field<nlohmann::json>(j, "events", "the file");
+  if (!blocks.is_array() || !events.is_array()) bad("'blocks' and 'events' must be arrays");
+  if (events.size() >= kNotFreed) bad("too many events");
+  for (std::size_t k = 0; k < blocks.size(); ++k) read_block(blocks[k], k, planned, t);
+  std::vector<bool> seen_alloc(blocks.size(), false), seen_free(blocks.size(), false);
+  for (std::size_t e = 0; e < events.size(); ++e) read_event(events[e], e, t, seen_alloc, seen_free);
+  for (std::size_t k = 0; k < blocks.size(); ++k)
+    if (!seen_alloc[k] || seen_free[k] != (t.step.blocks[k].free_event != kNotFreed))
+      bad("block " + std::to_string(k) + "'s events are not all in the event list");
+  link_carried(t.step);  // next_free_event follows from the events; a written one must agree
+  if (!planned) t.plan = plan_step(t.step);
+  check_blocks(blocks, t);
   return t;
 }
 
