@@ -148,12 +148,14 @@ void scatter(GradContext& c) {
   }
 }
 
-// Resize / Upsample, nearest or linear: memplan ResizeGrad of dY with the forward's roi and scales inputs at their
+// Resize / Upsample, nearest, linear or cubic: memplan ResizeGrad of dY with the forward's roi and scales inputs at their
 // positions and its attributes; `legacy` marks the layout of Upsample and opset-10 Resize (scales at input 1).
 void resize(GradContext& c) {
   const Op f = c.fwd();
   const std::string mode = f.attr_string("mode", "nearest");
-  if (mode != "nearest" && mode != "linear" && mode != "bilinear") c.unsupported("mode '" + mode + "' has no backward rule");
+  if (mode != "nearest" && mode != "linear" && mode != "bilinear" && mode != "cubic")
+    c.unsupported("mode '" + mode + "' has no backward rule");
+  if (f.attr_int("antialias", 0) != 0) c.unsupported("antialias has no backward rule");
   std::vector<TensorId> ins{c.dy()};
   ins.insert(ins.end(), f.inputs.begin() + 1, f.inputs.end());
   std::map<std::string, Attribute> at = f.attrs;

@@ -269,6 +269,8 @@ std::vector<OpSpec> build() {
       onnx("Constant", K::shape, e1, "a constant tensor from an attribute"),
       nondiff(onnx("ConstantOfShape", K::shape, no_flops, "a tensor of a given shape filled with one value")),
       nondiff(onnx("Range", K::shape, e1, "start, start + delta, ... below limit")),
+      nondiff(onnx("NonZero", K::layout, e1,
+                   "the indices of x's nonzero elements, int64 [rank, count]; a count that depends on the data is planned at x's element count")),
   };
   const std::vector<OpSpec> own = {
       // Gradients of elementwise ops.
@@ -318,7 +320,7 @@ std::vector<OpSpec> build() {
       mine("GatherGrad", K::layout, no_flops, "zeros with dY rows added at the gathered indices"),
       mine("GatherElementsGrad", K::layout, no_flops, "zeros with dY elements added at the gathered indices"),
       mine("ResizeGrad", K::layout, e1,
-           "dX of Resize/Upsample (nearest, linear): each dY element added to the input elements its output read, times their weights"),
+           "dX of Resize/Upsample (nearest, linear, cubic): each dY element added to the input elements its output read, times their weights"),
 
       // Loss and optimizers.
       mine(memplan_ops::kMSELoss, K::loss, &per_element<3>, "mean of (y - target)^2"),

@@ -1,4 +1,4 @@
-// Constant folding of arithmetic: elementwise (int64 wrap-around or double), Cast, Range and reductions.
+// Constant folding of arithmetic: elementwise (int64 wrap-around or double), Cast, Range, NonZero and reductions.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -182,6 +182,25 @@ std::vector<TensorData> range_eval(const OpContext& c) {
   return {make_ints(c, c.out_dtype(0), c.out_shape(0), v)};
 }
 
+// NonZero of a known x: the indices of its nonzero elements in row-major order, one row per axis.
+std::vector<TensorData> non_zero_eval(const OpContext& c) {
+  const Shape x = c.in_shape(0);
+  const auto v = c.in_value(0)->as_double();
+  const auto n = static_cast<std::size_t>(c.out_shape(0).at(1));
+  std::vector<std::int64_t> out(x.size() * n);
+  std::size_t k = 0;
+  for (std::size_t flat = 0; flat < v.size(); ++flat) {
+    if (v[flat] == 0.0) continue;
+    std::size_t rest = flat;
+    for (std::size_t d = x.size(); d-- > 0;) {
+      out[d * n + k] = static_cast<std::int64_t>(rest % static_cast<std::size_t>(x[d]));
+      rest /= static_cast<std::size_t>(x[d]);
+    }
+    ++k;
+  }
+  return {make_ints(c, DType::i64, c.out_shape(0), out)};
+}
+
 // Reductions in double (exact for the small integers of shape arithmetic).
 std::vector<TensorData> reduce_eval(const OpContext& c) {
   bool keepdims = true;
@@ -221,6 +240,7 @@ void add_fold_rules(RuleTable& t) {
     t.at(name).eval = &unary_eval;
   t.at("Cast").eval = &cast_eval;
   t.at("Range").eval = &range_eval;
+  t.at("NonZero").eval = &non_zero_eval;
   for (const char* name : {"ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean"}) t.at(name).eval = &reduce_eval;
   add_fold_move_rules(t);
 }

@@ -25,6 +25,8 @@ class OpContext {
   std::int64_t opset() const noexcept { return g_.opset; }
   std::string where() const;  // "op 'name' (Type)"
   [[noreturn]] void fail_shape(const std::string& what) const;
+  // A fact about this op's planned shapes the user should hear (the CLI prints the graph's notes as warnings).
+  void note(const std::string& what) { g_.notes.push_back(where() + ": " + what); }
 
   std::size_t num_inputs() const noexcept { return op_.inputs.size(); }
   bool has_input(std::size_t i) const noexcept { return op_.input(i) != kNoTensor; }

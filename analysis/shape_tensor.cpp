@@ -170,6 +170,21 @@ void range_op(OpContext& c) {
   c.set_output(0, c.in_dtype(0), {n > 0 ? static_cast<std::int64_t>(n) : 0});
 }
 
+// NonZero: int64 [rank, count], the count of x's nonzero elements when x's value is known here, else an upper
+// bound, x's element count (a run whose data gives another count stops with an error), said in a note.
+void non_zero_op(OpContext& c) {
+  const Shape x = c.in_shape(0);
+  std::int64_t count = c.product(x);
+  if (const TensorData* v = c.in_value(0)) {
+    const auto values = v->as_double();
+    count = static_cast<std::int64_t>(std::count_if(values.begin(), values.end(), [](double e) { return e != 0.0; }));
+  } else {
+    c.note("its output size depends on the data: planned at its upper bound, the input's " + std::to_string(count) +
+           " elements (the count of nonzero elements)");
+  }
+  c.set_output(0, DType::i64, {static_cast<std::int64_t>(x.size()), count});
+}
+
 void transpose_op(OpContext& c) {
   const Shape in = c.in_shape(0);
   Shape out;
@@ -298,6 +313,7 @@ void add_tensor_rules(RuleTable& t) {
   t["Reshape"].shape = &reshape_op;
   t["Expand"].shape = &expand_op;
   t["Range"].shape = &range_op;
+  t["NonZero"].shape = &non_zero_op;
   t["Transpose"].shape = &transpose_op;
   t["Split"].shape = &split_op;
   t["Tile"].shape = &tile_op;

@@ -329,6 +329,9 @@ Graph infer_shapes(const Graph& in, const ShapeOptions& opts) {
   check_bindings(opts);
   std::vector<std::string> notes = in.notes;
   Graph out = shape_graph(in, opts, false, notes);
+  // The shape rules' notes (NonZero planned at its upper bound) are on the graph they shaped, beside a copy of in's.
+  for (auto& n : out.notes)
+    if (std::find(notes.begin(), notes.end(), n) == notes.end()) notes.push_back(std::move(n));
   out.notes = std::move(notes);
   shape_detail::lower_legacy_normalizers(out);
   for (const auto& t : out.tensors)

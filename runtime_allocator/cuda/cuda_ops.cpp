@@ -330,6 +330,7 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"TopK", {run_top_k, false, false, kSelect}},
       {"Size", {run_size, false, false, kAny}},
       {"Range", {run_range, false, false, kSelect}},  // cuda_misc.cpp
+      {"NonZero", {run_non_zero, false, false, kAny}},
       {"Trilu", {run_trilu, true, false, kAny}},
       {"IsInf", {run_is_inf, false, false, {kF32 | dtype_bit(DType::f64)}}},
       {"Softmax", {[](ExecState& s, const Op& op) { run_softmax(s, op, false); }, true, false, kFloat}},

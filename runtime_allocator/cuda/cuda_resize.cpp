@@ -1,4 +1,4 @@
-// The CUDA executor's Resize, Upsample (nearest on any dtype, n-linear on float32) and memplan::ResizeGrad; the
+// The CUDA executor's Resize, Upsample (nearest on any dtype, n-linear and cubic on float32) and memplan::ResizeGrad; the
 // geometry from runtime_allocator/kernels/resize_geometry.hpp, kernels in kernels_resize.cu.
 #include "runtime_allocator/cuda/cuda_state.hpp"
 #include "runtime_allocator/cuda/kernels_resize.hpp"
@@ -47,7 +47,7 @@ std::string resize_reason(const analysis::Graph& g, const Op& op) {
   const DType d = g.tensors[op.inputs.at(0)].dtype;
   const std::string mode = op.attr_string("mode", "nearest");
   if (d == DType::f32 || mode == "nearest") return {};
-  return std::string("linear mode of dtype ") + analysis::dtype_name(d);
+  return std::string(mode + " mode of dtype ") + analysis::dtype_name(d);
 }
 
 void run_resize(ExecState& s, const Op& op) {

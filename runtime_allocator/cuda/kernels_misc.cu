@@ -1,4 +1,4 @@
-// CUDA kernels of Range, Trilu and IsInf (see kernels_misc.hpp).
+// CUDA kernels of Range, Trilu, IsInf and NonZero (see kernels_misc.hpp).
 #include <type_traits>
 
 #include "runtime_allocator/cuda/block_reduce.cuh"
@@ -21,6 +21,27 @@ __global__ void range_kernel(const T* start, const T* delta, T* y, std::int64_t 
     else
       y[k] = static_cast<T>(static_cast<std::uint64_t>(s) + static_cast<std::uint64_t>(k) * static_cast<std::uint64_t>(d));
   }
+}
+
+// U: an unsigned integer of the element's size; a float's sign bit is masked off.
+template <typename U>
+__global__ void non_zero_kernel(NonZeroShape s, const U* x, std::int64_t* y, std::int64_t capacity, std::int64_t* count) {
+  std::int64_t n = 1;
+  for (int d = 0; d < s.rank; ++d) n *= s.dims[d];
+  const U mask = s.is_float ? static_cast<U>(~(U(1) << (sizeof(U) * 8 - 1))) : static_cast<U>(~U(0));
+  std::int64_t k = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if ((x[i] & mask) == 0) continue;
+    if (k < capacity) {
+      std::int64_t rest = i;
+      for (int d = s.rank - 1; d >= 0; --d) {
+        y[d * capacity + k] = rest % s.dims[d];
+        rest /= s.dims[d];
+      }
+    }
+    ++k;
+  }
+  *count = k;
 }
 
 template <typename T>
@@ -97,6 +118,18 @@ void is_inf(const void* x, bool f64, bool* y, std::int64_t n, bool positive, boo
   else
     is_inf_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const float*>(x), y, n, positive, negative);
   check_launch("is_inf");
+}
+
+void non_zero(const NonZeroShape& s, const void* x, std::int64_t* y, std::int64_t capacity, std::int64_t* count,
+              cudaStream_t stream) {
+  switch (s.elem_bytes) {
+    case 1: non_zero_kernel<<<1, 1, 0, stream>>>(s, static_cast<const std::uint8_t*>(x), y, capacity, count); break;
+    case 2: non_zero_kernel<<<1, 1, 0, stream>>>(s, static_cast<const std::uint16_t*>(x), y, capacity, count); break;
+    case 4: non_zero_kernel<<<1, 1, 0, stream>>>(s, static_cast<const std::uint32_t*>(x), y, capacity, count); break;
+    case 8: non_zero_kernel<<<1, 1, 0, stream>>>(s, static_cast<const std::uint64_t*>(x), y, capacity, count); break;
+    default: fail(ErrorKind::unsupported, "NonZero of " + std::to_string(s.elem_bytes) + "-byte elements");
+  }
+  check_launch("non_zero");
 }
 
 }  // namespace memplan::runtime::cuda

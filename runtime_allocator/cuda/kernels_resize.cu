@@ -34,7 +34,7 @@ __global__ void nearest_kernel(ResizeShape s, const T* x, T* y, std::int64_t n) 
       continue;
     }
     std::int64_t off = 0;
-    for (int d = 0; d < s.rank; ++d) off += taps[d].i0 * xs[d];
+    for (int d = 0; d < s.rank; ++d) off += taps[d].i[0] * xs[d];
     y[i] = x[off];
   }
 }
@@ -42,17 +42,7 @@ __global__ void nearest_kernel(ResizeShape s, const T* x, T* y, std::int64_t n) 
 // Calls f(offset, weight) for each input element output element i reads with a nonzero weight.
 template <typename F>
 __device__ void for_each_corner(const ResizeShape& s, const ResizeTap* taps, const std::int64_t* xs, F&& f) {
-  const unsigned corners = s.mode.linear ? 1u << s.rank : 1u;
-  for (unsigned c = 0; c < corners; ++c) {
-    std::int64_t off = 0;
-    float w = 1.0f;
-    for (int d = 0; d < s.rank && w != 0.0f; ++d) {
-      const bool second = (c >> d) & 1u;
-      off += (second ? taps[d].i1 : taps[d].i0) * xs[d];
-      w *= second ? taps[d].w1 : taps[d].w0;
-    }
-    if (w != 0.0f) f(off, w);
-  }
+  resize_for_each_corner(s.rank, taps, xs, f);
 }
 
 __global__ void float_kernel(ResizeShape s, const float* x, float* y, std::int64_t n) {

@@ -13,8 +13,8 @@ namespace memplan::runtime::cuda {
 
 struct ResizeShape {
   int rank = 0;
-  int elem_bytes = 4;  // nearest: 1, 2, 4 or 8; linear: 4 (float32)
-  bool f32 = true;     // float32 (linear, and nearest's extrapolation value); else nearest moves bits
+  int elem_bytes = 4;  // nearest: 1, 2, 4 or 8; linear and cubic: 4 (float32)
+  bool f32 = true;     // float32 (linear, cubic, and nearest's extrapolation value); else nearest moves bits
   ResizeMode mode;
   ResizeAxis axes[kResizeMaxRank];
 };
@@ -31,7 +31,7 @@ namespace memplan::runtime::cuda {
 struct ExecState;
 void run_resize(ExecState& s, const analysis::Op& op);       // Resize, Upsample
 void run_resize_grad(ExecState& s, const analysis::Op& op);  // memplan::ResizeGrad
-// Empty unless linear mode reads a tensor that is not float32.
+// Empty unless linear or cubic mode reads a tensor that is not float32.
 std::string resize_reason(const analysis::Graph& g, const analysis::Op& op);
 #endif
 

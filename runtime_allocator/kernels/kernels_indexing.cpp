@@ -1,5 +1,5 @@
 // CPU kernels that compute where each element comes from: Pad (constant, reflect, edge, wrap; negative pads crop),
-// GatherElements, Range, CumSum, and RandomUniformLike (its values a function of seed and element index).
+// GatherElements, Range, CumSum, NonZero, and RandomUniformLike (its values a function of seed and element index).
 #include <algorithm>
 #include <cmath>
 
@@ -162,6 +162,33 @@ void k_cum_sum(const Op& op, const Refs& in, const Refs& out) {
   });
 }
 
+// NonZero: the indices of x's nonzero elements, row-major, one row of y per axis. y's count was planned (exact for a
+// known x, else x's element count): other data is refused rather than written past or short of it.
+void k_non_zero(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& x = required(op, in, 0);
+  const TensorRef& y = out[0];
+  const std::size_t rank = x.shape.size();
+  const std::int64_t planned = y.shape.size() == 2 ? y.shape[1] : -1;
+  std::vector<std::int64_t> found;  // flat indices
+  visit_dtype(op, x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* v = x.as<T>();
+    for (std::int64_t i = 0; i < x.elements(); ++i)
+      if (v[i] != T(0)) found.push_back(i);
+  });
+  if (static_cast<std::int64_t>(found.size()) != planned)
+    unsupported(op, "x has " + std::to_string(found.size()) + " nonzero elements where the plan holds " + std::to_string(planned) +
+                        " (NonZero's output size depends on the data)");
+  auto* py = y.as<std::int64_t>();
+  for (std::size_t k = 0; k < found.size(); ++k) {
+    std::int64_t rest = found[k];
+    for (std::size_t d = rank; d-- > 0;) {
+      py[d * found.size() + k] = rest % x.shape[d];
+      rest /= x.shape[d];
+    }
+  }
+}
+
 }  // namespace
 
 void add_indexing_kernels(KernelTable& t) {
@@ -169,6 +196,7 @@ void add_indexing_kernels(KernelTable& t) {
   t["Pad"] = {k_pad, false, {kAnyDType}};
   t["GatherElements"] = {k_gather_elements, false, {kAnyDType}};
   t["Range"] = {k_range, false, {kVisitedDTypes}};
+  t["NonZero"] = {k_non_zero, false, {kVisitedDTypes}};
   t["RandomUniformLike"] = {k_random_uniform_like, false, {kAnyDType}};
 }
 

@@ -1,6 +1,6 @@
-// CPU kernels of Resize and Upsample (nearest on any dtype, n-linear on floats; resize_index.hpp's index map) and
-// memplan::ResizeGrad: each dY element added to the input elements its output read, times their weights (what
-// PyTorch's upsample_nearest/upsample_linear backward compute).
+// CPU kernels of Resize and Upsample (nearest on any dtype, n-linear and cubic on floats; resize_index.hpp's index map)
+// and memplan::ResizeGrad: each dY element added to the input elements its output read, times their weights (what
+// PyTorch's upsample_nearest/upsample_linear/upsample_bicubic backward compute).
 #include "runtime_allocator/kernels/cpu_kernels.hpp"
 #include "runtime_allocator/kernels/resize_geometry.hpp"
 
@@ -38,25 +38,17 @@ void for_each_tap(const ResizeGeometry& g, const std::vector<std::int64_t>& x, c
     for (std::int64_t i = 0; i < y[d]; ++i) taps[d].push_back(resize_tap(g.mode, g.axes[d], i));
   const std::int64_t n = dims_product(y);
   std::vector<std::int64_t> idx(r, 0);
-  const std::uint32_t corners = g.mode.linear ? 1u << r : 1u;
+  ResizeTap cur[kResizeMaxRank];
   for (std::int64_t o = 0; o < n; ++o) {
     bool outside = false;
-    for (std::size_t d = 0; d < r; ++d) outside = outside || taps[d][static_cast<std::size_t>(idx[d])].outside;
-    if (outside) {
-      f(o, std::int64_t{-1}, 1.0f);
-    } else {
-      for (std::uint32_t c = 0; c < corners; ++c) {
-        std::int64_t off = 0;
-        float w = 1.0f;
-        for (std::size_t d = 0; d < r && w != 0.0f; ++d) {
-          const ResizeTap& t = taps[d][static_cast<std::size_t>(idx[d])];
-          const bool second = (c >> d) & 1u;
-          off += (second ? t.i1 : t.i0) * xs[d];
-          w *= second ? t.w1 : t.w0;
-        }
-        if (w != 0.0f) f(o, off, w);
-      }
+    for (std::size_t d = 0; d < r; ++d) {
+      cur[d] = taps[d][static_cast<std::size_t>(idx[d])];
+      outside = outside || cur[d].outside;
     }
+    if (outside)
+      f(o, std::int64_t{-1}, 1.0f);
+    else
+      resize_for_each_corner(static_cast<int>(r), cur, xs.data(), [&](std::int64_t off, float w) { f(o, off, w); });
     for (std::size_t d = r; d-- > 0;) {
       if (++idx[d] < y[d]) break;
       idx[d] = 0;
@@ -68,7 +60,7 @@ void k_resize(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& x = required(op, in, 0);
   const TensorRef& y = out[0];
   const ResizeGeometry g = geometry(op, in, x.shape, y.shape);
-  if (!g.mode.linear && x.dtype != DType::f32) {  // nearest moves bytes: any dtype (outside reads zeros)
+  if (!g.mode.linear && !g.mode.cubic && x.dtype != DType::f32) {  // nearest moves bytes: any dtype (outside reads zeros)
     const auto es = static_cast<std::size_t>(analysis::dtype_bits(x.dtype) / 8);
     for_each_tap(g, x.shape, y.shape, [&](std::int64_t o, std::int64_t off, float) {
       if (off < 0)
@@ -78,7 +70,7 @@ void k_resize(const Op& op, const Refs& in, const Refs& out) {
     });
     return;
   }
-  if (x.dtype != DType::f32) unsupported(op, std::string("linear mode of dtype ") + analysis::dtype_name(x.dtype));
+  if (x.dtype != DType::f32) unsupported(op, std::string("linear and cubic modes of dtype ") + analysis::dtype_name(x.dtype));
   const float* px = x.as<float>();
   float* py = y.as<float>();
   std::fill_n(py, y.elements(), 0.0f);

@@ -31,6 +31,32 @@ ResizeNearest nearest_of(const analysis::Op& op) {
   refuse(op, "nearest_mode '" + n + "'");
 }
 
+// The interpolation and coordinate rules of the op's attributes (legacy: Upsample's and opset-10 Resize's fixed ones).
+ResizeMode mode_of(const analysis::Op& op, bool legacy) {
+  ResizeMode m;
+  const std::string mode = op.attr_string("mode", "nearest");
+  if (mode == "linear" || mode == "bilinear") {
+    m.linear = true;
+  } else if (mode == "cubic" || mode == "bicubic") {
+    m.cubic = true;
+    m.cubic_a = static_cast<float>(op.attr_float("cubic_coeff_a", -0.75));
+    m.exclude_outside = op.attr_int("exclude_outside", 0) != 0;
+  } else if (mode != "nearest") {
+    refuse(op, "mode '" + mode + "' (nearest, linear and cubic only)");
+  }
+  if (legacy) {
+    m.coord = ResizeCoord::asymmetric;
+    m.nearest = ResizeNearest::simple;
+    return m;
+  }
+  m.coord = coord_of(op);
+  m.nearest = nearest_of(op);
+  m.extrapolation = static_cast<float>(op.attr_float("extrapolation_value", 0.0));
+  if (op.attr_int("antialias", 0) != 0) refuse(op, "antialias");
+  if (op.attr_string("keep_aspect_ratio_policy", "stretch") != "stretch") refuse(op, "keep_aspect_ratio_policy other than stretch");
+  return m;
+}
+
 }  // namespace
 
 bool resize_legacy_layout(const analysis::Op& op) {
@@ -47,22 +73,7 @@ ResizeGeometry resize_geometry(const analysis::Op& op, const std::vector<std::in
   if (out.size() != r) refuse(op, "x and y of one rank expected");
   const bool legacy = resize_legacy_layout(op);
   ResizeGeometry g;
-  const std::string mode = op.attr_string("mode", "nearest");
-  if (mode == "linear" || mode == "bilinear")
-    g.mode.linear = true;
-  else if (mode != "nearest")
-    refuse(op, "mode '" + mode + "' (nearest and linear only)");
-  if (legacy) {
-    g.mode.coord = ResizeCoord::asymmetric;
-    g.mode.nearest = ResizeNearest::simple;
-  } else {
-    g.mode.coord = coord_of(op);
-    g.mode.nearest = nearest_of(op);
-    g.mode.extrapolation = static_cast<float>(op.attr_float("extrapolation_value", 0.0));
-    if (op.attr_int("antialias", 0) != 0) refuse(op, "antialias");
-    if (op.attr_string("keep_aspect_ratio_policy", "stretch") != "stretch")
-      refuse(op, "keep_aspect_ratio_policy other than stretch");
-  }
+  g.mode = mode_of(op, legacy);
   std::vector<double> given = scales;
   if (given.empty() && op.attr("scales")) given = op.attr("scales")->floats;  // Upsample-7
   std::vector<std::size_t> axes;

@@ -21,7 +21,7 @@ bool resize_legacy_layout(const analysis::Op& op);
 // The input holding scales (1 legacy, 2 from opset 11), roi's (1, or none when legacy).
 std::size_t resize_scales_input(const analysis::Op& op);
 // `roi` and `scales`: those inputs' values (empty when absent or empty). ErrorKind::unsupported naming the op for what
-// the kernels do not compute: cubic mode, antialias, keep_aspect_ratio_policy other than stretch, rank above 8.
+// the kernels do not compute: antialias, keep_aspect_ratio_policy other than stretch, rank above 8.
 ResizeGeometry resize_geometry(const analysis::Op& op, const std::vector<std::int64_t>& in, const std::vector<std::int64_t>& out,
                                const std::vector<double>& roi, const std::vector<double>& scales);
 

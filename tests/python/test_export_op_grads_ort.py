@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Training through ops of PyTorch's ONNX exports that had no backward: InstanceNormalization (GroupNorm as the
 TorchScript exporter writes it: Reshape, InstanceNormalization with a ones scale, Reshape, Mul, Add), Pad in every mode
-with crops (negative pads), Transpose with perm entries counted from the end. The forward pass that `memplan run`
+with crops (negative pads), Resize in cubic mode, Transpose with perm entries counted from the end. The forward pass that `memplan run`
 computes equals ONNX Runtime's, and the first weight gradients of `memplan train --loss none` equal central finite
 differences of the loss that ONNX Runtime computes; in bf16 (the op's forward itself in bf16, between Casts, and under
---precision bf16 autocast) they equal float32's within 16-bit tolerance. Exit 77 when the command, onnx, onnxruntime
-or numpy is missing."""
+--precision bf16 autocast) they equal float32's within 16-bit tolerance. NonZero (longformer's position ids): exact
+when its input is known at planning time, else planned at its upper bound with a warning naming it, and a run whose
+data has another count refused with a clear error. Exit 77 when the command, onnx, onnxruntime or numpy is missing."""
 import os
 import shutil
 import subprocess
@@ -188,6 +189,20 @@ def gradient_case(d, name, weights, trained, body, low_body, ort_body=None, fd_t
           f"bf16 op from float32 {worst['bf16 op']:.2g}, bf16 autocast {worst['autocast']:.2g}")
 
 
+def resize_body(attrs, low):
+    """h -> Resize (cubic) to [7, 9] -> Tanh -> Resize (cubic) back to [H, W] -> out."""
+    src, nodes = "h", [const("empty", np.zeros(0, np.float32)), const("up", np.array([N, C, 7, 9], np.int64)),
+                       const("down", np.array([N, C, H, W], np.int64))]
+    if low:
+        nodes.append(cast("h", "h16", TensorProto.BFLOAT16))
+        src = "h16"
+    nodes += [helper.make_node("Resize", [src, "empty", "empty", "up"], ["ru"], mode="cubic", **attrs),
+              helper.make_node("Tanh", ["ru"], ["rt"]),
+              helper.make_node("Resize", ["rt", "empty", "empty", "down"], ["rd"], mode="cubic", **attrs)]
+    nodes.append(cast("rd", "out", TensorProto.FLOAT) if low else helper.make_node("Identity", ["rd"], ["out"]))
+    return nodes
+
+
 def transpose_body(perm, low):
     """h -> Transpose(perm) -> Tanh -> Transpose back -> out."""
     rank = 4
@@ -201,6 +216,41 @@ def transpose_body(perm, low):
               helper.make_node("Transpose", ["th"], ["tb"], perm=back)]
     nodes.append(cast("tb", "out", TensorProto.FLOAT) if low else helper.make_node("Identity", ["tb"], ["out"]))
     return nodes
+
+
+def non_zero_cases(d):
+    """NonZero of a graph input (upper bound, warned) and of ConstantOfShape (exact, folded), each feeding a Gather of
+    a trained weight and then the loss of a training step."""
+    cos = helper.make_node("ConstantOfShape", ["shp"], ["ones"], value=numpy_helper.from_array(np.ones(1, np.int64), "v"))
+    for name, known in (("non_zero_input", False), ("non_zero_constant", True)):
+        src = "ones" if known else "m"
+        nodes = [const("shp", np.array([6], np.int64)), cos,
+                 helper.make_node("NonZero", [src], ["nz"]), helper.make_node("Squeeze", ["nz", "zero"], ["ids"]),
+                 const("zero", np.array([0], np.int64)), helper.make_node("Gather", ["w", "ids"], ["rows"], axis=0),
+                 helper.make_node("ReduceSum", ["rows"], ["out"], keepdims=0)]
+        g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("m", TensorProto.FLOAT, [6])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [])],
+                              [numpy_helper.from_array(RNG.randn(6, 3).astype(np.float32), "w")])
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+        path = os.path.join(d, name + ".onnx")
+        onnx.save(model, path)
+        r = subprocess.run([A.memplan, "plan", path, "--train", "--loss", "none"], capture_output=True, text=True, timeout=120)
+        warned = "NonZero" in r.stderr and "upper bound" in r.stderr
+        check(r.returncode == 0, f"{name}: plan --train exit {r.returncode} {r.stderr.strip()[-300:]}")
+        check(warned != known, f"{name}: a warning naming NonZero's upper bound {'given' if known else 'missing'}: {r.stderr.strip()[-300:]}")
+        m = np.array([1.5, -2.0, 0.5, 3.0, 1.0, -1.0], np.float32)
+        for label, data, ok in (("all nonzero", m, True), ("two zeros", m * np.array([1, 0, 1, 1, 0, 1], np.float32), known)):
+            xin, yout = os.path.join(d, name + "_m.npy"), os.path.join(d, name + "_y.npy")
+            np.save(xin, data)
+            r = subprocess.run([A.memplan, "run", path, "--input", xin, "--output", yout], capture_output=True, text=True, timeout=120)
+            if ok:
+                want = ort_run(model, {"m": data})
+                check(r.returncode == 0 and abs(float(np.load(yout)) - float(want)) <= 1e-5,
+                      f"{name} {label}: run exit {r.returncode}, against onnxruntime's {float(want)} {r.stderr.strip()[-200:]}")
+            else:
+                check(r.returncode == 5 and "NonZero" in r.stderr and "nonzero elements" in r.stderr,
+                      f"{name} {label}: exit {r.returncode}, expected 5 naming NonZero's count: {r.stderr.strip()[-300:]}")
+        print(f"{name}: planned {'exactly' if known else 'at its upper bound, warned'}; runs checked")
 
 
 PAD_CASES = {
@@ -220,6 +270,14 @@ with tempfile.TemporaryDirectory() as d:
         pw = pad_weights()
         forward_case(d, f"pad_{name}", pw, pad_body(mode, pads, False))
         gradient_case(d, f"pad_{name}", pw, ["w"], pad_body(mode, pads, False), pad_body(mode, pads, True))
+    # dinov2's position embeddings: PyTorch's bicubic (half_pixel, A = -0.75); exclude_outside with another A.
+    for name, attrs in (("resize_cubic", {"coordinate_transformation_mode": "half_pixel", "cubic_coeff_a": -0.75}),
+                        ("resize_cubic_exclude_outside", {"coordinate_transformation_mode": "align_corners",
+                                                          "cubic_coeff_a": -0.5, "exclude_outside": 1})):
+        rw = pad_weights()
+        forward_case(d, name, rw, resize_body(attrs, False))
+        gradient_case(d, name, rw, ["w"], resize_body(attrs, False), resize_body(attrs, True))
+    non_zero_cases(d)
     # nemotron_h's mixer: perm [0, -2, -1, 1] (ONNX Runtime reads only [0, 2, 3, 1]).
     perm = [0, -2, -1, 1]
     tw = pad_weights()

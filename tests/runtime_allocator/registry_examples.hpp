@@ -180,7 +180,7 @@ inline const std::vector<Example>& examples() {
     for (const char* r : {"mul", "max", "min"})
       v.push_back({"", "ScatterElements", {x({3, 4}), i64({3, 2}, {0, 0, 3, 3, -1, 2}), x({3, 2})}, {{}}, A{{"axis", i(1)}, {"reduction", s(r)}}});
     v.push_back({"", "ScatterElements", {i64({2, 3}, {1, 2, 3, 4, 5, 6}), i64({1, 2}, {2, 0}), i64({1, 2}, {-7, 9})}, {{}}, A{{"axis", i(1)}}});
-    // Resize and Upsample (kernels_resize.cpp): nearest and linear in each coordinate mode, scales or sizes, 1-3 resized
+    // Resize and Upsample (kernels_resize.cpp): nearest, linear and cubic in each coordinate mode, scales or sizes, 1-3 resized
     // axes; their gradient memplan::ResizeGrad.
     v.push_back({"", "Resize", {t({1, 2, 3, 4}), f32s({}), f32s({1, 1, 2, 1.5})}});
     v.push_back({"", "Resize", {t({1, 1, 3, 3}), f32s({}), f32s({}), i64({4}, {1, 1, 5, 4})}, {{}},
@@ -190,12 +190,20 @@ inline const std::vector<Example>& examples() {
                  A{{"mode", s("linear")}, {"coordinate_transformation_mode", s("pytorch_half_pixel")}}});
     v.push_back({"", "Resize", {t({1, 1, 3, 5}), f32s({}), f32s({}), i64({2}, {2, 7})}, {{}},
                  A{{"axes", is({2, 3})}, {"nearest_mode", s("ceil")}, {"coordinate_transformation_mode", s("asymmetric")}}});
+    // Cubic: PyTorch's bicubic (half_pixel, A = -0.75, edge taps clamped) as dinov2 resizes its position embeddings,
+    // and exclude_outside with another A.
+    v.push_back({"", "Resize", {t({1, 2, 4, 3}), f32s({}), f32s({}), i64({4}, {1, 2, 6, 5})}, {{}},
+                 A{{"mode", s("cubic")}, {"cubic_coeff_a", f(-0.75)}}});
+    v.push_back({"", "Resize", {t({1, 1, 5, 4}), f32s({}), f32s({1, 1, 0.6, 1.75})}, {{}},
+                 A{{"mode", s("cubic")}, {"cubic_coeff_a", f(-0.5)}, {"exclude_outside", i(1)}}});
     v.push_back({"", "Upsample", {t({1, 1, 2, 3}), f32s({1, 1, 2, 2})}});
     v.push_back({"", "Upsample", {t({1, 2, 2, 3}), f32s({1, 1, 2, 1.5})}, {{}}, A{{"mode", s("linear")}}});
     v.push_back({"", "Resize", {x({1, 1, 4, 4}), f32s({0, 0, 0.2, -0.1, 1, 1, 0.9, 1.2}), f32s({1, 1, 1.5, 1})}, {{}},
                  A{{"mode", s("linear")}, {"coordinate_transformation_mode", s("tf_crop_and_resize")}, {"extrapolation_value", f(2.0)}}});
     v.push_back({"", "Resize", {i64({1, 2, 3}, {1, 2, 3, 4, 5, 6}), f32s({}), f32s({1, 1.5, 0.7})}, {{}},
                  A{{"coordinate_transformation_mode", s("tf_half_pixel_for_nn")}, {"nearest_mode", s("round_prefer_ceil")}}});
+    // NonZero of data unknown at planning time: planned at x's element count, which these nonzero values fill.
+    v.push_back({"", "NonZero", {x({2, 3})}, {{{}, DType::i64}}});
     // Selections, integer and trigonometric ops (kernels_select.cpp, kernels_integer.cpp, fused_expr_activations.cpp).
     v.push_back({"", "ArgMax", {x({3, 4, 2})}, {{}}, A{{"axis", i(1)}, {"keepdims", i(0)}}});
     v.push_back({"", "ArgMin", {i64({2, 4}, {3, 1, 1, 2, 5, 5, 7, 5})}, {{}}, A{{"axis", i(-1)}, {"select_last_index", i(1)}}});
