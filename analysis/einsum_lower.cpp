@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -133,81 +134,120 @@ Letters only(const Letters& want, const Letters& have) {
   return r;
 }
 
-}  // namespace
+// An equation without ellipses: each operand's letters and the output's, every letter an axis once.
+struct Equation {
+  std::vector<Letters> ins;
+  Letters out;
+};
 
-bool lower_einsum(Graph& g, const Op& op, std::int64_t opset) {
-  std::string eq;
-  for (char c : op.attr_string("equation", ""))
-    if (c != ' ') eq += c;
-  if (eq.find('.') != std::string::npos || op.inputs.empty() || op.inputs.size() > 2 || op.outputs.size() != 1) return false;
-  const auto arrow = eq.find("->");
-  const std::string lhs = eq.substr(0, arrow);
+bool distinct_letters(const Letters& s) {
+  for (std::size_t k = 0; k < s.size(); ++k)
+    if (!std::isalpha(static_cast<unsigned char>(s[k])) || s.find(s[k], k + 1) != std::string::npos) return false;
+  return true;
+}
+
+// The letters of an operand list "ab,bc".
+std::vector<Letters> operand_letters(const std::string& lhs) {
   std::vector<Letters> ins;
   for (std::size_t at = 0;;) {
     const auto comma = lhs.find(',', at);
     ins.push_back(lhs.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
-    if (comma == std::string::npos) break;
+    if (comma == std::string::npos) return ins;
     at = comma + 1;
   }
-  if (ins.size() != op.inputs.size()) return false;
-  for (const auto& s : ins)
-    for (std::size_t k = 0; k < s.size(); ++k)
-      if (!std::isalpha(static_cast<unsigned char>(s[k])) || s.find(s[k], k + 1) != std::string::npos) return false;
-  Letters out;
-  if (arrow != std::string::npos) {
-    out = eq.substr(arrow + 2);
-  } else {  // implicit: the letters seen once, alphabetically
-    const std::string all = ins.size() == 2 ? ins[0] + ins[1] : ins[0];
-    for (char c : all)
-      if (std::count(all.begin(), all.end(), c) == 1) out += c;
-    std::sort(out.begin(), out.end());
-  }
-  for (std::size_t k = 0; k < out.size(); ++k)
-    if (!std::isalpha(static_cast<unsigned char>(out[k])) || out.find(out[k], k + 1) != std::string::npos ||
-        !std::any_of(ins.begin(), ins.end(), [&](const Letters& s) { return has(s, out[k]); }))
-      return false;
+}
 
+// The op's equation, nullopt where it is not one lower_einsum lowers (ellipses, more than two operands, letters
+// repeated within an operand, output letters no operand has). Without "->" the output is the letters seen once,
+// alphabetically.
+std::optional<Equation> parse_equation(const Op& op) {
+  std::string eq;
+  for (char c : op.attr_string("equation", ""))
+    if (c != ' ') eq += c;
+  if (eq.find('.') != std::string::npos || op.inputs.empty() || op.inputs.size() > 2 || op.outputs.size() != 1)
+    return std::nullopt;
+  const auto arrow = eq.find("->");
+  Equation e{operand_letters(eq.substr(0, arrow)), {}};
+  if (e.ins.size() != op.inputs.size() || !std::all_of(e.ins.begin(), e.ins.end(), distinct_letters)) return std::nullopt;
+  if (arrow != std::string::npos) {
+    e.out = eq.substr(arrow + 2);
+  } else {
+    const std::string all = e.ins.size() == 2 ? e.ins[0] + e.ins[1] : e.ins[0];
+    for (char c : all)
+      if (std::count(all.begin(), all.end(), c) == 1) e.out += c;
+    std::sort(e.out.begin(), e.out.end());
+  }
+  if (!distinct_letters(e.out)) return std::nullopt;
+  for (char c : e.out)
+    if (!std::any_of(e.ins.begin(), e.ins.end(), [&](const Letters& s) { return has(s, c); })) return std::nullopt;
+  return e;
+}
+
+// The letters of a two-operand product by role: in both and the output (batch), in one and the output (free), in
+// both but not the output (contracted).
+struct Roles {
+  Letters batch, free_a, free_b, contracted;
+};
+Roles roles(const Letters& a, const Letters& b, const Letters& out) {
+  Roles r;
+  for (char c : out) (has(a, c) && has(b, c) ? r.batch : has(a, c) ? r.free_a : r.free_b) += c;
+  for (char c : a)
+    if (has(b, c) && !has(out, c)) r.contracted += c;
+  return r;
+}
+
+// More than one contracted letter: the product broadcast over every letter, then the contraction summed. Returns
+// the result with its letters in `prod`.
+TensorId broadcast_product(Chain& ch, TensorId x, TensorId y, const Letters& a, const Letters& b, const Roles& r,
+                           const Letters& out, Letters& prod) {
+  const Letters all = r.batch + r.free_a + r.free_b + r.contracted;
+  x = widen(ch, arrange(ch, x, a, only(all, a)), only(all, a), all);
+  y = widen(ch, arrange(ch, y, b, only(all, b)), only(all, b), all);
+  prod = all;
+  return sum_out(ch, ch.step("Mul", {x, y}), prod, out);
+}
+
+// A batched MatMul: [batch, a's other free letters, b's other free letters, m, k] x [..., k, n], absent m, k or n as
+// size-1 axes (placeholder characters cannot clash: they are added after the letters are classified), squeezed after.
+// Returns the result with its letters in `prod`.
+TensorId batched_matmul(Chain& ch, TensorId x, TensorId y, const Letters& a, const Letters& b, const Roles& r, Letters& prod) {
+  const char m = r.free_a.empty() ? '\1' : r.free_a.back(), n = r.free_b.empty() ? '\2' : r.free_b.back(),
+             k = r.contracted.empty() ? '\3' : r.contracted[0];
+  const Letters rest_a = r.free_a.empty() ? "" : r.free_a.substr(0, r.free_a.size() - 1),
+                rest_b = r.free_b.empty() ? "" : r.free_b.substr(0, r.free_b.size() - 1);
+  const Letters lhs_full = r.batch + rest_a + rest_b + m + k, rhs_full = r.batch + rest_a + rest_b + k + n;
+  x = widen(ch, arrange(ch, x, a, only(lhs_full, a)), only(lhs_full, a), lhs_full);
+  y = widen(ch, arrange(ch, y, b, only(rhs_full, b)), only(rhs_full, b), rhs_full);
+  TensorId p = ch.step("MatMul", {x, y});
+  prod = r.batch + rest_a + rest_b + m + n;
+  std::vector<std::int64_t> units;
+  for (std::size_t i = 0; i < prod.size(); ++i)
+    if (prod[i] == '\1' || prod[i] == '\2') units.push_back(static_cast<std::int64_t>(i));
+  if (units.empty()) return p;
+  prod.erase(std::remove_if(prod.begin(), prod.end(), [](char c) { return c == '\1' || c == '\2'; }), prod.end());
+  return ch.step("Squeeze", {p}, units);
+}
+
+}  // namespace
+
+bool lower_einsum(Graph& g, const Op& op, std::int64_t opset) {
+  const std::optional<Equation> eq = parse_equation(op);
+  if (!eq) return false;
+  const Letters& out = eq->out;
   Chain ch(g, op, opset);
-  if (ins.size() == 1) {
-    Letters a = ins[0];
+  if (eq->ins.size() == 1) {
+    Letters a = eq->ins[0];
     const TensorId x = sum_out(ch, op.inputs[0], a, out);
     ch.finish(arrange(ch, x, a, out));
     return true;
   }
-  Letters a = ins[0], b = ins[1];
+  Letters a = eq->ins[0], b = eq->ins[1];
   // Letters of one operand only that the output drops are summed first.
   TensorId x = sum_out(ch, op.inputs[0], a, out + b), y = sum_out(ch, op.inputs[1], b, out + a);
-  Letters batch, free_a, free_b, contracted;
-  for (char c : out) (has(a, c) && has(b, c) ? batch : has(a, c) ? free_a : free_b) += c;
-  for (char c : a)
-    if (has(b, c) && !has(out, c)) contracted += c;
-  if (contracted.size() > 1) {  // the product broadcast over every letter, then the contraction summed
-    const Letters all = batch + free_a + free_b + contracted;
-    x = widen(ch, arrange(ch, x, a, only(all, a)), only(all, a), all);
-    y = widen(ch, arrange(ch, y, b, only(all, b)), only(all, b), all);
-    Letters prod = all;
-    const TensorId p = sum_out(ch, ch.step("Mul", {x, y}), prod, out);
-    ch.finish(arrange(ch, p, prod, out));
-    return true;
-  }
-  // A batched MatMul: [batch, a's other free letters, b's other free letters, m, k] x [..., k, n], absent m, k or n as
-  // size-1 axes (upper-case placeholders cannot clash: they are added after the letters are classified).
-  const char m = free_a.empty() ? '\1' : free_a.back(), n = free_b.empty() ? '\2' : free_b.back(),
-             k = contracted.empty() ? '\3' : contracted[0];
-  const Letters rest_a = free_a.empty() ? "" : free_a.substr(0, free_a.size() - 1),
-                rest_b = free_b.empty() ? "" : free_b.substr(0, free_b.size() - 1);
-  const Letters lhs_full = batch + rest_a + rest_b + m + k, rhs_full = batch + rest_a + rest_b + k + n;
-  x = widen(ch, arrange(ch, x, a, only(lhs_full, a)), only(lhs_full, a), lhs_full);
-  y = widen(ch, arrange(ch, y, b, only(rhs_full, b)), only(rhs_full, b), rhs_full);
-  TensorId p = ch.step("MatMul", {x, y});
-  Letters prod = batch + rest_a + rest_b + m + n;
-  std::vector<std::int64_t> units;
-  for (std::size_t i = 0; i < prod.size(); ++i)
-    if (prod[i] == '\1' || prod[i] == '\2') units.push_back(static_cast<std::int64_t>(i));
-  if (!units.empty()) {
-    p = ch.step("Squeeze", {p}, units);
-    prod.erase(std::remove_if(prod.begin(), prod.end(), [](char c) { return c == '\1' || c == '\2'; }), prod.end());
-  }
+  const Roles r = roles(a, b, out);
+  Letters prod;
+  const TensorId p =
+      r.contracted.size() > 1 ? broadcast_product(ch, x, y, a, b, r, out, prod) : batched_matmul(ch, x, y, a, b, r, prod);
   ch.finish(arrange(ch, p, prod, out));
   return true;
 }

@@ -126,51 +126,114 @@ FusedExpr FusedExpr::parse(std::string_view text) {
   return e;
 }
 
+namespace {
+
+// An operation of two arguments on float32 values, as the kernels compute it.
+inline float binary_value(ElemOp op, float x, float y) {
+  switch (op) {
+    case ElemOp::add:
+      return x + y;
+    case ElemOp::sub:
+      return x - y;
+    case ElemOp::mul:
+      return x * y;
+    case ElemOp::div:
+      return x / y;
+    case ElemOp::pow:
+      return std::pow(x, y);
+    case ElemOp::max:
+      return x != x || y != y ? std::numeric_limits<float>::quiet_NaN() : std::fmax(x, y);  // NaN
+    case ElemOp::min:
+      return x != x || y != y ? std::numeric_limits<float>::quiet_NaN() : std::fmin(x, y);  // kept
+    case ElemOp::gt:
+      return x > y ? 1.0f : 0.0f;
+    case ElemOp::ge:
+      return x >= y ? 1.0f : 0.0f;
+    case ElemOp::keep:
+      return y > 0.0f ? x : 0.0f;
+    default:
+      return 0.0f;
+  }
+}
+
+// The trigonometric and hyperbolic functions and their inverses.
+inline float trig_value(ElemOp op, float x) {
+  switch (op) {
+    case ElemOp::tan:
+      return std::tan(x);
+    case ElemOp::asin:
+      return std::asin(x);
+    case ElemOp::acos:
+      return std::acos(x);
+    case ElemOp::atan:
+      return std::atan(x);
+    case ElemOp::sinh:
+      return std::sinh(x);
+    case ElemOp::cosh:
+      return std::cosh(x);
+    case ElemOp::asinh:
+      return std::asinh(x);
+    case ElemOp::acosh:
+      return std::acosh(x);
+    case ElemOp::atanh:
+      return std::atanh(x);
+    default:
+      return 0.0f;
+  }
+}
+
+// An operation of one argument.
+inline float unary_value(const ExprNode& n, float x) {
+  switch (n.op) {
+    case ElemOp::neg:
+      return -x;
+    case ElemOp::abs:
+      return std::fabs(x);
+    case ElemOp::relu:
+      return x > 0.0f || x != x ? x : 0.0f;  // NaN propagates, as the Relu kernel
+    case ElemOp::sigmoid:
+      return 1.0f / (1.0f + std::exp(-x));
+    case ElemOp::tanh:
+      return std::tanh(x);
+    case ElemOp::erf:
+      return std::erf(x);
+    case ElemOp::exp:
+      return std::exp(x);
+    case ElemOp::log:
+      return std::log(x);
+    case ElemOp::sqrt:
+      return std::sqrt(x);
+    case ElemOp::reciprocal:
+      return 1.0f / x;
+    case ElemOp::identity:
+      return x;
+    case ElemOp::clip:
+      return x != x ? x : std::fmin(std::fmax(x, static_cast<float>(n.p0)), static_cast<float>(n.p1));
+    case ElemOp::leaky_relu:
+      return x >= 0.0f ? x : x * static_cast<float>(n.p0);
+    case ElemOp::floor:
+      return std::floor(x);
+    case ElemOp::ceil:
+      return std::ceil(x);
+    default:
+      return trig_value(n.op, x);
+  }
+}
+
+}  // namespace
+
 float FusedExpr::evaluate(const float* operand_values, float* v) const {
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     const ExprNode& n = nodes[i];
-    const float x = elem_op_arity(n.op) > 0 ? v[n.a] : 0.0f;
-    const float y = elem_op_arity(n.op) == 2 ? v[n.b] : 0.0f;
-    float r = 0.0f;
-    switch (n.op) {
-      case ElemOp::input: r = operand_values[n.a]; break;
-      case ElemOp::constant: r = static_cast<float>(n.p0); break;
-      case ElemOp::add: r = x + y; break;
-      case ElemOp::sub: r = x - y; break;
-      case ElemOp::mul: r = x * y; break;
-      case ElemOp::div: r = x / y; break;
-      case ElemOp::pow: r = std::pow(x, y); break;
-      case ElemOp::max: r = x != x || y != y ? std::numeric_limits<float>::quiet_NaN() : std::fmax(x, y); break;  // NaN
-      case ElemOp::min: r = x != x || y != y ? std::numeric_limits<float>::quiet_NaN() : std::fmin(x, y); break;  // kept
-      case ElemOp::neg: r = -x; break;
-      case ElemOp::abs: r = std::fabs(x); break;
-      case ElemOp::relu: r = x > 0.0f || x != x ? x : 0.0f; break;  // NaN propagates, as the Relu kernel
-      case ElemOp::sigmoid: r = 1.0f / (1.0f + std::exp(-x)); break;
-      case ElemOp::tanh: r = std::tanh(x); break;
-      case ElemOp::erf: r = std::erf(x); break;
-      case ElemOp::exp: r = std::exp(x); break;
-      case ElemOp::log: r = std::log(x); break;
-      case ElemOp::sqrt: r = std::sqrt(x); break;
-      case ElemOp::reciprocal: r = 1.0f / x; break;
-      case ElemOp::identity: r = x; break;
-      case ElemOp::clip: r = x != x ? x : std::fmin(std::fmax(x, static_cast<float>(n.p0)), static_cast<float>(n.p1)); break;
-      case ElemOp::leaky_relu: r = x >= 0.0f ? x : x * static_cast<float>(n.p0); break;
-      case ElemOp::gt: r = x > y ? 1.0f : 0.0f; break;
-      case ElemOp::ge: r = x >= y ? 1.0f : 0.0f; break;
-      case ElemOp::floor: r = std::floor(x); break;
-      case ElemOp::ceil: r = std::ceil(x); break;
-      case ElemOp::tan: r = std::tan(x); break;
-      case ElemOp::asin: r = std::asin(x); break;
-      case ElemOp::acos: r = std::acos(x); break;
-      case ElemOp::atan: r = std::atan(x); break;
-      case ElemOp::sinh: r = std::sinh(x); break;
-      case ElemOp::cosh: r = std::cosh(x); break;
-      case ElemOp::asinh: r = std::asinh(x); break;
-      case ElemOp::acosh: r = std::acosh(x); break;
-      case ElemOp::atanh: r = std::atanh(x); break;
-      case ElemOp::keep: r = y > 0.0f ? x : 0.0f; break;
-    }
-    v[i] = r;
+    const int arity = elem_op_arity(n.op);
+    if (n.op == ElemOp::input)
+      v[i] = operand_values[n.a];
+    else if (n.op == ElemOp::constant)
+      v[i] = static_cast<float>(n.p0);
+    else if (arity == 2)
+      v[i] = binary_value(n.op, v[n.a], v[n.b]);
+    else
+      v[i] = unary_value(n, v[n.a]);
   }
   return v[nodes.size() - 1];
 }
@@ -255,30 +318,72 @@ std::optional<FusedExpr> float32_expr(const Graph& g, const Op& op) {
   return elementwise_expr(m, 0);
 }
 
+namespace {
+
+// Gelu with approximate="tanh": 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GPT-2's gelu_new.
+void build_gelu_tanh(FusedExpr& e, const Graph& g, const Op& op) {
+  const auto x = operand(e, g, op, 0);
+  auto c = [&](double v) { return e.add({ElemOp::constant, 0, 0, v, 0.0}); };
+  const auto x3 = e.add({ElemOp::mul, x, e.add({ElemOp::mul, x, x, 0, 0}), 0, 0});
+  const auto inner = e.add({ElemOp::add, x, e.add({ElemOp::mul, x3, c(0.044715), 0, 0}), 0, 0});
+  const auto th = e.add({ElemOp::tanh, e.add({ElemOp::mul, inner, c(0.7978845608028654), 0, 0}), 0, 0, 0});
+  const auto one = e.add({ElemOp::add, th, c(1.0), 0, 0});
+  e.add({ElemOp::mul, e.add({ElemOp::mul, x, c(0.5), 0, 0}), one, 0, 0});
+}
+
+// Gelu of opset 20, exact form: x * 0.5 * (1 + erf(x / sqrt(2))).
+void build_gelu_erf(FusedExpr& e, const Graph& g, const Op& op) {
+  const auto x = operand(e, g, op, 0);
+  const auto r2 = e.add({ElemOp::constant, 0, 0, 1.4142135623730951, 0.0});
+  const auto er = e.add({ElemOp::erf, e.add({ElemOp::div, x, r2, 0, 0}), 0, 0, 0});
+  const auto one = e.add({ElemOp::add, er, e.add({ElemOp::constant, 0, 0, 1.0, 0}), 0, 0});
+  e.add({ElemOp::mul, e.add({ElemOp::mul, x, e.add({ElemOp::constant, 0, 0, 0.5, 0}), 0, 0}), one, 0, 0});
+}
+
+// Clip's bounds: the attributes (ONNX's defaults: the float range's ends), or the scalar constants of inputs 1 and 2;
+// false where a bound is computed at run time (it cannot be inlined).
+bool clip_bounds(const Graph& g, const Op& op, ExprNode& n) {
+  n.p0 = op.attr_float("min", std::numeric_limits<float>::lowest());
+  n.p1 = op.attr_float("max", std::numeric_limits<float>::max());
+  for (std::size_t i = 1; i < op.inputs.size() && i < 3; ++i) {
+    if (op.inputs[i] == kNoTensor) continue;
+    auto c = scalar_constant(g, op.inputs[i]);
+    if (!c) return false;
+    (i == 1 ? n.p0 : n.p1) = *c;
+  }
+  return true;
+}
+
+// One node of a simple op (simple_op's table) over its operands; false where the operands do not fit its arity.
+bool build_simple(FusedExpr& e, const Graph& g, const Op& op, ElemOp kind) {
+  const int arity = elem_op_arity(kind);
+  if (op.inputs[0] == kNoTensor) return false;
+  if (arity == 2 && (op.inputs.size() != 2 || op.inputs[1] == kNoTensor)) return false;
+  if (arity == 1 && kind != ElemOp::clip && op.inputs.size() != 1) return false;
+  ExprNode n{kind, operand(e, g, op, 0), 0, 0.0, 0.0};
+  if (arity == 2) n.b = operand(e, g, op, 1);
+  if (kind == ElemOp::leaky_relu) n.p0 = op.attr_float("alpha", 0.01);
+  if (kind == ElemOp::clip && !clip_bounds(g, op, n)) return false;
+  e.add(n);
+  return true;
+}
+
+}  // namespace
+
 std::optional<FusedExpr> elementwise_expr(const Graph& g, const Op& op) {
   if (op.domain == kMemplanDomain && op.type == kFusedOpType) return FusedExpr::parse(op.attr_string("expr", ""));
   if (!op.domain.empty() && op.domain != "ai.onnx") return std::nullopt;
   if (!all_f32(g, op) || op.inputs.empty()) return std::nullopt;
   FusedExpr e;
   e.num_inputs = static_cast<std::uint32_t>(op.inputs.size());
-  if (op.type == "Gelu" && op.attr_string("approximate", "none") == "tanh") {
-    // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GPT-2's gelu_new
-    const auto x = operand(e, g, op, 0);
-    auto c = [&](double v) { return e.add({ElemOp::constant, 0, 0, v, 0.0}); };
-    const auto x3 = e.add({ElemOp::mul, x, e.add({ElemOp::mul, x, x, 0, 0}), 0, 0});
-    const auto inner = e.add({ElemOp::add, x, e.add({ElemOp::mul, x3, c(0.044715), 0, 0}), 0, 0});
-    const auto th = e.add({ElemOp::tanh, e.add({ElemOp::mul, inner, c(0.7978845608028654), 0, 0}), 0, 0, 0});
-    const auto one = e.add({ElemOp::add, th, c(1.0), 0, 0});
-    e.add({ElemOp::mul, e.add({ElemOp::mul, x, c(0.5), 0, 0}), one, 0, 0});
-    return e;
-  }
-  if (op.type == "Gelu") {  // opset 20, exact form: x * 0.5 * (1 + erf(x / sqrt(2)))
-    if (op.attr_string("approximate", "none") != "none") return std::nullopt;
-    const auto x = operand(e, g, op, 0);
-    const auto r2 = e.add({ElemOp::constant, 0, 0, 1.4142135623730951, 0.0});
-    const auto er = e.add({ElemOp::erf, e.add({ElemOp::div, x, r2, 0, 0}), 0, 0, 0});
-    const auto one = e.add({ElemOp::add, er, e.add({ElemOp::constant, 0, 0, 1.0, 0}), 0, 0});
-    e.add({ElemOp::mul, e.add({ElemOp::mul, x, e.add({ElemOp::constant, 0, 0, 0.5, 0}), 0, 0}), one, 0, 0});
+  if (op.type == "Gelu") {
+    const std::string approximate = op.attr_string("approximate", "none");
+    if (approximate == "tanh")
+      build_gelu_tanh(e, g, op);
+    else if (approximate == "none")
+      build_gelu_erf(e, g, op);
+    else
+      return std::nullopt;
     return e;
   }
   if (expressible_activation(op)) {  // fused_expr_activations.cpp
@@ -290,26 +395,8 @@ std::optional<FusedExpr> elementwise_expr(const Graph& g, const Op& op) {
     build_activation(e, op, xs);
     return e;
   }
-  auto kind = simple_op(op.type);
-  if (!kind) return std::nullopt;
-  const int arity = elem_op_arity(*kind);
-  if (op.inputs[0] == kNoTensor) return std::nullopt;
-  if (arity == 2 && (op.inputs.size() != 2 || op.inputs[1] == kNoTensor)) return std::nullopt;
-  if (arity == 1 && *kind != ElemOp::clip && op.inputs.size() != 1) return std::nullopt;
-  ExprNode n{*kind, operand(e, g, op, 0), 0, 0.0, 0.0};
-  if (arity == 2) n.b = operand(e, g, op, 1);
-  if (*kind == ElemOp::leaky_relu) n.p0 = op.attr_float("alpha", 0.01);
-  if (*kind == ElemOp::clip) {
-    n.p0 = op.attr_float("min", std::numeric_limits<float>::lowest());  // ONNX's defaults: the float range's ends
-    n.p1 = op.attr_float("max", std::numeric_limits<float>::max());
-    for (std::size_t i = 1; i < op.inputs.size() && i < 3; ++i) {
-      if (op.inputs[i] == kNoTensor) continue;
-      auto c = scalar_constant(g, op.inputs[i]);
-      if (!c) return std::nullopt;  // a bound computed at run time cannot be inlined
-      (i == 1 ? n.p0 : n.p1) = *c;
-    }
-  }
-  e.add(n);
+  const auto kind = simple_op(op.type);
+  if (!kind || !build_simple(e, g, op, *kind)) return std::nullopt;
   return e;
 }
 

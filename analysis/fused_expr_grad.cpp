@@ -32,33 +32,7 @@ class Builder {
       if (n.op == ElemOp::neg && e_.nodes[n.a].op == ElemOp::neg) return e_.nodes[n.a].a;
       return intern(n);
     }
-    switch (n.op) {
-      case ElemOp::add:
-        if (is(ca, 0.0)) return n.b;
-        if (is(cb, 0.0)) return n.a;
-        break;
-      case ElemOp::sub:
-        if (is(cb, 0.0)) return n.a;
-        if (is(ca, 0.0)) return un(ElemOp::neg, n.b);
-        break;
-      case ElemOp::mul:
-        // A structural zero: x * 0 is 0 whatever x is (autograd never multiplies by such a zero either).
-        if (is(ca, 0.0) || is(cb, 0.0)) return constant(0.0);
-        if (is(ca, 1.0)) return n.b;
-        if (is(cb, 1.0)) return n.a;
-        if (is(ca, -1.0)) return un(ElemOp::neg, n.b);
-        if (is(cb, -1.0)) return un(ElemOp::neg, n.a);
-        if (ca) std::swap(n.a, n.b);  // constants second: x*c and c*x share one node
-        break;
-      case ElemOp::div:
-        if (is(cb, 1.0)) return n.a;
-        break;
-      case ElemOp::pow:
-        if (is(cb, 1.0)) return n.a;
-        if (is(cb, 0.0)) return constant(1.0);
-        break;
-      default: break;
-    }
+    if (const auto simpler = simplify(n, ca, cb)) return *simpler;
     return intern(n);
   }
   std::uint32_t un(ElemOp op, std::uint32_t a) { return node({op, a, 0, 0.0, 0.0}); }
@@ -94,6 +68,44 @@ class Builder {
 
  private:
   static bool is(const std::optional<double>& c, double v) { return c && *c == v; }
+
+  // A binary node with a constant argument that is trivial (x + 0, x * 1, x * 0, x / 1, x ^ 1, x ^ 0...): the node it
+  // comes to. Otherwise nullopt, with the constant of a product moved second (x*c and c*x share one node).
+  std::optional<std::uint32_t> simplify(ExprNode& n, const std::optional<double>& ca, const std::optional<double>& cb) {
+    switch (n.op) {
+      case ElemOp::add:
+        if (is(ca, 0.0)) return n.b;
+        if (is(cb, 0.0)) return n.a;
+        break;
+      case ElemOp::sub:
+        if (is(cb, 0.0)) return n.a;
+        if (is(ca, 0.0)) return un(ElemOp::neg, n.b);
+        break;
+      case ElemOp::mul:
+        return simplify_product(n, ca, cb);
+      case ElemOp::div:
+        if (is(cb, 1.0)) return n.a;
+        break;
+      case ElemOp::pow:
+        if (is(cb, 1.0)) return n.a;
+        if (is(cb, 0.0)) return constant(1.0);
+        break;
+      default:
+        break;
+    }
+    return std::nullopt;
+  }
+
+  std::optional<std::uint32_t> simplify_product(ExprNode& n, const std::optional<double>& ca, const std::optional<double>& cb) {
+    // A structural zero: x * 0 is 0 whatever x is (autograd never multiplies by such a zero either).
+    if (is(ca, 0.0) || is(cb, 0.0)) return constant(0.0);
+    if (is(ca, 1.0)) return n.b;
+    if (is(cb, 1.0)) return n.a;
+    if (is(ca, -1.0)) return un(ElemOp::neg, n.b);
+    if (is(cb, -1.0)) return un(ElemOp::neg, n.a);
+    if (ca) std::swap(n.a, n.b);
+    return std::nullopt;
+  }
 
   // The float32 value of `n` on constant arguments, as evaluate() computes it.
   static double fold(const ExprNode& n, double a, double b) {
@@ -168,7 +180,44 @@ class Reverse {
     const std::uint32_t x = elem_op_arity(n.op) >= 1 ? fwd_[n.a] : 0, w = elem_op_arity(n.op) == 2 ? fwd_[n.b] : 0;
     switch (n.op) {
       case ElemOp::input: acc(grads_[n.a], g); return;
-      case ElemOp::constant: return;
+      case ElemOp::constant:
+      case ElemOp::gt:
+      case ElemOp::ge:
+      case ElemOp::floor:
+      case ElemOp::ceil:
+        return;  // piecewise constant
+      case ElemOp::neg:
+        acc(adj_[n.a], neg(g));
+        return;
+      case ElemOp::log:
+        acc(adj_[n.a], div(g, x));
+        return;
+      case ElemOp::sqrt:
+        acc(adj_[n.a], div(g, mul(y, c(2))));
+        return;
+      case ElemOp::identity:
+        acc(adj_[n.a], g);
+        return;
+      case ElemOp::keep:
+        acc(adj_[n.a], b_.bin(ElemOp::keep, g, w));
+        return;  // the mask passes dy; the mask itself: none
+      case ElemOp::add:
+      case ElemOp::sub:
+      case ElemOp::mul:
+      case ElemOp::div:
+      case ElemOp::pow:
+      case ElemOp::max:
+      case ElemOp::min:
+        binary_step(n, g, x, w, y);
+        return;
+      default:
+        to(n.a, g, is_trig(n.op) ? trig_local(n.op, x, y) : activation_local(n, x, y));
+        return;
+    }
+  }
+
+  void binary_step(const ExprNode& n, std::uint32_t g, std::uint32_t x, std::uint32_t w, std::uint32_t y) {
+    switch (n.op) {
       case ElemOp::add: to(n.a, g, c(1)); to(n.b, g, c(1)); return;
       case ElemOp::sub: to(n.a, g, c(1)); acc(adj_[n.b], neg(g)); return;
       case ElemOp::mul: to(n.a, g, w); to(n.b, g, x); return;
@@ -176,78 +225,114 @@ class Reverse {
         acc(adj_[n.a], div(g, w));
         acc(adj_[n.b], neg(mul(g, div(y, w))));  // -g * a / b^2 = -g * y / b
         return;
-      case ElemOp::pow: {
-        const auto exponent = b_.value(w);
-        if (exponent) {  // the common case: c * x^(c-1), 0 for c = 0
-          std::uint32_t local = c(0);
-          if (*exponent != 0.0) {
-            const std::uint32_t power = b_.bin(ElemOp::pow, x, c(*exponent - 1.0)), scale = c(*exponent);
-            local = mul(power, scale);
-          }
-          to(n.a, g, local);
-        } else {
-          to(n.a, g, mul(w, b_.bin(ElemOp::pow, x, sub(w, c(1)))));
-          to(n.b, g, mul(y, b_.un(ElemOp::log, x)));
-        }
+      case ElemOp::pow:
+        pow_step(n, g, x, w, y);
         return;
-      }
       case ElemOp::max: to(n.a, g, pick(x, w)); to(n.b, g, pick(w, x)); return;
       case ElemOp::min: to(n.a, g, pick(w, x)); to(n.b, g, pick(x, w)); return;
-      case ElemOp::neg: acc(adj_[n.a], neg(g)); return;
+      default:
+        return;
+    }
+  }
+
+  void pow_step(const ExprNode& n, std::uint32_t g, std::uint32_t x, std::uint32_t w, std::uint32_t y) {
+    const auto exponent = b_.value(w);
+    if (exponent) {  // the common case: c * x^(c-1), 0 for c = 0
+      std::uint32_t local = c(0);
+      if (*exponent != 0.0) {
+        const std::uint32_t power = b_.bin(ElemOp::pow, x, c(*exponent - 1.0)), scale = c(*exponent);
+        local = mul(power, scale);
+      }
+      to(n.a, g, local);
+    } else {
+      to(n.a, g, mul(w, b_.bin(ElemOp::pow, x, sub(w, c(1)))));
+      to(n.b, g, mul(y, b_.un(ElemOp::log, x)));
+    }
+  }
+
+  // d(result)/dx of the activations and their kin (x the argument's node, y the result's).
+  std::uint32_t activation_local(const ExprNode& n, std::uint32_t x, std::uint32_t y) {
+    switch (n.op) {
       case ElemOp::abs: {
         const std::uint32_t pos = b_.bin(ElemOp::gt, x, c(0)), negative = b_.bin(ElemOp::gt, c(0), x);
-        to(n.a, g, sub(pos, negative));
-        return;
+        return sub(pos, negative);
       }
-      case ElemOp::relu: to(n.a, g, b_.bin(ElemOp::gt, x, c(0))); return;
-      case ElemOp::sigmoid: to(n.a, g, mul(y, sub(c(1), y))); return;
+      case ElemOp::relu:
+        return b_.bin(ElemOp::gt, x, c(0));
+      case ElemOp::sigmoid:
+        return mul(y, sub(c(1), y));
       case ElemOp::tanh: {
         const std::uint32_t one = c(1), yy = mul(y, y);
-        to(n.a, g, sub(one, yy));
-        return;
+        return sub(one, yy);
       }
       case ElemOp::erf: {  // 2/sqrt(pi) exp(-x^2)
         const std::uint32_t gauss = b_.un(ElemOp::exp, neg(mul(x, x))), scale = c(1.1283791670955126);
-        to(n.a, g, mul(gauss, scale));
-        return;
+        return mul(gauss, scale);
       }
-      case ElemOp::exp: to(n.a, g, y); return;
-      case ElemOp::log: acc(adj_[n.a], div(g, x)); return;
-      case ElemOp::sqrt: acc(adj_[n.a], div(g, mul(y, c(2)))); return;
-      case ElemOp::reciprocal: to(n.a, g, neg(mul(y, y))); return;
-      case ElemOp::identity: acc(adj_[n.a], g); return;
-      case ElemOp::clip: {  // torch.clamp: the gradient passes where lo <= x <= hi
-        std::uint32_t mask = c(1);
-        if (!std::isinf(n.p0) || n.p0 > 0) mask = mul(mask, b_.bin(ElemOp::ge, x, c(n.p0)));
-        if (!std::isinf(n.p1) || n.p1 < 0) mask = mul(mask, b_.bin(ElemOp::ge, c(n.p1), x));
-        to(n.a, g, mask);
-        return;
-      }
+      case ElemOp::exp:
+        return y;
+      case ElemOp::reciprocal:
+        return neg(mul(y, y));
+      case ElemOp::clip:
+        return clip_mask(n, x);
       case ElemOp::leaky_relu: {  // torch: x > 0 ? 1 : alpha
         const double alpha = static_cast<float>(n.p0);
         const std::uint32_t positive = b_.bin(ElemOp::gt, x, c(0)), step = c(1.0 - alpha);
         const std::uint32_t scaled = mul(positive, step), floor = c(alpha);
-        to(n.a, g, add(scaled, floor));
-        return;
+        return add(scaled, floor);
       }
-      case ElemOp::tan: to(n.a, g, add(c(1), mul(y, y))); return;  // 1 + tan^2
+      default:
+        fail(ErrorKind::unsupported, std::string("fused expression gradient: no rule for ") + elem_op_name(n.op));
+    }
+  }
+
+  // torch.clamp: the gradient passes where lo <= x <= hi.
+  std::uint32_t clip_mask(const ExprNode& n, std::uint32_t x) {
+    std::uint32_t mask = c(1);
+    if (!std::isinf(n.p0) || n.p0 > 0) mask = mul(mask, b_.bin(ElemOp::ge, x, c(n.p0)));
+    if (!std::isinf(n.p1) || n.p1 < 0) mask = mul(mask, b_.bin(ElemOp::ge, c(n.p1), x));
+    return mask;
+  }
+
+  static bool is_trig(ElemOp op) {
+    switch (op) {
+      case ElemOp::tan:
+      case ElemOp::asin:
+      case ElemOp::acos:
+      case ElemOp::atan:
+      case ElemOp::sinh:
+      case ElemOp::cosh:
+      case ElemOp::asinh:
+      case ElemOp::acosh:
+      case ElemOp::atanh:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  // d(result)/dx of the trigonometric and hyperbolic functions and their inverses.
+  std::uint32_t trig_local(ElemOp op, std::uint32_t x, std::uint32_t y) {
+    switch (op) {
+      case ElemOp::tan:
+        return add(c(1), mul(y, y));  // 1 + tan^2
       case ElemOp::asin:  // 1 / sqrt(1 - x^2), acos its negation
       case ElemOp::acos: {
         const std::uint32_t d = b_.un(ElemOp::reciprocal, b_.un(ElemOp::sqrt, sub(c(1), mul(x, x))));
-        to(n.a, g, n.op == ElemOp::asin ? d : neg(d));
-        return;
+        return op == ElemOp::asin ? d : neg(d);
       }
-      case ElemOp::atan: to(n.a, g, b_.un(ElemOp::reciprocal, add(c(1), mul(x, x)))); return;
-      case ElemOp::sinh: to(n.a, g, b_.un(ElemOp::cosh, x)); return;
-      case ElemOp::cosh: to(n.a, g, b_.un(ElemOp::sinh, x)); return;
-      case ElemOp::asinh: to(n.a, g, b_.un(ElemOp::reciprocal, b_.un(ElemOp::sqrt, add(mul(x, x), c(1))))); return;
-      case ElemOp::acosh: to(n.a, g, b_.un(ElemOp::reciprocal, b_.un(ElemOp::sqrt, sub(mul(x, x), c(1))))); return;
-      case ElemOp::atanh: to(n.a, g, b_.un(ElemOp::reciprocal, sub(c(1), mul(x, x)))); return;
-      case ElemOp::keep: acc(adj_[n.a], b_.bin(ElemOp::keep, g, w)); return;  // the mask passes dy; the mask itself: none
-      case ElemOp::gt:
-      case ElemOp::ge:
-      case ElemOp::floor:
-      case ElemOp::ceil: return;  // piecewise constant
+      case ElemOp::atan:
+        return b_.un(ElemOp::reciprocal, add(c(1), mul(x, x)));
+      case ElemOp::sinh:
+        return b_.un(ElemOp::cosh, x);
+      case ElemOp::cosh:
+        return b_.un(ElemOp::sinh, x);
+      case ElemOp::asinh:
+        return b_.un(ElemOp::reciprocal, b_.un(ElemOp::sqrt, add(mul(x, x), c(1))));
+      case ElemOp::acosh:
+        return b_.un(ElemOp::reciprocal, b_.un(ElemOp::sqrt, sub(mul(x, x), c(1))));
+      default:
+        return b_.un(ElemOp::reciprocal, sub(c(1), mul(x, x)));  // atanh
     }
   }
 

@@ -101,72 +101,103 @@ json data_to_json(const TensorData& d) {
   return arr;
 }
 
-Attribute attribute_from_json(const Reader& r, const json& v, const std::string& where) {
+// The typed form of a tensor attribute: {"tensor": {"dtype": ..., "dims": [...], "data": [...]}}.
+Attribute tensor_attribute(const Reader& r, const json& val, const std::string& where) {
   Attribute a;
-  if (v.is_object()) {  // typed form: {"ints": [...]}, {"floats": [...]}, {"tensor": {...}} ...
-    if (v.size() != 1) r.bad(ErrorKind::malformed, where + ": a typed attribute has exactly one key");
-    const auto first = v.begin();  // not *v.items().begin(): that binds to a destroyed temporary proxy
-    const std::string& kind = first.key();
-    const json& val = first.value();
-    if (kind == "tensor") {
-      a.kind = Attribute::Kind::tensor;
-      auto dt = dtype_from_name(r.str(val, "dtype", where, {}, true));
-      if (!dt) r.bad(ErrorKind::unsupported, where + ": unknown dtype");
-      std::vector<std::int64_t> dims;
-      const json& jd = r.field(val, "dims", where);
-      if (!jd.is_array()) r.bad(ErrorKind::malformed, where + ": 'dims' must be an array");
-      for (const auto& d : jd) dims.push_back(json_int(d, 0, kMaxInt64, r.origin + ": " + where + " dim"));
-      a.t = data_from_json(r, r.field(val, "data", where), *dt, dims, where);
-      return a;
-    }
-    if (!val.is_array()) r.bad(ErrorKind::malformed, where + ": typed list attribute must hold an array");
-    if (kind == "ints") {
-      a.kind = Attribute::Kind::ints;
-      for (const auto& x : val) a.ints.push_back(json_int(x, kMinInt64, kMaxInt64, r.origin + ": " + where));
-    } else if (kind == "floats") {
-      a.kind = Attribute::Kind::floats;
-      for (const auto& x : val) {
-        if (!x.is_number()) r.bad(ErrorKind::malformed, where + ": 'floats' must hold numbers");
-        a.floats.push_back(x.get<double>());
-      }
-    } else if (kind == "strings") {
-      a.kind = Attribute::Kind::strings;
-      for (const auto& x : val) {
-        if (!x.is_string()) r.bad(ErrorKind::malformed, where + ": 'strings' must hold strings");
-        a.strings.push_back(x.get<std::string>());
-      }
-    } else {
-      r.bad(ErrorKind::malformed, where + ": unknown typed attribute '" + kind + "'");
-    }
-    return a;
+  a.kind = Attribute::Kind::tensor;
+  auto dt = dtype_from_name(r.str(val, "dtype", where, {}, true));
+  if (!dt) r.bad(ErrorKind::unsupported, where + ": unknown dtype");
+  std::vector<std::int64_t> dims;
+  const json& jd = r.field(val, "dims", where);
+  if (!jd.is_array()) r.bad(ErrorKind::malformed, where + ": 'dims' must be an array");
+  for (const auto& d : jd) dims.push_back(json_int(d, 0, kMaxInt64, r.origin + ": " + where + " dim"));
+  a.t = data_from_json(r, r.field(val, "data", where), *dt, dims, where);
+  return a;
+}
+
+// A list attribute of the given kind from its JSON array, every element checked.
+void fill_ints(const Reader& r, const json& val, const std::string& where, Attribute& a) {
+  a.kind = Attribute::Kind::ints;
+  for (const auto& x : val) a.ints.push_back(json_int(x, kMinInt64, kMaxInt64, r.origin + ": " + where));
+}
+void fill_floats(const Reader& r, const json& val, const std::string& where, Attribute& a) {
+  a.kind = Attribute::Kind::floats;
+  for (const auto& x : val) {
+    if (!x.is_number()) r.bad(ErrorKind::malformed, where + ": 'floats' must hold numbers");
+    a.floats.push_back(x.get<double>());
   }
-  if (v.is_number_integer()) { a.kind = Attribute::Kind::i; a.i = json_int(v, kMinInt64, kMaxInt64, r.origin + ": " + where); return a; }
-  if (v.is_boolean()) { a.kind = Attribute::Kind::i; a.i = v.get<bool>() ? 1 : 0; return a; }
-  if (v.is_number_float()) { a.kind = Attribute::Kind::f; a.f = v.get<double>(); return a; }
-  if (v.is_string()) { a.kind = Attribute::Kind::s; a.s = v.get<std::string>(); return a; }
-  if (v.is_array()) {
-    bool any_float = false, any_string = false;
-    for (const auto& x : v) {
-      if (x.is_number_float()) any_float = true;
-      else if (x.is_string()) any_string = true;
-      else if (!x.is_number_integer()) r.bad(ErrorKind::malformed, where + ": list attributes hold numbers or strings");
-    }
-    if (any_string) {
-      a.kind = Attribute::Kind::strings;
-      for (const auto& x : v) {
-        if (!x.is_string()) r.bad(ErrorKind::malformed, where + ": mixed list");
-        a.strings.push_back(x.get<std::string>());
-      }
-    } else if (any_float) {
-      a.kind = Attribute::Kind::floats;
-      for (const auto& x : v) a.floats.push_back(x.get<double>());
-    } else {
-      a.kind = Attribute::Kind::ints;
-      for (const auto& x : v) a.ints.push_back(json_int(x, kMinInt64, kMaxInt64, r.origin + ": " + where));
-    }
-    return a;
+}
+void fill_strings(const Reader& r, const json& val, const std::string& where, const std::string& not_string, Attribute& a) {
+  a.kind = Attribute::Kind::strings;
+  for (const auto& x : val) {
+    if (!x.is_string()) r.bad(ErrorKind::malformed, where + not_string);
+    a.strings.push_back(x.get<std::string>());
   }
-  r.bad(ErrorKind::malformed, where + ": unsupported attribute value");
+}
+
+// The typed form: {"ints": [...]}, {"floats": [...]}, {"strings": [...]} or {"tensor": {...}}.
+Attribute typed_attribute(const Reader& r, const json& v, const std::string& where) {
+  if (v.size() != 1) r.bad(ErrorKind::malformed, where + ": a typed attribute has exactly one key");
+  const auto first = v.begin();  // not *v.items().begin(): that binds to a destroyed temporary proxy
+  const std::string& kind = first.key();
+  const json& val = first.value();
+  if (kind == "tensor") return tensor_attribute(r, val, where);
+  if (!val.is_array()) r.bad(ErrorKind::malformed, where + ": typed list attribute must hold an array");
+  Attribute a;
+  if (kind == "ints")
+    fill_ints(r, val, where, a);
+  else if (kind == "floats")
+    fill_floats(r, val, where, a);
+  else if (kind == "strings")
+    fill_strings(r, val, where, ": 'strings' must hold strings", a);
+  else
+    r.bad(ErrorKind::malformed, where + ": unknown typed attribute '" + kind + "'");
+  return a;
+}
+
+// A plain list: strings where any element is one, else floats where any is one, else ints.
+Attribute list_attribute(const Reader& r, const json& v, const std::string& where) {
+  bool any_float = false, any_string = false;
+  for (const auto& x : v) {
+    if (x.is_number_float())
+      any_float = true;
+    else if (x.is_string())
+      any_string = true;
+    else if (!x.is_number_integer())
+      r.bad(ErrorKind::malformed, where + ": list attributes hold numbers or strings");
+  }
+  Attribute a;
+  if (any_string) {
+    fill_strings(r, v, where, ": mixed list", a);
+  } else if (any_float) {
+    a.kind = Attribute::Kind::floats;
+    for (const auto& x : v) a.floats.push_back(x.get<double>());
+  } else {
+    fill_ints(r, v, where, a);
+  }
+  return a;
+}
+
+Attribute attribute_from_json(const Reader& r, const json& v, const std::string& where) {
+  if (v.is_object()) return typed_attribute(r, v, where);
+  if (v.is_array()) return list_attribute(r, v, where);
+  Attribute a;
+  if (v.is_number_integer()) {
+    a.kind = Attribute::Kind::i;
+    a.i = json_int(v, kMinInt64, kMaxInt64, r.origin + ": " + where);
+  } else if (v.is_boolean()) {
+    a.kind = Attribute::Kind::i;
+    a.i = v.get<bool>() ? 1 : 0;
+  } else if (v.is_number_float()) {
+    a.kind = Attribute::Kind::f;
+    a.f = v.get<double>();
+  } else if (v.is_string()) {
+    a.kind = Attribute::Kind::s;
+    a.s = v.get<std::string>();
+  } else {
+    r.bad(ErrorKind::malformed, where + ": unsupported attribute value");
+  }
+  return a;
 }
 
 json attribute_to_json(const Attribute& a) {
@@ -228,75 +259,86 @@ Tensor tensor_from_json(const Reader& r, const json& jt, std::size_t index) {
   return t;
 }
 
-}  // namespace
-
-Graph import_json(const json& doc, const std::string& origin) {
-  Reader r{origin};
+// The document's format and version.
+void check_format(const Reader& r, const json& doc) {
   if (!doc.is_object()) r.bad(ErrorKind::malformed, "a graph document must be a JSON object");
   if (r.str(doc, "format", "document") != "memplan.graph")
     r.bad(ErrorKind::plan_mismatch, "not a memplan graph (expected \"format\": \"memplan.graph\")");
   const json& ver = r.field(doc, "version", "document");
   if (!ver.is_number_integer() || ver.get<std::int64_t>() != kGraphFormatVersion)
-    r.bad(ErrorKind::plan_mismatch, "graph format version " + json_excerpt(ver) + " is not supported (expected " + std::to_string(kGraphFormatVersion) + ")");
+    r.bad(ErrorKind::plan_mismatch, "graph format version " + json_excerpt(ver) + " is not supported (expected " +
+                                        std::to_string(kGraphFormatVersion) + ")");
+}
+
+// The default-domain opset: the range the ONNX importer accepts (rules are written for these opsets), or 0: a graph
+// memplan built by code, which records no opset (export_json writes it so, and it reads back the same). 17 when absent.
+std::int64_t read_opset(const Reader& r, const json& doc) {
+  if (!doc.contains("opset")) return 17;
+  const json& o = doc.at("opset");
+  if (!o.is_number_integer()) r.bad(ErrorKind::malformed, "'opset' must be an integer, got " + json_excerpt(o));
+  const bool beyond = o.is_number_unsigned() && o.get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxInt64);
+  if (beyond || (o.get<std::int64_t>() != 0 && (o.get<std::int64_t>() < kMinOpset || o.get<std::int64_t>() > kMaxOpset)))
+    r.bad(ErrorKind::unsupported, "default-domain opset " + json_excerpt(o) + " is outside the supported range " +
+                                      std::to_string(kMinOpset) + ".." + std::to_string(kMaxOpset));
+  return o.get<std::int64_t>();
+}
+
+// The tensors an array names ("" an absent optional tensor where `allow_empty`).
+std::vector<TensorId> tensor_names(const Reader& r, const Graph& g, const json& arr, const std::string& where, bool allow_empty) {
+  std::vector<TensorId> ids;
+  if (!arr.is_array()) r.bad(ErrorKind::malformed, where + " must be an array of tensor names");
+  for (const auto& n : arr) {
+    if (!n.is_string()) r.bad(ErrorKind::malformed, where + " must hold tensor names");
+    const auto s = n.get<std::string>();
+    if (s.empty() && allow_empty) {
+      ids.push_back(kNoTensor);
+      continue;
+    }
+    TensorId t = g.find(s);
+    if (t == kNoTensor) r.bad(ErrorKind::invalid_graph, where + " names '" + s + "', which is not in 'tensors'");
+    ids.push_back(t);
+  }
+  return ids;
+}
+
+Op op_from_json(const Reader& r, const Graph& g, const json& jo, std::size_t i) {
+  const std::string where = "ops[" + std::to_string(i) + "]";
+  Op op;
+  op.type = r.str(jo, "type", where, {}, true);
+  op.name = r.str(jo, "name", where, op.type + "_" + std::to_string(i));
+  op.domain = r.str(jo, "domain", where);
+  auto phase = phase_from_name(r.str(jo, "phase", where, "forward"));
+  if (!phase) r.bad(ErrorKind::malformed, where + ": unknown phase");
+  op.phase = *phase;
+  op.inputs = tensor_names(r, g, jo.contains("inputs") ? jo.at("inputs") : json::array(), "op '" + op.name + "' inputs", true);
+  op.outputs = tensor_names(r, g, r.field(jo, "outputs", where), "op '" + op.name + "' outputs", true);
+  if (jo.contains("attrs")) {
+    if (!jo.at("attrs").is_object()) r.bad(ErrorKind::malformed, "op '" + op.name + "': 'attrs' must be an object");
+    for (const auto& [k, v] : jo.at("attrs").items())
+      op.attrs[k] = attribute_from_json(r, v, "op '" + op.name + "' attribute '" + k + "'");
+  }
+  return op;
+}
+
+}  // namespace
+
+Graph import_json(const json& doc, const std::string& origin) {
+  Reader r{origin};
+  check_format(r, doc);
   Graph g;
   g.name = r.str(doc, "name", "document", origin);
-  if (doc.contains("opset")) {
-    // The range the ONNX importer accepts (rules are written for these opsets), or 0: a graph memplan built
-    // by code, which records no opset (export_json writes it so, and it reads back the same).
-    const json& o = doc.at("opset");
-    if (!o.is_number_integer()) r.bad(ErrorKind::malformed, "'opset' must be an integer, got " + json_excerpt(o));
-    const bool beyond = o.is_number_unsigned() && o.get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxInt64);
-    if (beyond || (o.get<std::int64_t>() != 0 && (o.get<std::int64_t>() < kMinOpset || o.get<std::int64_t>() > kMaxOpset)))
-      r.bad(ErrorKind::unsupported, "default-domain opset " + json_excerpt(o) + " is outside the supported range " +
-                                        std::to_string(kMinOpset) + ".." + std::to_string(kMaxOpset));
-    g.opset = o.get<std::int64_t>();
-  } else {
-    g.opset = 17;
-  }
+  g.opset = read_opset(r, doc);
   const json& tensors = r.field(doc, "tensors", "document");
   const json& ops = r.field(doc, "ops", "document");
   if (!tensors.is_array() || !ops.is_array()) r.bad(ErrorKind::malformed, "'tensors' and 'ops' must be arrays");
   for (std::size_t i = 0; i < tensors.size(); ++i) g.add_tensor(tensor_from_json(r, tensors[i], i));
-  auto names = [&](const json& arr, const std::string& where, bool allow_empty) {
-    std::vector<TensorId> ids;
-    if (!arr.is_array()) r.bad(ErrorKind::malformed, where + " must be an array of tensor names");
-    for (const auto& n : arr) {
-      if (!n.is_string()) r.bad(ErrorKind::malformed, where + " must hold tensor names");
-      const auto s = n.get<std::string>();
-      if (s.empty() && allow_empty) {
-        ids.push_back(kNoTensor);
-        continue;
-      }
-      TensorId t = g.find(s);
-      if (t == kNoTensor) r.bad(ErrorKind::invalid_graph, where + " names '" + s + "', which is not in 'tensors'");
-      ids.push_back(t);
-    }
-    return ids;
-  };
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    const json& jo = ops[i];
-    const std::string where = "ops[" + std::to_string(i) + "]";
-    Op op;
-    op.type = r.str(jo, "type", where, {}, true);
-    op.name = r.str(jo, "name", where, op.type + "_" + std::to_string(i));
-    op.domain = r.str(jo, "domain", where);
-    auto phase = phase_from_name(r.str(jo, "phase", where, "forward"));
-    if (!phase) r.bad(ErrorKind::malformed, where + ": unknown phase");
-    op.phase = *phase;
-    op.inputs = names(jo.contains("inputs") ? jo.at("inputs") : json::array(), "op '" + op.name + "' inputs", true);
-    op.outputs = names(r.field(jo, "outputs", where), "op '" + op.name + "' outputs", true);
-    if (jo.contains("attrs")) {
-      if (!jo.at("attrs").is_object()) r.bad(ErrorKind::malformed, "op '" + op.name + "': 'attrs' must be an object");
-      for (const auto& [k, v] : jo.at("attrs").items())
-        op.attrs[k] = attribute_from_json(r, v, "op '" + op.name + "' attribute '" + k + "'");
-    }
-    g.add_op(std::move(op));
-  }
-  if (doc.contains("inputs")) g.inputs = names(doc.at("inputs"), "'inputs'", false);
+  for (std::size_t i = 0; i < ops.size(); ++i) g.add_op(op_from_json(r, g, ops[i], i));
+  if (doc.contains("inputs"))
+    g.inputs = tensor_names(r, g, doc.at("inputs"), "'inputs'", false);
   else
     for (TensorId t = 0; t < g.tensors.size(); ++t)
       if (g.tensors[t].role == TensorRole::input) g.inputs.push_back(t);
-  g.outputs = names(r.field(doc, "outputs", "document"), "'outputs'", false);
+  g.outputs = tensor_names(r, g, r.field(doc, "outputs", "document"), "'outputs'", false);
   for (TensorId t : g.outputs) g.tensors[t].is_graph_output = true;
   if (g.outputs.empty()) r.bad(ErrorKind::invalid_graph, "the graph has no outputs");
   require_utf8_names(g, origin);

@@ -278,10 +278,40 @@ void count_contributions(State& s, TensorId loss, std::size_t forward_ops) {
   }
 }
 
-}  // namespace
+// Whether the backward rule of `op` runs: some input it differentiates still waits for a contribution, and the op is
+// the loss or some output it differentiates has a gradient.
+bool rule_runs(const State& s, const Op& op, const autodiff::GradRule& r) {
+  bool wanted = false;
+  for (std::size_t i = 0; i < op.inputs.size(); ++i)
+    wanted = wanted || (s.slot_wants(op, r, i) && s.pending[op.inputs[i]] > s.received[op.inputs[i]]);
+  bool active = autodiff::is_loss_op(op);
+  for (std::size_t i = 0; i < op.outputs.size(); ++i)
+    active = active || (op.outputs[i] != kNoTensor && ((r.diff_outputs >> i) & 1u) && s.grad[op.outputs[i]] != kNoTensor);
+  return wanted && active;
+}
 
-TrainingGraph build_training_graph(const Graph& shaped_forward, const TrainingOptions& opts) {
-  State s;
+// The backward: each forward op's rule, latest first, each giving every input it differentiates one gradient.
+void run_backward_rules(State& s, std::size_t forward_ops) {
+  for (std::size_t k = forward_ops; k-- > 0;) {
+    const autodiff::GradRule* r = s.rule(s.g.ops[k]);
+    if (!r || !rule_runs(s, s.g.ops[k], *r)) continue;
+    s.given.assign(s.g.ops[k].inputs.size(), 0);
+    GradContext ctx(s, static_cast<OpId>(k));
+    r->fn(ctx);
+    const Op& done = s.g.ops[k];
+    for (std::size_t i = 0; i < done.inputs.size(); ++i)
+      if (s.slot_wants(done, *r, i) && s.given[i] != 1)
+        fail(ErrorKind::unsupported, autodiff::op_where(done) + ": the backward rule gave input " + std::to_string(i) + " " +
+                                         std::to_string(s.given[i]) + " gradients instead of one");
+  }
+  for (TensorId t = 0; t < s.forward_tensors; ++t)
+    if (s.trainable[t] && s.pending[t] > 0 && s.received[t] != s.pending[t])
+      fail(ErrorKind::invalid_graph, "weight '" + s.g.tensors[t].name + "' received " + std::to_string(s.received[t]) + " of " +
+                                         std::to_string(s.pending[t]) + " gradient contributions");
+}
+
+// The forward as the backward reads it: relinked, shaped, in order, prepared; the weights it trains.
+void prepare_state(State& s, const Graph& shaped_forward, const TrainingOptions& opts) {
   s.g = shaped_forward;
   s.g.relink();
   require_shapes(s.g);
@@ -290,7 +320,24 @@ TrainingGraph build_training_graph(const Graph& shaped_forward, const TrainingOp
   s.trainable = trainable_weights(s.g, opts);
   if (opts.microbatches < 1) fail(ErrorKind::usage, "microbatches must be 1 or more");
   s.accumulate = opts.microbatches > 1;
+}
 
+// The weights' gradients (and their accumulators), and the forward tensors the backward saves.
+void take_gradients(const State& s, TrainingGraph& tg) {
+  tg.param_grads = s.param_grads;
+  std::stable_sort(tg.param_grads.begin(), tg.param_grads.end());
+  for (const auto& [w, grad] : tg.param_grads)
+    if (s.accumulate) tg.grad_accumulators.push_back(s.accumulator_of.at(w));
+  for (TensorId t = 0; t < s.forward_tensors; ++t)
+    if (s.saved[t] && (s.g.tensors[t].role == TensorRole::activation || s.g.tensors[t].role == TensorRole::input))
+      tg.saved_for_backward.push_back(t);
+}
+
+}  // namespace
+
+TrainingGraph build_training_graph(const Graph& shaped_forward, const TrainingOptions& opts) {
+  State s;
+  prepare_state(s, shaped_forward, opts);
   TrainingGraph tg;
   tg.loss = autodiff::add_loss(s.g, opts);
   // torch.autocast: the model and its loss as autocast runs them (fp32 master weights, casts cached).
@@ -307,38 +354,8 @@ TrainingGraph build_training_graph(const Graph& shaped_forward, const TrainingOp
   // fp16 loss scaling: the loss gradient is seeded with the scale (GradScaler's scaler.scale(loss).backward()).
   if (opts.loss_scaling) tg.loss_scale = autodiff::add_loss_scale(s.g, opts);
   if (const TensorId seed = autodiff::seed_loss_gradient(s.g, tg.loss, tg.loss_scale); seed != kNoTensor) s.grad[tg.loss] = seed;
-
-  for (std::size_t k = forward_ops; k-- > 0;) {
-    const Op& op = s.g.ops[k];
-    const autodiff::GradRule* r = s.rule(op);
-    if (!r) continue;
-    bool wanted = false;
-    for (std::size_t i = 0; i < op.inputs.size(); ++i) wanted = wanted || (s.slot_wants(op, *r, i) && s.pending[op.inputs[i]] > s.received[op.inputs[i]]);
-    bool active = autodiff::is_loss_op(op);
-    for (std::size_t i = 0; i < op.outputs.size(); ++i)
-      active = active || (op.outputs[i] != kNoTensor && ((r->diff_outputs >> i) & 1u) && s.grad[op.outputs[i]] != kNoTensor);
-    if (!wanted || !active) continue;
-    s.given.assign(op.inputs.size(), 0);
-    GradContext ctx(s, static_cast<OpId>(k));
-    r->fn(ctx);
-    const Op& done = s.g.ops[k];
-    for (std::size_t i = 0; i < done.inputs.size(); ++i)
-      if (s.slot_wants(done, *r, i) && s.given[i] != 1)
-        fail(ErrorKind::unsupported, autodiff::op_where(done) + ": the backward rule gave input " + std::to_string(i) +
-                                         " " + std::to_string(s.given[i]) + " gradients instead of one");
-  }
-  for (TensorId t = 0; t < s.forward_tensors; ++t)
-    if (s.trainable[t] && s.pending[t] > 0 && s.received[t] != s.pending[t])
-      fail(ErrorKind::invalid_graph, "weight '" + s.g.tensors[t].name + "' received " + std::to_string(s.received[t]) +
-                                         " of " + std::to_string(s.pending[t]) + " gradient contributions");
-
-  std::stable_sort(s.param_grads.begin(), s.param_grads.end());
-  tg.param_grads = s.param_grads;
-  for (const auto& [w, grad] : tg.param_grads)
-    if (s.accumulate) tg.grad_accumulators.push_back(s.accumulator_of.at(w));
-  for (TensorId t = 0; t < s.forward_tensors; ++t)
-    if (s.saved[t] && (s.g.tensors[t].role == TensorRole::activation || s.g.tensors[t].role == TensorRole::input))
-      tg.saved_for_backward.push_back(t);
+  run_backward_rules(s, forward_ops);
+  take_gradients(s, tg);
   autodiff::add_optimizer(s.g, opts, tg);
   tg.graph = std::move(s.g);
   tg.graph.relink();
