@@ -41,6 +41,35 @@ PlannedModel rank_panel(analysis::Graph graph, planner::Plan plan, const RoleFac
   return m;
 }
 
+// Optional fields of a rank plan's JSON: their value where present and of the right type, else the fallback.
+std::uint64_t u64_or(const nlohmann::json& j, const char* key, std::uint64_t fallback = 0) {
+  return j.contains(key) && j[key].is_number_unsigned() ? j[key].get<std::uint64_t>() : fallback;
+}
+int int_or(const nlohmann::json& j, const char* key, int fallback) {
+  return j.contains(key) && j[key].is_number_integer() ? j[key].get<int>() : fallback;
+}
+std::string string_or(const nlohmann::json& j, const char* key, const std::string& fallback) {
+  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : fallback;
+}
+
+// What plan `index` of a rank-plans file states of its role (its index where it names no ranks or role).
+RoleFacts role_facts(const nlohmann::json& pj, std::size_t index) {
+  RoleFacts f;
+  if (pj.contains("ranks") && pj["ranks"].is_array())
+    for (const auto& r : pj["ranks"])
+      if (r.is_number_integer()) f.ranks.push_back(r.get<int>());
+  if (f.ranks.empty()) f.ranks.push_back(static_cast<int>(index));
+  f.role = string_or(pj, "role", "rank role " + std::to_string(index));
+  f.peak = u64_or(pj, "peak_bytes");
+  f.model_state = u64_or(pj, "model_state_bytes");
+  f.activations = u64_or(pj, "activation_bytes");
+  f.persistent = u64_or(pj, "persistent_bytes");
+  f.inputs = u64_or(pj, "input_bytes");
+  f.in_flight = int_or(pj, "in_flight_microbatches", 1);
+  f.strategy = string_or(pj, "strategy", "");
+  return f;
+}
+
 }  // namespace
 
 std::optional<std::vector<PlannedModel>> load_rank_plans(const std::string& path) {
@@ -50,8 +79,7 @@ std::optional<std::vector<PlannedModel>> load_rank_plans(const std::string& path
     fail(ErrorKind::plan_mismatch, "rank plans '" + path + "' have a version other than 1");
   if (!doc.contains("plans") || !doc["plans"].is_array() || doc["plans"].empty())
     fail(ErrorKind::plan_mismatch, "rank plans '" + path + "' hold no plans");
-  const std::uint64_t budget = doc.contains("budget_bytes") && doc["budget_bytes"].is_number_unsigned() ? doc["budget_bytes"].get<std::uint64_t>() : 0;
-  const std::uint64_t library = doc.contains("library_bytes") && doc["library_bytes"].is_number_unsigned() ? doc["library_bytes"].get<std::uint64_t>() : 0;
+  const std::uint64_t budget = u64_or(doc, "budget_bytes"), library = u64_or(doc, "library_bytes");
   std::vector<PlannedModel> out;
   for (const nlohmann::json& pj : doc["plans"]) {
     if (!pj.is_object() || !pj.contains("graph"))
@@ -59,20 +87,7 @@ std::optional<std::vector<PlannedModel>> load_rank_plans(const std::string& path
     analysis::Graph g = analysis::import_json(pj["graph"], path);
     planner::Plan plan = planner::plan_from_json(g, pj);
     planner::require_valid(g, plan);
-    auto u64 = [&](const char* key) { return pj.contains(key) && pj[key].is_number_unsigned() ? pj[key].get<std::uint64_t>() : std::uint64_t{0}; };
-    RoleFacts f;
-    if (pj.contains("ranks") && pj["ranks"].is_array())
-      for (const auto& r : pj["ranks"])
-        if (r.is_number_integer()) f.ranks.push_back(r.get<int>());
-    if (f.ranks.empty()) f.ranks.push_back(static_cast<int>(out.size()));
-    f.role = pj.contains("role") && pj["role"].is_string() ? pj["role"].get<std::string>() : "rank role " + std::to_string(out.size());
-    f.peak = u64("peak_bytes");
-    f.model_state = u64("model_state_bytes");
-    f.activations = u64("activation_bytes");
-    f.persistent = u64("persistent_bytes");
-    f.inputs = u64("input_bytes");
-    f.in_flight = pj.contains("in_flight_microbatches") && pj["in_flight_microbatches"].is_number_integer() ? pj["in_flight_microbatches"].get<int>() : 1;
-    f.strategy = pj.contains("strategy") && pj["strategy"].is_string() ? pj["strategy"].get<std::string>() : "";
+    const RoleFacts f = role_facts(pj, out.size());
     out.push_back(rank_panel(std::move(g), std::move(plan), f, budget, library));
   }
   return out;
