@@ -88,6 +88,45 @@ void check_slots(const Op& op, const OpArity& a, const std::string& where) {
   }
 }
 
+// Fails unless every tensor of `ts` has a known shape and dtype; the message is `before`, the tensor's name quoted,
+// then `after`.
+void require_typed(const Graph& g, const std::vector<TensorId>& ts, ErrorKind kind, const std::string& before,
+                   const std::string& after) {
+  for (TensorId t : ts)
+    if (t != kNoTensor && (!g.tensors[t].shape_known() || g.tensors[t].dtype == DType::undefined))
+      fail(kind, before + "'" + g.tensors[t].name + "' " + after);
+}
+
+// A computed output against what the file declared for it (`d`): the same dtype where declared, the same rank and
+// dims where declared.
+bool agrees_with_declared(const Tensor& d, const Tensor& x) {
+  bool agrees = d.dtype == DType::undefined || d.dtype == x.dtype;
+  if (d.rank_known) {
+    agrees = agrees && d.dims.size() == x.dims.size();
+    for (std::size_t j = 0; agrees && j < d.dims.size(); ++j) agrees = !d.dims[j].known() || d.dims[j].value == x.dims[j].value;
+  }
+  return agrees;
+}
+
+// The outputs the schema computed against those declared (`declared`, per output); an output it does not compute
+// keeps its declared shape, which it must have.
+void check_declared_outputs(Graph& g, const Op& op, const std::vector<Tensor>& declared, const std::string& where) {
+  for (std::size_t k = 0; k < op.outputs.size(); ++k) {
+    const TensorId t = op.outputs[k];
+    if (t == kNoTensor) continue;
+    const Tensor& x = g.tensors[t];
+    const Tensor& d = declared[k];
+    if (!x.shape_known() || x.dtype == DType::undefined) {
+      if (!d.shape_known() || d.dtype == DType::undefined)
+        fail(ErrorKind::shape, where + ": output '" + x.name + "' has no declared shape");
+      continue;  // an optional output the schema does not compute keeps its declared shape
+    }
+    if (!agrees_with_declared(d, x))
+      schema_error(where, "output '" + x.name + "' is declared " + typed_shape(d) + ", but the op computes " + typed_shape(x) +
+                              " from its inputs");
+  }
+}
+
 // memplan's own ops are trusted by no stage as declared: the op must be one memplan knows, its operand slots those of
 // its schema, and where the registry has a schema rule, its outputs are computed from the inputs (attributes, ranks and
 // dtypes checked) and must agree with any shape or dtype the file declared; an output declared without a shape takes
@@ -98,13 +137,9 @@ void check_memplan_op(Graph& g, OpId o, const Values& values) {
   const OpInfo* info = op_registry().find(op);
   if (!info) fail(ErrorKind::unsupported, where + ": memplan has no op of this type");
   if (info->arity.known) check_slots(op, info->arity, where);
-  for (TensorId t : op.inputs)
-    if (t != kNoTensor && (!g.tensors[t].shape_known() || g.tensors[t].dtype == DType::undefined))
-      fail(ErrorKind::shape, where + ": input '" + g.tensors[t].name + "' has no known shape");
+  require_typed(g, op.inputs, ErrorKind::shape, where + ": input ", "has no known shape");
   if (!info->schema) {
-    for (TensorId t : op.outputs)
-      if (t != kNoTensor && (!g.tensors[t].shape_known() || g.tensors[t].dtype == DType::undefined))
-        fail(ErrorKind::shape, where + ": output '" + g.tensors[t].name + "' has no declared shape");
+    require_typed(g, op.outputs, ErrorKind::shape, where + ": output ", "has no declared shape");
     return;
   }
   std::vector<Tensor> declared;
@@ -117,24 +152,50 @@ void check_memplan_op(Graph& g, OpId o, const Values& values) {
     const std::string m = e.what();
     fail(ErrorKind::invalid_graph, m.rfind("op '", 0) == 0 ? m : where + ": " + m);
   }
+  check_declared_outputs(g, op, declared, where);
+}
+
+// The op's outputs inferred by its rule (declared dims of intermediates are only hints: always inferred), each with a
+// shape and dtype. Returns the most elements of an output, and in `evaluable` whether every output's dtype folds.
+std::uint64_t infer_outputs(Graph& g, const Op& op, const OpRule& rule, OpContext& c, const std::string& where, bool& evaluable) {
+  for (TensorId t : op.inputs)
+    if (t != kNoTensor && !g.tensors[t].shape_known())
+      fail(ErrorKind::shape, where + ": input '" + g.tensors[t].name + "' has no known shape");
+  for (TensorId t : op.outputs)
+    if (t != kNoTensor) {
+      g.tensors[t].rank_known = false;
+      g.tensors[t].dims.clear();
+      g.tensors[t].dtype = DType::undefined;
+    }
+  rule.shape(c);
+  std::uint64_t largest = 0;
+  evaluable = true;
+  for (TensorId t : op.outputs) {
+    if (t == kNoTensor) continue;
+    const Tensor& x = g.tensors[t];
+    if (!x.shape_known() || x.dtype == DType::undefined)
+      fail(ErrorKind::shape, where + ": the shape of output '" + x.name + "' cannot be derived");
+    if (dtype_bits(x.dtype) > 0) (void)x.bytes();
+    largest = std::max(largest, x.element_count());
+    evaluable = evaluable && foldable(x.dtype);
+  }
+  return largest;
+}
+
+// The op's output values by its rule's evaluator, where every input value it needs is known; false where one is not.
+bool evaluate_outputs(const Graph& g, const Op& op, const OpRule& rule, OpContext& c, Values& values, const std::string& where) {
+  if (rule.eval_needs_data)
+    for (TensorId t : op.inputs)
+      if (t != kNoTensor && (!values[t] || !foldable(g.tensors[t].dtype))) return false;
+  std::vector<TensorData> out = rule.eval(c);
   for (std::size_t k = 0; k < op.outputs.size(); ++k) {
     const TensorId t = op.outputs[k];
     if (t == kNoTensor) continue;
-    Tensor& x = g.tensors[t];
-    const Tensor& d = declared[k];
-    if (!x.shape_known() || x.dtype == DType::undefined) {
-      if (!d.shape_known() || d.dtype == DType::undefined) fail(ErrorKind::shape, where + ": output '" + x.name + "' has no declared shape");
-      continue;  // an optional output the schema does not compute keeps its declared shape
-    }
-    bool agrees = d.dtype == DType::undefined || d.dtype == x.dtype;
-    if (d.rank_known) {
-      agrees = agrees && d.dims.size() == x.dims.size();
-      for (std::size_t j = 0; agrees && j < d.dims.size(); ++j) agrees = !d.dims[j].known() || d.dims[j].value == x.dims[j].value;
-    }
-    if (!agrees)
-      schema_error(where, "output '" + x.name + "' is declared " + typed_shape(d) + ", but the op computes " + typed_shape(x) +
-                              " from its inputs");
+    if (k >= out.size() || out[k].dims != g.tensors[t].shape() || out[k].dtype != g.tensors[t].dtype)
+      fail(ErrorKind::shape, where + ": evaluated value of '" + g.tensors[t].name + "' disagrees with its shape");
+    values[t] = std::make_shared<const TensorData>(std::move(out[k]));
   }
+  return true;
 }
 
 // Runs one op's rule; returns true when its outputs were evaluated and may be folded.
@@ -148,50 +209,18 @@ bool visit(Graph& g, OpId o, Values& values, const ShapeOptions& opts) {
   }
   if (!is_default_domain(op)) {
     // Ops of other domains carry their output shapes; nothing to infer from.
-    for (TensorId t : op.outputs)
-      if (t != kNoTensor && (!g.tensors[t].shape_known() || g.tensors[t].dtype == DType::undefined))
-        fail(ErrorKind::unsupported, where + " of domain '" + op.domain + "' has no shape rule and output '" +
-                                         g.tensors[t].name + "' has no declared shape");
+    require_typed(g, op.outputs, ErrorKind::unsupported, where + " of domain '" + op.domain + "' has no shape rule and output ",
+                  "has no declared shape");
     return false;
   }
   const OpInfo* info = op_registry().find(op);
   if (!info || !info->shape) fail(ErrorKind::unsupported, where + ": unknown op type");
-  for (TensorId t : op.inputs)
-    if (t != kNoTensor && !g.tensors[t].shape_known())
-      fail(ErrorKind::shape, where + ": input '" + g.tensors[t].name + "' has no known shape");
-  // Declared dims of intermediates are only hints: always infer.
-  for (TensorId t : op.outputs)
-    if (t != kNoTensor) {
-      g.tensors[t].rank_known = false;
-      g.tensors[t].dims.clear();
-      g.tensors[t].dtype = DType::undefined;
-    }
-  OpContext c(g, o, values);
-  info->shape->shape(c);
-  std::uint64_t largest = 0;
-  bool evaluable = true;
-  for (TensorId t : op.outputs) {
-    if (t == kNoTensor) continue;
-    const Tensor& x = g.tensors[t];
-    if (!x.shape_known() || x.dtype == DType::undefined)
-      fail(ErrorKind::shape, where + ": the shape of output '" + x.name + "' cannot be derived");
-    if (dtype_bits(x.dtype) > 0) (void)x.bytes();
-    largest = std::max(largest, x.element_count());
-    evaluable = evaluable && foldable(x.dtype);
-  }
   const OpRule& rule = *info->shape;
+  OpContext c(g, o, values);
+  bool evaluable = true;
+  const std::uint64_t largest = infer_outputs(g, op, rule, c, where, evaluable);
   if (!rule.eval || !evaluable || largest > std::max(opts.fold_max_elements, kTrackElements)) return false;
-  if (rule.eval_needs_data)
-    for (TensorId t : op.inputs)
-      if (t != kNoTensor && (!values[t] || !foldable(g.tensors[t].dtype))) return false;
-  std::vector<TensorData> out = rule.eval(c);
-  for (std::size_t k = 0; k < op.outputs.size(); ++k) {
-    const TensorId t = op.outputs[k];
-    if (t == kNoTensor) continue;
-    if (k >= out.size() || out[k].dims != g.tensors[t].shape() || out[k].dtype != g.tensors[t].dtype)
-      fail(ErrorKind::shape, where + ": evaluated value of '" + g.tensors[t].name + "' disagrees with its shape");
-    values[t] = std::make_shared<const TensorData>(std::move(out[k]));
-  }
+  if (!evaluate_outputs(g, op, rule, c, values, where)) return false;
   return largest <= opts.fold_max_elements;
 }
 
