@@ -126,13 +126,15 @@ void layer_norm(GradContext& c) {
         {{"axis", attr_i(static_cast<std::int64_t>(axis))}});
 }
 
-// Y = scale[c] * (X - mean) * invstd + B[c] per sample n and channel c: one InstanceNormGrad from X and the saved
-// statistics (outputs 1 and 2, training_forward.cpp). With xhat = (X - mean) * invstd and g = dY * scale[c]:
-// dX = invstd * (g - mean(g) - xhat * mean(g * xhat)) over the spatial axes, dScale[c] = sum of dY * xhat,
-// dB[c] = sum of dY over n and the spatial axes.
-void instance_norm(GradContext& c) {
-  if (c.shape(c.in(0)).size() < 2) c.unsupported("an input of rank below 2 has no channel axis");
-  multi(c, "InstanceNormGrad", {c.dy(), c.in(0), c.in(1), c.out(1), c.out(2)}, {0, 1, 2});
+// Y = scale[c] * (X - mean) * invstd + B[c] with mean and invstd per sample n and group of channels (InstanceNormalization:
+// one channel a group): one GroupNormGrad from X and the saved statistics (outputs 1 and 2, training_forward.cpp).
+// With xhat = (X - mean) * invstd and g = dY * scale[c]: dX = invstd * (g - mean(g) - xhat * mean(g * xhat)) over
+// the group's elements, dScale[c] = sum of dY * xhat, dB[c] = sum of dY over n and the spatial axes.
+void group_norm(GradContext& c) {
+  const Shape x = c.shape(c.in(0));
+  if (x.size() < 2) c.unsupported("an input of rank below 2 has no channel axis");
+  const std::int64_t groups = c.fwd().type == "GroupNormalization" ? c.fwd().attr_int("num_groups", 0) : x[1];
+  multi(c, "GroupNormGrad", {c.dy(), c.in(0), c.in(1), c.out(1), c.out(2)}, {0, 1, 2}, {{"num_groups", attr_i(groups)}});
 }
 
 // memplan RMSNormalization (analysis/fused_ops.hpp): one RMSNormGrad from X, scale and the saved InvStdDev.
@@ -224,7 +226,8 @@ void add_nn_grads(GradTable& t) {
   t[std::string(memplan_ops::kMatMulT)] = {matmul_t, 3u, 1u};
   t["BatchNormTraining"] = {batch_norm, 7u, 1u};
   t["LayerNormalization"] = {layer_norm, 7u, 1u};
-  t["InstanceNormalization"] = {instance_norm, 7u, 1u};
+  t["InstanceNormalization"] = {group_norm, 7u, 1u};
+  t["GroupNormalization"] = {group_norm, 7u, 1u};
   t[std::string(memplan_ops::kRMSNormalization)] = {rms_norm, 3u, 1u};
   t["Softmax"] = {softmax, 1u, 1u};
   t["LogSoftmax"] = {softmax, 1u, 1u};

@@ -75,12 +75,12 @@ void set_autocast(std::vector<OpSpec>& t) {
   // upsample_*) and fp32_set_opt_dtype (softmax, log_softmax, sum, prod, cumsum, cumprod, vector/matrix norms);
   // RMSNormalization: F.rms_norm upcasts and multiplies by the float32 weight.
   static constexpr std::string_view fp32[] = {
-      "Exp", "Log", "Reciprocal", "Pow", "Acos", "Asin", "Cosh", "Sinh", "Tan", "Softplus", "LayerNormalization",
+      "Exp", "Log", "Reciprocal", "Pow", "Acos", "Asin", "Cosh", "Sinh", "Tan", "Softplus", "LayerNormalization", "GroupNormalization",
       "Softmax", "LogSoftmax", "ReduceSum", "ReduceProd", "ReduceSumSquare",
       "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "CumSum", "Resize", "Upsample",
       "SoftmaxCrossEntropyLoss", memplan_ops::kRMSNormalization};
-  // (group_norm, norm and nll_loss join the list with the ops they export to, GroupNormalization, LpNormalization and
-  // NegativeLogLikelihoodLoss, when the table has them.)
+  // (norm and nll_loss join the list with the ops they export to, LpNormalization and NegativeLogLikelihoodLoss, when
+  // the table has them.)
   static constexpr std::string_view keep[] = {"Cast", "CastLike"};
   auto set = [&t](std::span<const std::string_view> types, AutocastPolicy p) {
     for (std::string_view type : types) {
@@ -207,6 +207,9 @@ std::vector<OpSpec> build() {
       params(onnx("InstanceNormalization", K::normalization, e1,
                   "per-sample, per-channel normalization, scaled and shifted; in training also the mean and inverse std per sample and channel"),
              6u),
+      params(onnx("GroupNormalization", K::normalization, &per_element<8>,
+                  "per-sample normalization over groups of `num_groups` channels, scaled and shifted per channel (per group before opset 21); in training also the mean and inverse std per sample and group"),
+             6u),
       onnx("LRN", K::normalization, e1, "local response normalization across channels"),
       onnx("MeanVarianceNormalization", K::normalization, e1, "(x - mean) / std over `axes`"),
 
@@ -301,8 +304,8 @@ std::vector<OpSpec> build() {
              6u, 24u),
       mine("BatchNormGrad", K::normalization, &per_element<12>, "dX, dScale, dBias of BatchNormTraining from its saved statistics"),
       mine("LayerNormGrad", K::normalization, &per_element<12>, "dX, dScale, dBias of LayerNormalization from its saved mean and inverse std"),
-      slots(mine("InstanceNormGrad", K::normalization, &per_element<12>,
-                 "dX, dScale, dB of InstanceNormalization from X and its saved mean and inverse std per sample and channel"),
+      slots(mine("GroupNormGrad", K::normalization, &per_element<12>,
+                 "dX, dScale, dB of GroupNormalization (`num_groups`) and InstanceNormalization (num_groups = C) from X and the saved mean and inverse std per sample and group"),
             5, 31u, 3, 0u),
       mine("SoftmaxGrad", K::normalization, &per_element<4>, "dX = y * (dY - sum(dY * y)) along `axis`"),
       mine("LogSoftmaxGrad", K::normalization, &per_element<4>, "dX = dY - exp(y) * sum(dY) along `axis`"),

@@ -268,6 +268,23 @@ void instance_norm_op(OpContext& c) {
   for (std::size_t k = 1; k < c.num_outputs(); ++k) c.set_output(k, DType::f32, stats);
 }
 
+// GroupNormalization: X [N, C, spatial...] in num_groups groups of channels; scale and bias [C] (opset 21) or
+// [num_groups] (opset 18); Y like X. In a training graph it also outputs the float32 mean and inverse std per sample
+// and group, [N, num_groups], as PyTorch's native_group_norm saves them (autodiff::prepare_forward adds them).
+void group_norm_op(OpContext& c) {
+  const Shape x = c.in_shape(0);
+  if (x.size() < 2) c.fail_shape("needs an input of rank >= 2, got " + shape_str(x));
+  const std::int64_t groups = c.op().attr_int("num_groups", 0);
+  if (groups <= 0 || x[1] % groups != 0)
+    c.fail_shape("num_groups " + std::to_string(groups) + " does not divide the " + std::to_string(x[1]) + " channels");
+  for (std::size_t i = 1; i < 3; ++i)
+    if (c.in_shape(i) != Shape{x[1]} && c.in_shape(i) != Shape{groups})
+      c.fail_shape("input '" + c.input(i).name + "' has shape " + shape_str(c.in_shape(i)) + ", expected [" +
+                   std::to_string(x[1]) + "] or [" + std::to_string(groups) + "]");
+  c.set_output(0, c.in_dtype(0), x);
+  for (std::size_t k = 1; k < c.num_outputs(); ++k) c.set_output(k, DType::f32, {x[0], groups});
+}
+
 bool present(const OpContext& c, std::size_t i) { return c.has_input(i) && c.input(i).element_count() > 0; }
 
 void resize_op(OpContext& c) {
@@ -344,6 +361,7 @@ void add_nn_rules(RuleTable& t) {
   t["Attention"].shape = &attention_op;
   t["BatchNormalization"].shape = &batch_norm_op;
   t["InstanceNormalization"].shape = &instance_norm_op;
+  t["GroupNormalization"].shape = &group_norm_op;
   t["Resize"].shape = &resize_op;
   t["Upsample"].shape = &resize_op;
 }

@@ -68,8 +68,8 @@ bool weight_of_its_own(Graph& g, const Op& op) {
 // A normalization's statistics that its backward reads, as outputs (true when `op` is one): BatchNormalization
 // becomes memplan BatchNormTraining (an inference-form one, from an eval-mode export, which the CLI warns about, trains
 // as PyTorch would train the module: batch statistics, running statistics updated); LayerNormalization gets its
-// Mean/InvStdDev, InstanceNormalization its float32 mean and inverse std per sample and channel (as PyTorch's instance
-// and group norms save them).
+// Mean/InvStdDev, InstanceNormalization and GroupNormalization their float32 mean and inverse std per sample and
+// channel, or group (as PyTorch's instance and group norms save them).
 bool save_norm_statistics(Graph& g, Op& op) {
   if (is_op(op, "BatchNormalization")) {
     const Tensor& x = g.tensors[op.inputs.at(0)];
@@ -94,8 +94,9 @@ bool save_norm_statistics(Graph& g, Op& op) {
     ensure_output(g, op, 2, "/invstd", stash, s);
     return true;
   }
-  if (is_op(op, "InstanceNormalization")) {
+  if (is_op(op, "InstanceNormalization") || is_op(op, "GroupNormalization")) {
     auto s = g.tensors[op.inputs.at(0)].shape();
+    if (op.type == "GroupNormalization") s = {s.at(0), op.attr_int("num_groups", 0)};
     for (std::size_t k = 2; k < s.size(); ++k) s[k] = 1;
     ensure_output(g, op, 1, "/mean", DType::f32, s);
     ensure_output(g, op, 2, "/invstd", DType::f32, s);
@@ -168,8 +169,8 @@ std::string unique_name(const Graph& g, const std::string& base) {
 // BatchNormalization in training mode becomes memplan BatchNormTraining with saved mean and invstd;
 // LayerNormalization, MaxPool and training Dropout get their optional Mean/InvStdDev, Indices, mask (a
 // Dropout of constant ratio 0 whose mask nothing reads becomes an Identity instead);
-// InstanceNormalization its float32 mean and inverse std per sample and channel (outputs 1 and 2, as PyTorch's
-// instance and group norms save them); memplan RMSNormalization its InvStdDev;
+// InstanceNormalization and GroupNormalization their float32 mean and inverse std per sample and channel or group
+// (outputs 1 and 2, as PyTorch's instance and group norms save them); memplan RMSNormalization its InvStdDev;
 // memplan FusedAttention gets its per-row logsumexp (float32 [B, Hq, Sq]), which its backward reads.
 void prepare_forward(Graph& g) {
   std::vector<bool> drop(g.ops.size(), false);

@@ -1,10 +1,12 @@
-// memplan RMSNormalization and RMSNormGrad, InstanceNormalization and InstanceNormGrad on the CUDA backend: shapes
-// read here, kernels in kernels_norms.cu and kernels_instance_norm.cu.
+// memplan RMSNormalization and RMSNormGrad, InstanceNormalization, GroupNormalization and GroupNormGrad on the CUDA
+// backend: shapes read here, kernels in kernels_norms.cu and kernels_group_norm.cu.
+#include <algorithm>
 #include <string>
 
 #include "analysis/ops.hpp"
 #include "runtime_allocator/cuda/cuda_state.hpp"
 #include "runtime_allocator/cuda/kernels_norms.hpp"
+#include "runtime_allocator/kernels/norm_groups.hpp"
 
 namespace memplan::runtime::cuda {
 
@@ -30,15 +32,6 @@ RowGeometry row_geometry(ExecState& s, const Op& op, TensorId x, TensorId scale)
   return r;
 }
 
-// x [N, C, spatial...] as N x C x plane.
-void instance_geometry(ExecState& s, const Op& op, TensorId x, std::int64_t& n, std::int64_t& c, std::int64_t& plane) {
-  const auto d = s.dims(x);
-  if (d.size() < 2) fail(ErrorKind::unsupported, "op '" + op.name + "': an input of rank 2 or more expected");
-  n = d[0];
-  c = d[1];
-  plane = dims_product(d, 2);
-}
-
 const float* f32_operand(ExecState& s, const Op& op, std::size_t i) {
   const TensorId t = op.input(i);
   if (t == kNoTensor || s.tensor(t).dtype != analysis::DType::f32)
@@ -54,9 +47,16 @@ float* f32_result(ExecState& s, const Op& op, std::size_t i) {
   return s.f32(t);
 }
 
-void run_instance_norm(ExecState& s, const Op& op) {
-  InstanceNormArgs a;
-  instance_geometry(s, op, op.inputs.at(0), a.samples, a.channels, a.plane);
+// The rows of x (input `x_slot`) for its scale (input `scale_slot`): runtime_allocator/kernels/norm_groups.hpp.
+GroupNormShape group_shape(ExecState& s, const Op& op, std::size_t x_slot, std::size_t scale_slot) {
+  const NormGroups g = norm_groups(op, s.dims(op.inputs.at(x_slot)),
+                                   static_cast<std::int64_t>(s.tensor(op.inputs.at(scale_slot)).element_count()));
+  return {g.samples, g.channels, g.groups, g.plane, g.scale_per_group};
+}
+
+void run_group_norm(ExecState& s, const Op& op) {
+  GroupNormArgs a;
+  a.shape = group_shape(s, op, 0, 1);
   a.storage = float_storage(op, s.tensor(op.inputs[0]).dtype);
   a.x = s.ptr[op.inputs[0]];
   a.scale = f32_operand(s, op, 1);
@@ -65,12 +65,12 @@ void run_instance_norm(ExecState& s, const Op& op) {
   a.mean = f32_result(s, op, 1);
   a.invstd = f32_result(s, op, 2);
   a.epsilon = static_cast<float>(op.attr_float("epsilon", 1e-5));
-  instance_norm(a, s.ctx.stream());
+  group_norm(a, s.ctx.stream());
 }
 
-void run_instance_norm_grad(ExecState& s, const Op& op) {
-  InstanceNormGradArgs a;
-  instance_geometry(s, op, op.inputs.at(1), a.samples, a.channels, a.plane);
+void run_group_norm_grad(ExecState& s, const Op& op) {
+  GroupNormGradArgs a;
+  a.shape = group_shape(s, op, 1, 2);
   a.storage = float_storage(op, s.tensor(op.inputs[1]).dtype);
   a.dy = s.ptr[op.inputs.at(0)];
   a.x = s.ptr[op.inputs[1]];
@@ -80,16 +80,17 @@ void run_instance_norm_grad(ExecState& s, const Op& op) {
   a.dx = op.output(0) == kNoTensor ? nullptr : s.ptr[op.outputs[0]];
   a.dscale = f32_result(s, op, 1);
   a.dbias = f32_result(s, op, 2);
-  auto* sums = static_cast<float*>(s.ctx.scratch(static_cast<std::size_t>(2 * a.samples * a.channels) * sizeof(float)));
-  instance_norm_grad(a, sums, s.ctx.stream());
+  const auto n = static_cast<std::size_t>(2 * a.shape.samples * a.shape.channels);
+  group_norm_grad(a, static_cast<float*>(s.ctx.scratch(std::max<std::size_t>(n, 1) * sizeof(float))), s.ctx.stream());
 }
 
 }  // namespace
 
 bool run_norm_op(ExecState& s, const Op& op) {
-  if ((op.domain.empty() || op.domain == "ai.onnx") && op.type == "InstanceNormalization") return run_instance_norm(s, op), true;
+  const bool onnx = op.domain.empty() || op.domain == "ai.onnx";
+  if (onnx && (op.type == "InstanceNormalization" || op.type == "GroupNormalization")) return run_group_norm(s, op), true;
   if (op.domain != analysis::kMemplanDomain) return false;
-  if (op.type == "InstanceNormGrad") return run_instance_norm_grad(s, op), true;
+  if (op.type == "GroupNormGrad") return run_group_norm_grad(s, op), true;
   if (op.type == analysis::memplan_ops::kRMSNormalization) {
     const auto r = row_geometry(s, op, op.inputs[0], op.input(1));
     rms_norm(s.f32(op.inputs[0]), optional_f32(s, op.input(1)), s.f32(op.outputs[0]), optional_f32(s, op.output(1)), r.rows, r.n,

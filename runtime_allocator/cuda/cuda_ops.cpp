@@ -280,7 +280,7 @@ std::string batch_norm_training_reason(const analysis::Graph& g, const Op& op) {
   return mixed_dtype_reason(g, op, {}, {0}, {1, 2, 3, 4}, {1, 2, 3, 4});
 }
 std::string batch_norm_grad_reason(const analysis::Graph& g, const Op& op) { return mixed_dtype_reason(g, op, {1}, {0}, {2, 3, 4}, {1, 2}); }
-// bf16/f16 data beside float32 scale, bias and statistics (InstanceNormalization, InstanceNormGrad: cuda_norms.cpp).
+// bf16/f16 data beside float32 scale, bias and statistics (InstanceNormalization, GroupNormalization: cuda_norms.cpp).
 std::string instance_norm_reason(const analysis::Graph& g, const Op& op) { return mixed_dtype_reason(g, op, {}, {0}, {1, 2}, {1, 2}); }
 std::string pool_reason(const analysis::Graph& g, const Op& op) { return mixed_dtype_reason(g, op, {}, {0}); }
 // ReduceMean/Max/Min run on autocast's promote list (ReduceSum on its fp32 one): the output in the data's dtype.
@@ -423,7 +423,8 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"memplan::RMSNormalization", {by_family<run_norm_op>, true, false, kFloat}},
       {"memplan::RMSNormGrad", {by_family<run_norm_op>, false, false, kFloat}},
       {"InstanceNormalization", {by_family<run_norm_op>, true, false, kFloatOrHalf, instance_norm_reason}},
-      {"memplan::InstanceNormGrad", {by_family<run_norm_op>, true, false, kFloatOrHalf, batch_norm_grad_reason}},
+      {"GroupNormalization", {by_family<run_norm_op>, true, false, kFloatOrHalf, instance_norm_reason}},
+      {"memplan::GroupNormGrad", {by_family<run_norm_op>, true, false, kFloatOrHalf, batch_norm_grad_reason}},
       {"memplan::MaxPoolGrad", {training, false, false, kFloatOrHalf, max_pool_grad_reason}},
       {"memplan::ConvGradInput", {training, false, true, kProduct, same_float_dtype_reason}},
       {"memplan::ConvGradWeight", {training, false, true, kProduct, same_float_dtype_reason}},

@@ -131,8 +131,8 @@ bool run_layer_training_op(ExecState& s, const analysis::Op& op);
 // The window of a pool (or its gradient) from the pool's input x to its output y, as the CPU kernels compute it
 // (cpu::window: pads, auto_pad, ceil_mode output sizes, dilations, 1-D as 2-D; cuda_training_layers.cpp).
 AvgPoolGeometry pool_window(const ExecState& s, const analysis::Op& op, analysis::TensorId x, analysis::TensorId y);
-// memplan RMSNormalization and RMSNormGrad, InstanceNormalization and InstanceNormGrad (cuda_norms.cpp); false for
-// the others.
+// memplan RMSNormalization and RMSNormGrad, InstanceNormalization, GroupNormalization and GroupNormGrad
+// (cuda_norms.cpp); false for the others.
 bool run_norm_op(ExecState& s, const analysis::Op& op);
 // memplan CrossEntropyLoss, CrossEntropyLossGrad, SumLoss and SumLossGrad (cuda_loss.cpp); false for the others.
 bool run_loss_op(ExecState& s, const analysis::Op& op);

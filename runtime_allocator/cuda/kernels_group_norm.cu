@@ -1,5 +1,5 @@
-// Hand-written CUDA kernels of InstanceNormalization and InstanceNormGrad (see kernels_norms.hpp): one block per
-// sample and channel; float32, bf16 or f16 data with float32 arithmetic, parameters and statistics.
+// Hand-written CUDA kernels of InstanceNormalization, GroupNormalization and GroupNormGrad (see kernels_norms.hpp):
+// float32, bf16 or f16 data with float32 arithmetic, parameters and statistics; rows of norm_groups.hpp.
 #include "runtime_allocator/cuda/block_reduce.cuh"
 #include "runtime_allocator/cuda/cuda_context.hpp"
 #include "runtime_allocator/cuda/half_io.cuh"
@@ -9,100 +9,131 @@ namespace memplan::runtime::cuda {
 
 namespace {
 
-// The mean first, then the variance of the deviations (two reads of the row, as the CPU kernel).
+// Flat channel index n * C + c -> its scale and bias index.
+__device__ __forceinline__ std::int64_t param_of(const GroupNormShape& s, std::int64_t nc) {
+  const std::int64_t c = nc % s.channels;
+  return s.scale_per_group ? c / (s.channels / s.groups) : c;
+}
+
+// One block per row (sample, group): the mean first, then the variance of the deviations (two reads of the row, as the
+// CPU kernel).
 template <typename T>
-__global__ void instance_norm_kernel(const T* x, const float* scale, const float* bias, T* y, float* mean_out,
-                                     float* invstd_out, std::int64_t channels, std::int64_t plane, float eps) {
-  const std::int64_t r = blockIdx.x;
-  const T* xr = x + r * plane;
-  float s = 0.0f;
-  for (std::int64_t j = threadIdx.x; j < plane; j += blockDim.x) s += widen(xr[j]);
-  const float mean = block_reduce<false>(s) / static_cast<float>(plane);
+__global__ void group_norm_kernel(GroupNormShape s, const T* x, const float* scale, const float* bias, T* y, float* mean_out,
+                                  float* invstd_out, float eps) {
+  const std::int64_t r = blockIdx.x, len = s.channels / s.groups * s.plane;
+  const T* xr = x + r * len;
+  float sum = 0.0f;
+  for (std::int64_t j = threadIdx.x; j < len; j += blockDim.x) sum += widen(xr[j]);
+  const float mean = block_reduce<false>(sum) / static_cast<float>(len);
   float v = 0.0f;
-  for (std::int64_t j = threadIdx.x; j < plane; j += blockDim.x) {
+  for (std::int64_t j = threadIdx.x; j < len; j += blockDim.x) {
     const float d = widen(xr[j]) - mean;
     v += d * d;
   }
-  const float inv = rsqrtf(block_reduce<false>(v) / static_cast<float>(plane) + eps);
+  const float inv = rsqrtf(block_reduce<false>(v) / static_cast<float>(len) + eps);
   if (threadIdx.x == 0 && mean_out) mean_out[r] = mean;
   if (threadIdx.x == 0 && invstd_out) invstd_out[r] = inv;
-  const float g = scale[r % channels] * inv, b = bias[r % channels];
   // The reductions' barriers: every read of the row precedes the writes (y may alias x).
-  for (std::int64_t j = threadIdx.x; j < plane; j += blockDim.x) y[r * plane + j] = narrow<T>((widen(xr[j]) - mean) * g + b);
+  for (std::int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+    const std::int64_t p = param_of(s, r * len / s.plane + j / s.plane);
+    y[r * len + j] = narrow<T>((widen(xr[j]) - mean) * inv * scale[p] + bias[p]);
+  }
 }
 
-// Per row: the sums of dy and dy * xhat to `sums` (2 floats a row), then dx (when asked).
+// One block per (sample, channel): the sums of dy and dy * xhat over the plane into sums[2 nc], sums[2 nc + 1].
 template <typename T>
-__global__ void instance_norm_grad_kernel(const T* dy, const T* x, const float* scale, const float* mean,
-                                          const float* invstd, T* dx, float* sums, std::int64_t channels,
-                                          std::int64_t plane) {
-  const std::int64_t r = blockIdx.x;
-  const T* xr = x + r * plane;
-  const T* gr = dy + r * plane;
+__global__ void channel_sums_kernel(GroupNormShape s, const T* dy, const T* x, const float* mean, const float* invstd,
+                                    float* sums) {
+  const std::int64_t nc = blockIdx.x, r = nc / (s.channels / s.groups);
   const float m = mean[r], iv = invstd[r];
   float sg = 0.0f, sgx = 0.0f;
-  for (std::int64_t j = threadIdx.x; j < plane; j += blockDim.x) {
-    const float g = widen(gr[j]);
+  for (std::int64_t j = threadIdx.x; j < s.plane; j += blockDim.x) {
+    const float g = widen(dy[nc * s.plane + j]);
     sg += g;
-    sgx += g * (widen(xr[j]) - m) * iv;
+    sgx += g * (widen(x[nc * s.plane + j]) - m) * iv;
   }
   sg = block_reduce<false>(sg);
   sgx = block_reduce<false>(sgx);
   if (threadIdx.x == 0) {
-    sums[2 * r] = sg;
-    sums[2 * r + 1] = sgx;
+    sums[2 * nc] = sg;
+    sums[2 * nc + 1] = sgx;
   }
-  if (!dx) return;
-  const float n = static_cast<float>(plane), w = scale[r % channels] * iv, mg = sg / n, mgx = sgx / n;
-  for (std::int64_t j = threadIdx.x; j < plane; j += blockDim.x)
-    dx[r * plane + j] = narrow<T>(w * (widen(gr[j]) - mg - (widen(xr[j]) - m) * iv * mgx));
 }
 
-// dScale[c] and dB[c]: the rows' sums of channel c added in sample order (deterministic, no atomics).
-__global__ void instance_norm_param_kernel(const float* sums, float* dscale, float* dbias, std::int64_t samples,
-                                           std::int64_t channels) {
-  const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (c >= channels) return;
+// dScale and dB: per parameter, the channel sums added in sample order (deterministic, no atomics).
+__global__ void param_grad_kernel(GroupNormShape s, const float* sums, float* dscale, float* dbias) {
+  const std::int64_t p = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  const std::int64_t k = s.channels / s.groups, params = s.scale_per_group ? s.groups : s.channels;
+  if (p >= params) return;
+  const std::int64_t c0 = s.scale_per_group ? p * k : p, c1 = s.scale_per_group ? c0 + k : c0 + 1;
   float sg = 0.0f, sgx = 0.0f;
-  for (std::int64_t n = 0; n < samples; ++n) {
-    sg += sums[2 * (n * channels + c)];
-    sgx += sums[2 * (n * channels + c) + 1];
+  for (std::int64_t n = 0; n < s.samples; ++n)
+    for (std::int64_t c = c0; c < c1; ++c) {
+      sg += sums[2 * (n * s.channels + c)];
+      sgx += sums[2 * (n * s.channels + c) + 1];
+    }
+  if (dscale) dscale[p] = sgx;
+  if (dbias) dbias[p] = sg;
+}
+
+// One block per row: mean(g) and mean(g * xhat) from the channel sums (g = dy * scale[c]), then dx.
+template <typename T>
+__global__ void group_norm_dx_kernel(GroupNormShape s, const T* dy, const T* x, const float* scale, const float* mean,
+                                     const float* invstd, const float* sums, T* dx) {
+  const std::int64_t r = blockIdx.x, k = s.channels / s.groups, len = k * s.plane;
+  float mg = 0.0f, mgx = 0.0f;
+  for (std::int64_t c = threadIdx.x; c < k; c += blockDim.x) {
+    const std::int64_t nc = r * k + c;
+    const float w = scale[param_of(s, nc)];
+    mg += w * sums[2 * nc];
+    mgx += w * sums[2 * nc + 1];
   }
-  if (dscale) dscale[c] = sgx;
-  if (dbias) dbias[c] = sg;
+  mg = block_reduce<false>(mg) / static_cast<float>(len);
+  mgx = block_reduce<false>(mgx) / static_cast<float>(len);
+  const float m = mean[r], iv = invstd[r];
+  for (std::int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+    const std::int64_t e = r * len + j;
+    const float w = scale[param_of(s, e / s.plane)];
+    dx[e] = narrow<T>(iv * (w * widen(dy[e]) - mg - (widen(x[e]) - m) * iv * mgx));
+  }
 }
 
 }  // namespace
 
-void instance_norm(const InstanceNormArgs& a, cudaStream_t stream) {
-  const std::int64_t rows = a.samples * a.channels;
-  if (rows == 0 || a.plane == 0) return;
+void group_norm(const GroupNormArgs& a, cudaStream_t stream) {
+  const GroupNormShape& s = a.shape;
+  const std::int64_t rows = s.samples * s.groups, len = s.channels / s.groups * s.plane;
+  if (rows == 0 || len == 0) return;
   by_float_storage(a.storage, [&](auto tag) {
     using T = decltype(tag);
-    instance_norm_kernel<T><<<static_cast<unsigned>(rows), block_for_row(a.plane), 0, stream>>>(
-        static_cast<const T*>(a.x), a.scale, a.bias, static_cast<T*>(a.y), a.mean, a.invstd, a.channels, a.plane, a.epsilon);
+    group_norm_kernel<T><<<static_cast<unsigned>(rows), block_for_row(len), 0, stream>>>(
+        s, static_cast<const T*>(a.x), a.scale, a.bias, static_cast<T*>(a.y), a.mean, a.invstd, a.epsilon);
   });
-  check_launch("instance_norm");
+  check_launch("group_norm");
 }
 
-void instance_norm_grad(const InstanceNormGradArgs& a, float* sums, cudaStream_t stream) {
-  const std::int64_t rows = a.samples * a.channels;
-  if (rows == 0) return;
-  if (a.plane == 0) {  // no elements: every gradient is zero
-    if (a.dscale) check(cudaMemsetAsync(a.dscale, 0, static_cast<std::size_t>(a.channels) * sizeof(float), stream), "InstanceNormGrad zero");
-    if (a.dbias) check(cudaMemsetAsync(a.dbias, 0, static_cast<std::size_t>(a.channels) * sizeof(float), stream), "InstanceNormGrad zero");
+void group_norm_grad(const GroupNormGradArgs& a, float* sums, cudaStream_t stream) {
+  const GroupNormShape& s = a.shape;
+  const std::int64_t channels = s.samples * s.channels, rows = s.samples * s.groups;
+  const std::int64_t params = s.scale_per_group ? s.groups : s.channels;
+  if (channels == 0) {
+    if (a.dscale) check(cudaMemsetAsync(a.dscale, 0, static_cast<std::size_t>(params) * sizeof(float), stream), "GroupNormGrad zero");
+    if (a.dbias) check(cudaMemsetAsync(a.dbias, 0, static_cast<std::size_t>(params) * sizeof(float), stream), "GroupNormGrad zero");
     return;
   }
   by_float_storage(a.storage, [&](auto tag) {
     using T = decltype(tag);
-    instance_norm_grad_kernel<T><<<static_cast<unsigned>(rows), block_for_row(a.plane), 0, stream>>>(
-        static_cast<const T*>(a.dy), static_cast<const T*>(a.x), a.scale, a.mean, a.invstd, static_cast<T*>(a.dx), sums,
-        a.channels, a.plane);
+    channel_sums_kernel<T><<<static_cast<unsigned>(channels), block_for_row(s.plane), 0, stream>>>(
+        s, static_cast<const T*>(a.dy), static_cast<const T*>(a.x), a.mean, a.invstd, sums);
+    check_launch("group_norm_grad (sums)");
+    if (a.dx)
+      group_norm_dx_kernel<T><<<static_cast<unsigned>(rows), block_for_row(s.channels / s.groups * s.plane), 0, stream>>>(
+          s, static_cast<const T*>(a.dy), static_cast<const T*>(a.x), a.scale, a.mean, a.invstd, sums, static_cast<T*>(a.dx));
   });
-  check_launch("instance_norm_grad");
+  check_launch("group_norm_grad");
   if (!a.dscale && !a.dbias) return;
-  instance_norm_param_kernel<<<grid_for(a.channels), kThreads, 0, stream>>>(sums, a.dscale, a.dbias, a.samples, a.channels);
-  check_launch("instance_norm_grad (parameters)");
+  param_grad_kernel<<<grid_for(params), kThreads, 0, stream>>>(s, sums, a.dscale, a.dbias);
+  check_launch("group_norm_grad (parameters)");
 }
 
 }  // namespace memplan::runtime::cuda

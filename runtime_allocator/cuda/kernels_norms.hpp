@@ -1,6 +1,6 @@
 // CUDA kernels of memplan's RMSNormalization and RMSNormGrad over rows [rows, n] (fp32; semantics in
 // analysis/fused_ops.hpp, as the CPU kernels in runtime_allocator/kernels/kernels_norms.cpp), and of
-// InstanceNormalization and InstanceNormGrad (kernels_instance_norm.cu; as kernels/kernels_onnx_legacy.cpp).
+// InstanceNormalization, GroupNormalization and GroupNormGrad (kernels_group_norm.cu; as kernels/kernels_group_norm.cpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,29 +21,35 @@ void rms_norm(const float* x, const float* scale, float* y, float* rstd, std::in
 void rms_norm_grad(const float* dy, const float* x, const float* scale, const float* rstd, float* dx, float* dscale,
                    std::int64_t rows, std::int64_t n, cudaStream_t stream);
 
-// InstanceNormalization of x [samples, channels, plane] in `storage` (y likewise; y may alias x): float32 scale and
-// bias per channel, the float32 mean and inverse std per sample and channel written where not null.
-struct InstanceNormArgs {
+// InstanceNormalization and GroupNormalization of x [samples, channels, plane] in rows of one sample and group of
+// channels/groups consecutive channels (runtime_allocator/kernels/norm_groups.hpp; instance norm: groups = channels).
+struct GroupNormShape {
+  std::int64_t samples = 0, channels = 0, groups = 0, plane = 0;
+  bool scale_per_group = false;  // scale and bias [groups] (GroupNormalization-18), else [channels]
+};
+
+// y (may alias x) in `storage`, float32 scale and bias; the float32 mean and inverse std per row written where not null.
+struct GroupNormArgs {
+  GroupNormShape shape;
   const void* x = nullptr;
   const float *scale = nullptr, *bias = nullptr;
   void* y = nullptr;
   float *mean = nullptr, *invstd = nullptr;
-  std::int64_t samples = 0, channels = 0, plane = 0;
   float epsilon = 1e-5f;
   FloatStorage storage = FloatStorage::f32;
 };
-void instance_norm(const InstanceNormArgs& a, cudaStream_t stream);
+void group_norm(const GroupNormArgs& a, cudaStream_t stream);
 
-// InstanceNormGrad: dx (may be null; may alias dy) from dy, x, scale and the saved statistics; dscale and dbias
-// (either may be null) the per-channel sums of dy * xhat and dy. `sums`: device scratch of 2 * samples * channels floats.
-struct InstanceNormGradArgs {
+// GroupNormGrad: dx (may be null; may alias dy) from dy, x, scale and the saved statistics; dscale and dbias (either may
+// be null) the sums of dy * xhat and dy per parameter. `sums`: device scratch of 2 * samples * channels floats.
+struct GroupNormGradArgs {
+  GroupNormShape shape;
   const void *dy = nullptr, *x = nullptr;
   const float *scale = nullptr, *mean = nullptr, *invstd = nullptr;
   void* dx = nullptr;
   float *dscale = nullptr, *dbias = nullptr;
-  std::int64_t samples = 0, channels = 0, plane = 0;
   FloatStorage storage = FloatStorage::f32;
 };
-void instance_norm_grad(const InstanceNormGradArgs& a, float* sums, cudaStream_t stream);
+void group_norm_grad(const GroupNormGradArgs& a, float* sums, cudaStream_t stream);
 
 }  // namespace memplan::runtime::cuda

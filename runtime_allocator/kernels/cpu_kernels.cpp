@@ -61,6 +61,7 @@ KernelTable build_table() {
   add_activation_kernels(t);
   add_random_kernels(t);
   add_onnx_legacy_kernels(t);
+  add_group_norm_kernels(t);
   return t;
 }
 

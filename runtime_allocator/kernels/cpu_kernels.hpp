@@ -75,7 +75,8 @@ void add_activation_kernels(KernelTable& t);  // ops evaluated through their fus
 void add_random_kernels(KernelTable& t);  // RandomNormal(Like), RandomUniform, Bernoulli (kernels_random.cpp)
 // Evaluates analysis::build_activation's expression of `op` over float32 inputs (numpy broadcasting).
 void run_activation_expression(const Op& op, const Refs& in, const Refs& out);
-void add_onnx_legacy_kernels(KernelTable& t);  // LRN, InstanceNormalization
+void add_onnx_legacy_kernels(KernelTable& t);  // Sum, Mean, LRN
+void add_group_norm_kernels(KernelTable& t);   // InstanceNormalization, GroupNormalization, GroupNormGrad
 
 // bf16 and f16 (kernels_low_precision.cpp): an op with a bf16/f16 input or output runs its f32 kernel on f32
 // copies of those inputs and outputs; each output is then rounded to nearest even into its own dtype. So a

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Training through ops of PyTorch's ONNX exports that had no backward: InstanceNormalization (GroupNorm as the
-TorchScript exporter writes it: Reshape, InstanceNormalization with a ones scale, Reshape, Mul, Add), Pad in every mode
+TorchScript exporter writes it: Reshape, InstanceNormalization with a ones scale, Reshape, Mul, Add), GroupNormalization
+(opsets 18 and 21), Pad in every mode
 with crops (negative pads), Resize in cubic mode, Transpose with perm entries counted from the end. The forward pass that `memplan run`
 computes equals ONNX Runtime's, and the first weight gradients of `memplan train --loss none` equal central finite
 differences of the loss that ONNX Runtime computes; in bf16 (the op's forward itself in bf16, between Casts, and under
@@ -69,6 +70,20 @@ def instance_norm_body(low):
     return nodes
 
 
+def group_norm_weights(params):
+    return {"w": (RNG.randn(C, 3, 1, 1) * 0.5).astype(np.float32), "gscale": RNG.randn(params).astype(np.float32),
+            "gbias": RNG.randn(params).astype(np.float32)}
+
+
+def group_norm_body(low):
+    """h -> GroupNormalization (2 groups of 2 channels) -> out; `low`: X in bf16 between Casts."""
+    if not low:
+        return [helper.make_node("GroupNormalization", ["h", "gscale", "gbias"], ["out"], num_groups=2, epsilon=1e-5)]
+    return [cast("h", "h16", TensorProto.BFLOAT16),
+            helper.make_node("GroupNormalization", ["h16", "gscale", "gbias"], ["n16"], num_groups=2, epsilon=1e-5),
+            cast("n16", "out", TensorProto.FLOAT)]
+
+
 def pad_weights():
     return {"w": (RNG.randn(C, 3, 1, 1) * 0.5).astype(np.float32)}
 
@@ -90,7 +105,7 @@ def pad_body(mode, pads, low):
     return nodes
 
 
-def loss_model(weights, body, with_input):
+def loss_model(weights, body, with_input, opset=18):
     """loss = sum(out * R) over a 1x1 Conv of x: x a graph input (`memplan run` and ORT) or a constant (`train
     --loss none` needs no input, and ORT computes the same loss for finite differences)."""
     nodes = [] if with_input else [const("x", X)]
@@ -100,23 +115,23 @@ def loss_model(weights, body, with_input):
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(X.shape))] if with_input else []
     outputs = [helper.make_tensor_value_info("out" if with_input else "loss", TensorProto.FLOAT, None)]
     g = helper.make_graph(nodes, "g", inputs, outputs, inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=10 if opset >= 21 else 8)
 
 
 def ort_run(model, feeds):
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
 
 
-def forward_case(d, name, weights, body, ort_body=None):
+def forward_case(d, name, weights, body, ort_body=None, opset=18):
     """`ort_body`: the same computation spelled as ONNX Runtime accepts it, when `body` is not."""
-    model = loss_model(weights, body, True)
+    model = loss_model(weights, body, True, opset)
     path, xin, yout = (os.path.join(d, f"{name}_fwd.{e}") for e in ("onnx", "x.npy", "y.npy"))
     onnx.save(model, path)
     np.save(xin, X)
     r = subprocess.run([A.memplan, "run", path, "--input", xin, "--output", yout], capture_output=True, text=True, timeout=120)
     if not check(r.returncode == 0, f"{name}: run exit {r.returncode} {r.stderr.strip()[-300:]}"):
         return
-    got, want = np.load(yout), ort_run(loss_model(weights, ort_body or body, True), {"x": X})
+    got, want = np.load(yout), ort_run(loss_model(weights, ort_body or body, True, opset), {"x": X})
     diff = float(np.max(np.abs(got - want)))
     check(got.shape == want.shape and diff <= 1e-4, f"{name}: forward differs from onnxruntime's by {diff:.3g}")
     print(f"{name}: forward within {diff:.2g} of onnxruntime's")
@@ -144,7 +159,7 @@ def by_shape(grads, weights, trained):
     return out
 
 
-def finite_differences(trained, weights, body, step=1e-2):
+def finite_differences(trained, weights, body, opset, step=1e-2):
     fd = {}
     for k, v in trained.items():
         g = np.zeros(v.shape)
@@ -153,7 +168,8 @@ def finite_differences(trained, weights, body, step=1e-2):
             lo[k], hi[k] = v.copy(), v.copy()
             lo[k][i] -= step
             hi[k][i] += step
-            g[i] = (float(ort_run(loss_model(hi, body, False), {})) - float(ort_run(loss_model(lo, body, False), {}))) / (2 * step)
+            g[i] = (float(ort_run(loss_model(hi, body, False, opset), {})) -
+                    float(ort_run(loss_model(lo, body, False, opset), {}))) / (2 * step)
         fd[k] = g
     return fd
 
@@ -162,20 +178,20 @@ def relative(a, b):
     return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-12))
 
 
-def gradient_case(d, name, weights, trained, body, low_body, ort_body=None, fd_tol=2e-3, low_tol=0.05):
-    ref = train_grads(d, name, loss_model(weights, body, False))
+def gradient_case(d, name, weights, trained, body, low_body, ort_body=None, opset=18, fd_tol=2e-3, low_tol=0.05):
+    ref = train_grads(d, name, loss_model(weights, body, False, opset))
     if ref is None:
         return
     ref = by_shape(ref, weights, trained)
-    fd = finite_differences({k: weights[k] for k in trained}, weights, ort_body or body)
+    fd = finite_differences({k: weights[k] for k in trained}, weights, ort_body or body, opset)
     worst = {"fd": 0.0, "bf16 op": 0.0, "autocast": 0.0}
     for k in ref:
         err = relative(ref[k], fd[k])
         worst["fd"] = max(worst["fd"], err)
         check(err <= fd_tol, f"{name}: d{k} differs from finite differences by {err:.3g} of its largest (tolerance {fd_tol})")
     # bf16: the op's own forward and backward in bf16 (Casts around it), and the whole step under bf16 autocast.
-    for label, model, precision in (("bf16 op", loss_model(weights, low_body, False), "fp32"),
-                                    ("autocast", loss_model(weights, body, False), "bf16")):
+    for label, model, precision in (("bf16 op", loss_model(weights, low_body, False, opset), "fp32"),
+                                    ("autocast", loss_model(weights, body, False, opset), "bf16")):
         got = train_grads(d, f"{name}_{label.replace(' ', '_')}", model, precision)
         if got is None:
             continue
@@ -265,6 +281,12 @@ with tempfile.TemporaryDirectory() as d:
     nw = norm_weights()
     forward_case(d, "instance_norm", nw, instance_norm_body(False))
     gradient_case(d, "instance_norm", nw, ["w", "scale", "bias"], instance_norm_body(False), instance_norm_body(True))
+    # GroupNormalization: scale and bias per channel (opset 21) and per group (opset 18).
+    for opset, params in ((21, C), (18, G)):
+        gw = group_norm_weights(params)
+        forward_case(d, f"group_norm_{opset}", gw, group_norm_body(False), opset=opset)
+        gradient_case(d, f"group_norm_{opset}", gw, ["w", "gscale", "gbias"], group_norm_body(False), group_norm_body(True),
+                      opset=opset)
     for name, pads in PAD_CASES.items():
         mode = name.split("_")[0]
         pw = pad_weights()

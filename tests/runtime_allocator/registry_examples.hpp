@@ -312,9 +312,12 @@ inline const std::vector<Example>& examples() {
     v.push_back({"", "Bernoulli", {probs}, {{}}, A{{"seed", i(2)}}});
     v.push_back({"", "Bernoulli", {probs}, {{{}, DType::boolean}}, A{{"dtype", i(9)}}});
     // ONNX ops of the backend suites (runtime_allocator/kernels/kernels_onnx_legacy.cpp): LRN forward only;
-    // InstanceNormalization (PyTorch's GroupNorm export) trains through InstanceNormGrad.
+    // InstanceNormalization (PyTorch's GroupNorm export) and GroupNormalization (scale per channel as opset 21, per group
+    // as opset 18) train through GroupNormGrad.
     v.push_back({"", "LRN", {x({2, 5, 2, 2})}, {{}}, A{{"size", i(3)}, {"alpha", f(1e-3)}, {"beta", f(0.75)}, {"bias", f(1.0)}}});
-    v.push_back({"", "InstanceNormalization", {t({2, 3, 2, 2}), t({3}), t({3})}, {{}}, A{{"epsilon", f(1e-5)}}, {"memplan::InstanceNormGrad"}});
+    v.push_back({"", "InstanceNormalization", {t({2, 3, 2, 2}), t({3}), t({3})}, {{}}, A{{"epsilon", f(1e-5)}}, {"memplan::GroupNormGrad"}});
+    v.push_back({"", "GroupNormalization", {t({2, 6, 2, 3}), t({6}), t({6})}, {{}}, A{{"num_groups", i(3)}, {"epsilon", f(1e-5)}}});
+    v.push_back({"", "GroupNormalization", {t({2, 4, 5}), t({2}), t({2})}, {{}}, A{{"num_groups", i(2)}}});
     return v;
   }();
   return all;
