@@ -3,18 +3,24 @@
 one process, the training step (AdamW, cross-entropy, bf16 autocast) measured as
   (a) eager, no checkpointing; (b) eager, every block checkpointed (non-reentrant torch.utils.checkpoint);
   (c) torch.compile with torch._functorch.config.activation_memory_budget in --compile-budgets;
-  (d) memplan's plan applied in eager at the peaks (a)-(c) measured, and below them (offload allowed);
-  (e) memplan's plan under torch.compile (its checkpoint policy; offload left out) at the peaks (c) measured.
+  (d) memplan's plans applied in eager: one per step of plan_step's ladder (its verified peak as the budget), so
+      that every budget (a)-(c) measured has the plan of the largest budget at or below it;
+  (e) some of those plans under torch.compile (their checkpoint regions; offload left out).
 Each row: the step's peak (torch.cuda.max_memory_allocated over the measured steps), the median step time (CUDA
 events, after --warmup steps), the losses (and whether they equal eager's bit for bit), and for memplan the budget,
 the estimated peak and the plan's summary. JSON lines on stdout or --out.
 
     python bench/plan_step_bench.py --model all --out bench/results/plan_step_<gpu>_<date>.jsonl   # the GPU run
+    python bench/plan_step_bench.py --model gpt2 --make-plans DIR --gpu h200   # plans made without a GPU ...
+    python bench/plan_step_bench.py --model gpt2 --plans DIR --out ...       # ... applied on the GPU machine
     python bench/plan_step_bench.py --smoke                                       # CPU, tiny models, a minute
 """
 import argparse
 import copy
+import gc
+import glob
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -108,6 +114,7 @@ def measure(model, inputs, targets, loss_fn, a, device, autocast_dtype):
     opt = torch.optim.AdamW(params, lr=1e-4)
     cuda = device.startswith("cuda")
     losses, marks = [], []
+    phase_peaks, current = {}, [None]
 
     def lf(out, *y):
         loss = loss_fn(out, *y)
@@ -115,6 +122,11 @@ def measure(model, inputs, targets, loss_fn, a, device, autocast_dtype):
         return loss
 
     def on_phase(step, name):
+        if cuda and step >= a.warmup:  # the measured steps' peak per phase (host counters: no synchronisation)
+            if current[0] is not None:
+                phase_peaks[current[0]] = max(phase_peaks.get(current[0], 0), torch.cuda.max_memory_allocated())
+            torch.cuda.reset_peak_memory_stats()
+            current[0] = name
         if name == "inputs":
             if step == a.warmup and cuda:
                 torch.cuda.synchronize()
@@ -129,7 +141,7 @@ def measure(model, inputs, targets, loss_fn, a, device, autocast_dtype):
     if cuda:
         torch.cuda.synchronize()
     times = [_elapsed(s, e, cuda) for s, e in marks[a.warmup:]]
-    return {"peak_allocated_bytes": torch.cuda.max_memory_allocated() if cuda else None,
+    return {"peak_allocated_bytes": max(phase_peaks.values()) if cuda else None, "phase_peak_bytes": phase_peaks,
             "median_step_s": statistics.median(times), "losses": [float(x) for x in losses]}
 
 
@@ -153,6 +165,9 @@ def run_model(name, a):
     from memplan_torch.step_plan import Planner
 
     device = "cpu" if a.smoke else "cuda"
+    if a.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
     if not a.smoke:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
@@ -160,7 +175,7 @@ def run_model(name, a):
     cpu_model, inputs, targets, loss_fn = build(name, a)
     cpu_model.train()
     rows = []
-    base = {"model": name, "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+    base = {"model": name, "deterministic": a.deterministic, "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
             "torch": torch.__version__, "batch": inputs[0].shape[0],
             "seq": inputs[0].shape[1] if inputs[0].dim() == 2 else None, "autocast": a.autocast}
 
@@ -169,63 +184,138 @@ def run_model(name, a):
 
     def emit(config, extra, fn):
         row = dict(base, config=config, **extra)
+        if device == "cuda":  # what earlier configurations left (cycles through wrapped forwards, compile caches)
+            gc.collect()
+            torch.cuda.empty_cache()
+            row["leftover_bytes"] = torch.cuda.memory_allocated()
         try:
             row.update(fn())
         except Exception as e:  # a configuration that fails is a result too (compile, an unreachable budget)
             row["error"] = f"{type(e).__name__}: {str(e)[:500]}"
         if "losses" in row and rows and "losses" in rows[0]:
-            row["losses_equal_eager"] = row["losses"] == rows[0]["losses"]
+            ref = rows[0]["losses"]
+            row["losses_equal_eager"] = row["losses"] == ref
+            row["loss_max_rel_diff"] = max((abs(x - r) / max(abs(r), 1e-30) for x, r in zip(row["losses"], ref)),
+                                           default=None)
         rows.append(row)
         print(json.dumps(row), file=a.out_file, flush=True)
         if device == "cuda":
             torch.cuda.empty_cache()
         return row
 
+    run_plan = run_plan_factory(fresh, inputs, targets, loss_fn, a, device, ac)
+    want = set(a.configs)
     emit("eager", {}, lambda: measure(fresh(), inputs, targets, loss_fn, a, device, ac))
-    emit("per_layer_checkpoint", {}, lambda: measure(checkpoint_blocks(fresh()), inputs, targets, loss_fn, a,
-                                                      device, ac))
-    compiled_peaks = []
-    for b in a.compile_budgets:
+    if "checkpoint" in want:
+        emit("per_layer_checkpoint", {}, lambda: measure(checkpoint_blocks(fresh()), inputs, targets, loss_fn, a,
+                                                          device, ac))
+    plans = load_plans(a.plans, name) if a.plans else None
+    if "memplan" in want or "memplan_compile" in want:
+        if plans is None:
+            plans = make_plans(cpu_model, inputs, targets, loss_fn, ac, a, rows)
+        for plan in spread(plans, a.memplan_plans) if a.memplan_plans else plans:
+            if "memplan" in want:
+                emit("memplan_eager", plan_fields(plan), lambda plan=plan: run_plan(plan, False))
+        # under compile offload is left out: the plans that recompute and offload nothing
+        recompute_only = [p for p in plans if p.summary()["recomputed_op_calls"] and not p.summary()["offloaded_bytes"]]
+        for plan in spread(recompute_only, a.memplan_compile) if "memplan_compile" in want else ():
+            emit("memplan_compile", plan_fields(plan), lambda plan=plan: run_plan(plan, True))
+    for b in a.compile_budgets if "compile" in want else ():
         def run_compiled(b=b):
             torch._dynamo.reset()
             torch._functorch.config.activation_memory_budget = b
-            return measure(torch.compile(fresh(), backend=a.compile_backend), inputs, targets, loss_fn, a,
-                           device, ac)
-        r = emit("compile", {"activation_memory_budget": b}, run_compiled)
-        if r.get("peak_allocated_bytes"):
-            compiled_peaks.append(r["peak_allocated_bytes"])
-    torch._functorch.config.activation_memory_budget = 1.0
-    t0 = time.perf_counter()
-    planner = Planner(cpu_model, inputs, loss_fn=loss_fn, targets=targets,
-                      optimizer=lambda ps: torch.optim.AdamW(ps, lr=1e-4), autocast_dtype=ac, gpu=a.gpu)
-    capture_s = time.perf_counter() - t0
-    measured = [r["peak_allocated_bytes"] for r in rows if r.get("peak_allocated_bytes")]
-    if a.smoke or not measured:  # no GPU peaks to aim at: between the estimated unplanned peak and the floor
-        floor = planner.peak(len(planner.actions))
-        measured = [planner.baseline, (planner.baseline + floor) // 2, floor]
-    lowest = min(measured)
-    budgets = sorted(set(measured) | {int(lowest * f) for f in a.below}, reverse=True)
-    for budget in budgets:
-        def run_plan(budget=budget, compiled=False):
-            t = time.perf_counter()
-            plan = planner.plan(budget)
-            out = {"estimated_peak_bytes": plan.estimated_peak_bytes, "plan_summary": plan.summary(),
-                   "plan_s": time.perf_counter() - t, "capture_s": capture_s}
-            if compiled:
+            try:
+                return measure(torch.compile(fresh(), backend=a.compile_backend), inputs, targets, loss_fn, a,
+                               device, ac)
+            finally:
+                torch._functorch.config.activation_memory_budget = 1.0
                 torch._dynamo.reset()
+        emit("compile", {"activation_memory_budget": b}, run_compiled)
+    return rows
+
+
+def run_plan_factory(fresh, inputs, targets, loss_fn, a, device, ac):
+    import torch
+
+    def run_plan(plan, compiled):
+        out = {}
+        if compiled:
+            torch._dynamo.reset()
+            try:
                 model = torch.compile(plan.wrap(fresh(), compiled=True), backend=a.compile_backend)
                 out.update(measure(model, inputs, targets, loss_fn, a, device, ac))
-            else:
-                model = fresh()
-                with plan.apply(model):
-                    out.update(measure(model, inputs, targets, loss_fn, a, device, ac))
-            if out.get("peak_allocated_bytes") is not None:
-                out["within_budget"] = out["peak_allocated_bytes"] <= budget
-            return out
-        emit("memplan_eager", {"budget_bytes": budget}, run_plan)
-        if budget in compiled_peaks or (a.smoke and budget == budgets[0]):
-            emit("memplan_compile", {"budget_bytes": budget}, lambda budget=budget: run_plan(budget, True))
-    return rows
+            finally:
+                torch._dynamo.reset()
+        else:
+            model = fresh()
+            with plan.apply(model):
+                out.update(measure(model, inputs, targets, loss_fn, a, device, ac))
+        if out.get("peak_allocated_bytes") is not None:
+            out["within_budget"] = out["peak_allocated_bytes"] <= plan.budget_bytes
+        return out
+    return run_plan
+
+
+def plan_fields(plan):
+    p = plan.policy
+    return {"budget_bytes": plan.budget_bytes, "estimated_peak_bytes": plan.estimated_peak_bytes,
+            "steps_taken": p.get("steps_taken"), "plan_summary": plan.summary(), "planned_on": p.get("planned_on")}
+
+
+def spread(plans, k):
+    """k plans spread evenly over the list (largest budget first), the last (lowest) included."""
+    if k <= 0 or not plans:
+        return []
+    if k >= len(plans):
+        return list(plans)
+    return [plans[round(i * (len(plans) - 1) / (k - 1))] for i in range(k)] if k > 1 else [plans[-1]]
+
+
+def make_plans(cpu_model, inputs, targets, loss_fn, ac, a, rows=()):
+    """One plan per step of plan_step's ladder (its verified peak as the budget), largest budget first; the
+    measured peaks of earlier rows are budgets too (plan_step at exactly what they measured)."""
+    import platform
+
+    import torch
+
+    from memplan_torch.step_plan import BudgetUnreachable, Planner
+
+    t0 = time.perf_counter()
+    planner = Planner(cpu_model, inputs, loss_fn=loss_fn, targets=targets,
+                      optimizer=lambda ps: torch.optim.AdamW(ps, lr=1e-4), autocast_dtype=ac, gpu=a.gpu,
+                      max_estimates=64, compiled=a.for_compile)
+    # the budget whose margin leaves exactly step j's verified peak
+    budgets = {math.ceil(planner.peak(j) / (1 - planner.margin)) + 1 for j in range(len(planner.taken))}
+    budgets |= {r["peak_allocated_bytes"] for r in rows if r.get("peak_allocated_bytes")}
+    plans, seen = [], set()
+    for b in sorted(budgets, reverse=True):
+        try:
+            plan = planner.plan(b)
+        except BudgetUnreachable:
+            continue
+        key = plan.policy["steps_taken"]
+        if key in seen:
+            continue
+        seen.add(key)
+        plan.policy["planned_on"] = f"{platform.node() or 'host'} ({platform.processor() or platform.machine()})"
+        plan.policy["planning_s"] = round(time.perf_counter() - t0, 2)
+        plans.append(plan)
+    return plans
+
+
+def save_plans(plans, folder, name):
+    os.makedirs(folder, exist_ok=True)
+    for i, plan in enumerate(plans):
+        plan.save(os.path.join(folder, f"{name}.{i:03d}.json"))
+
+
+def load_plans(folder, name):
+    from memplan_torch.step_plan import load_plan
+
+    paths = sorted(glob.glob(os.path.join(folder, f"{name}.[0-9][0-9][0-9].json")))
+    if not paths:
+        raise SystemExit(f"no plans for {name} in {folder} (make them with --make-plans {folder})")
+    return sorted((load_plan(p) for p in paths), key=lambda p: -p.budget_bytes)
 
 
 def main():
@@ -237,8 +327,21 @@ def main():
     ap.add_argument("--autocast", default="bfloat16", choices=("bfloat16", "float16", "none"))
     ap.add_argument("--compile-budgets", default="1.0,0.8,0.6,0.4,0.2,0.1,0.0")
     ap.add_argument("--compile-backend", default="inductor")
-    ap.add_argument("--below", default="0.8,0.6,0.45", help="memplan budgets below the lowest measured peak, as "
-                    "fractions of it (offload allowed)")
+    ap.add_argument("--configs", default="checkpoint,compile,memplan,memplan_compile",
+                    help="which configurations run besides eager (default all): checkpoint, compile, memplan, "
+                    "memplan_compile")
+    ap.add_argument("--plans", default=None, help="read memplan's plans from this folder (MODEL.NNN.json, made by "
+                    "--make-plans) instead of planning here")
+    ap.add_argument("--make-plans", default=None, metavar="DIR", help="plan only: one plan per step of plan_step's "
+                    "ladder, written to DIR for --plans (a plan made on a laptop is applied on the GPU machine)")
+    ap.add_argument("--memplan-plans", type=int, default=0, help="run only this many of the plans in eager, "
+                    "spread over the budgets (default 0: all)")
+    ap.add_argument("--deterministic", action="store_true", help="torch.use_deterministic_algorithms(True) (and "
+                    "cuBLAS's fixed workspace): losses bit for bit where the recompute replays the same kernels")
+    ap.add_argument("--for-compile", action="store_true", help="with --make-plans: plans for torch.compile "
+                    "(plan_step(compiled=True): selective checkpointing, no offload)")
+    ap.add_argument("--memplan-compile", type=int, default=3, help="how many of the plans also run under "
+                    "torch.compile, spread over the budgets (default 3)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--gpu", default="h100", help="the GPU rules memplan plans with (h100, h200)")
@@ -247,7 +350,10 @@ def main():
     ap.add_argument("--out", default=None, help="append JSON lines here (default stdout)")
     a = ap.parse_args()
     a.compile_budgets = [float(x) for x in a.compile_budgets.split(",") if x]
-    a.below = [float(x) for x in a.below.split(",") if x]
+    a.configs = [x for x in a.configs.split(",") if x]
+    unknown = set(a.configs) - {"checkpoint", "compile", "memplan", "memplan_compile"}
+    if unknown:
+        ap.error(f"unknown --configs {', '.join(sorted(unknown))}")
     if a.smoke:
         a.warmup, a.steps = 1, 2
         a.compile_backend = "aot_eager_decomp_partition"
@@ -263,6 +369,18 @@ def main():
         for m in MODELS:
             rc |= subprocess.call([sys.executable, os.path.abspath(__file__), "--model", m] + rest)
         return rc
+    if a.make_plans:
+        import torch
+
+        cpu_model, inputs, targets, loss_fn = build(a.model, a)
+        cpu_model.train()
+        ac = getattr(torch, a.autocast) if a.autocast != "none" else None
+        plans = make_plans(cpu_model, inputs, targets, loss_fn, ac, a)
+        save_plans(plans, a.make_plans, a.model)
+        for p in plans:
+            print(f"{a.model}: budget {p.budget_bytes / 2**20:.0f} MiB, step {p.policy['steps_taken']}, "
+                  f"{p.summary()}")
+        return 0
     a.out_file = open(a.out, "a") if a.out else sys.stdout
     run_model(a.model, a)
     return 0

@@ -2,6 +2,7 @@
 torch.utils.checkpoint with a selective-checkpoint policy (MUST_SAVE / PREFER_RECOMPUTE per op call), and the
 tensors the plan offloads leave through saved-tensor hooks (OffloadHooks): copied to pinned host memory on a side
 stream as the forward saves them, copied back ahead of the backward op that needs them."""
+import functools
 import hashlib
 import weakref
 from collections import Counter
@@ -204,24 +205,30 @@ class _ScopeHooks:
         return self.cm.__exit__(*exc)
 
 
-def _sac_context(must_save):
+def _sac_contexts(must_save):
+    """SAC's context managers for one region invocation: MUST_SAVE for the (op overload, call index) pairs in
+    must_save, PREFER_RECOMPUTE for the rest."""
     from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
-    def context_fn():
-        counters = {False: Counter(), True: Counter()}
+    counters = {False: Counter(), True: Counter()}
 
-        def policy(ctx, func, *args, **kwargs):
-            name = str(func)
-            c = counters[ctx.is_recompute]
-            i = c[name]
-            c[name] = i + 1
-            return CheckpointPolicy.MUST_SAVE if (name, i) in must_save else CheckpointPolicy.PREFER_RECOMPUTE
+    def policy(ctx, func, *args, **kwargs):
+        name = str(func)
+        c = counters[ctx.is_recompute]
+        i = c[name]
+        c[name] = i + 1
+        return CheckpointPolicy.MUST_SAVE if (name, i) in must_save else CheckpointPolicy.PREFER_RECOMPUTE
 
-        # An in-place op's output is cached before autograd bumps its version, so SAC would take it for mutated;
-        # plan_policy never saves a call whose outputs a later call writes, so no cached tensor really changes.
-        return create_selective_checkpoint_contexts(policy, allow_cache_entry_mutation=True)
+    # An in-place op's output is cached before autograd bumps its version, so SAC would take it for mutated;
+    # plan_policy never saves a call whose outputs a later call writes, so no cached tensor really changes.
+    return create_selective_checkpoint_contexts(policy, allow_cache_entry_mutation=True)
 
-    return context_fn
+
+def _sac_context(must_save):
+    """checkpoint's context_fn: a functools.partial of a module-level function, made before torch.compile traces
+    the forward (dynamo accepts a context_fn that is a function or a partial it can guard on, not a closure made
+    inside the traced code)."""
+    return functools.partial(_sac_contexts, frozenset(must_save))
 
 
 class AppliedPlan:
@@ -235,6 +242,8 @@ class AppliedPlan:
         self.invocations = Counter()
         self.installed = []
         self.by_key = {r["key"]: {i["invocation"]: i for i in r["invocations"]} for r in policy["regions"]}
+        self.contexts = {(k, inv): _sac_context({(f, i) for f, i in d.get("must_save", ())})
+                         for k, invs in self.by_key.items() for inv, d in invs.items() if d["mode"] == "recompute"}
         glue = policy.get("outside_regions", {}).get("offload_packs", [])
         self.glue = set(glue) if self.offload else set()
         self.any_offload = self.offload and (bool(self.glue) or any(
@@ -324,7 +333,7 @@ class AppliedPlan:
             if mode == "offload" and self.offload:
                 packs = set(d.get("offload_packs", ()))
                 scope = _ScopeHooks(self.offloader, lambda i, t: i in packs)
-            elif mode == "recompute" and self.offload and d.get("offload_inputs"):
+            elif mode in ("recompute", "checkpoint") and self.offload and d.get("offload_inputs"):
                 # checkpoint saves its dummy tensor (pack 0), then the positional tensor inputs
                 ins = set(d["offload_inputs"])
                 scope = _ScopeHooks(self.offloader, lambda i, t: i in ins)
@@ -333,11 +342,12 @@ class AppliedPlan:
             else:
                 scope = nullcontext()
             with scope:
-                if mode != "recompute" or not torch.is_grad_enabled():
+                if mode not in ("recompute", "checkpoint") or not torch.is_grad_enabled():
                     return forward(*args, **kwargs)
-                must_save = {(f, i) for f, i in d["must_save"]}
                 run = forward if self.compiled else _recompute_aware(forward, mods, norms)
-                return checkpoint(run, *args, use_reentrant=False, context_fn=_sac_context(must_save), **kwargs)
+                if mode == "checkpoint":
+                    return checkpoint(run, *args, use_reentrant=False, **kwargs)
+                return checkpoint(run, *args, use_reentrant=False, context_fn=self.contexts[(key, inv)], **kwargs)
         return region_forward
 
 

@@ -230,41 +230,89 @@ def never_saved(cap, call):
             or any(cap.owner.get(s, call) != call for s, _ in c.makes))
 
 
-def ladder(cap, scopes, speed, allow_offload):
-    """The actions in the order plan_step takes them (independent of the budget, so a smaller budget takes a
-    longer prefix: the planned peak is monotonic in the budget)."""
-    rec = []
+# Host seconds a checkpointed region adds per op call it runs, beyond the recompute's GPU time: plain checkpointing
+# (its saved-tensor hooks) and selective checkpointing (SAC's Python dispatch mode in the forward and again in the
+# recompute). From the H100 run of bench/plan_step_bench.py (2026-11-28): SAC over every block made the step 38 ms
+# slower than per-block checkpointing on GPT-2 (12 blocks, ~45 calls each) and 53 ms on ResNet-50 (16 blocks): about
+# 80 us per call that the GPU did not hide.
+SAC_HOST_S_PER_CALL = 80e-6
+CHECKPOINT_HOST_S_PER_CALL = 10e-6
+
+
+def ladder(cap, scopes, speed, allow_offload, compiled=False):
+    return ladder_steps(cap, scopes, speed, allow_offload, compiled)[0]
+
+
+def ladder_steps(cap, scopes, speed, allow_offload, compiled=False):
+    """The actions in the order plan_step takes them, and the steps it takes them in: `ends[j]` is the number of
+    actions the first j+1 steps take. Independent of the budget, so a smaller budget takes a longer prefix (the
+    planned peak is monotonic in the budget). A step is one region invocation's group of recomputes: first its cheap
+    calls (pointwise, norms, casts, dropout: SAC saves the matmuls, convolutions and attention) where that costs less
+    per byte than recomputing the whole region, then the rest (the whole region recomputed: plain checkpointing);
+    steps are ordered by seconds (roofline recompute time plus the host's per-call cost of checkpointing) per byte
+    given back. Then, with allow_offload, one step per offload in forward order. `compiled`: the plan is for
+    torch.compile, which applies the policy when it traces: no host time per call, and no offload."""
+    sac_host, checkpoint_host = (0.0, 0.0) if compiled else (SAC_HOST_S_PER_CALL, CHECKPOINT_HOST_S_PER_CALL)
+    allow_offload = allow_offload and not compiled
+    calls_in = Counter(scopes.call_scope)
+    first = {}
+    for i, sc in enumerate(scopes.call_scope):
+        first.setdefault(sc, i)
+    steps = []
     for sc, owners in scopes.candidates.items():
+        light, heavy = [], []
         for call, storages in owners.items():
             c = cap.calls[call]
             nbytes = sum(cap.storage_bytes[s] for s in storages)
             cls = 0 if never_saved(cap, call) else (2 if c.packet in COMPUTE_INTENSIVE else 1)
-            rec.append((cls, c.seconds / max(nbytes, 1), call, Action("recompute", sc, call, nbytes, c.seconds)))
-    rec.sort(key=lambda t: t[:3])
-    actions = [a for *_, a in rec]
+            item = (cls, c.seconds / max(nbytes, 1), call, Action("recompute", sc, call, nbytes, c.seconds))
+            (heavy if cls == 2 else light).append(item)
+        groups = [sorted(light), sorted(heavy)]
+        cost = [sum(a.seconds for *_, a in g) for g in groups]
+        gain = [sum(a.nbytes for *_, a in g) for g in groups]
+        selective = cost[0] + sac_host * calls_in[sc]
+        whole = cost[0] + cost[1] + checkpoint_host * calls_in[sc]
+        if gain[0] and gain[1] and selective / gain[0] < whole / (gain[0] + gain[1]):
+            # recomputing the rest then drops SAC: the region's cost becomes `whole`
+            steps.append((selective / gain[0], first[sc], 0, sc, [a for *_, a in groups[0]]))
+            rest = max(max(whole - selective, 0.0) / gain[1], selective / gain[0])  # never before the first
+            steps.append((rest, first[sc], 1, sc, [a for *_, a in groups[1]]))
+        else:
+            steps.append((whole / max(gain[0] + gain[1], 1), first[sc], 0, sc, [a for *_, a in groups[0] + groups[1]]))
+    steps.sort(key=lambda t: t[:3])
+    order = [acts for *_, acts in steps]
     if allow_offload:
-        recomputed = {a.scope for a in actions}
-        first_call = {}
-        for c in cap.calls:
-            first_call.setdefault(scopes.call_scope[c.index], c.index)
-        off = []
-        for sc, packs in scopes.inputs.items():
-            nbytes = sum(packs.values())
-            if sc in recomputed and nbytes:
-                off.append((first_call[sc], Action("offload_inputs", sc, -1, nbytes,
-                                                   2 * nbytes / speed["host_bytes_per_s"])))
-        per_scope = defaultdict(dict)
-        for p, sc in zip(cap.packs, scopes.pack_scope):
-            if sc not in recomputed and p.storage not in cap.fixed and p.storage in cap.owner:
-                per_scope[sc][p.storage] = p.nbytes
-        for sc, st in per_scope.items():
-            nbytes = sum(st.values())
-            if nbytes:
-                off.append((first_call.get(sc, 0), Action("offload", sc, -1, nbytes,
-                                                          2 * nbytes / speed["host_bytes_per_s"])))
-        off.sort(key=lambda t: t[0])
-        actions += [a for _, a in off]
-    return actions
+        order += [[a] for a in _offload_actions(cap, scopes, speed, {t[3] for t in steps})]
+    actions, ends = [], []
+    for acts in order:
+        actions += acts
+        ends.append(len(actions))
+    return actions, ends
+
+
+def _offload_actions(cap, scopes, speed, recomputed):
+    """Offload the positional inputs of checkpointed regions and the saved tensors of every other scope (the forward
+    outside regions included), in forward order."""
+    first_call = {}
+    for c in cap.calls:
+        first_call.setdefault(scopes.call_scope[c.index], c.index)
+    off = []
+    for sc, packs in scopes.inputs.items():
+        nbytes = sum(packs.values())
+        if sc in recomputed and nbytes:
+            off.append((first_call[sc], Action("offload_inputs", sc, -1, nbytes,
+                                               2 * nbytes / speed["host_bytes_per_s"])))
+    per_scope = defaultdict(dict)
+    for p, sc in zip(cap.packs, scopes.pack_scope):
+        if sc not in recomputed and p.storage not in cap.fixed and p.storage in cap.owner:
+            per_scope[sc][p.storage] = p.nbytes
+    for sc, st in per_scope.items():
+        nbytes = sum(st.values())
+        if nbytes:
+            off.append((first_call.get(sc, 0), Action("offload", sc, -1, nbytes,
+                                                      2 * nbytes / speed["host_bytes_per_s"])))
+    off.sort(key=lambda t: t[0])
+    return [a for _, a in off]
 
 
 def decisions(cap, scopes, regions, actions, prefetch):
@@ -296,8 +344,11 @@ def decisions(cap, scopes, regions, actions, prefetch):
         for sc in sorted({sc for sc in scopes.call_scope if sc[0] == r.key}, key=lambda t: t[1]):
             inv = {"invocation": sc[1], "mode": "save", "ops": []}
             if sc in recompute:
-                inv["mode"] = "recompute"
-                keep = (set(scopes.candidates[sc]) - recompute[sc]) | scopes.escaping_saved.get(sc, set())
+                # every candidate recomputed: plain checkpointing (no policy, no dispatch mode); else SAC
+                whole = set(scopes.candidates[sc]) <= recompute[sc]
+                inv["mode"] = "checkpoint" if whole else "recompute"
+                keep = set() if whole else ((set(scopes.candidates[sc]) - recompute[sc])
+                                            | scopes.escaping_saved.get(sc, set()))
                 keep = {i for i in keep if not never_saved(cap, i)}
                 inv["must_save"] = sorted([cap.calls[i].func, func_index[i]] for i in keep)
                 inv["offload_inputs"] = sorted(scopes.inputs.get(sc, {})) if sc in offload_inputs else []

@@ -185,7 +185,7 @@ class TraceSimulator:
         if at is None:
             return extra
         cand = self.scopes.candidates.get(sc, {})
-        keep = (set(cand) - calls) | self.scopes.escaping_saved.get(sc, set())
+        keep = set() if set(cand) <= calls else (set(cand) - calls) | self.scopes.escaping_saved.get(sc, set())
         keep = {i for i in keep if not self._never_saved(i)}
         stop = max(calls)
         seq = inserts[at]
