@@ -85,6 +85,9 @@ void add_memplan_rules(RuleTable& t);
 // Softmax, LogSoftmax and Hardmax of opset < 13 whose axis is not the last, on a shaped graph, rewritten as
 // Flatten(axis) -> op(axis 1) -> Reshape (shape_legacy_softmax.cpp).
 void lower_legacy_normalizers(Graph& g);
+// GroupNorm as the TorchScript exporter writes it (Reshape, InstanceNormalization of ones and zeros, Reshape, Mul, Add
+// of the per-channel affine parameters), on a shaped graph, made one GroupNormalization (shape_group_norm.cpp).
+void raise_group_norms(Graph& g);
 
 // Plans shared by a shape rule and its evaluator, so that both read the op the same way.
 struct SlicePlan {

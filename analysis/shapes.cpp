@@ -363,6 +363,7 @@ Graph infer_shapes(const Graph& in, const ShapeOptions& opts) {
     if (std::find(notes.begin(), notes.end(), n) == notes.end()) notes.push_back(std::move(n));
   out.notes = std::move(notes);
   shape_detail::lower_legacy_normalizers(out);
+  shape_detail::raise_group_norms(out);
   for (const auto& t : out.tensors)
     if (!t.shape_known() || t.dtype == DType::undefined)
       fail(ErrorKind::shape, "tensor '" + t.name + "' has no inferred shape (no op produces it)");

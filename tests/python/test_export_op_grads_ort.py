@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Training through ops of PyTorch's ONNX exports that had no backward: InstanceNormalization (GroupNorm as the
-TorchScript exporter writes it: Reshape, InstanceNormalization with a ones scale, Reshape, Mul, Add), GroupNormalization
+TorchScript exporter writes it: Reshape, InstanceNormalization with a ones scale, Reshape, Mul, Add, which memplan reads
+as one GroupNormalization whose weight and bias train; other InstanceNormalizations as they are), GroupNormalization
 (opsets 18 and 21), Pad in every mode
 with crops (negative pads), Resize in cubic mode, Transpose with perm entries counted from the end. The forward pass that `memplan run`
 computes equals ONNX Runtime's, and the first weight gradients of `memplan train --loss none` equal central finite
@@ -8,6 +9,7 @@ differences of the loss that ONNX Runtime computes; in bf16 (the op's forward it
 --precision bf16 autocast) they equal float32's within 16-bit tolerance. NonZero (longformer's position ids): exact
 when its input is known at planning time, else planned at its upper bound with a warning naming it, and a run whose
 data has another count refused with a clear error. Exit 77 when the command, onnx, onnxruntime or numpy is missing."""
+import json
 import os
 import shutil
 import subprocess
@@ -82,6 +84,37 @@ def group_norm_body(low):
     return [cast("h", "h16", TensorProto.BFLOAT16),
             helper.make_node("GroupNormalization", ["h16", "gscale", "gbias"], ["n16"], num_groups=2, epsilon=1e-5),
             cast("n16", "out", TensorProto.FLOAT)]
+
+
+def exported_group_norm_weights():
+    return {"w": (RNG.randn(C, 3, 1, 1) * 0.5).astype(np.float32), "gw": RNG.randn(C).astype(np.float32),
+            "gb": RNG.randn(C).astype(np.float32)}
+
+
+def exported_group_norm_body():
+    """torch.onnx's group_norm symbolic, node for node: Reshape(h, [0, G, -1]) -> InstanceNormalization(ones, zeros) ->
+    Reshape(Shape(h)) -> Mul(Unsqueeze(weight)) -> Add(Unsqueeze(bias)); memplan reads it as one GroupNormalization.
+    (bf16 under autocast only: the pattern is float32 until autocast casts it.)"""
+    src = "h"
+    nodes = [const("gshape", np.array([0, G, -1], np.int64)), const("ones", np.ones(G, np.float32)),
+              const("zeros", np.zeros(G, np.float32)), const("axes", np.array([1, 2], np.int64)),
+              helper.make_node("Reshape", [src, "gshape"], ["hg"]),
+              helper.make_node("InstanceNormalization", ["hg", "ones", "zeros"], ["ng"], epsilon=1e-5),
+              helper.make_node("Shape", [src], ["hshape"]), helper.make_node("Reshape", ["ng", "hshape"], ["n4"]),
+              helper.make_node("Unsqueeze", ["gw", "axes"], ["gwu"]), helper.make_node("Unsqueeze", ["gb", "axes"], ["gbu"]),
+              helper.make_node("Mul", ["n4", "gwu"], ["gm"]), helper.make_node("Add", ["gm", "gbu"], ["out"])]
+    return nodes
+
+
+def planned_op_types(d, name, model):
+    path, saved = os.path.join(d, name + "_types.onnx"), os.path.join(d, name + "_plan.json")
+    onnx.save(model, path)
+    r = subprocess.run([A.memplan, "plan", path, "--train", "--loss", "none", "--save-plan", saved], capture_output=True,
+                       text=True, timeout=120)
+    if not check(r.returncode == 0, f"{name}: plan exit {r.returncode} {r.stderr.strip()[-300:]}"):
+        return set()
+    with open(saved) as f:
+        return {op["type"] for op in json.load(f)["graph"]["ops"]}
 
 
 def pad_weights():
@@ -190,8 +223,8 @@ def gradient_case(d, name, weights, trained, body, low_body, ort_body=None, opse
         worst["fd"] = max(worst["fd"], err)
         check(err <= fd_tol, f"{name}: d{k} differs from finite differences by {err:.3g} of its largest (tolerance {fd_tol})")
     # bf16: the op's own forward and backward in bf16 (Casts around it), and the whole step under bf16 autocast.
-    for label, model, precision in (("bf16 op", loss_model(weights, low_body, False, opset), "fp32"),
-                                    ("autocast", loss_model(weights, body, False, opset), "bf16")):
+    low = [("bf16 op", loss_model(weights, low_body, False, opset), "fp32")] if low_body else []
+    for label, model, precision in low + [("autocast", loss_model(weights, body, False, opset), "bf16")]:
         got = train_grads(d, f"{name}_{label.replace(' ', '_')}", model, precision)
         if got is None:
             continue
@@ -281,6 +314,13 @@ with tempfile.TemporaryDirectory() as d:
     nw = norm_weights()
     forward_case(d, "instance_norm", nw, instance_norm_body(False))
     gradient_case(d, "instance_norm", nw, ["w", "scale", "bias"], instance_norm_body(False), instance_norm_body(True))
+    # GroupNorm exported by torch.onnx (opset 17): one GroupNormalization in the step, its weight and bias trained.
+    ew = exported_group_norm_weights()
+    types = planned_op_types(d, "exported_group_norm", loss_model(ew, exported_group_norm_body(), False, 17))
+    check({"GroupNormalization", "GroupNormGrad"} <= types and "InstanceNormalization" not in types,
+          f"exported_group_norm: the step's ops {sorted(types)} hold no single GroupNormalization")
+    forward_case(d, "exported_group_norm", ew, exported_group_norm_body(), opset=17)
+    gradient_case(d, "exported_group_norm", ew, ["w", "gw", "gb"], exported_group_norm_body(), None, opset=17)
     # GroupNormalization: scale and bias per channel (opset 21) and per group (opset 18).
     for opset, params in ((21, C), (18, G)):
         gw = group_norm_weights(params)
