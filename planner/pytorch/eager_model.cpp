@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "analysis/ops.hpp"
+#include "planner/pytorch/cuda_reduce.hpp"
 
 namespace memplan::planner {
 
@@ -155,6 +156,57 @@ void extend_autocast_cache(const analysis::Graph& g, const Plan& plan, const std
   }
 }
 
+// The dims a reduction op reduces: where the output keeps a 1 (keepdims), else its axes (attribute or constant
+// input; none: all, unless noop_with_empty_axes). Empty when they cannot be told.
+std::vector<bool> reduced_dims(const analysis::Graph& g, const analysis::Op& op) {
+  const auto& x = g.tensors[op.inputs[0]];
+  const auto in = x.shape();
+  std::vector<bool> out(in.size(), false);
+  if (op.outputs.empty() || !g.tensors[op.outputs[0]].shape_known()) return {};
+  const auto y = g.tensors[op.outputs[0]].shape();
+  if (op.type == analysis::memplan_ops::kReduceSumTo) {  // broadcasting's reverse: y right-aligned with x
+    if (y.size() > in.size()) return {};
+    const std::size_t lead = in.size() - y.size();
+    for (std::size_t k = 0; k < in.size(); ++k) out[k] = k < lead || y[k - lead] != in[k];
+    return out;
+  }
+  if (y.size() == in.size()) {
+    for (std::size_t k = 0; k < in.size(); ++k) out[k] = y[k] != in[k];
+    return out;
+  }
+  std::vector<std::int64_t> axes = op.attr_ints("axes");
+  if (!op.attr("axes") && op.inputs.size() > 1 && op.inputs[1] != analysis::kNoTensor && g.tensors[op.inputs[1]].data)
+    axes = g.tensors[op.inputs[1]].data->as_int64();
+  if (axes.empty()) {
+    if (op.attr_int("noop_with_empty_axes", 0) != 0) return {};
+    return std::vector<bool>(in.size(), true);
+  }
+  const auto rank = static_cast<std::int64_t>(in.size());
+  for (auto a : axes) {
+    if (a < -rank || a >= rank) return {};
+    out[static_cast<std::size_t>(a < 0 ? a + rank : a)] = true;
+  }
+  return out;
+}
+
+// PyTorch's CUDA reductions (sum, mean, amax, amin; a bias gradient and autograd's sum over broadcast dims, memplan's
+// ReduceSumTo) take a
+// staging buffer inside the op when each output's work is split across thread blocks (cuda_reduce.hpp).
+void reduction_staging(const analysis::Graph& g, const Plan& plan, Steps& add, Steps& remove) {
+  for (std::uint32_t s = 0; s < plan.schedule.size(); ++s) {
+    const auto& op = g.ops[plan.schedule[s]];
+    const bool onnx_reduce = op.domain.empty() && (op.type == "ReduceSum" || op.type == "ReduceMean" ||
+                                                   op.type == "ReduceMax" || op.type == "ReduceMin");
+    if (op.inputs.empty() || !(onnx_reduce || op.type == analysis::memplan_ops::kReduceSumTo)) continue;
+    const auto& x = g.tensors[op.inputs[0]];
+    if (!x.shape_known() || x.on_host || !analysis::dtype_is_float(x.dtype)) continue;
+    const auto reduced = reduced_dims(g, op);
+    if (reduced.empty()) continue;
+    const std::uint64_t bytes = cuda_reduction_staging_bytes(x.shape(), reduced, analysis::dtype_bits(x.dtype) / 8);
+    if (bytes) hold(add, remove, s, s, align_up(bytes, plan.alignment));
+  }
+}
+
 }  // namespace
 
 std::uint64_t optimizer_step_temporaries(const analysis::Graph& g, const std::vector<analysis::OpId>& order,
@@ -208,6 +260,7 @@ EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan, const EagerOpti
     hold(add, remove, s, static_cast<std::uint32_t>(steps - 1), bytes);  // the loss's storage, held to the end
   }
   extend_autocast_cache(g, plan, step_of, add, remove);
+  reduction_staging(g, plan, add, remove);
   if (options.hold_outputs) held_outputs(g, plan, step_of, add, remove);
   // optimizer.step(): its temporaries live while it runs, at the first update's step (gradients still held).
   std::vector<analysis::OpId> updates;
