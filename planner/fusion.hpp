@@ -79,6 +79,9 @@ struct FuseOptions {
   // x * Sigmoid(x), x * HardSigmoid(x), x * Tanh(Softplus(x)) -> Swish, HardSwish, Mish: PyTorch's F.silu,
   // F.hardswish and F.mish as exported (fusion_activations.cpp); memplan's own plans fuse them as elementwise chains.
   bool activations = false;
+  // With `layouts` and `attention`: a FusedAttention reads Q, K and V packed in the one tensor a Linear made
+  // (fusion_packed_qkv.cpp).
+  bool packed_attention = true;
   // Nothing fused (`--no-fuse`).
   static FuseOptions none() {
     FuseOptions o{false, false, false, false, false};
@@ -86,9 +89,12 @@ struct FuseOptions {
     return o;
   }
   // What PyTorch eager runs as single kernels: its library ops (LayerNorm, F.gelu, SDPA when `sdpa`), no
-  // general elementwise fusion and no layout rewriting (used to predict PyTorch's peak).
+  // general elementwise fusion (used to predict PyTorch's peak). A Transpose swapping a matmul operand's last two
+  // axes is a view there (W.t() in F.linear, k.transpose(-2, -1)): layouts on; packed attention off (PyTorch's
+  // unbind is a view but its backward stacks the three gradients into a new tensor).
   static FuseOptions pytorch_eager(bool sdpa) {
-    FuseOptions o{sdpa, true, true, false, false};
+    FuseOptions o{sdpa, true, true, false, true};
+    o.packed_attention = false;
     o.composite = false;
     o.math_attention = true;
     o.activations = true;

@@ -32,7 +32,7 @@ FusionResult fuse_graph(const analysis::Graph& g, const FuseOptions& opts) {
   run(opts.activations, &fuse_gated_activations);
   run(opts.rolls, &fuse_rolls);
   run(opts.layouts, &fuse_layouts);
-  run(opts.layouts && opts.attention, &fuse_packed_attention);
+  run(opts.layouts && opts.attention && opts.packed_attention, &fuse_packed_attention);
   FusionOptions elementwise;
   elementwise.training = opts.training;
   run(opts.elementwise, [&](const analysis::Graph& x) { return fuse_elementwise(x, elementwise); });
