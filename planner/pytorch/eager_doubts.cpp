@@ -98,7 +98,7 @@ std::vector<EagerDoubt> pytorch_eager_doubts(const Graph& shaped_forward, bool s
   if (act > 0)
     out.push_back({"activation", act,
                    "SiLU, HardSwish or Mish written as x * f(x): counted as F.silu, F.hardswish or F.mish (one "
-                   "kernel saving x) in fp32, op by op under autocast; PyTorch runs whichever the model called, and "
+                   "kernel saving x); PyTorch runs whichever the model called, and "
                    "both export the same way"});
   return out;
 }

@@ -16,9 +16,8 @@ PytorchEagerRun run_pytorch_eager(const analysis::Graph& shaped_forward, const S
   // Under autocast SDPA reads 16-bit operands (flash takes grouped-query heads); pytorch_sdpa_backend sees the
   // graph's fp32 ones: only fp32 steps get the math backend written out.
   if (eager.sdpa && r.training.precision != analysis::Precision::fp32) r.fuse.math_attention = false;
-  // Swish, HardSwish and Mish take their backward from their expressions, which run in float32 only: under autocast
-  // the gated activations stay op by op (the eager_doubts' note says which way that errs).
-  if (r.training.precision != analysis::Precision::fp32) r.fuse.activations = false;
+  // Gated activations (x * Sigmoid(x) and its kin) are counted as F.silu / F.hardswish / F.mish under autocast too:
+  // their backward from the expression runs over 16-bit operands (computed in float32, stored in 16 bits).
   PytorchEagerRun run{build_training_step(shaped_forward, r), {}, {}};
   run.planned = plan_training(run.step.training, run.step.options);
   EagerOptions eo;
