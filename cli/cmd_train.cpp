@@ -321,7 +321,11 @@ int train_model(TrainArgs a) {
     for (double v : d.as_double()) sq += v * v;
     run.total += sq;
     run.norms.push_back({{"weight", r.graph.tensors[w].name}, {"norm", std::sqrt(sq)}});
-    if (save_grads) grad_npy.emplace_back(a.save_grads + "/grad_" + std::to_string(k) + ".npy", runtime::format_npy(d));
+    if (save_grads) {  // .npy has no bfloat16 or float8: 16- and 8-bit float gradients are written as float32 (exact)
+      const bool widen = analysis::dtype_is_float(d.dtype) && d.dtype != analysis::DType::f32 && d.dtype != analysis::DType::f64;
+      grad_npy.emplace_back(a.save_grads + "/grad_" + std::to_string(k) + ".npy",
+                            runtime::format_npy(widen ? analysis::TensorData::from_double(analysis::DType::f32, d.dims, d.as_double()) : d));
+    }
   }
   // Under ZeRO a rank's gradient is the mean over the ranks in its own chunks only: norms only where that is all.
   run.grads_whole = a.zero == 0 || rank.world == 1;
@@ -361,7 +365,7 @@ void add_train(CLI::App& app, std::function<int()>& action) {
                   "ZeRO stage over the data-parallel ranks of the --gpus run: 0 (default) all-reduces the gradients; 1 or 2 "
                   "reduce-scatters them, each rank updates its shard of the weights with its shard of the optimizer state, "
                   "then all-gathers the weights (3 is planned by `plan --zero 3`, not run)");
-  cmd->add_option("--save-grads", args->save_grads, "rank 0 writes the first step's weight gradients to DIR/grad_K.npy");
+  cmd->add_option("--save-grads", args->save_grads, "rank 0 writes the first step's weight gradients to DIR/grad_K.npy (16-bit floats as float32)");
   cmd->add_flag("--no-dropout", args->no_dropout, "every Dropout's ratio set to 0 (runs of any world size then compare exactly)");
   cmd->add_flag("--json", args->json, "print one JSON object");
   cmd->callback([args, &action] { action = [args] { return train_model(*args); }; });

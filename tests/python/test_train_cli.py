@@ -21,6 +21,22 @@ def train(memplan, model, *extra):
     return p.returncode, (json.loads(p.stdout) if p.returncode == 0 else p.stderr)
 
 
+def bf16_weight_model(path):
+    """y = float(bf16(x) @ w) with w a bfloat16 initializer [8, 3]."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    w = (np.arange(24, dtype=np.float32).reshape(8, 3) / 10 - 1).astype(np.float32)
+    bits = (w.view(np.uint32) >> 16).astype(np.uint16)  # exact in bfloat16: the top 16 bits
+    nodes = [helper.make_node("Cast", ["x"], ["xb"], to=TensorProto.BFLOAT16),
+             helper.make_node("MatMul", ["xb", "w"], ["yb"]),
+             helper.make_node("Cast", ["yb"], ["y"], to=TensorProto.FLOAT)]
+    g = helper.make_graph(nodes, "bf16_weight", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3])],
+                          [helper.make_tensor("w", TensorProto.BFLOAT16, [8, 3], bits.tobytes(), raw=True)])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--memplan", required=True)
@@ -77,6 +93,20 @@ def main():
             g0 = np.load(os.path.join(tmp, "grad_0.npy")).astype(np.float64)
             check(abs(float(np.sqrt((g0 ** 2).sum())) - out["gradient_norms"][0]["norm"]) <= 1e-9 * max(1.0, out["gradient_norms"][0]["norm"]),
                   "the saved gradient has the reported norm")
+
+    # A weight stored in bfloat16 trains too; .npy has no bfloat16, so its gradient is written as float32 (exactly).
+    with tempfile.TemporaryDirectory() as tmp:
+        model = os.path.join(tmp, "bf16_weight.onnx")
+        bf16_weight_model(model)
+        out_dir = os.path.join(tmp, "grads")
+        rc, out = train(a.memplan, model, "--steps", "1", "--save-grads", out_dir)
+        check(rc == 0, f"--save-grads of a bfloat16 weight: {out}")
+        if rc == 0:
+            g = np.load(os.path.join(out_dir, "grad_0.npy"))
+            check(g.dtype == np.float32 and g.shape == (8, 3), f"the bfloat16 gradient as float32 [8, 3]: {g.dtype} {g.shape}")
+            norm = out["gradient_norms"][0]["norm"]
+            check(abs(float(np.sqrt((g.astype(np.float64) ** 2).sum())) - norm) <= 1e-9 * max(1.0, norm),
+                  "the saved bfloat16 gradient has the reported norm")
 
     # Launch errors are usage errors (exit 2) with a message naming the option.
     for args, needle in [(["--gpus", "2"], "--nccl-id-file"),
