@@ -61,59 +61,78 @@ void hold_until(const analysis::Graph& g, const Plan& plan, const std::vector<st
   if (last < until) hold(add, remove, last + 1, until, align_up(g.tensors[x].bytes(), plan.alignment));
 }
 
+// x's last use before step b other than by `grad` (views of x included); 0 when x is not in the arena.
+std::uint32_t last_use_before(const analysis::Graph& g, const Plan& plan, const std::vector<std::uint32_t>& step_of,
+                              analysis::TensorId x, analysis::OpId grad, std::uint32_t b) {
+  std::uint32_t last = 0;
+  if (plan.tensor_buffer.size() <= x || plan.tensor_buffer[x] == UINT32_MAX) return last;
+  for (analysis::TensorId t : plan.buffers[plan.tensor_buffer[x]].tensors) {
+    if (g.tensors[t].producer != analysis::kNoOp && step_of[g.tensors[t].producer] >= b) continue;
+    for (analysis::OpId c : g.tensors[t].consumers)
+      if (c != grad && step_of[c] < b) last = std::max(last, step_of[c]);
+  }
+  return last;
+}
+
+// One F.cross_entropy as PyTorch runs it beside memplan's CrossEntropyLoss: its logits y (16-bit `src` under
+// autocast), the forward's step f and the gradient's op and step b.
+struct CrossEntropyAt {
+  analysis::TensorId y, src;
+  analysis::OpId grad;
+  std::uint32_t f, b;
+  std::uint64_t logits, y_bytes;  // fp32 log-probabilities' bytes; the plan's logits' bytes
+  bool upcast;                    // 16-bit logits
+};
+
+// The backward at b: nll_loss_backward's logits-sized gradient, and the logits freed or held as PyTorch does.
+void cross_entropy_backward_eager(const analysis::Graph& g, const Plan& plan, const std::vector<std::uint32_t>& step_of,
+                                  const CrossEntropyAt& c, bool hold_outputs, Steps& add, Steps& remove) {
+  const analysis::TensorId dy = g.ops[c.grad].output(0);
+  const auto& yt = g.tensors[c.y];
+  const bool y_in_arena = plan.tensor_buffer.size() > c.y && plan.tensor_buffer[c.y] != UINT32_MAX;
+  const bool shared = y_in_arena && dy != analysis::kNoTensor && dy < plan.tensor_buffer.size() &&
+                      plan.tensor_buffer[dy] == plan.tensor_buffer[c.y];
+  if (c.src != c.y) {
+    // The plan's fp32 y is not there; the plan's fp32 dy at b stands for nll_loss_backward's gradient (the
+    // 16-bit logits' gradient comes after it is freed); the 16-bit logits stay until b.
+    if (y_in_arena) release(add, remove, step_of[yt.producer], shared ? c.b - 1 : c.b, c.y_bytes);
+    if (!hold_outputs) hold_until(g, plan, step_of, c.src, c.b, c.grad, add, remove);  // held: see held_outputs
+    return;
+  }
+  // nll_loss_backward's zeroed logits-sized gradient. With 16-bit logits the logits' gradient (the plan's dy,
+  // made at b) comes after it is freed: its bytes are in the plan at b already.
+  hold(add, remove, c.b, c.b, c.upcast ? c.logits - std::min(c.logits, c.y_bytes) : c.logits);
+  if (c.upcast || !y_in_arena) return;
+  if (hold_outputs) {
+    // The held logits and their gradient share one buffer in memplan's plan (the gradient written over them); in
+    // PyTorch the gradient is an allocation of its own while the loop holds the logits.
+    if (shared) hold(add, remove, c.b, plan.buffers[plan.tensor_buffer[c.y]].interval.last, c.y_bytes);
+    return;
+  }
+  if (const std::uint32_t last = std::max(last_use_before(g, plan, step_of, c.y, c.grad, c.b), c.f); last < c.b)
+    release(add, remove, last + 1, shared ? c.b - 1 : c.b, c.y_bytes);
+}
+
 void cross_entropy_eager(const analysis::Graph& g, const Plan& plan, const std::vector<std::uint32_t>& step_of,
                          analysis::OpId ce, bool hold_outputs, Steps& add, Steps& remove) {
   const auto& op = g.ops[ce];
   const analysis::TensorId y = op.inputs.at(0), lse = op.output(1);
   const auto& yt = g.tensors[y];
   if (!yt.shape_known() || yt.on_host || lse == analysis::kNoTensor) return;
-  analysis::OpId grad = analysis::kNoOp;
-  for (analysis::OpId c : g.tensors[lse].consumers)
-    if (g.ops[c].type == analysis::memplan_ops::kCrossEntropyLossGrad) grad = c;
-  const std::uint32_t f = step_of[ce];
-  const std::uint64_t logits = align_up(checked_mul(yt.element_count(), 4, "eager peak"), plan.alignment);
-  const std::uint64_t y_bytes = align_up(yt.bytes(), plan.alignment);
+  CrossEntropyAt c{y, y, analysis::kNoOp, step_of[ce], 0, 0, 0, false};
+  for (analysis::OpId u : g.tensors[lse].consumers)
+    if (g.ops[u].type == analysis::memplan_ops::kCrossEntropyLossGrad) c.grad = u;
+  c.logits = align_up(checked_mul(yt.element_count(), 4, "eager peak"), plan.alignment);
+  c.y_bytes = align_up(yt.bytes(), plan.alignment);
   // The logits as PyTorch holds them: the plan's fp32 Cast of 16-bit logits (the autocast pass puts losses on
   // the fp32 list) has no tensor of its own there.
-  const analysis::TensorId cast_from = autocast_source(g, y);
-  const analysis::TensorId src = cast_from == analysis::kNoTensor ? y : cast_from;
-  const std::uint64_t src_bytes = align_up(g.tensors[src].bytes(), plan.alignment);
-  const bool upcast = g.tensors[src].dtype != analysis::DType::f32;
-  if (upcast) hold(add, remove, f, f, src_bytes);  // log_softmax's temporary in the logits' dtype
-  if (grad == analysis::kNoOp) return hold(add, remove, f, f, logits);  // log_softmax's output, no backward
-  const std::uint32_t b = step_of[grad];
-  hold(add, remove, f, b, logits);  // log_softmax's output, saved by LogSoftmaxBackward and NllLossBackward
-  const analysis::TensorId dy = g.ops[grad].output(0);
-  auto last_use_before_b = [&](analysis::TensorId x) {  // x's last use but the gradient (views of x included)
-    std::uint32_t last = 0;
-    if (plan.tensor_buffer.size() <= x || plan.tensor_buffer[x] == UINT32_MAX) return last;
-    for (analysis::TensorId t : plan.buffers[plan.tensor_buffer[x]].tensors) {
-      if (g.tensors[t].producer != analysis::kNoOp && step_of[g.tensors[t].producer] >= b) continue;
-      for (analysis::OpId c : g.tensors[t].consumers)
-        if (c != grad && step_of[c] < b) last = std::max(last, step_of[c]);
-    }
-    return last;
-  };
-  const bool y_in_arena = plan.tensor_buffer.size() > y && plan.tensor_buffer[y] != UINT32_MAX;
-  const bool shared = y_in_arena && dy != analysis::kNoTensor && dy < plan.tensor_buffer.size() &&
-                      plan.tensor_buffer[dy] == plan.tensor_buffer[y];
-  if (src != y) {
-    // The plan's fp32 y is not there; the plan's fp32 dy at b stands for nll_loss_backward's gradient (the
-    // 16-bit logits' gradient comes after it is freed); the 16-bit logits stay until b.
-    if (y_in_arena) release(add, remove, step_of[yt.producer], shared ? b - 1 : b, y_bytes);
-    return hold_outputs ? void() : hold_until(g, plan, step_of, src, b, grad, add, remove);  // held: see held_outputs
-  }
-  // nll_loss_backward's zeroed logits-sized gradient. With 16-bit logits the logits' gradient (the plan's dy,
-  // made at b) comes after it is freed: its bytes are in the plan at b already.
-  hold(add, remove, b, b, upcast ? logits - std::min(logits, y_bytes) : logits);
-  if (upcast || !y_in_arena) return;
-  if (hold_outputs) {
-    // The held logits and their gradient share one buffer in memplan's plan (the gradient written over them); in
-    // PyTorch the gradient is an allocation of its own while the loop holds the logits.
-    if (shared) hold(add, remove, b, plan.buffers[plan.tensor_buffer[y]].interval.last, y_bytes);
-    return;
-  }
-  if (const std::uint32_t last = std::max(last_use_before_b(y), f); last < b) release(add, remove, last + 1, shared ? b - 1 : b, y_bytes);
+  if (const analysis::TensorId cast_from = autocast_source(g, y); cast_from != analysis::kNoTensor) c.src = cast_from;
+  c.upcast = g.tensors[c.src].dtype != analysis::DType::f32;
+  if (c.upcast) hold(add, remove, c.f, c.f, align_up(g.tensors[c.src].bytes(), plan.alignment));  // log_softmax's temporary
+  if (c.grad == analysis::kNoOp) return hold(add, remove, c.f, c.f, c.logits);  // log_softmax's output, no backward
+  c.b = step_of[c.grad];
+  hold(add, remove, c.f, c.b, c.logits);  // log_softmax's output, saved by LogSoftmaxBackward and NllLossBackward
+  cross_entropy_backward_eager(g, plan, step_of, c, hold_outputs, add, remove);
 }
 
 // The training loop holds the model's output (`out = model(x); loss = loss_fn(out, y)`): the prediction a loss reads
@@ -207,6 +226,63 @@ void reduction_staging(const analysis::Graph& g, const Plan& plan, Steps& add, S
   }
 }
 
+// PyTorch's losses at their steps: F.cross_entropy (cross_entropy_eager) and mse_loss (see the header).
+void losses_eager(const analysis::Graph& g, const Plan& plan, const std::vector<std::uint32_t>& step_of, bool hold_outputs,
+                  Steps& add, Steps& remove) {
+  const std::size_t steps = plan.schedule.size();
+  for (std::uint32_t s = 0; s < steps; ++s) {
+    const auto& op = g.ops[plan.schedule[s]];
+    if (op.type == analysis::memplan_ops::kCrossEntropyLoss && op.phase == analysis::Phase::forward)
+      cross_entropy_eager(g, plan, step_of, plan.schedule[s], hold_outputs, add, remove);
+    if (op.type != analysis::memplan_ops::kMSELoss || op.inputs.empty()) continue;
+    const auto& y = g.tensors[op.inputs[0]];
+    if (!y.shape_known() || y.on_host) continue;
+    const std::uint64_t bytes = align_up(y.bytes(), plan.alignment);
+    hold(add, remove, s, s, bytes);                            // the mean's temporary
+    if (const analysis::TensorId src = autocast_source(g, op.inputs[0]); src != analysis::kNoTensor && !hold_outputs) {
+      std::uint32_t grad_step = s;  // the 16-bit output is kept until the loss's gradient has read its fp32 copy
+      for (analysis::OpId c : y.consumers) grad_step = std::max(grad_step, step_of[c]);
+      hold_until(g, plan, step_of, src, grad_step, analysis::kNoOp, add, remove);
+    }
+    hold(add, remove, s, static_cast<std::uint32_t>(steps - 1), bytes);  // the loss's storage, held to the end
+  }
+}
+
+// optimizer.step(): its temporaries live while it runs, at the first update's step (gradients still held).
+void optimizer_step_eager(const analysis::Graph& g, const Plan& plan, const std::vector<std::uint32_t>& step_of,
+                          analysis::OptimizerImpl impl, Steps& add, Steps& remove) {
+  std::vector<analysis::OpId> updates;
+  for (std::uint32_t s = 0; s < plan.schedule.size(); ++s)
+    if (g.ops[plan.schedule[s]].phase == analysis::Phase::optimizer) updates.push_back(plan.schedule[s]);
+  if (updates.empty()) return;
+  const auto s = step_of[updates.front()];
+  hold(add, remove, s, s, optimizer_step_temporaries(g, updates, impl, plan.alignment));
+}
+
+// Weight gradients outside the arena held from their producer to the end of the step; returns the bytes resident for
+// the whole step (weights, inputs, optimizer state, accumulated gradients). An in-place update (an optimizer's weight
+// or state, an accumulated gradient) is its storage's bytes.
+std::uint64_t resident_and_gradients(const analysis::Graph& g, const Plan& plan, const std::vector<std::uint32_t>& step_of,
+                                     Steps& add, Steps& remove) {
+  using analysis::TensorRole;
+  const auto last = static_cast<std::uint32_t>(plan.schedule.size() - 1);
+  std::uint64_t resident = 0;
+  for (analysis::TensorId id = 0; id < g.tensors.size(); ++id) {
+    const auto& t = g.tensors[id];
+    if (!t.shape_known() || t.on_host || analysis::rewritten_source(g, id) != analysis::kNoTensor) continue;
+    const bool produced = t.producer != analysis::kNoOp;
+    if (t.role == TensorRole::gradient && produced) {
+      if (plan.tensor_offset.size() > 0 && plan.tensor_offset[id] != kNotInArena) continue;  // counted with the buffers
+      hold(add, remove, step_of[t.producer], last, align_up(t.bytes(), plan.alignment));
+      continue;
+    }
+    const bool resident_role = ((t.role == TensorRole::weight || t.role == TensorRole::optimizer_state) && !produced) ||
+                               t.role == TensorRole::input || t.role == TensorRole::gradient;
+    if (resident_role) resident = checked_add(resident, t.bytes(), "eager peak");
+  }
+  return resident;
+}
+
 }  // namespace
 
 std::uint64_t optimizer_step_temporaries(const analysis::Graph& g, const std::vector<analysis::OpId>& order,
@@ -236,57 +312,18 @@ std::uint64_t optimizer_step_temporaries(const analysis::Graph& g, const std::ve
 }
 
 EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan, const EagerOptions& options) {
-  using analysis::TensorRole;
   EagerPeak out;
   const std::size_t steps = plan.schedule.size();
   std::vector<std::uint32_t> step_of(g.ops.size(), 0);
   for (std::uint32_t s = 0; s < steps; ++s) step_of[plan.schedule[s]] = s;
   Steps add(steps + 1, 0), remove(steps + 1, 0);
   for (const auto& b : plan.buffers) hold(add, remove, b.interval.first, b.interval.last, b.size);
-  for (std::uint32_t s = 0; s < steps; ++s) {  // PyTorch's mse_loss (see the header)
-    const auto& op = g.ops[plan.schedule[s]];
-    if (op.type == analysis::memplan_ops::kCrossEntropyLoss && op.phase == analysis::Phase::forward)
-      cross_entropy_eager(g, plan, step_of, plan.schedule[s], options.hold_outputs, add, remove);
-    if (op.type != analysis::memplan_ops::kMSELoss || op.inputs.empty()) continue;
-    const auto& y = g.tensors[op.inputs[0]];
-    if (!y.shape_known() || y.on_host) continue;
-    const std::uint64_t bytes = align_up(y.bytes(), plan.alignment);
-    hold(add, remove, s, s, bytes);                            // the mean's temporary
-    if (const analysis::TensorId src = autocast_source(g, op.inputs[0]); src != analysis::kNoTensor && !options.hold_outputs) {
-      std::uint32_t grad_step = s;  // the 16-bit output is kept until the loss's gradient has read its fp32 copy
-      for (analysis::OpId c : y.consumers) grad_step = std::max(grad_step, step_of[c]);
-      hold_until(g, plan, step_of, src, grad_step, analysis::kNoOp, add, remove);
-    }
-    hold(add, remove, s, static_cast<std::uint32_t>(steps - 1), bytes);  // the loss's storage, held to the end
-  }
+  losses_eager(g, plan, step_of, options.hold_outputs, add, remove);
   extend_autocast_cache(g, plan, step_of, add, remove);
   reduction_staging(g, plan, add, remove);
   if (options.hold_outputs) held_outputs(g, plan, step_of, add, remove);
-  // optimizer.step(): its temporaries live while it runs, at the first update's step (gradients still held).
-  std::vector<analysis::OpId> updates;
-  for (std::uint32_t s = 0; s < steps; ++s)
-    if (g.ops[plan.schedule[s]].phase == analysis::Phase::optimizer) updates.push_back(plan.schedule[s]);
-  if (!updates.empty()) {
-    const auto s = step_of[updates.front()];
-    const std::uint64_t temp = optimizer_step_temporaries(g, updates, options.optimizer_impl, plan.alignment);
-    hold(add, remove, s, s, temp);
-  }
-  for (const auto& t : g.tensors) {
-    if (!t.shape_known() || t.on_host) continue;
-    // An in-place update (an optimizer's weight or state, an accumulated gradient) is its storage's bytes.
-    if (analysis::rewritten_source(g, static_cast<analysis::TensorId>(&t - g.tensors.data())) != analysis::kNoTensor) continue;
-    if (t.role == TensorRole::gradient && t.producer != analysis::kNoOp) {
-      if (plan.tensor_offset.size() > 0 && plan.tensor_offset[static_cast<std::size_t>(&t - g.tensors.data())] != kNotInArena)
-        continue;  // planned in the arena: already counted with the buffers
-      const auto s = step_of[t.producer];
-      hold(add, remove, s, static_cast<std::uint32_t>(steps - 1), align_up(t.bytes(), plan.alignment));  // held to the end
-    } else if (t.role == TensorRole::weight || t.role == TensorRole::input ||
-               t.role == TensorRole::optimizer_state || (t.role == TensorRole::gradient && t.producer == analysis::kNoOp)) {
-      if (t.role == TensorRole::optimizer_state && t.producer != analysis::kNoOp) continue;  // updated copies
-      if (t.role == TensorRole::weight && t.producer != analysis::kNoOp) continue;
-      out.resident_bytes = checked_add(out.resident_bytes, t.bytes(), "eager peak");
-    }
-  }
+  optimizer_step_eager(g, plan, step_of, options.optimizer_impl, add, remove);
+  out.resident_bytes = resident_and_gradients(g, plan, step_of, add, remove);
   std::uint64_t live = 0, worst = 0;
   for (std::uint32_t s = 0; s < steps; ++s) {
     live = checked_add(live, add[s], "eager peak") - remove[s];  // added first: a release may start where its buffer does
