@@ -12,6 +12,35 @@ namespace {
 
 std::int64_t esize(const TensorRef& t) { return static_cast<std::int64_t>(analysis::dtype_bits(t.dtype) / 8); }
 
+// Pad's fill value as bytes of x's dtype: input 2 (one element of x's dtype), else the float attribute `value`
+// (before opset 11, float32 data), else zero.
+std::vector<std::byte> pad_value(const Op& op, const Refs& in, const TensorRef& x) {
+  std::vector<std::byte> value(static_cast<std::size_t>(esize(x)), std::byte{0});
+  if (in.size() > 2 && in[2].data) {
+    if (in[2].dtype != x.dtype || in[2].elements() != 1) unsupported(op, "the pad value must be one element of x's dtype");
+    std::memcpy(value.data(), in[2].data, value.size());
+  } else if (op.attr("value") && x.dtype == DType::f32) {
+    const auto v = static_cast<float>(op.attr_float("value", 0.0));
+    std::memcpy(value.data(), &v, sizeof v);
+  }
+  return value;
+}
+
+// Per axis, the input offset (in elements) of each output coordinate, -1 for the pad value.
+std::vector<std::vector<std::int64_t>> pad_sources(const Op& op, PadMode mode, const std::vector<PadAxis>& ax,
+                                                   const TensorRef& x, const TensorRef& y) {
+  const auto xs = contiguous_strides(x.shape);
+  std::vector<std::vector<std::int64_t>> src(x.shape.size());
+  for (std::size_t d = 0; d < x.shape.size(); ++d) {
+    if (ax[d].m == 0 && mode != PadMode::constant && y.shape[d] > 0) unsupported(op, "non-constant Pad of an empty axis");
+    for (std::int64_t i = 0; i < y.shape[d]; ++i) {
+      const std::int64_t s = pad_source(mode, ax[d], i);
+      src[d].push_back(s < 0 ? -1 : s * xs[d]);
+    }
+  }
+  return src;
+}
+
 // Pad: pads from input 1 (the attribute before opset 11), the pad value from input 2 (the float attribute `value`
 // before opset 11; zero when absent), axes from input 3 (opset 18).
 void k_pad(const Op& op, const Refs& in, const Refs& out) {
@@ -25,35 +54,15 @@ void k_pad(const Op& op, const Refs& in, const Refs& out) {
   const std::vector<PadAxis> ax = pad_axes(x.shape, pads, axes);
   if (ax.size() != x.shape.size()) unsupported(op, "pads do not give a begin and an end per padded axis");
   const std::int64_t es = esize(x);
-  std::vector<std::byte> value(static_cast<std::size_t>(es), std::byte{0});
-  if (in.size() > 2 && in[2].data) {
-    if (in[2].dtype != x.dtype || in[2].elements() != 1) unsupported(op, "the pad value must be one element of x's dtype");
-    std::memcpy(value.data(), in[2].data, value.size());
-  } else if (op.attr("value") && x.dtype == DType::f32) {
-    const auto v = static_cast<float>(op.attr_float("value", 0.0));
-    std::memcpy(value.data(), &v, sizeof v);
-  }
-  // Per axis, the input offset (in elements) of each output coordinate, -1 for the pad value.
-  const auto xs = contiguous_strides(x.shape);
-  std::vector<std::vector<std::int64_t>> src(x.shape.size());
-  for (std::size_t d = 0; d < x.shape.size(); ++d) {
-    if (ax[d].m == 0 && mode != PadMode::constant && y.shape[d] > 0) unsupported(op, "non-constant Pad of an empty axis");
-    for (std::int64_t i = 0; i < y.shape[d]; ++i) {
-      const std::int64_t s = pad_source(mode, ax[d], i);
-      src[d].push_back(s < 0 ? -1 : s * xs[d]);
-    }
-  }
+  const std::vector<std::byte> value = pad_value(op, in, x);
+  const auto src = pad_sources(op, mode, ax, x, y);
   const std::int64_t n = y.elements();
   std::vector<std::int64_t> idx(y.shape.size(), 0);
   for (std::int64_t i = 0; i < n; ++i) {
     std::int64_t off = 0;
-    for (std::size_t d = 0; d < idx.size(); ++d) {
+    for (std::size_t d = 0; d < idx.size() && off >= 0; ++d) {
       const std::int64_t sd = src[d][static_cast<std::size_t>(idx[d])];
-      if (sd < 0) {
-        off = -1;
-        break;
-      }
-      off += sd;
+      off = sd < 0 ? -1 : off + sd;
     }
     std::memcpy(y.data + i * es, off < 0 ? value.data() : x.data + off * es, static_cast<std::size_t>(es));
     for (std::size_t d = idx.size(); d-- > 0;) {

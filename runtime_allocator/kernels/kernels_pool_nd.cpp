@@ -29,6 +29,35 @@ bool column_major_indices(const Op& op) {
 
 enum class PoolKind { max, average, lp };
 
+// One window's reduction: its maximum and where it first is, its sum and the taps counted, or its sum of |x|^p.
+template <PoolKind kKind>
+struct WindowReduce {
+  bool include_pad = false;
+  double p = 1.0;
+  double acc = 0.0;
+  float best = -std::numeric_limits<float>::infinity();
+  std::int64_t count = 0, arg = -1;
+
+  void tap(const float* px, std::int64_t i, bool padded) {
+    if constexpr (kKind == PoolKind::average) count += (include_pad && padded) || (i >= 0 && !include_pad) ? 1 : 0;
+    if (i < 0) return;
+    const float v = px[i];
+    if constexpr (kKind == PoolKind::max) {
+      if (arg < 0 || v > best) {  // the first maximum in window order
+        best = v;
+        arg = i;
+      }
+    }
+    if constexpr (kKind == PoolKind::average) acc += v;
+    if constexpr (kKind == PoolKind::lp) acc += std::pow(std::fabs(static_cast<double>(v)), p);
+  }
+  float value() const {
+    if constexpr (kKind == PoolKind::max) return best;
+    if constexpr (kKind == PoolKind::average) return count ? static_cast<float>(acc / static_cast<double>(count)) : 0.0f;
+    return static_cast<float>(std::pow(acc, 1.0 / p));
+  }
+};
+
 template <PoolKind kKind>
 void pool(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& x = required(op, in, 0);
@@ -42,26 +71,13 @@ void pool(const Op& op, const Refs& in, const Refs& out) {
   for (std::int64_t nc = 0; nc < w.N * w.C; ++nc) {
     const float* px = x.as<float>() + nc * in_plane;
     for (std::int64_t o = 0; o < out_plane; ++o) {
-      double acc = 0.0;
-      float best = -std::numeric_limits<float>::infinity();
-      std::int64_t count = 0, arg = -1;
-      for_each_window_tap(w, o, [&](std::int64_t i, bool padded) {
-        if (kKind == PoolKind::average && include_pad && padded) ++count;
-        if (i < 0) return;
-        const float v = px[i];
-        if (kKind == PoolKind::max && (arg < 0 || v > best)) {  // the first maximum in window order
-          best = v;
-          arg = i;
-        }
-        if (kKind == PoolKind::average) acc += v;
-        if (kKind == PoolKind::lp) acc += std::pow(std::fabs(static_cast<double>(v)), p);
-        if (kKind == PoolKind::average && !include_pad) ++count;
-      });
+      WindowReduce<kKind> r;
+      r.include_pad = include_pad;
+      r.p = p;
+      for_each_window_tap(w, o, [&](std::int64_t i, bool padded) { r.tap(px, i, padded); });
       const std::int64_t at = nc * out_plane + o;
-      if (kKind == PoolKind::max) out[0].as<float>()[at] = best;
-      if (kKind == PoolKind::average) out[0].as<float>()[at] = count ? static_cast<float>(acc / static_cast<double>(count)) : 0.0f;
-      if (kKind == PoolKind::lp) out[0].as<float>()[at] = static_cast<float>(std::pow(acc, 1.0 / p));
-      if (indices) indices[at] = nc * in_plane + (arg < 0 ? 0 : column ? column_major(w, arg) : arg);
+      out[0].as<float>()[at] = r.value();
+      if (indices) indices[at] = nc * in_plane + (r.arg < 0 ? 0 : column ? column_major(w, r.arg) : r.arg);
     }
   }
 }

@@ -20,56 +20,77 @@ std::vector<bool> reduced_axes(const Op& op, const Refs& in, std::size_t rank) {
 }
 
 template <Reduce kKind>
-void k_reduce(const Op& op, const Refs& in, const Refs& out) {
-  const TensorRef& x = required(op, in, 0);
-  if (x.dtype != DType::f32) unsupported(op, "float32 only");
-  const auto red = reduced_axes(op, in, x.shape.size());
-  // Output strides over the input's dims (0 on reduced dims): each input element adds into out[o].
-  std::vector<std::int64_t> kept(x.shape.size());
-  for (std::size_t k = 0; k < kept.size(); ++k) kept[k] = red[k] ? 1 : x.shape[k];
+constexpr float reduce_init() {
+  if constexpr (kKind == Reduce::max) return -std::numeric_limits<float>::infinity();
+  if constexpr (kKind == Reduce::min) return std::numeric_limits<float>::infinity();
+  if constexpr (kKind == Reduce::prod) return 1.0f;
+  return 0.0f;
+}
+
+// One input element into its output's accumulator (`shift`: log_sum_exp's row maximum).
+template <Reduce kKind>
+inline void accumulate(float& a, float v, float shift) {
+  switch (kKind) {
+    case Reduce::l1: a += std::fabs(v); break;
+    case Reduce::l2: case Reduce::sum_square: a += v * v; break;
+    case Reduce::log_sum_exp: a += std::exp(v - shift); break;
+    case Reduce::mean: case Reduce::sum: case Reduce::log_sum: a += v; break;
+    // NaN propagates (as in numpy and ONNX Runtime): once a is NaN no comparison replaces it.
+    case Reduce::max: a = v > a || v != v ? v : a; break;
+    case Reduce::min: a = v < a || v != v ? v : a; break;
+    case Reduce::prod: a *= v; break;
+  }
+}
+
+// The output from its accumulator over n_red elements.
+template <Reduce kKind>
+inline float finish(float a, std::int64_t n_red, float shift) {
+  if constexpr (kKind == Reduce::mean) return a / static_cast<float>(n_red);
+  if constexpr (kKind == Reduce::l2) return std::sqrt(a);
+  if constexpr (kKind == Reduce::log_sum_exp) return std::log(a) + shift;
+  if constexpr (kKind == Reduce::log_sum) return std::log(a);
+  return a;
+}
+
+// Output strides over the input's dims (0 on reduced dims): each input element adds into out[o].
+std::vector<std::int64_t> reduce_output_strides(const std::vector<std::int64_t>& shape, const std::vector<bool>& red) {
+  std::vector<std::int64_t> kept(shape.size());
+  for (std::size_t k = 0; k < kept.size(); ++k) kept[k] = red[k] ? 1 : shape[k];
   std::vector<std::int64_t> ostride = contiguous_strides(kept);
   for (std::size_t k = 0; k < kept.size(); ++k)
     if (red[k]) ostride[k] = 0;
-  const std::int64_t n_out = out[0].elements(), n_red = n_out ? x.elements() / std::max<std::int64_t>(n_out, 1) : 0;
-  float init = 0.0f;
-  if (kKind == Reduce::max) init = -std::numeric_limits<float>::infinity();
-  if (kKind == Reduce::min) init = std::numeric_limits<float>::infinity();
-  if (kKind == Reduce::prod) init = 1.0f;
-  std::vector<float> acc(static_cast<std::size_t>(n_out), init);
+  return ostride;
+}
+
+// Each output's maximum (0 where it is not finite): log_sum_exp sums exp(v - max).
+std::vector<float> row_maxima(const TensorRef& x, const std::vector<std::int64_t>& ostride, std::int64_t n_out) {
+  std::vector<float> shift(static_cast<std::size_t>(n_out), -std::numeric_limits<float>::infinity());
   const float* px = x.as<float>();
-  std::vector<float> shift(static_cast<std::size_t>(n_out), 0.0f);  // log_sum_exp: each row's maximum, exp(v - max) summed
-  if (kKind == Reduce::log_sum_exp) {
-    std::fill(shift.begin(), shift.end(), -std::numeric_limits<float>::infinity());
-    strided_loop(x.shape, {ostride}, [&](std::int64_t i, const Offsets& o) {
-      float& m = shift[static_cast<std::size_t>(o[0])];
-      m = px[i] > m ? px[i] : m;
-    });
-    for (float& m : shift) m = std::isfinite(m) ? m : 0.0f;
-  }
   strided_loop(x.shape, {ostride}, [&](std::int64_t i, const Offsets& o) {
-    float& a = acc[static_cast<std::size_t>(o[0])];
-    const float v = px[i];
-    switch (kKind) {
-      case Reduce::l1: a += std::fabs(v); break;
-      case Reduce::l2: a += v * v; break;
-      case Reduce::log_sum_exp: a += std::exp(v - shift[static_cast<std::size_t>(o[0])]); break;
-      case Reduce::mean: case Reduce::sum: case Reduce::log_sum: a += v; break;
-      case Reduce::sum_square: a += v * v; break;
-      // NaN propagates (as in numpy and ONNX Runtime): once a is NaN no comparison replaces it.
-      case Reduce::max: a = v > a || v != v ? v : a; break;
-      case Reduce::min: a = v < a || v != v ? v : a; break;
-      case Reduce::prod: a *= v; break;
-    }
+    float& m = shift[static_cast<std::size_t>(o[0])];
+    m = px[i] > m ? px[i] : m;
+  });
+  for (float& m : shift) m = std::isfinite(m) ? m : 0.0f;
+  return shift;
+}
+
+template <Reduce kKind>
+void k_reduce(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& x = required(op, in, 0);
+  if (x.dtype != DType::f32) unsupported(op, "float32 only");
+  const std::vector<std::int64_t> ostride = reduce_output_strides(x.shape, reduced_axes(op, in, x.shape.size()));
+  const std::int64_t n_out = out[0].elements(), n_red = n_out ? x.elements() / std::max<std::int64_t>(n_out, 1) : 0;
+  std::vector<float> acc(static_cast<std::size_t>(n_out), reduce_init<kKind>());
+  const std::vector<float> shift = kKind == Reduce::log_sum_exp ? row_maxima(x, ostride, n_out)
+                                                                 : std::vector<float>(static_cast<std::size_t>(n_out), 0.0f);
+  const float* px = x.as<float>();
+  strided_loop(x.shape, {ostride}, [&](std::int64_t i, const Offsets& o) {
+    const auto k = static_cast<std::size_t>(o[0]);
+    accumulate<kKind>(acc[k], px[i], shift[k]);
   });
   float* py = out[0].as<float>();
-  for (std::int64_t i = 0; i < n_out; ++i) {
-    const float a = acc[static_cast<std::size_t>(i)];
-    if (kKind == Reduce::mean) py[i] = a / static_cast<float>(n_red);
-    else if (kKind == Reduce::l2) py[i] = std::sqrt(a);
-    else if (kKind == Reduce::log_sum_exp) py[i] = std::log(a) + shift[static_cast<std::size_t>(i)];
-    else if (kKind == Reduce::log_sum) py[i] = std::log(a);
-    else py[i] = a;
-  }
+  for (std::int64_t i = 0; i < n_out; ++i)
+    py[i] = finish<kKind>(acc[static_cast<std::size_t>(i)], n_red, shift[static_cast<std::size_t>(i)]);
 }
 
 // Softmax along one axis (opset 13 semantics) over x viewed as [outer, n, inner].
