@@ -159,6 +159,110 @@ void k_fused_attention(const Op& op, const Refs& in, const Refs& out) {
   });
 }
 
+// The gradient outputs FusedAttentionGrad writes (null: not asked for), checked against the inputs' sizes; packed
+// Q, K, V take one gradient, output 0, for all three.
+struct AttentionGrads {
+  const TensorRef *dq = nullptr, *dk = nullptr, *dv = nullptr, *db = nullptr;
+};
+
+AttentionGrads attention_grads(const Op& op, const Refs& in, const Refs& out, const Attention& a) {
+  auto slot = [&](std::size_t i) -> const TensorRef* { return i < out.size() && out[i].data ? &out[i] : nullptr; };
+  AttentionGrads r{slot(0), slot(1), slot(2), slot(3)};
+  if (a.g.packed) {
+    if (!r.dq || r.dk || r.dv) unsupported(op, "packed Q, K, V take one gradient, output 0");
+    r.dk = r.dv = r.dq;
+  }
+  if (r.dq) check_elements(op, *r.dq, required(op, in, 1).elements(), "dQ");
+  if (r.dk && !a.g.packed) check_elements(op, *r.dk, required(op, in, 2).elements(), "dK");
+  if (r.dv && !a.g.packed) check_elements(op, *r.dv, required(op, in, 3).elements(), "dV");
+  if (r.db) {
+    if (!a.bias || a.bias->dtype != DType::f32) unsupported(op, "dBias of a bias that is not float32");
+    check_elements(op, *r.db, a.bias->elements(), "dBias");
+  }
+  return r;
+}
+
+// One (batch, kv head)'s backward: its query heads' rows one by one, dK and dV summed over them.
+class AttentionGradUnit {
+ public:
+  AttentionGradUnit(const Attention& a, const TensorRef& d_o, const float* lse, std::int64_t b, std::int64_t kh,
+                    std::vector<double>& dbias)
+      : a_(a), g_(a.g), d_o_(d_o), lse_(lse), b_(b), kh_(kh), dbias_(dbias),
+        dk_(static_cast<std::size_t>(g_.kv_len * g_.head_dim), 0.0), dv_(static_cast<std::size_t>(g_.kv_len * g_.v_head_dim), 0.0),
+        p_(static_cast<std::size_t>(g_.kv_len)), dp_(static_cast<std::size_t>(g_.kv_len)), dq_(static_cast<std::size_t>(g_.head_dim)) {}
+
+  // Row i of query head h: P, dP (dropout applied), D_i = sum_j P_ij dP_ij, dV += P'^T dO, then dS = P (dP - D):
+  // dQ_i = scale dS K, dK += scale dS^T Q, dBias += dS. Writes dQ_i when asked for.
+  void row(std::int64_t h, std::int64_t i, const TensorRef* dq_out) {
+    const double l = lse_[(b_ * g_.q_heads + h) * g_.q_len + i];
+    std::fill(dq_.begin(), dq_.end(), 0.0);
+    const float* doi = d_o_.as<float>() + b_ * g_.o.batch + h * g_.o.head + i * g_.o.row;
+    if (l != kNegInf) scores_grad(h, i, probabilities_grad(h, i, l, doi));
+    if (!dq_out) return;
+    float* dqi = dq_out->as<float>() + Attention::at(g_.q, b_, h, i);
+    for (std::int64_t d = 0; d < g_.head_dim; ++d) dqi[d] = static_cast<float>(dq_[d]);
+  }
+
+  void write(const AttentionGrads& out) const {
+    const auto D = g_.head_dim, Dv = g_.v_head_dim;
+    for (std::int64_t j = 0; j < g_.kv_len; ++j) {
+      if (out.dk) {
+        float* dkj = out.dk->as<float>() + Attention::at(g_.k, b_, kh_, j);
+        for (std::int64_t d = 0; d < D; ++d) dkj[d] = static_cast<float>(dk_[j * D + d]);
+      }
+      if (out.dv) {
+        float* dvj = out.dv->as<float>() + Attention::at(g_.v, b_, kh_, j);
+        for (std::int64_t d = 0; d < Dv; ++d) dvj[d] = static_cast<float>(dv_[j * Dv + d]);
+      }
+    }
+  }
+
+ private:
+  // P_ij = exp(S_ij - LSE_i) and dP_ij (dropout's mask and scale), dV accumulated; returns D_i = dO_i . O_i.
+  double probabilities_grad(std::int64_t h, std::int64_t i, double l, const float* doi) {
+    const auto Dv = g_.v_head_dim;
+    a_.scores(b_, h, i, p_.data());
+    double row_dot = 0;
+    for (std::int64_t j = 0; j < g_.kv_len; ++j) {
+      p_[j] = std::exp(p_[j] - l);
+      dp_[j] = 0;
+      if (p_[j] == 0.0 || !a_.keep(b_, h, i, j)) continue;
+      const float* vj = a_.v_row(b_, kh_, j);
+      double dpj = 0;
+      for (std::int64_t d = 0; d < Dv; ++d) {
+        dpj += static_cast<double>(doi[d]) * vj[d];
+        dv_[j * Dv + d] += p_[j] * a_.keep_scale * doi[d];
+      }
+      dp_[j] = dpj * a_.keep_scale;
+      row_dot += p_[j] * dp_[j];
+    }
+    return row_dot;
+  }
+
+  void scores_grad(std::int64_t h, std::int64_t i, double row_dot) {
+    const auto D = g_.head_dim;
+    const float* qi = a_.q_row(b_, h, i);
+    for (std::int64_t j = 0; j < g_.kv_len; ++j) {
+      const double ds = p_[j] * (dp_[j] - row_dot);
+      if (ds == 0.0) continue;
+      if (!dbias_.empty()) dbias_[a_.bias_index(b_, h, i, j)] += ds;
+      const float* kj = a_.k_row(b_, kh_, j);
+      for (std::int64_t d = 0; d < D; ++d) {
+        dq_[d] += g_.scale * ds * kj[d];
+        dk_[j * D + d] += g_.scale * ds * qi[d];
+      }
+    }
+  }
+
+  const Attention& a_;
+  const analysis::AttentionGeometry& g_;
+  const TensorRef& d_o_;
+  const float* lse_;
+  std::int64_t b_, kh_;
+  std::vector<double>& dbias_;
+  std::vector<double> dk_, dv_, p_, dp_, dq_;
+};
+
 // Per (batch, kv head): P = exp(S - LSE); dV = P'^T dO; dP' = dO V^T; dP = dropout(dP'); D = rowsum(P dP);
 // dS = P (dP - D); dQ = scale dS K; dK = scale dS^T Q summed over the group's query heads; dBias = dS
 // summed down to the bias's shape.
@@ -170,79 +274,17 @@ void k_fused_attention_grad(const Op& op, const Refs& in, const Refs& out) {
   if (d_o.dtype != DType::f32 || lse_in.dtype != DType::f32) unsupported(op, "dO and LSE must be float32");
   check_elements(op, d_o, g.batch * g.q_heads * g.q_len * g.v_head_dim, "dO");
   check_elements(op, lse_in, g.batch * g.q_heads * g.q_len, "LSE");
-  auto slot = [&](std::size_t i) -> const TensorRef* { return i < out.size() && out[i].data ? &out[i] : nullptr; };
-  const TensorRef *dq_out = slot(0), *dk_out = slot(1), *dv_out = slot(2), *db_out = slot(3);
-  if (g.packed) {  // one gradient for the one packed input: every slot of output 0
-    if (!dq_out || dk_out || dv_out) unsupported(op, "packed Q, K, V take one gradient, output 0");
-    dk_out = dv_out = dq_out;
-  }
-  if (dq_out) check_elements(op, *dq_out, required(op, in, 1).elements(), "dQ");
-  if (dk_out && !g.packed) check_elements(op, *dk_out, required(op, in, 2).elements(), "dK");
-  if (dv_out && !g.packed) check_elements(op, *dv_out, required(op, in, 3).elements(), "dV");
-  std::vector<double> dbias;
-  if (db_out) {
-    if (!a.bias || a.bias->dtype != DType::f32) unsupported(op, "dBias of a bias that is not float32");
-    check_elements(op, *db_out, a.bias->elements(), "dBias");
-    dbias.assign(static_cast<std::size_t>(a.bias->elements()), 0.0);
-  }
-  const float* lse = lse_in.as<float>();
-  const auto D = g.head_dim, Dv = g.v_head_dim, Sk = g.kv_len;
+  const AttentionGrads grads = attention_grads(op, in, out, a);
+  std::vector<double> dbias(grads.db ? static_cast<std::size_t>(a.bias->elements()) : 0, 0.0);
   // dBias sums over broadcast axes across units: then the units run in order, so the sum is deterministic.
-  parallel_units(g.batch * g.kv_heads, !db_out, [&](std::int64_t unit) {
-    const std::int64_t b = unit / g.kv_heads, kh = unit % g.kv_heads;
-    std::vector<double> dk(static_cast<std::size_t>(Sk * D), 0.0), dv(static_cast<std::size_t>(Sk * Dv), 0.0);
-    std::vector<double> p(static_cast<std::size_t>(Sk)), dp(static_cast<std::size_t>(Sk)), dq(static_cast<std::size_t>(D));
-    for (std::int64_t h = kh * g.group(); h < (kh + 1) * g.group(); ++h)
-      for (std::int64_t i = 0; i < g.q_len; ++i) {
-        const double l = lse[(b * g.q_heads + h) * g.q_len + i];
-        std::fill(dq.begin(), dq.end(), 0.0);
-        const float* doi = d_o.as<float>() + b * g.o.batch + h * g.o.head + i * g.o.row;
-        if (l != kNegInf) {
-          a.scores(b, h, i, p.data());
-          double row_dot = 0;  // D_i = sum_j P_ij dP_ij = dO_i . O_i
-          for (std::int64_t j = 0; j < Sk; ++j) {
-            p[j] = std::exp(p[j] - l);
-            dp[j] = 0;
-            if (p[j] == 0.0 || !a.keep(b, h, i, j)) continue;
-            const float* vj = a.v_row(b, kh, j);
-            double dpj = 0;
-            for (std::int64_t d = 0; d < Dv; ++d) {
-              dpj += static_cast<double>(doi[d]) * vj[d];
-              dv[j * Dv + d] += p[j] * a.keep_scale * doi[d];
-            }
-            dp[j] = dpj * a.keep_scale;
-            row_dot += p[j] * dp[j];
-          }
-          const float* qi = a.q_row(b, h, i);
-          for (std::int64_t j = 0; j < Sk; ++j) {
-            const double ds = p[j] * (dp[j] - row_dot);
-            if (ds == 0.0) continue;
-            if (!dbias.empty()) dbias[a.bias_index(b, h, i, j)] += ds;
-            const float* kj = a.k_row(b, kh, j);
-            for (std::int64_t d = 0; d < D; ++d) {
-              dq[d] += g.scale * ds * kj[d];
-              dk[j * D + d] += g.scale * ds * qi[d];
-            }
-          }
-        }
-        if (dq_out) {
-          float* dqi = dq_out->as<float>() + Attention::at(g.q, b, h, i);
-          for (std::int64_t d = 0; d < D; ++d) dqi[d] = static_cast<float>(dq[d]);
-        }
-      }
-    for (std::int64_t j = 0; j < Sk; ++j) {
-      if (dk_out) {
-        float* dkj = dk_out->as<float>() + Attention::at(g.k, b, kh, j);
-        for (std::int64_t d = 0; d < D; ++d) dkj[d] = static_cast<float>(dk[j * D + d]);
-      }
-      if (dv_out) {
-        float* dvj = dv_out->as<float>() + Attention::at(g.v, b, kh, j);
-        for (std::int64_t d = 0; d < Dv; ++d) dvj[d] = static_cast<float>(dv[j * Dv + d]);
-      }
-    }
+  parallel_units(g.batch * g.kv_heads, !grads.db, [&](std::int64_t unit) {
+    AttentionGradUnit u(a, d_o, lse_in.as<float>(), unit / g.kv_heads, unit % g.kv_heads, dbias);
+    for (std::int64_t h = (unit % g.kv_heads) * g.group(); h < (unit % g.kv_heads + 1) * g.group(); ++h)
+      for (std::int64_t i = 0; i < g.q_len; ++i) u.row(h, i, grads.dq);
+    u.write(grads);
   });
-  if (db_out)
-    for (std::size_t e = 0; e < dbias.size(); ++e) db_out->as<float>()[e] = static_cast<float>(dbias[e]);
+  if (grads.db)
+    for (std::size_t e = 0; e < dbias.size(); ++e) grads.db->as<float>()[e] = static_cast<float>(dbias[e]);
 }
 
 }  // namespace
