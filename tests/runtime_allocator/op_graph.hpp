@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "analysis/graph.hpp"
+#include "analysis/shapes.hpp"
 
 namespace memplan::runtime::testing {
 
@@ -59,6 +60,12 @@ struct OpGraph {
     g.add_op(std::move(o));
   }
 };
+
+// The graph with its shapes inferred (no symbolic dims to bind).
+inline OpGraph shaped(OpGraph b) {
+  b.g = analysis::infer_shapes(b.g, {});
+  return b;
+}
 
 inline analysis::Attribute int_attr(std::int64_t v) {
   analysis::Attribute a;

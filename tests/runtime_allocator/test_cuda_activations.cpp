@@ -24,15 +24,6 @@ using analysis::DType;
 using analysis::TensorData;
 using analysis::TensorId;
 
-namespace {
-
-OpGraph shaped(OpGraph b) {
-  b.g = analysis::infer_shapes(b.g, {});
-  return b;
-}
-
-}  // namespace
-
 TEST_CASE("ELU, SELU, CELU, PRelu, HardSwish, Softplus, Mish, Shrink and variadic Sum/Mean/Max/Min on the GPU equal the CPU kernels") {
   if (!runtime::cuda::cuda_available()) std::exit(77);
   std::mt19937 rng(16);

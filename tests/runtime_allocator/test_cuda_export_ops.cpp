@@ -17,15 +17,6 @@ using namespace memplan::runtime::testing;
 using analysis::DType;
 using analysis::TensorId;
 
-namespace {
-
-OpGraph shaped(OpGraph b) {
-  b.g = analysis::infer_shapes(b.g, {});
-  return b;
-}
-
-}  // namespace
-
 TEST_CASE("InstanceNormalization, GroupNormalization and GroupNormGrad on the GPU equal the CPU kernels, float32 and bf16 data") {
   if (!runtime::cuda::cuda_available()) std::exit(77);
   std::mt19937 rng(31);

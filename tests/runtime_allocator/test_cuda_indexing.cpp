@@ -27,11 +27,6 @@ using Attrs = std::map<std::string, analysis::Attribute>;
 
 namespace {
 
-OpGraph shaped(OpGraph b) {
-  b.g = analysis::infer_shapes(b.g, {});
-  return b;
-}
-
 TensorData floats_of(std::vector<std::int64_t> dims, std::vector<double> v) {
   return TensorData::from_double(DType::f32, std::move(dims), v);
 }
