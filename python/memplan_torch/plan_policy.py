@@ -239,6 +239,16 @@ SAC_HOST_S_PER_CALL = 80e-6
 CHECKPOINT_HOST_S_PER_CALL = 10e-6
 
 
+def kept_calls(cap, scopes, sc, recomputed):
+    """The calls a checkpointed region invocation keeps (SAC's MUST_SAVE) when `recomputed` are recomputed: none when
+    every candidate is (plain checkpointing), else the other candidates and the calls whose saved outputs are used
+    after the region, less those SAC must recompute anyway (never_saved)."""
+    if set(scopes.candidates.get(sc, {})) <= recomputed:
+        return set()
+    keep = (set(scopes.candidates.get(sc, {})) - recomputed) | scopes.escaping_saved.get(sc, set())
+    return {i for i in keep if not never_saved(cap, i)}
+
+
 def ladder(cap, scopes, speed, allow_offload, compiled=False):
     return ladder_steps(cap, scopes, speed, allow_offload, compiled)[0]
 
@@ -347,9 +357,7 @@ def decisions(cap, scopes, regions, actions, prefetch):
                 # every candidate recomputed: plain checkpointing (no policy, no dispatch mode); else SAC
                 whole = set(scopes.candidates[sc]) <= recompute[sc]
                 inv["mode"] = "checkpoint" if whole else "recompute"
-                keep = set() if whole else ((set(scopes.candidates[sc]) - recompute[sc])
-                                            | scopes.escaping_saved.get(sc, set()))
-                keep = {i for i in keep if not never_saved(cap, i)}
+                keep = kept_calls(cap, scopes, sc, recompute[sc])
                 inv["must_save"] = sorted([cap.calls[i].func, func_index[i]] for i in keep)
                 inv["offload_inputs"] = sorted(scopes.inputs.get(sc, {})) if sc in offload_inputs else []
                 for i, stor in sorted(scopes.candidates[sc].items()):

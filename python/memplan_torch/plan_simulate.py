@@ -8,6 +8,7 @@ are replayed through the caching allocator model. plan_step guesses on these pea
 from collections import defaultdict
 
 from .caching_allocator import CachingAllocator
+from .plan_policy import kept_calls
 
 
 class TraceSimulator:
@@ -184,9 +185,7 @@ class TraceSimulator:
         at = self.region_trigger.get(sc)
         if at is None:
             return extra
-        cand = self.scopes.candidates.get(sc, {})
-        keep = set() if set(cand) <= calls else (set(cand) - calls) | self.scopes.escaping_saved.get(sc, set())
-        keep = {i for i in keep if not self._never_saved(i)}
+        keep = kept_calls(self.cap, self.scopes, sc, calls)
         stop = max(calls)
         seq = inserts[at]
         dying = defaultdict(list)  # call -> blocks freed after it
