@@ -109,7 +109,10 @@ class Autocaster {
   }
 
   AutocastPolicy policy_of(const Op& op) const {
-    const AutocastPolicy p = autocast_policy(op);
+    // The ops of an unrolled LSTM, GRU or RNN run as PyTorch's one recurrent kernel, which autocast lowers whole
+    // (its inputs, states and weights cast; every gate in low precision).
+    const bool recurrent = op.lowered_from == "LSTM" || op.lowered_from == "GRU" || op.lowered_from == "RNN";
+    const AutocastPolicy p = recurrent ? AutocastPolicy::lower : autocast_policy(op);
     if (p == AutocastPolicy::keep) return p;
     for (std::size_t i = 0; i < op.inputs.size(); ++i)
       if (is_float(g_, op.inputs[i]) && !own_dtype_slot(op, i)) return p;

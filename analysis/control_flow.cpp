@@ -6,7 +6,8 @@
 namespace memplan::analysis::control_flow {
 
 bool is_control_flow(const Op& op) {
-  return (op.domain.empty() || op.domain == "ai.onnx") && (op.type == "If" || op.type == "Loop" || op.type == "Scan");
+  return ((op.domain.empty() || op.domain == "ai.onnx") && (op.type == "If" || op.type == "Loop" || op.type == "Scan")) ||
+         is_recurrent(op);
 }
 
 std::optional<bool> if_condition(const Reached& r) {

@@ -18,8 +18,11 @@ inline constexpr std::uint64_t kMaxUnrolledOps = 100000;
 // most kMaxUnrolledOps ops in all (ErrorKind::unsupported beyond).
 inline constexpr std::size_t kMaxExpansions = 1000;
 
-// If, Loop and Scan of the default domain: ops whose subgraphs shape inference expands before it goes on.
+// If, Loop and Scan of the default domain, and the recurrent LSTM, GRU and RNN (loops over time): ops that shape
+// inference expands into ordinary ops before it goes on.
 bool is_control_flow(const Op& op);
+// LSTM, GRU or RNN of the default domain.
+bool is_recurrent(const Op& op);
 
 // What shape inference knows when it reaches control-flow op `o`: `shaped` is `base` (the graph before inference,
 // the same op and tensor ids) with every tensor before `o` shaped, `values` the values it tracks.
@@ -47,5 +50,11 @@ Graph unroll_loop(const Reached& r);
 // `base` with Scan `o` (opset 9 and later) unrolled over the length of its scan axis (known once shapes are):
 // each iteration reads its slice with Gather, states thread through, scan outputs are stacked.
 Graph unroll_scan(const Reached& r);
+
+// `base` with recurrent op `o` (LSTM, GRU, RNN; every attribute of ONNX's but input_forget) unrolled over its
+// sequence (X's shape known): per direction one MatMul for every step's input projection, then each step's
+// recurrent MatMul and gates; Y, Y_h, Y_c stacked from the steps. sequence_lens is accepted only when known to be
+// the full length; anything the unrolling cannot honour is ErrorKind::unsupported naming the node.
+Graph unroll_recurrent(const Reached& r);
 
 }  // namespace memplan::analysis::control_flow

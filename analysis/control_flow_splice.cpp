@@ -82,8 +82,8 @@ TensorId Rewrite::add_constant(const std::string& want, TensorData value) {
 }
 
 void Rewrite::add_op(const std::string& type, std::vector<TensorId> inputs, std::vector<TensorId> outputs,
-                     std::map<std::string, Attribute> attrs) {
-  Op op{.name = fresh_op_name(replaced().name + "/" + type), .type = type, .inputs = std::move(inputs),
+                     std::map<std::string, Attribute> attrs, const std::string& label) {
+  Op op{.name = fresh_op_name(replaced().name + "/" + (label.empty() ? type : label)), .type = type, .inputs = std::move(inputs),
         .outputs = std::move(outputs), .attrs = std::move(attrs), .phase = replaced().phase};
   ops_.push_back(std::move(op));
 }

@@ -26,8 +26,9 @@ class Rewrite {
   TensorId add_tensor(const std::string& want);
   // A new constant (role weight, with its value) named after `want`.
   TensorId add_constant(const std::string& want, TensorData value);
+  // The op is named after the replaced op and `label` (its type when empty), made unique.
   void add_op(const std::string& type, std::vector<TensorId> inputs, std::vector<TensorId> outputs,
-              std::map<std::string, Attribute> attrs = {});
+              std::map<std::string, Attribute> attrs = {}, const std::string& label = {});
   // Copies the ops of `body` in: its formal inputs read `bound` (one per input), its own tensors get names
   // `prefix` + their name (made unique), its reads of enclosing scopes find the tensors of those names.
   // Body output k becomes tensor targets[k] where that is given (renamed when the body produces it, else
@@ -36,6 +37,10 @@ class Rewrite {
                                const std::vector<TensorId>& targets);
   // Stacks `parts` along a new axis `axis` into `target` (Unsqueeze each, then Concat; in reverse order when asked).
   void stack(std::vector<TensorId> parts, std::int64_t axis, TensorId target, bool reverse);
+  // Marks every op collected so far as lowered from an op of type `type` (Op::lowered_from).
+  void mark_lowered_from(const std::string& type) {
+    for (Op& op : ops_) op.lowered_from = type;
+  }
   // The graph with the replaced op's place taken by the collected ops.
   Graph finish() &&;
 

@@ -120,6 +120,9 @@ struct Op {
   std::vector<TensorId> outputs;  // kNoTensor for an omitted optional output
   std::map<std::string, Attribute> attrs;
   Phase phase = Phase::forward;
+  // The op of the imported graph this one was lowered from where shape inference expanded one (the recurrent
+  // "LSTM", "GRU", "RNN"), for the rules that follow what PyTorch runs for it (autocast); else empty.
+  std::string lowered_from;
 
   const Attribute* attr(std::string_view key) const;
   std::int64_t attr_int(std::string_view key, std::int64_t fallback) const;

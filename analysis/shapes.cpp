@@ -331,6 +331,7 @@ Graph expand_control_flow(const Graph& base, const Pass& p, const ShapeOptions& 
   const Op& op = base.ops[r.o];
   if (op.type == "Loop") return control_flow::unroll_loop(r);
   if (op.type == "Scan") return control_flow::unroll_scan(r);
+  if (control_flow::is_recurrent(op)) return control_flow::unroll_recurrent(r);
   if (const auto cond = control_flow::if_condition(r)) return control_flow::inline_if(base, r.o, *cond);
   if (measuring) return control_flow::inline_if(base, r.o, true);
   return inline_larger_branch(base, r.o, opts, notes);
