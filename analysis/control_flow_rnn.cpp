@@ -188,10 +188,29 @@ bool zero_or_absent(const Reached& r, TensorId t) {
   return std::all_of(xs.begin(), xs.end(), [](double d) { return d == 0.0; });
 }
 
+// Input `slot`'s shape must be `want` (when the input is given); ErrorKind::shape naming the input otherwise.
+void check_shape(const Reached& r, const Op& op, std::size_t slot, const char* what, const std::vector<std::int64_t>& want) {
+  const TensorId t = op.input(slot);
+  if (t == kNoTensor) return;
+  const Tensor& x = r.shaped.tensors[t];
+  if (x.shape_known() && x.shape() == want) return;
+  std::string dims;
+  for (auto d : want) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+  std::string got = "an unknown shape";
+  if (x.shape_known()) {
+    got.clear();
+    for (auto d : x.shape()) got += (got.empty() ? "" : ", ") + std::to_string(d);
+    got = "[" + got + "]";
+  }
+  fail(ErrorKind::shape, op_where(op) + ": " + what + " '" + x.name + "' is " + got + ", [" + dims + "] expected");
+}
+
 Dims dims_of(const Reached& r, const Op& op, Cell cell) {
   Dims d;
   d.gates = cell == Cell::lstm ? 4 : (cell == Cell::gru ? 3 : 1);
-  d.batch_major = op.attr_int("layout", 0) != 0;
+  const std::int64_t layout = op.attr_int("layout", 0);
+  if (layout != 0 && layout != 1) fail(ErrorKind::invalid_graph, op_where(op) + ": layout " + std::to_string(layout) + " is not 0 or 1");
+  d.batch_major = layout == 1;
   const std::string dir = op.attr_string("direction", "forward");
   if (dir != "forward" && dir != "reverse" && dir != "bidirectional")
     fail(ErrorKind::invalid_graph, op_where(op) + ": direction '" + dir + "' is not forward, reverse or bidirectional");
@@ -202,15 +221,28 @@ Dims dims_of(const Reached& r, const Op& op, Cell cell) {
   const auto s = x.shape();
   d.seq = d.batch_major ? s[1] : s[0];
   d.batch = d.batch_major ? s[0] : s[1];
-  const TensorId w = op.input(1);
-  if (w == kNoTensor || op.input(2) == kNoTensor) fail(ErrorKind::invalid_graph, op_where(op) + ": needs inputs W and R");
-  const Tensor& wt = r.shaped.tensors[w];
-  d.hidden = op.attr_int("hidden_size", -1);
-  if (d.hidden <= 0 && wt.shape_known() && wt.dims.size() == 3) d.hidden = wt.shape()[1] / d.gates;
-  if (d.hidden <= 0) fail(ErrorKind::invalid_graph, op_where(op) + ": hidden_size is not given and W's shape does not tell it");
-  if (wt.shape_known() && (wt.dims.size() != 3 || wt.shape()[0] != d.dirs || wt.shape()[1] != d.gates * d.hidden))
-    fail(ErrorKind::shape, op_where(op) + ": W '" + wt.name + "' is not [" + std::to_string(d.dirs) + ", " +
-                               std::to_string(d.gates * d.hidden) + ", input_size]");
+  if (d.seq == 0) refuse(op, "its input X '" + x.name + "' has no time steps");
+  if (op.input(1) == kNoTensor || op.input(2) == kNoTensor) fail(ErrorKind::invalid_graph, op_where(op) + ": needs inputs W and R");
+  const Tensor& wt = r.shaped.tensors[op.input(1)];
+  if (const Attribute* a = op.attr("hidden_size")) {
+    d.hidden = a->i;
+    if (d.hidden <= 0) fail(ErrorKind::invalid_graph, op_where(op) + ": hidden_size " + std::to_string(d.hidden) + " is not positive");
+  } else if (wt.shape_known() && wt.dims.size() == 3 && wt.shape()[1] > 0 && wt.shape()[1] % d.gates == 0) {
+    d.hidden = wt.shape()[1] / d.gates;
+  } else {
+    fail(ErrorKind::invalid_graph, op_where(op) + ": hidden_size is not given and W's shape does not tell it");
+  }
+  const std::int64_t gh = d.gates * d.hidden, h = d.hidden;
+  check_shape(r, op, 1, "W", {d.dirs, gh, s[2]});
+  check_shape(r, op, 2, "R", {d.dirs, gh, h});
+  check_shape(r, op, 3, "B", {d.dirs, 2 * gh});
+  check_shape(r, op, 4, "sequence_lens", {d.batch});
+  const std::vector<std::int64_t> state = d.batch_major ? std::vector<std::int64_t>{d.batch, d.dirs, h} : std::vector<std::int64_t>{d.dirs, d.batch, h};
+  check_shape(r, op, 5, "initial_h", state);
+  if (cell == Cell::lstm) {
+    check_shape(r, op, 6, "initial_c", state);
+    check_shape(r, op, 7, "P", {d.dirs, 3 * h});
+  }
   const std::uint64_t ops = static_cast<std::uint64_t>(d.seq) * static_cast<std::uint64_t>(d.dirs) * 24u;
   if (ops > kMaxUnrolledOps)
     refuse(op, std::to_string(d.seq) + " time steps would unroll into about " + std::to_string(ops) + " ops, over the limit of " +

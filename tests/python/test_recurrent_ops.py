@@ -4,8 +4,10 @@ output (Y, Y_h, Y_c) across directions (forward, reverse, bidirectional), layout
 peepholes, clip, GRU's linear_before_reset both ways and non-default activations with their alpha and beta; the weight
 gradients of `memplan train --loss none` equal central finite differences of the loss ONNX Runtime computes; a
 training step of a small recurrent language model plans and verifies in fp32 and under bf16 autocast; what the
-unrolling cannot honour (sequence_lens shorter than the sequence, input_forget) is refused naming the node (exit 5).
-Exit 77 when onnx, onnxruntime or numpy is missing."""
+unrolling cannot honour (sequence_lens shorter than the sequence, input_forget) is refused naming the node (exit 5),
+and malformed ones (inputs of the wrong shape, bad attributes) get errors naming the input or attribute.
+MEMPLAN_TEST_BACKEND=cuda runs and trains on the CUDA runtime instead (on the GPU machine). Exit 77 when onnx,
+onnxruntime or numpy is missing."""
 import json
 import os
 import shutil
@@ -28,6 +30,7 @@ except ImportError:
     sys.exit(77)
 
 UNSUPPORTED = 5
+BACKEND = ["--backend", os.environ.get("MEMPLAN_TEST_BACKEND", "cpu")]
 S, B, I, H = 4, 2, 3, 2
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 RNG = np.random.RandomState(11)
@@ -92,7 +95,7 @@ def recurrent_model(kind, attrs, weights, states, layout=0, loss=False, opset=17
 def run_memplan(d, name, model, feeds):
     path = os.path.join(d, name + ".onnx")
     onnx.save(model, path)
-    args, outs = [A.memplan, "run", path], []
+    args, outs = [A.memplan, "run", path, *BACKEND], []
     for k, v in feeds.items():
         np.save(os.path.join(d, f"{name}_{k}.npy"), v)
         args += ["--input", os.path.join(d, f"{name}_{k}.npy")]
@@ -139,7 +142,7 @@ def gradient_case(d, name, kind, attrs, weights, states=True, layout=0, step=1e-
     path, out = os.path.join(d, name + "_train.onnx"), os.path.join(d, name + "_grads")
     onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location=name + ".bin", size_threshold=0)
     shutil.rmtree(out, ignore_errors=True)
-    r = subprocess.run([A.memplan, "train", path, "--loss", "none", "--steps", "1", "--lr", "0", "--save-grads", out],
+    r = subprocess.run([A.memplan, "train", path, "--loss", "none", "--steps", "1", "--lr", "0", "--save-grads", out, *BACKEND],
                        capture_output=True, text=True, timeout=300)
     if not check(r.returncode == 0, f"{name}: train exit {r.returncode} {r.stderr.strip()[-300:]}"):
         return
@@ -198,7 +201,7 @@ def plan_cases(d):
             j = json.loads(r.stdout) if r.returncode == 0 else None
             check(j is not None and j["plan_valid"] and j["arena_bytes"] >= y_bytes // 2,
                   f"{kind} language model, {precision}: a verified training plan ({r.stderr.strip()[-300:]})")
-        r = subprocess.run([A.memplan, "train", path, "--loss", "ce", "--steps", "4", "--lr", "0.05", "--json"],
+        r = subprocess.run([A.memplan, "train", path, "--loss", "ce", "--steps", "4", "--lr", "0.05", "--json", *BACKEND],
                            capture_output=True, text=True, timeout=300)
         t = json.loads(r.stdout) if r.returncode == 0 else None
         check(t is not None and all(np.isfinite(t["losses"])) and t["losses"][-1] < t["losses"][0],
@@ -223,6 +226,38 @@ def refusals(d):
           f"LSTM with input_forget refused naming it: exit {r.returncode} {r.stderr.strip()[:300]}")
 
 
+def hostile(d):
+    """Malformed recurrent ops: each refused with its exit code and a message naming the op and what is wrong."""
+    def model(name, w, r, b=None, attrs=None, x=(4, 2, 3), h0=None):
+        ins, inits = ["X", "W", "R"], [numpy_helper.from_array(np.zeros(w, np.float32), "W"), numpy_helper.from_array(np.zeros(r, np.float32), "R")]
+        if b is not None:
+            ins.append("B")
+            inits.append(numpy_helper.from_array(np.zeros(b, np.float32), "B"))
+        if h0 is not None:
+            ins += [""] * (5 - len(ins)) + ["h0"]
+            inits.append(numpy_helper.from_array(np.zeros(h0, np.float32), "h0"))
+        node = helper.make_node("LSTM", ins, ["Y"], name="rnn", **{"hidden_size": 2, **(attrs or {})})
+        g = helper.make_graph([node], "g", [vi("X", list(x))], [vi("Y", None)], inits)
+        path = os.path.join(d, f"hostile_{name}.onnx")
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+        return path
+    cases = [("R of another hidden size", model("r", (1, 8, 3), (1, 8, 3)), 7, ["R 'R' is [1, 8, 3], [1, 8, 2] expected"]),
+             ("B of half the length", model("b", (1, 8, 3), (1, 8, 2), b=(1, 8)), 7, ["B 'B' is [1, 8], [1, 16] expected"]),
+             ("W of another input size", model("w", (1, 8, 5), (1, 8, 2)), 7, ["W 'W' is [1, 8, 5], [1, 8, 3] expected"]),
+             ("a zero initial_h of the wrong batch", model("h0", (1, 8, 3), (1, 8, 2), h0=(1, 3, 2)), 7, ["initial_h 'h0'", "[1, 2, 2] expected"]),
+             ("hidden_size -2", model("hs", (1, 8, 3), (1, 8, 2), attrs={"hidden_size": -2}), 6, ["hidden_size -2 is not positive"]),
+             ("layout 7", model("layout", (1, 8, 3), (1, 8, 2), attrs={"layout": 7}), 6, ["layout 7 is not 0 or 1"]),
+             ("direction sideways", model("dir", (1, 8, 3), (1, 8, 2), attrs={"direction": "sideways"}), 6, ["direction 'sideways'"]),
+             ("an unknown activation", model("act", (1, 8, 3), (1, 8, 2), attrs={"activations": ["Sigmoid", "Tanh", "Foo"]}), 5,
+              ["activation 'Foo'"]),
+             ("no time steps", model("seq0", (1, 8, 3), (1, 8, 2), x=(0, 2, 3)), 5, ["has no time steps"]),
+             ("a million time steps", model("huge", (1, 8, 3), (1, 8, 2), x=(1000000, 2, 3)), 5, ["over the limit of 100000"])]
+    for what, path, code, words in cases:
+        r = subprocess.run([A.memplan, "analyze", path], capture_output=True, text=True, timeout=60)
+        check(r.returncode == code and "'rnn' (LSTM)" in r.stderr and all(w in r.stderr for w in words),
+              f"LSTM with {what}: exit {r.returncode} ({code} expected) {r.stderr.strip()[:300]}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as d:
         forward_case(d, "lstm_peephole_clip", "LSTM", {"clip": 0.9}, weights_of("LSTM", 1, peephole=True))
@@ -244,6 +279,7 @@ def main():
         gradient_case(d, "grad_rnn_tanh", "RNN", {}, weights_of("RNN", 1))
         plan_cases(d)
         refusals(d)
+        hostile(d)
     print(f"{len(failures)} failures")
     return 1 if failures else 0
 
