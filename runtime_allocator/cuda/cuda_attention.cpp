@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "analysis/fused_ops.hpp"
 #include "runtime_allocator/cuda/attention.hpp"
@@ -30,67 +31,92 @@ Slots slots_of(const Op& op) { return is_grad(op) ? Slots{1, 2, 3, 6} : Slots{0,
 
 std::vector<std::int64_t> score_dims(const analysis::AttentionGeometry& a) { return {a.batch, a.q_heads, a.q_len, a.kv_len}; }
 
+// Why not, when an operand the kernels read or the output O is absent.
+std::string absent_operand(const Op& op, const Slots& at) {
+  for (std::size_t i : {at.q, at.k, at.v})
+    if (op.input(i) == kNoTensor) return "input " + std::to_string(i) + " (Q, K or V) is absent";
+  if (!is_grad(op)) return op.output(0) == kNoTensor ? "output 0 (O) is absent" : "";
+  for (std::size_t i : {std::size_t{0}, std::size_t{4}, std::size_t{5}})
+    if (op.input(i) == kNoTensor) return "input " + std::to_string(i) + " (dO, O or LSE) is absent";
+  return {};
+}
+
+// Q, K, V (and dO, O) of one dtype: float32, bf16 or f16; LSE float32; each with a concrete shape.
+std::string input_dtype_reason(const Graph& g, const Op& op, const Slots& at) {
+  const DType dt = g.tensors[op.input(at.q)].dtype;
+  if (dt != DType::f32 && !is_half(dt))
+    return std::string("dtype ") + analysis::dtype_name(dt) + " of Q (float32, bfloat16 or float16)";
+  std::vector<std::size_t> read = {at.q, at.k, at.v};
+  if (is_grad(op)) read.insert(read.end(), {0, 4, 5});
+  for (std::size_t i : read) {
+    const auto& t = g.tensors[op.input(i)];
+    const DType want = is_grad(op) && i == 5 ? DType::f32 : dt;
+    if (t.dtype != want)
+      return std::string("dtype ") + analysis::dtype_name(t.dtype) + " of input " + std::to_string(i) + " (" +
+             analysis::dtype_name(want) + " expected)";
+    if (!t.shape_known()) return "input " + std::to_string(i) + " has no concrete shape";
+  }
+  return {};
+}
+
+// O, dQ, dK, dV of Q's dtype `dt`; the forward's LSE float32.
+std::string output_dtype_reason(const Graph& g, const Op& op, DType dt) {
+  for (std::size_t i = 0; i < op.outputs.size() && i < 3; ++i) {
+    const DType want = !is_grad(op) && i == 1 ? DType::f32 : dt;  // the forward's output 1 is LSE
+    if (op.outputs[i] != kNoTensor && g.tensors[op.outputs[i]].dtype != want)
+      return std::string("dtype ") + analysis::dtype_name(g.tensors[op.outputs[i]].dtype) + " of output " + std::to_string(i) +
+             " (" + analysis::dtype_name(want) + " expected)";
+  }
+  return {};
+}
+
+// The bias: float32, bool or Q's dtype `dt`, broadcasting to the scores; dBias only of a float32 bias, in float32.
+std::string bias_reason(const Graph& g, const Op& op, TensorId bias, const analysis::AttentionGeometry& a, DType dt) {
+  const auto& bt = g.tensors[bias];
+  if (bt.dtype != DType::f32 && bt.dtype != DType::boolean && bt.dtype != dt)
+    return std::string("bias of dtype ") + analysis::dtype_name(bt.dtype) + " (float32, bool or Q's dtype only)";
+  if (!bt.shape_known()) return "the bias has no concrete shape";
+  const auto bd = bt.shape(), sd = score_dims(a);
+  if (bd.size() > 4) return "bias of rank " + std::to_string(bd.size()) + " above 4";
+  for (std::size_t k = 0; k < bd.size(); ++k) {
+    const std::int64_t want = sd[4 - bd.size() + k];
+    if (bd[k] != 1 && bd[k] != want) return "the bias does not broadcast to [B, Hq, Sq, Sk]";
+  }
+  if (!is_grad(op) || op.output(3) == kNoTensor) return {};
+  if (bt.dtype == DType::boolean) return "dBias of a boolean mask";
+  if (bt.dtype != DType::f32 || g.tensors[op.output(3)].dtype != DType::f32)
+    return "dBias of a bias other than float32 (accumulated in float32)";
+  return {};
+}
+
+// The geometry the kernels take: packed Q, K, V with one gradient, head dims up to kAttentionMaxHeadDim, int extents.
+// ErrorKind::shape from attention_geometry when the operands disagree.
+std::string geometry_reason(const Graph& g, const Op& op, const Slots& at, DType dt) {
+  const auto a = analysis::attention_geometry(op, g.tensors[op.input(at.q)].shape(), g.tensors[op.input(at.k)].shape(),
+                                              g.tensors[op.input(at.v)].shape());
+  if (a.packed && is_grad(op) && (op.output(0) == kNoTensor || op.output(1) != kNoTensor || op.output(2) != kNoTensor))
+    return "packed Q, K, V take one gradient, output 0";
+  if (std::max(a.head_dim, a.v_head_dim) > kAttentionMaxHeadDim)
+    return "head dim " + std::to_string(std::max(a.head_dim, a.v_head_dim)) + " above " + std::to_string(kAttentionMaxHeadDim);
+  for (std::int64_t d : {a.batch, a.q_heads, a.q_len, a.kv_len})
+    if (d > INT_MAX) return "a batch, head count or length above 2^31";
+  const TensorId bias = op.input(at.bias);
+  return bias == kNoTensor ? std::string() : bias_reason(g, op, bias, a, dt);
+}
+
 // Empty when the kernels run `op` as shaped in g, else why not. ErrorKind::shape from attention_geometry (operands
 // that disagree) is returned as a reason too.
 std::string reason_of(const Graph& g, const Op& op) {
   const Slots at = slots_of(op);
-  const std::size_t needed[] = {at.q, at.k, at.v};
-  for (std::size_t i : needed)
-    if (op.input(i) == kNoTensor) return "input " + std::to_string(i) + " (Q, K or V) is absent";
-  std::vector<std::size_t> floats = {at.q, at.k, at.v};
-  if (is_grad(op)) {
-    for (std::size_t i : {std::size_t{0}, std::size_t{4}, std::size_t{5}})
-      if (op.input(i) == kNoTensor) return "input " + std::to_string(i) + " (dO, O or LSE) is absent";
-    floats.insert(floats.end(), {0, 4, 5});
-  } else if (op.output(0) == kNoTensor) {
-    return "output 0 (O) is absent";
-  }
-  // Q, K, V (and dO, O) of one dtype: float32, bf16 or f16; LSE float32; O, dQ, dK, dV of that dtype.
+  if (std::string why = absent_operand(op, at); !why.empty()) return why;
+  if (std::string why = input_dtype_reason(g, op, at); !why.empty()) return why;
   const DType dt = g.tensors[op.input(at.q)].dtype;
-  if (dt != DType::f32 && !is_half(dt))
-    return std::string("dtype ") + analysis::dtype_name(dt) + " of Q (float32, bfloat16 or float16)";
-  for (std::size_t i : floats) {
-    const auto& t = g.tensors[op.input(i)];
-    const DType want = is_grad(op) && i == 5 ? DType::f32 : dt;
-    if (t.dtype != want)
-      return std::string("dtype ") + analysis::dtype_name(t.dtype) + " of input " + std::to_string(i) + " (" + analysis::dtype_name(want) +
-             " expected)";
-    if (!t.shape_known()) return "input " + std::to_string(i) + " has no concrete shape";
-  }
-  for (std::size_t i = 0; i < op.outputs.size() && i < 3; ++i) {
-    const DType want = !is_grad(op) && i == 1 ? DType::f32 : dt;  // the forward's output 1 is LSE
-    if (op.outputs[i] != kNoTensor && g.tensors[op.outputs[i]].dtype != want)
-      return std::string("dtype ") + analysis::dtype_name(g.tensors[op.outputs[i]].dtype) + " of output " + std::to_string(i) + " (" +
-             analysis::dtype_name(want) + " expected)";
-  }
+  if (std::string why = output_dtype_reason(g, op, dt); !why.empty()) return why;
   try {
-    const auto a = analysis::attention_geometry(op, g.tensors[op.input(at.q)].shape(), g.tensors[op.input(at.k)].shape(),
-                                                g.tensors[op.input(at.v)].shape());
-    if (a.packed && is_grad(op) && (op.output(0) == kNoTensor || op.output(1) != kNoTensor || op.output(2) != kNoTensor))
-      return "packed Q, K, V take one gradient, output 0";
-    if (std::max(a.head_dim, a.v_head_dim) > kAttentionMaxHeadDim)
-      return "head dim " + std::to_string(std::max(a.head_dim, a.v_head_dim)) + " above " + std::to_string(kAttentionMaxHeadDim);
-    for (std::int64_t d : {a.batch, a.q_heads, a.q_len, a.kv_len})
-      if (d > INT_MAX) return "a batch, head count or length above 2^31";
-    const TensorId bias = op.input(at.bias);
-    if (bias == kNoTensor) return {};
-    const auto& bt = g.tensors[bias];
-    if (bt.dtype != DType::f32 && bt.dtype != DType::boolean && bt.dtype != dt)
-      return std::string("bias of dtype ") + analysis::dtype_name(bt.dtype) + " (float32, bool or Q's dtype only)";
-    if (!bt.shape_known()) return "the bias has no concrete shape";
-    const auto bd = bt.shape(), sd = score_dims(a);
-    if (bd.size() > 4) return "bias of rank " + std::to_string(bd.size()) + " above 4";
-    for (std::size_t k = 0; k < bd.size(); ++k) {
-      const std::int64_t want = sd[4 - bd.size() + k];
-      if (bd[k] != 1 && bd[k] != want) return "the bias does not broadcast to [B, Hq, Sq, Sk]";
-    }
-    if (is_grad(op) && op.output(3) != kNoTensor && bt.dtype == DType::boolean) return "dBias of a boolean mask";
-    if (is_grad(op) && op.output(3) != kNoTensor && (bt.dtype != DType::f32 || g.tensors[op.output(3)].dtype != DType::f32))
-      return "dBias of a bias other than float32 (accumulated in float32)";
+    return geometry_reason(g, op, at, dt);
   } catch (const Error& e) {
     return e.what();
   }
-  return {};
 }
 
 AttnStorage storage_of(DType d) { return d == DType::bf16 ? kAttnBf16 : d == DType::f16 ? kAttnF16 : kAttnF32; }

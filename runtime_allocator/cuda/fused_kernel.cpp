@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <sstream>
+#include <string_view>
 
 #include "runtime_allocator/cuda/cuda_context.hpp"
 
@@ -39,49 +41,93 @@ std::string float_literal(double v) {
 
 namespace {
 
-std::string literal(double v) { return float_literal(v); }
+// The CUDA expression of each ElemOp, one per enumerator in the enum's order: $a and $b stand for the argument nodes'
+// values, $i for the operand index of an input node, $0 and $1 for the parameters as float literals.
+struct NodeTemplate {
+  ElemOp op;
+  std::string_view code;
+};
+constexpr NodeTemplate kNodeTemplates[] = {
+    {ElemOp::input, "x$i"},
+    {ElemOp::constant, "$0"},
+    {ElemOp::add, "$a + $b"},
+    {ElemOp::sub, "$a - $b"},
+    {ElemOp::mul, "$a * $b"},
+    {ElemOp::div, "$a / $b"},
+    {ElemOp::pow, "powf($a, $b)"},
+    {ElemOp::max, "($a != $a || $b != $b) ? __int_as_float(0x7fc00000) : fmaxf($a, $b)"},
+    {ElemOp::min, "($a != $a || $b != $b) ? __int_as_float(0x7fc00000) : fminf($a, $b)"},
+    {ElemOp::neg, "-$a"},
+    {ElemOp::abs, "fabsf($a)"},
+    {ElemOp::relu, "($a > 0.0f || $a != $a) ? $a : 0.0f"},  // NaN propagates
+    {ElemOp::sigmoid, "1.0f / (1.0f + expf(-$a))"},
+    {ElemOp::tanh, "tanhf($a)"},
+    {ElemOp::erf, "erff($a)"},
+    {ElemOp::exp, "expf($a)"},
+    {ElemOp::log, "logf($a)"},
+    {ElemOp::sqrt, "sqrtf($a)"},
+    {ElemOp::reciprocal, "1.0f / $a"},
+    {ElemOp::identity, "$a"},
+    {ElemOp::clip, "fminf(fmaxf($a, $0), $1)"},
+    {ElemOp::leaky_relu, "$a >= 0.0f ? $a : $a * $0"},
+    {ElemOp::gt, "$a > $b ? 1.0f : 0.0f"},
+    {ElemOp::ge, "$a >= $b ? 1.0f : 0.0f"},
+    {ElemOp::floor, "floorf($a)"},
+    {ElemOp::ceil, "ceilf($a)"},
+    {ElemOp::tan, "tanf($a)"},
+    {ElemOp::asin, "asinf($a)"},
+    {ElemOp::acos, "acosf($a)"},
+    {ElemOp::atan, "atanf($a)"},
+    {ElemOp::sinh, "sinhf($a)"},
+    {ElemOp::cosh, "coshf($a)"},
+    {ElemOp::asinh, "asinhf($a)"},
+    {ElemOp::acosh, "acoshf($a)"},
+    {ElemOp::atanh, "atanhf($a)"},
+    {ElemOp::keep, "$b > 0.0f ? $a : 0.0f"},
+};
 
-std::string node_code(const ExprNode& n) {
-  const std::string a = "v" + std::to_string(n.a), b = "v" + std::to_string(n.b);
-  switch (n.op) {
-    case ElemOp::input: return "x" + std::to_string(n.a);
-    case ElemOp::constant: return literal(n.p0);
-    case ElemOp::add: return a + " + " + b;
-    case ElemOp::sub: return a + " - " + b;
-    case ElemOp::mul: return a + " * " + b;
-    case ElemOp::div: return a + " / " + b;
-    case ElemOp::pow: return "powf(" + a + ", " + b + ")";
-    case ElemOp::max: return "(" + a + " != " + a + " || " + b + " != " + b + ") ? __int_as_float(0x7fc00000) : fmaxf(" + a + ", " + b + ")";
-    case ElemOp::min: return "(" + a + " != " + a + " || " + b + " != " + b + ") ? __int_as_float(0x7fc00000) : fminf(" + a + ", " + b + ")";
-    case ElemOp::neg: return "-" + a;
-    case ElemOp::abs: return "fabsf(" + a + ")";
-    case ElemOp::relu: return "(" + a + " > 0.0f || " + a + " != " + a + ") ? " + a + " : 0.0f";  // NaN propagates
-    case ElemOp::sigmoid: return "1.0f / (1.0f + expf(-" + a + "))";
-    case ElemOp::tanh: return "tanhf(" + a + ")";
-    case ElemOp::erf: return "erff(" + a + ")";
-    case ElemOp::exp: return "expf(" + a + ")";
-    case ElemOp::log: return "logf(" + a + ")";
-    case ElemOp::sqrt: return "sqrtf(" + a + ")";
-    case ElemOp::reciprocal: return "1.0f / " + a;
-    case ElemOp::identity: return a;
-    case ElemOp::clip: return "fminf(fmaxf(" + a + ", " + literal(n.p0) + "), " + literal(n.p1) + ")";
-    case ElemOp::leaky_relu: return a + " >= 0.0f ? " + a + " : " + a + " * " + literal(n.p0);
-    case ElemOp::gt: return a + " > " + b + " ? 1.0f : 0.0f";
-    case ElemOp::ge: return a + " >= " + b + " ? 1.0f : 0.0f";
-    case ElemOp::floor: return "floorf(" + a + ")";
-    case ElemOp::ceil: return "ceilf(" + a + ")";
-    case ElemOp::tan: return "tanf(" + a + ")";
-    case ElemOp::asin: return "asinf(" + a + ")";
-    case ElemOp::acos: return "acosf(" + a + ")";
-    case ElemOp::atan: return "atanf(" + a + ")";
-    case ElemOp::sinh: return "sinhf(" + a + ")";
-    case ElemOp::cosh: return "coshf(" + a + ")";
-    case ElemOp::asinh: return "asinhf(" + a + ")";
-    case ElemOp::acosh: return "acoshf(" + a + ")";
-    case ElemOp::atanh: return "atanhf(" + a + ")";
-    case ElemOp::keep: return b + " > 0.0f ? " + a + " : 0.0f";
+constexpr bool templates_in_enum_order() {
+  for (std::size_t i = 0; i < std::size(kNodeTemplates); ++i)
+    if (static_cast<std::size_t>(kNodeTemplates[i].op) != i) return false;
+  return std::size(kNodeTemplates) == static_cast<std::size_t>(ElemOp::keep) + 1;  // keep is the last enumerator
+}
+static_assert(templates_in_enum_order(), "one template per ElemOp, in the enum's order");
+
+// An op outside the enum (never parsed nor built) reads as its first argument.
+std::string_view node_template(ElemOp op) {
+  const auto i = static_cast<std::size_t>(op);
+  return i < std::size(kNodeTemplates) ? kNodeTemplates[i].code : "$a";
+}
+
+// What a placeholder of a node template stands for in node `n`.
+std::string placeholder(char name, const ExprNode& n) {
+  switch (name) {
+    case 'a':
+      return "v" + std::to_string(n.a);
+    case 'b':
+      return "v" + std::to_string(n.b);
+    case 'i':
+      return std::to_string(n.a);
+    case '0':
+      return float_literal(n.p0);
+    case '1':
+      return float_literal(n.p1);
+    default:
+      return std::string("$") + name;
   }
-  return a;
+}
+
+// The right-hand side of node n's statement in the generated element function.
+std::string node_code(const ExprNode& n) {
+  const std::string_view t = node_template(n.op);
+  std::string code;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    if (t[i] == '$' && i + 1 < t.size())
+      code += placeholder(t[++i], n);
+    else
+      code += t[i];
+  }
+  return code;
 }
 
 std::vector<bool> referenced_operands(const FusedExpr& e) {
@@ -177,6 +223,8 @@ std::string narrow(DType d, const std::string& v) {
 
 }  // namespace
 
+namespace {
+
 // The output's index space with its dims merged where every strided operand steps on contiguously (fewer divisions
 // per element; a bias [C] over [B, S, C] reads through [B*S, C]), innermost group first; dims of extent 1 dropped.
 struct IndexSpace {
@@ -194,8 +242,7 @@ IndexSpace index_space(const FusedSignature& sig, const std::vector<bool>& used)
     const std::int64_t extent = sig.out_dims[d];
     if (extent == 1) continue;
     bool merge = !sp.extents.empty();
-    for (std::size_t k : strided)
-      merge = merge && sig.operands[k].strides[d] == sp.strides[k].back() * sp.extents.back();
+    for (std::size_t k : strided) merge = merge && sig.operands[k].strides[d] == sp.strides[k].back() * sp.extents.back();
     if (merge) {
       sp.extents.back() *= extent;
       continue;
@@ -206,129 +253,222 @@ IndexSpace index_space(const FusedSignature& sig, const std::vector<bool>& used)
   return sp;
 }
 
-std::string fused_kernel_source(const FusedSignature& sig) {
-  const FusedExpr& e = sig.expr;
-  const auto used = referenced_operands(e);
-  if (!sig.operand_dtypes.empty() && sig.operand_dtypes.size() != e.num_inputs)
-    fail(ErrorKind::runtime, "fused kernel: " + std::to_string(sig.operand_dtypes.size()) + " operand dtypes for " +
-                                 std::to_string(e.num_inputs) + " operands");
-  std::vector<DType> dt(e.num_inputs, DType::f32);
+// The storage dtype of each operand (all f32 where the signature names none): ErrorKind::runtime for a count other
+// than the expression's, ErrorKind::unsupported for an operand or result dtype the kernels do not load or store.
+std::vector<DType> checked_operand_dtypes(const FusedSignature& sig) {
+  const std::uint32_t n = sig.expr.num_inputs;
+  if (!sig.operand_dtypes.empty() && sig.operand_dtypes.size() != n)
+    fail(ErrorKind::runtime,
+         "fused kernel: " + std::to_string(sig.operand_dtypes.size()) + " operand dtypes for " + std::to_string(n) + " operands");
+  std::vector<DType> dt(n, DType::f32);
   if (!sig.operand_dtypes.empty()) dt = sig.operand_dtypes;
-  bool low = sig.out_dtype != DType::f32;
-  for (DType d : dt) low = low || d != DType::f32;
   for (DType d : dt)
     if (!fused_storage_dtype(d) && d != DType::boolean)
       fail(ErrorKind::unsupported, std::string("fused kernel: operand dtype ") + analysis::dtype_name(d));
   if (!fused_storage_dtype(sig.out_dtype))
     fail(ErrorKind::unsupported, std::string("fused kernel: result dtype ") + analysis::dtype_name(sig.out_dtype));
-  std::ostringstream s;
-  s << "// memplan fused elementwise: " << (sig.body.empty() ? e.to_string() : "custom body") << "\n";
-  if (low) {
-    s << "// storage:";
-    for (DType d : dt) s << " " << analysis::dtype_name(d);
-    s << " -> " << analysis::dtype_name(sig.out_dtype) << "\n" << kHalfPrelude;
+  return dt;
+}
+
+// Writes the source of one signature's kernel, a method per part of it; the members are the facts every part reads.
+class KernelWriter {
+ public:
+  explicit KernelWriter(const FusedSignature& sig);
+  std::string source();
+
+ private:
+  bool is(std::uint32_t k, OperandLayout::Kind kind) const { return used_[k] && sig_.operands[k].kind == kind; }
+  // A strided operand whose innermost group broadcasts it: a vector of four elements reads one element of it.
+  bool inner_broadcast(std::uint32_t k) const {
+    return sig_.operands[k].kind == OperandLayout::Kind::strided && sp_.strides[k][0] == 0;
   }
-  s << "__device__ __forceinline__ float memplan_expr(";
-  for (std::uint32_t k = 0; k < e.num_inputs; ++k) s << (k ? ", " : "") << "float x" << k;
-  s << ") {\n";
-  if (!sig.body.empty()) {
-    s << "  " << sig.body << "\n}\n";
-  } else {
-    for (std::size_t i = 0; i < e.nodes.size(); ++i) s << "  const float v" << i << " = " << node_code(e.nodes[i]) << ";\n";
-    s << "  return v" << e.nodes.size() - 1 << ";\n}\n";
-  }
-  const IndexSpace sp = index_space(sig, used);
-  bool any_strided = false, vectorisable = true;
-  for (std::uint32_t k = 0; k < e.num_inputs; ++k)
-    if (used[k] && sig.operands[k].kind == OperandLayout::Kind::strided) {
-      any_strided = true;
+  std::string u(std::int64_t v) const { return std::to_string(v) + (narrow_index_ ? "u" : "ull"); }  // an idx_t literal
+  void header();
+  void element_function();
+  void kernel_head();
+  void unrolled_loop_head(const std::string& indent, const std::string& bound);
+  void offsets(const std::string& at, const std::string& indent);
+  std::string call(const std::string& lane) const;
+  void vector_path();
+  void vector_loads();
+  void vector_stores();
+  void scalar_path();
+
+  const FusedSignature& sig_;
+  const FusedExpr& e_;
+  std::vector<bool> used_;
+  std::vector<DType> dt_;
+  IndexSpace sp_;
+  bool any_strided_ = false, vectorisable_ = true, narrow_index_ = true;
+  std::ostringstream s_;
+};
+
+KernelWriter::KernelWriter(const FusedSignature& sig)
+    : sig_(sig),
+      e_(sig.expr),
+      used_(referenced_operands(sig.expr)),
+      dt_(checked_operand_dtypes(sig)),
+      sp_(index_space(sig, used_)) {
+  for (std::uint32_t k = 0; k < e_.num_inputs; ++k)
+    if (is(k, OperandLayout::Kind::strided)) {
+      any_strided_ = true;
       // Four consecutive elements read four consecutive operand elements (a vector load at an offset that is a
       // multiple of 4), or one element (broadcast along the innermost group).
-      vectorisable = vectorisable && !sp.extents.empty() && sp.extents[0] % 4 == 0 && (sp.strides[k][0] == 0 || sp.strides[k][0] == 1);
+      vectorisable_ =
+          vectorisable_ && !sp_.extents.empty() && sp_.extents[0] % 4 == 0 && (sp_.strides[k][0] == 0 || sp_.strides[k][0] == 1);
     }
   std::int64_t total = 1;
   for (auto d : sig.out_dims) total *= d;
   // 32-bit indices where every index, and an index plus one grid of elements, fits (the divisions by the constant
   // extents are then a multiply and a shift).
-  const bool narrow_index = total < (std::int64_t{1} << 30);
-  const char* idx = narrow_index ? "unsigned int" : "unsigned long long";
-  auto u = [&](std::int64_t v) { return std::to_string(v) + (narrow_index ? "u" : "ull"); };
-  s << "extern \"C\" __global__ void __launch_bounds__(" << kThreads << ") memplan_fused(";
-  for (std::uint32_t k = 0; k < e.num_inputs; ++k) s << "const " << storage_type(dt[k]) << "* __restrict__ in" << k << ", ";
-  s << storage_type(sig.out_dtype) << "* __restrict__ out, unsigned long long n, int vec) {\n";
-  s << "  typedef " << idx << " idx_t;\n";
-  s << "  const idx_t chunk = (idx_t)gridDim.x * " << u(kThreads * kUnroll) << ";\n";
-  s << "  const idx_t first = (idx_t)blockIdx.x * " << u(kThreads * kUnroll) << " + threadIdx.x;\n";
-  for (std::uint32_t k = 0; k < e.num_inputs; ++k)
-    if (used[k] && sig.operands[k].kind == OperandLayout::Kind::scalar)
-      s << "  const float s" << k << " = " << widen(dt[k], "in" + std::to_string(k) + "[0]") << ";\n";
-  // Offsets o<k> of the strided operands for element index `at` (a variable name), over the merged index space.
-  auto offsets = [&](const std::string& at, const std::string& indent) {
-    if (!any_strided) return;
-    s << indent << "idx_t r = " << at << ";\n";
-    for (std::uint32_t k = 0; k < e.num_inputs; ++k)
-      if (used[k] && sig.operands[k].kind == OperandLayout::Kind::strided) s << indent << "idx_t o" << k << " = 0;\n";
-    for (std::size_t g = 0; g < sp.extents.size(); ++g) {
-      const bool last = g + 1 == sp.extents.size();
-      s << indent << "{ const idx_t q = " << (last ? std::string("r") : "r % " + u(sp.extents[g])) << ";";
-      if (!last) s << " r /= " << u(sp.extents[g]) << ";";
-      for (std::uint32_t k = 0; k < e.num_inputs; ++k)
-        if (used[k] && sig.operands[k].kind == OperandLayout::Kind::strided && sp.strides[k][g] != 0)
-          s << " o" << k << " += q * " << u(sp.strides[k][g]) << ";";
-      s << " }\n";
-    }
-  };
-  // The value of operand k for one element: lane "" is the scalar path, x/y/z/w a lane of the vector path.
-  auto call = [&](const std::string& lane) {
-    std::string c = "memplan_expr(";
-    for (std::uint32_t k = 0; k < e.num_inputs; ++k) {
-      if (k) c += ", ";
-      const auto& l = sig.operands[k];
-      const std::string K = std::to_string(k);
-      if (!used[k]) c += "0.0f";
-      else if (l.kind == OperandLayout::Kind::scalar) c += "s" + K;
-      else if (lane.empty()) c += widen(dt[k], l.kind == OperandLayout::Kind::full ? "in" + K + "[i]" : "in" + K + "[o" + K + "]");
-      else if (l.kind == OperandLayout::Kind::strided && sp.strides[k][0] == 0) c += "b" + K + "[u]";
-      else c += widen(dt[k], "a" + K + "[u]." + lane);
-    }
-    return c + ")";
-  };
+  narrow_index_ = total < (std::int64_t{1} << 30);
+}
+
+std::string KernelWriter::source() {
+  header();
+  element_function();
+  kernel_head();
   // Each thread handles kUnroll vectors (or elements) kThreads apart within its block's chunk: all loads are issued
   // before the first result is computed, and one chunk per block covers the tensor in one pass (a grid-stride loop
   // only past the grid limit).
-  if (vectorisable) {
-    s << "  if (vec) {\n    const idx_t n4 = (idx_t)(n >> 2);\n";
-    for (std::uint32_t k = 0; k < e.num_inputs; ++k) {
-      const auto& l = sig.operands[k];
-      if (!used[k] || l.kind == OperandLayout::Kind::scalar) continue;
-      if (l.kind == OperandLayout::Kind::strided && sp.strides[k][0] == 0) s << "    float b" << k << "[" << kUnroll << "];\n";
-      else s << "    " << vector_type(dt[k]) << " a" << k << "[" << kUnroll << "];\n";
-    }
-    s << "    for (idx_t base = first; base < n4; base += chunk) {\n";
-    s << "      #pragma unroll\n      for (int u = 0; u < " << kUnroll << "; ++u) {\n";
-    s << "        const idx_t i = base + u * " << u(kThreads) << ";\n        if (i >= n4) break;\n";
-    offsets("i * " + u(4), "        ");
-    for (std::uint32_t k = 0; k < e.num_inputs; ++k) {
-      const auto& l = sig.operands[k];
-      if (!used[k] || l.kind == OperandLayout::Kind::scalar) continue;
-      const std::string K = std::to_string(k), vt = vector_type(dt[k]);
-      if (l.kind == OperandLayout::Kind::full) s << "        a" << K << "[u] = reinterpret_cast<const " << vt << "*>(in" << K << ")[i];\n";
-      else if (sp.strides[k][0] == 0) s << "        b" << K << "[u] = " << widen(dt[k], "in" + K + "[o" + K + "]") << ";\n";
-      else s << "        a" << K << "[u] = reinterpret_cast<const " << vt << "*>(in" << K << ")[o" << K << " >> 2];\n";
-    }
-    s << "      }\n      #pragma unroll\n      for (int u = 0; u < " << kUnroll << "; ++u) {\n";
-    s << "        const idx_t i = base + u * " << u(kThreads) << ";\n        if (i >= n4) break;\n";
-    s << "        " << vector_type(sig.out_dtype) << " r;\n";
-    for (const char* lane : {"x", "y", "z", "w"}) s << "        r." << lane << " = " << narrow(sig.out_dtype, call(lane)) << ";\n";
-    s << "        reinterpret_cast<" << vector_type(sig.out_dtype) << "*>(out)[i] = r;\n      }\n    }\n    return;\n  }\n";
-  }
-  s << "  for (idx_t base = first; base < (idx_t)n; base += chunk) {\n";
-  s << "    #pragma unroll\n    for (int u = 0; u < " << kUnroll << "; ++u) {\n";
-  s << "      const idx_t i = base + u * " << u(kThreads) << ";\n      if (i >= (idx_t)n) break;\n";
-  offsets("i", "      ");
-  s << "      out[i] = " << narrow(sig.out_dtype, call("")) << ";\n    }\n  }\n}\n";
-  return s.str();
+  if (vectorisable_) vector_path();
+  scalar_path();
+  return s_.str();
 }
+
+// The expression as a comment, and with 16-bit storage anywhere the dtypes and the conversions.
+void KernelWriter::header() {
+  s_ << "// memplan fused elementwise: " << (sig_.body.empty() ? e_.to_string() : "custom body") << "\n";
+  bool low = sig_.out_dtype != DType::f32;
+  for (DType d : dt_) low = low || d != DType::f32;
+  if (!low) return;
+  s_ << "// storage:";
+  for (DType d : dt_) s_ << " " << analysis::dtype_name(d);
+  s_ << " -> " << analysis::dtype_name(sig_.out_dtype) << "\n" << kHalfPrelude;
+}
+
+// memplan_expr(x0, ..., xN-1): the expression's nodes (or the custom body) on one element's float values.
+void KernelWriter::element_function() {
+  s_ << "__device__ __forceinline__ float memplan_expr(";
+  for (std::uint32_t k = 0; k < e_.num_inputs; ++k) s_ << (k ? ", " : "") << "float x" << k;
+  s_ << ") {\n";
+  if (!sig_.body.empty()) {
+    s_ << "  " << sig_.body << "\n}\n";
+    return;
+  }
+  for (std::size_t i = 0; i < e_.nodes.size(); ++i) s_ << "  const float v" << i << " = " << node_code(e_.nodes[i]) << ";\n";
+  s_ << "  return v" << e_.nodes.size() - 1 << ";\n}\n";
+}
+
+// The kernel's parameters, index type, this block's chunk and the scalar operands' values.
+void KernelWriter::kernel_head() {
+  s_ << "extern \"C\" __global__ void __launch_bounds__(" << kThreads << ") memplan_fused(";
+  for (std::uint32_t k = 0; k < e_.num_inputs; ++k) s_ << "const " << storage_type(dt_[k]) << "* __restrict__ in" << k << ", ";
+  s_ << storage_type(sig_.out_dtype) << "* __restrict__ out, unsigned long long n, int vec) {\n";
+  s_ << "  typedef " << (narrow_index_ ? "unsigned int" : "unsigned long long") << " idx_t;\n";
+  s_ << "  const idx_t chunk = (idx_t)gridDim.x * " << u(kThreads * kUnroll) << ";\n";
+  s_ << "  const idx_t first = (idx_t)blockIdx.x * " << u(kThreads * kUnroll) << " + threadIdx.x;\n";
+  for (std::uint32_t k = 0; k < e_.num_inputs; ++k)
+    if (is(k, OperandLayout::Kind::scalar))
+      s_ << "  const float s" << k << " = " << widen(dt_[k], "in" + std::to_string(k) + "[0]") << ";\n";
+}
+
+// for (u < kUnroll) over the indices i of a thread within the chunk at `base`, up to `bound`.
+void KernelWriter::unrolled_loop_head(const std::string& indent, const std::string& bound) {
+  s_ << indent << "#pragma unroll\n" << indent << "for (int u = 0; u < " << kUnroll << "; ++u) {\n";
+  s_ << indent << "  const idx_t i = base + u * " << u(kThreads) << ";\n" << indent << "  if (i >= " << bound << ") break;\n";
+}
+
+// Offsets o<k> of the strided operands for element index `at` (a variable name), over the merged index space.
+void KernelWriter::offsets(const std::string& at, const std::string& indent) {
+  if (!any_strided_) return;
+  s_ << indent << "idx_t r = " << at << ";\n";
+  for (std::uint32_t k = 0; k < e_.num_inputs; ++k)
+    if (is(k, OperandLayout::Kind::strided)) s_ << indent << "idx_t o" << k << " = 0;\n";
+  for (std::size_t g = 0; g < sp_.extents.size(); ++g) {
+    const bool last = g + 1 == sp_.extents.size();
+    s_ << indent << "{ const idx_t q = " << (last ? std::string("r") : "r % " + u(sp_.extents[g])) << ";";
+    if (!last) s_ << " r /= " << u(sp_.extents[g]) << ";";
+    for (std::uint32_t k = 0; k < e_.num_inputs; ++k)
+      if (is(k, OperandLayout::Kind::strided) && sp_.strides[k][g] != 0)
+        s_ << " o" << k << " += q * " << u(sp_.strides[k][g]) << ";";
+    s_ << " }\n";
+  }
+}
+
+// memplan_expr of the operands' values for one element: lane "" is the scalar path, x/y/z/w a lane of the vector path.
+std::string KernelWriter::call(const std::string& lane) const {
+  std::string c = "memplan_expr(";
+  for (std::uint32_t k = 0; k < e_.num_inputs; ++k) {
+    if (k) c += ", ";
+    const auto& l = sig_.operands[k];
+    const std::string K = std::to_string(k);
+    if (!used_[k])
+      c += "0.0f";
+    else if (l.kind == OperandLayout::Kind::scalar)
+      c += "s" + K;
+    else if (lane.empty())
+      c += widen(dt_[k], l.kind == OperandLayout::Kind::full ? "in" + K + "[i]" : "in" + K + "[o" + K + "]");
+    else if (inner_broadcast(k))
+      c += "b" + K + "[u]";
+    else
+      c += widen(dt_[k], "a" + K + "[u]." + lane);
+  }
+  return c + ")";
+}
+
+// Four elements per index (when the launch finds every pointer 16-byte aligned and n a multiple of 4).
+void KernelWriter::vector_path() {
+  s_ << "  if (vec) {\n    const idx_t n4 = (idx_t)(n >> 2);\n";
+  for (std::uint32_t k = 0; k < e_.num_inputs; ++k) {
+    if (!used_[k] || sig_.operands[k].kind == OperandLayout::Kind::scalar) continue;
+    if (inner_broadcast(k))
+      s_ << "    float b" << k << "[" << kUnroll << "];\n";
+    else
+      s_ << "    " << vector_type(dt_[k]) << " a" << k << "[" << kUnroll << "];\n";
+  }
+  s_ << "    for (idx_t base = first; base < n4; base += chunk) {\n";
+  vector_loads();
+  vector_stores();
+  s_ << "    }\n    return;\n  }\n";
+}
+
+void KernelWriter::vector_loads() {
+  unrolled_loop_head("      ", "n4");
+  offsets("i * " + u(4), "        ");
+  for (std::uint32_t k = 0; k < e_.num_inputs; ++k) {
+    const auto& l = sig_.operands[k];
+    if (!used_[k] || l.kind == OperandLayout::Kind::scalar) continue;
+    const std::string K = std::to_string(k), vt = vector_type(dt_[k]);
+    if (l.kind == OperandLayout::Kind::full)
+      s_ << "        a" << K << "[u] = reinterpret_cast<const " << vt << "*>(in" << K << ")[i];\n";
+    else if (sp_.strides[k][0] == 0)
+      s_ << "        b" << K << "[u] = " << widen(dt_[k], "in" + K + "[o" + K + "]") << ";\n";
+    else
+      s_ << "        a" << K << "[u] = reinterpret_cast<const " << vt << "*>(in" << K << ")[o" << K << " >> 2];\n";
+  }
+  s_ << "      }\n";
+}
+
+void KernelWriter::vector_stores() {
+  unrolled_loop_head("      ", "n4");
+  s_ << "        " << vector_type(sig_.out_dtype) << " r;\n";
+  for (const char* lane : {"x", "y", "z", "w"})
+    s_ << "        r." << lane << " = " << narrow(sig_.out_dtype, call(lane)) << ";\n";
+  s_ << "        reinterpret_cast<" << vector_type(sig_.out_dtype) << "*>(out)[i] = r;\n      }\n";
+}
+
+// One element per index: every launch that is not vectorised, and the whole kernel where no vector path exists.
+void KernelWriter::scalar_path() {
+  s_ << "  for (idx_t base = first; base < (idx_t)n; base += chunk) {\n";
+  unrolled_loop_head("    ", "(idx_t)n");
+  offsets("i", "      ");
+  s_ << "      out[i] = " << narrow(sig_.out_dtype, call("")) << ";\n    }\n  }\n}\n";
+}
+
+}  // namespace
+
+std::string fused_kernel_source(const FusedSignature& sig) { return KernelWriter(sig).source(); }
 
 FusedKernelCache::FusedKernelCache() {
   int dev = 0, major = 0, minor = 0;
