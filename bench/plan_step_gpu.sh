@@ -4,6 +4,9 @@
 #     for m in resnet50 gpt2 llama; do python3 bench/plan_step_bench.py --model $m --make-plans .carry_plans --gpu h200; done
 #     bash bench/plan_step_gpu.sh 1   # GPT-2 and Llama
 #     bash bench/plan_step_gpu.sh 2   # ResNet-50; the three under deterministic algorithms
+#     bash bench/plan_step_gpu.sh 3   # plans made for compile (--for-compile, in $PLANS/compiled) beside compile's
+#                                     # budgets: GPT-2 and Llama (one GPU each)
+#     bash bench/plan_step_gpu.sh 4   # the same for ResNet-50 (compile's low budgets) on GPU 0 alone
 # Output (JSON lines and logs) under $OUT (default bench/results/plan_step_out).
 set -u
 OUT=${OUT:-bench/results/plan_step_out}
@@ -31,6 +34,16 @@ case "${1:-1}" in
       done
       # plans made for compile (selective checkpointing where the compiler applies it at trace time)
       PLANS=$P/compiled run 1 gpt2_for_compile --model gpt2 --configs memplan_compile --memplan-compile 4 ) &
+    ;;
+  3)
+    PLANS=$P/compiled run 0 gpt2_for_compile --model gpt2 --configs compile,memplan_compile --memplan-compile "${N:-5}" \
+      --compile-budgets "${COMPILE_BUDGETS:-1.0,0.8,0.6,0.4,0.2}" &
+    PLANS=$P/compiled run 1 llama_for_compile --model llama --configs compile,memplan_compile --memplan-compile "${N:-5}" \
+      --compile-budgets "${COMPILE_BUDGETS:-1.0,0.8,0.6,0.4,0.2}" &
+    ;;
+  4)
+    PLANS=$P/compiled run 0 resnet50_for_compile --model resnet50 --configs compile,memplan_compile --memplan-compile "${N:-4}" \
+      --compile-budgets "${COMPILE_BUDGETS:-0.4,0.2,0.1}" &
     ;;
   *)  # one model's remaining compile budgets: bash bench/plan_step_gpu.sh gpt2 (with COMPILE_BUDGETS)
     run 1 "$1_compile" --model "$1" --configs compile --compile-budgets "$B" &
