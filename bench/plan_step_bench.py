@@ -92,6 +92,32 @@ def build(name, a):
     return model, (torch.randn(b, 3, hw, hw),), (torch.randint(0, 10 if a.smoke else 1000, (b,)),), F.cross_entropy
 
 
+class HiddenOnly:
+    """The same causal LM with its step's output the last hidden states, for memplan_torch's chunked head loss."""
+
+    @staticmethod
+    def make(logits_model):
+        import torch
+
+        class Hidden(torch.nn.Module):
+            def __init__(self, lm):
+                super().__init__()
+                self.lm = lm
+
+            def forward(self, ids):
+                body = getattr(self.lm, "transformer", None) or self.lm.model
+                return body(input_ids=ids, use_cache=False).last_hidden_state
+
+        return Hidden(logits_model.lm)
+
+
+def chunked_loss_fn(model):
+    """loss_fn for a HiddenOnly model: memplan_torch's linear_cross_entropy through the LM's head."""
+    from memplan_torch.chunked_loss import lm_head_loss
+
+    return lambda hidden, y: lm_head_loss(model.lm.lm_head, hidden, y)
+
+
 def checkpoint_blocks(model):
     """(b): every block's forward under non-reentrant torch.utils.checkpoint."""
     from torch.utils.checkpoint import checkpoint
@@ -209,6 +235,24 @@ def run_model(name, a):
     if "checkpoint" in want:
         emit("per_layer_checkpoint", {}, lambda: measure(checkpoint_blocks(fresh()), inputs, targets, loss_fn, a,
                                                           device, ac))
+    if "chunked_loss" in want and hasattr(cpu_model, "lm"):
+        def chunked(checkpointed):
+            m = HiddenOnly.make(fresh())
+            return measure(checkpoint_blocks(m) if checkpointed else m, inputs, targets, chunked_loss_fn(m), a, device, ac)
+        emit("chunked_loss", {}, lambda: chunked(False))
+        emit("chunked_loss_per_layer_checkpoint", {}, lambda: chunked(True))
+        for b in a.compile_budgets if "compile" in want else ():
+            def chunked_compiled(b=b):
+                torch._dynamo.reset()
+                torch._functorch.config.activation_memory_budget = b
+                try:
+                    m = HiddenOnly.make(fresh())
+                    return measure(torch.compile(m, backend=a.compile_backend), inputs, targets, chunked_loss_fn(m), a,
+                                   device, ac)
+                finally:
+                    torch._functorch.config.activation_memory_budget = 1.0
+                    torch._dynamo.reset()
+            emit("chunked_loss_compile", {"activation_memory_budget": b}, chunked_compiled)
     plans = load_plans(a.plans, name) if a.plans else None
     if "memplan" in want or "memplan_compile" in want:
         if plans is None:
@@ -328,8 +372,9 @@ def main():
     ap.add_argument("--compile-budgets", default="1.0,0.8,0.6,0.4,0.2,0.1,0.0")
     ap.add_argument("--compile-backend", default="inductor")
     ap.add_argument("--configs", default="checkpoint,compile,memplan,memplan_compile",
-                    help="which configurations run besides eager (default all): checkpoint, compile, memplan, "
-                    "memplan_compile")
+                    help="which configurations run besides eager (default all but chunked_loss): checkpoint, compile, "
+                    "memplan, memplan_compile, chunked_loss (decoders: the head and cross-entropy through "
+                    "memplan_torch.linear_cross_entropy, with and without per-block checkpointing)")
     ap.add_argument("--plans", default=None, help="read memplan's plans from this folder (MODEL.NNN.json, made by "
                     "--make-plans) instead of planning here")
     ap.add_argument("--make-plans", default=None, metavar="DIR", help="plan only: one plan per step of plan_step's "
@@ -351,7 +396,7 @@ def main():
     a = ap.parse_args()
     a.compile_budgets = [float(x) for x in a.compile_budgets.split(",") if x]
     a.configs = [x for x in a.configs.split(",") if x]
-    unknown = set(a.configs) - {"checkpoint", "compile", "memplan", "memplan_compile"}
+    unknown = set(a.configs) - {"checkpoint", "compile", "memplan", "memplan_compile", "chunked_loss"}
     if unknown:
         ap.error(f"unknown --configs {', '.join(sorted(unknown))}")
     if a.smoke:

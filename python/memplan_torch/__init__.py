@@ -1,7 +1,8 @@
 """memplan inside PyTorch: a planned-arena CUDA allocator (use_planned_allocator, step, stats, save_trace),
 graphs straight from PyTorch (export_graph), a training step's memory without the GPU (estimate_step) and plans
-that make it meet a budget by recompute and offload (plan_step, load_plan). torch is imported lazily: importing
-this package needs no torch."""
+that make it meet a budget by recompute and offload (plan_step, load_plan), and a language model's head and loss
+over chunks of tokens (linear_cross_entropy, lm_head_loss). torch is imported lazily: importing this package needs
+no torch."""
 from ._lib import MemplanTorchError, UnmappedOps
 from .allocator import (is_installed, reserved_bytes, save_trace, stats, step, step_begin, step_end,
                         use_planned_allocator)
@@ -30,6 +31,10 @@ def __getattr__(name):
         from .data_parallel import DataParallel
 
         return DataParallel
+    if name in ("linear_cross_entropy", "lm_head_loss"):
+        from . import chunked_loss
+
+        return getattr(chunked_loss, name)
     raise AttributeError(f"module 'memplan_torch' has no attribute {name!r}")
 
 
@@ -50,6 +55,7 @@ def load_plan(path):
 
 load_plan.__doc__ = "See memplan_torch.step_plan.load_plan: a StepPlan saved by StepPlan.save."
 
-__all__ = ["DataParallel", "MemplanTorchError", "UnmappedOps", "estimate_step", "export_graph", "is_installed", "load_plan",
+__all__ = ["DataParallel", "MemplanTorchError", "UnmappedOps", "estimate_step", "export_graph", "is_installed",
+           "linear_cross_entropy", "lm_head_loss", "load_plan",
            "plan_step", "reserved_bytes", "save_trace", "stats", "step", "step_begin", "step_end", "use_planned_allocator"]
 __version__ = "0.1.0"
