@@ -69,6 +69,14 @@ inline constexpr std::string_view kMSELoss = "MSELoss";
 // Cross-entropy over a class axis with integer labels, and the model's own loss summed (docs/training-recipes.md).
 inline constexpr std::string_view kCrossEntropyLoss = "CrossEntropyLoss";
 inline constexpr std::string_view kCrossEntropyLossGrad = "CrossEntropyLossGrad";
+// A language model's head and cross-entropy in one op over chunks of tokens (--chunked-loss): the loss and its
+// gradients with respect to the hidden states, the head's weight and bias, computed in the forward. W is [K, V], or
+// [V, K] with trans_b 1.
+inline constexpr std::string_view kLinearCrossEntropy = "LinearCrossEntropy";
+// V, the classes of a LinearCrossEntropy whose weight has `shape` ([K, V], or [V, K] with trans_b).
+inline std::int64_t linear_cross_entropy_classes(const std::vector<std::int64_t>& shape, std::int64_t trans_b) {
+  return shape.size() != 2 ? 0 : shape[trans_b != 0 ? 0 : 1];
+}
 inline constexpr std::string_view kSumLoss = "SumLoss";
 inline constexpr std::string_view kSumLossGrad = "SumLossGrad";
 inline constexpr std::string_view kBatchNormTraining = "BatchNormTraining";

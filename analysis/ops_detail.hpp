@@ -24,6 +24,7 @@ double conv_grad_input_flops(const Graph& g, const Op& op);  // the forward conv
 double conv_transpose_flops(const Graph& g, const Op& op);   // its Conv-input-gradient count, from X and W, + bias
 double conv_grad_weight_flops(const Graph& g, const Op& op);
 double matmul_flops(const Graph& g, const Op& op);
+double linear_cross_entropy_flops(const Graph& g, const Op& op);
 double matmul_grad_a_flops(const Graph& g, const Op& op);
 double matmul_grad_b_flops(const Graph& g, const Op& op);
 double matmul_t_flops(const Graph& g, const Op& op);

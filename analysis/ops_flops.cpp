@@ -44,6 +44,11 @@ double conv_transpose_flops(const Graph& g, const Op& op) {
 double conv_grad_weight_flops(const Graph& g, const Op& op) { return conv_count(shape_of(g, op.input(0)), shape_of(g, op.output(0))); }
 
 double matmul_flops(const Graph& g, const Op& op) { return 2.0 * numel(g, op.output(0)) * last_dim(shape_of(g, op.input(0))); }
+// LinearCrossEntropy: the head's forward matmul and its two gradient matmuls, X [N, K] x W [K, V] each.
+double linear_cross_entropy_flops(const Graph& g, const Op& op) {
+  return 6.0 * numel(g, op.input(0)) *
+         static_cast<double>(memplan_ops::linear_cross_entropy_classes(shape_of(g, op.input(1)), op.attr_int("trans_b", 0)));
+}
 // dA = dY B^T: contraction over N, one M x K product per batch.
 double matmul_grad_a_flops(const Graph& g, const Op& op) {
   const auto b = shape_of(g, op.input(1));

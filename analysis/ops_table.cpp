@@ -333,6 +333,11 @@ std::vector<OpSpec> build() {
       inplace(mine(memplan_ops::kCrossEntropyLossGrad, K::loss, &per_element<4>,
                    "dY = (exp(y - lse) - onehot(label)) / labelled rows (times dloss), from the logits and saved logsumexp"),
               1u),
+      workspace(params(slots(mine(memplan_ops::kLinearCrossEntropy, K::loss, &linear_cross_entropy_flops,
+                                  "loss = cross-entropy of X W (+ bias) against labels over chunks of `chunk` rows (mean over "
+                                  "labelled rows), with dX, dW, dbias (float32) computed in the same pass"),
+                             4, 0b0111u, 4, 0b0111u),
+                       (1u << 1) | (1u << 3))),
       mine(memplan_ops::kSumLoss, K::loss, reduction_flops, "the sum of all elements of y (--loss none on a non-scalar output)"),
       mine(memplan_ops::kSumLossGrad, K::loss, e1, "dY = ones (times dloss when given): the gradient seed of the model's own loss"),
       rewrites(mine(memplan_ops::kSGDUpdate, K::optimizer, &per_element<4>, "in place: w -= lr * (dW + weight_decay * w); skipped when its found_inf input is set"), {{0, 0}}),

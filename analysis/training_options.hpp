@@ -56,6 +56,9 @@ struct TrainingOptions {
   // ce: the class axis of y; nullopt: 1 for rank 2 and rank >= 4 (classification, segmentation), the last
   // axis for rank 3 (a language model's [batch, seq, vocab] logits).
   std::optional<std::int64_t> class_axis;
+  // ce: when the output is a MatMul (+ a bias) over the last axis, the head and the loss become one
+  // LinearCrossEntropy over chunks of rows (the logits never whole); a usage error when the output is not.
+  bool chunked_loss = false;
   Precision precision = Precision::fp32;
   bool loss_scaling = false;    // fp16: a dynamic loss scale (GradScaler): unscale and inf check per step
   // Gradient accumulation: the planned step is one micro-step of the batch the graph's shapes give; the

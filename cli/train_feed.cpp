@@ -10,12 +10,19 @@ namespace memplan::cli {
 
 namespace {
 
-// The exclusive upper bound for integer input t: the rows of a table it indexes (Gather), the classes of the
-// cross-entropy it labels, else 1000.
-std::uint64_t integer_range(const analysis::Graph& g, analysis::TensorId t) {
+// The exclusive upper bound for integer tensor t (through reshapes, at most `depth` deep): the rows of a table it
+// indexes (Gather), the classes of the cross-entropy it labels (CrossEntropyLoss, LinearCrossEntropy); max if none.
+std::uint64_t reads_range(const analysis::Graph& g, analysis::TensorId t, int depth) {
   std::uint64_t range = std::numeric_limits<std::uint64_t>::max();
   for (analysis::OpId c : g.tensors[t].consumers) {
     const auto& op = g.ops[c];
+    if (depth > 0 && op.domain.empty() && (op.type == "Reshape" || op.type == "Flatten" || op.type == "Squeeze" ||
+                                           op.type == "Unsqueeze" || op.type == "Identity") && !op.inputs.empty() && op.inputs[0] == t)
+      range = std::min(range, reads_range(g, op.outputs.at(0), depth - 1));
+    if (op.type == analysis::memplan_ops::kLinearCrossEntropy && op.inputs.size() > 2 && op.inputs[2] == t) {
+      const auto v = analysis::memplan_ops::linear_cross_entropy_classes(g.tensors[op.inputs[1]].shape(), op.attr_int("trans_b", 0));
+      if (v > 0) range = std::min<std::uint64_t>(range, static_cast<std::uint64_t>(v));
+    }
     if (op.type == "Gather" && op.inputs.size() > 1 && op.inputs[1] == t) {
       const auto dims = g.tensors[op.inputs[0]].shape();
       const std::int64_t axis = op.attr_int("axis", 0);
@@ -27,6 +34,12 @@ std::uint64_t integer_range(const analysis::Graph& g, analysis::TensorId t) {
       if (a < dims.size()) range = std::min<std::uint64_t>(range, static_cast<std::uint64_t>(dims[a]));
     }
   }
+  return range;
+}
+
+// reads_range, else 1000.
+std::uint64_t integer_range(const analysis::Graph& g, analysis::TensorId t) {
+  const std::uint64_t range = reads_range(g, t, 4);
   return range == std::numeric_limits<std::uint64_t>::max() || range == 0 ? 1000 : range;
 }
 

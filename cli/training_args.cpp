@@ -18,6 +18,8 @@ void add_training_args(CLI::App* cmd, TrainingArgs& args) {
   cmd->add_option("--lr", args.learning_rate, "learning rate (default: sgd/momentum 0.01, adam/adamw 0.001)");
   cmd->add_option("--loss", args.loss, "mse (float target of the output's shape) | ce (integer class labels) | none (the output is the loss)");
   cmd->add_option("--class-axis", args.class_axis, "ce: the output's class axis (default: 1, or the last axis of a rank-3 output)");
+  cmd->add_flag("--chunked-loss", args.chunked_loss,
+                "ce: the output's MatMul (+ bias) and the loss as one LinearCrossEntropy over chunks of rows: the logits never whole");
   cmd->add_option("--precision", args.precision, "fp32 | bf16 | fp16 (torch.autocast's op lists, fp32 master weights)");
   cmd->add_flag("--loss-scaling", args.loss_scaling, "fp16: dynamic loss scaling (GradScaler)");
   cmd->add_option("--microbatches", args.microbatches, "gradient accumulation: plan one micro-step of K");
@@ -53,6 +55,7 @@ planner::StepRequest step_request(const TrainingArgs& args) {
   if (!loss) fail(ErrorKind::usage, "--loss '" + args.loss + "' is not one of mse, ce, none");
   to.loss = *loss;
   to.class_axis = args.class_axis;
+  to.chunked_loss = args.chunked_loss;
   const auto precision = analysis::precision_from_name(args.precision);
   if (!precision) fail(ErrorKind::usage, "--precision '" + args.precision + "' is not one of fp32, bf16, fp16");
   to.precision = *precision;

@@ -22,6 +22,7 @@ struct TrainingArgs {
   std::optional<double> learning_rate;  // none: the optimizer's PyTorch default
   std::string loss = "mse";
   std::optional<std::int64_t> class_axis;
+  bool chunked_loss = false;
   std::string precision = "fp32";
   bool loss_scaling = false;
   std::int64_t microbatches = 1;

@@ -278,6 +278,12 @@ inline const std::vector<Example>& examples() {
     v.push_back({"", "SoftmaxCrossEntropyLoss", {x({2, 3, 2}), i64({2, 2}, {0, 2, -100, 1})}, {{}, {}}, A{{"ignore_index", i(-100)}}});
     // The model's own loss summed (--loss none on a non-scalar output).
     v.push_back({"memplan", "SumLoss", {t({2, 3})}, {{{}}}, {}, {"memplan::SumLossGrad"}});
+    // LinearCrossEntropy: X [4, 3], W [3, 5] (and [5, 3] read transposed), labels with one ignored, a bias; its
+    // gradients come out of the forward (outputs 1-3).
+    v.push_back({"memplan", "LinearCrossEntropy", {t({4, 3}), t({3, 5}), i64({4}, {4, -100, 0, 2}), t({5})},
+                 {{{}}, {{4, 3}}, {{3, 5}}, {{5}}}, A{{"chunk", i(2)}, {"ignore_index", i(-100)}}});
+    v.push_back({"memplan", "LinearCrossEntropy", {t({4, 3}), t({5, 3}), i64({4}, {1, 3, 0, 2})},
+                 {{{}}, {{4, 3}}, {{5, 3}}}, A{{"chunk", i(3)}, {"ignore_index", i(-100)}, {"trans_b", i(1)}}});
     // fp16 loss scaling: the unscale of a gradient (a non-finite element sets found_inf), and the scale's update on
     // the step that reaches growth_interval (int32 growth tracker).
     const ExampleInput tracker{{}, DType::i32, Fill::distinct, false, std::vector<double>{1999}};
