@@ -225,16 +225,16 @@ std::uint64_t scratch_request(const Graph& g, OpId id, std::uint64_t limit, cons
   const Op& op = g.ops[id];
   const analysis::OpInfo* info = analysis::op_registry().find(op);
   if (!info || !info->uses_workspace || limit == 0) return 0;
-  if (query)
-    if (const std::optional<std::uint64_t> asked = query(g, id)) return std::min(*asked, limit);
   if (op.type == analysis::memplan_ops::kLinearCrossEntropy) {
-    // a chunk's float32 logits and their gradient: `chunk` rows of W's columns, twice (the limit does not cut them)
+    // a chunk's float32 logits and their gradient: `chunk` rows of W's columns, twice (the limit does not cut them; no device query sizes them)
     const TensorId w = op.input(1);
     if (w == analysis::kNoTensor || !g.tensors[w].shape_known() || g.tensors[w].dims.size() != 2) return 0;
     const auto chunk = static_cast<std::uint64_t>(std::max<std::int64_t>(op.attr_int("chunk", 1), 1));
     const auto classes = analysis::memplan_ops::linear_cross_entropy_classes(g.tensors[w].shape(), op.attr_int("trans_b", 0));
     return checked_mul(checked_mul(chunk, static_cast<std::uint64_t>(classes), "scratch request"), 8, "scratch request");
   }
+  if (query)
+    if (const std::optional<std::uint64_t> asked = query(g, id)) return std::min(*asked, limit);
   // Conv: x -> y; ConvGradInput: dy -> dx; ConvGradWeight: (dy, x) -> dw. The activations are the
   // first input and, but for ConvGradWeight, the output; ConvGradWeight's second input is x.
   // Sized at 4 bytes an element at least, and a 16-bit (bf16/fp16) convolution at 16 bytes an element: cuDNN's

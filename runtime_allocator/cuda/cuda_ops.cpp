@@ -416,6 +416,7 @@ std::map<analysis::OpTypeId, CudaKernel> build_table() {
       {"memplan::CrossEntropyLoss", {loss, false, false, kLogits}},
       {"memplan::CrossEntropyLossGrad", {loss, true, false, kLogits}},
       {"memplan::SumLoss", {loss, false, false, kFloat}},
+      {"memplan::LinearCrossEntropy", {loss, false, false, kFloat}},
       {"memplan::SumLossGrad", {loss, true, false, kAny}},
       {"memplan::AdamUpdate", {training, true, false, kFloat}},
       {"memplan::MomentumUpdate", {training, true, false, kFloat}},

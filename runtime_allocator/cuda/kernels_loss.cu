@@ -129,6 +129,59 @@ void backward(const T* y, const float* lse, const std::int64_t* labels, const fl
   check_launch("CrossEntropyLossGrad");
 }
 
+// LinearCrossEntropy: a block per row of the chunk's float32 logits (see linear_ce_rows).
+__global__ void linear_ce_rows_kernel(float* logits, const float* bias, const std::int64_t* labels, std::int64_t classes,
+                                      std::int64_t ignore, float* row_loss, float* row_keep) {
+  const std::int64_t row = blockIdx.x;
+  float* yr = logits + row * classes;
+  if (bias)
+    for (std::int64_t c = threadIdx.x; c < classes; c += blockDim.x) yr[c] += bias[c];
+  __syncthreads();
+  float m = -FLT_MAX;
+  for (std::int64_t c = threadIdx.x; c < classes; c += blockDim.x) m = fmaxf(m, yr[c]);
+  m = block_reduce<true>(m);
+  float s = 0.0f;
+  for (std::int64_t c = threadIdx.x; c < classes; c += blockDim.x) s += expf(yr[c] - m);
+  s = block_reduce<false>(s);
+  const float lse = m + logf(s);
+  const std::int64_t label = labels[row];
+  const bool keep = labelled(label, classes, ignore);
+  const float picked = keep ? yr[label] : 0.0f;  // every thread reads it before any writes the row
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    row_loss[row] = keep ? lse - picked : 0.0f;
+    row_keep[row] = keep ? 1.0f : 0.0f;
+  }
+  for (std::int64_t c = threadIdx.x; c < classes; c += blockDim.x)
+    yr[c] = keep ? expf(yr[c] - lse) - (c == label ? 1.0f : 0.0f) : 0.0f;
+}
+
+__global__ void linear_ce_accumulate_kernel(const float* row_loss, const float* row_keep, std::int64_t rows, float* acc) {
+  float s = 0.0f, n = 0.0f;
+  for (std::int64_t r = threadIdx.x; r < rows; r += blockDim.x) s += row_loss[r], n += row_keep[r];
+  s = block_reduce<false>(s);
+  n = block_reduce<false>(n);
+  if (threadIdx.x == 0) acc[0] += s, acc[1] += n;
+}
+
+__global__ void linear_ce_bias_kernel(const float* g, std::int64_t rows, std::int64_t classes, float* db) {
+  for (std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; c < classes;
+       c += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    float s = 0.0f;
+    for (std::int64_t r = 0; r < rows; ++r) s += g[r * classes + c];
+    db[c] += s;
+  }
+}
+
+__global__ void linear_ce_scale_kernel(const float* acc, float* p, std::int64_t n) {
+  const float scale = 1.0f / acc[1];
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    p[i] *= scale;
+}
+
+__global__ void linear_ce_loss_kernel(const float* acc, float* loss) { *loss = acc[0] / acc[1]; }
+
 }  // namespace
 
 void cross_entropy(const void* y, LogitsType dtype, const std::int64_t* labels, float* loss, float* lse,
@@ -154,6 +207,35 @@ void cross_entropy_grad(const void* y, LogitsType dtype, const float* lse, const
 void sum_loss(const float* y, float* loss, std::int64_t n, cudaStream_t stream) {
   sum_kernel<<<1, 1024, 0, stream>>>(y, loss, n);
   check_launch("SumLoss");
+}
+
+void linear_ce_rows(float* logits, const float* bias, const std::int64_t* labels, std::int64_t rows, std::int64_t classes,
+                    std::int64_t ignore_index, float* row_loss, float* row_keep, cudaStream_t stream) {
+  if (rows <= 0) return;
+  linear_ce_rows_kernel<<<static_cast<unsigned>(rows), block_for_row(classes), 0, stream>>>(logits, bias, labels, classes, ignore_index,
+                                                                                            row_loss, row_keep);
+  check_launch("LinearCrossEntropy rows");
+}
+
+void linear_ce_accumulate(const float* row_loss, const float* row_keep, std::int64_t rows, float* acc, cudaStream_t stream) {
+  linear_ce_accumulate_kernel<<<1, 1024, 0, stream>>>(row_loss, row_keep, rows, acc);
+  check_launch("LinearCrossEntropy accumulate");
+}
+
+void linear_ce_bias_grad(const float* g, std::int64_t rows, std::int64_t classes, float* db, cudaStream_t stream) {
+  linear_ce_bias_kernel<<<grid_for(classes), kThreads, 0, stream>>>(g, rows, classes, db);
+  check_launch("LinearCrossEntropy bias gradient");
+}
+
+void linear_ce_finish(const float* acc, float* loss, float* dx, std::int64_t nx, float* dw, std::int64_t nw, float* db,
+                      std::int64_t nb, cudaStream_t stream) {
+  for (auto [p, n] : {std::pair{dx, nx}, std::pair{dw, nw}, std::pair{db, nb}})
+    if (p && n > 0) {
+      linear_ce_scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(acc, p, n);
+      check_launch("LinearCrossEntropy scale");
+    }
+  linear_ce_loss_kernel<<<1, 1, 0, stream>>>(acc, loss);
+  check_launch("LinearCrossEntropy loss");
 }
 
 void fill_loss_grad(const float* dloss, float* dy, std::int64_t n, cudaStream_t stream) {

@@ -26,4 +26,17 @@ void sum_loss(const float* y, float* loss, std::int64_t n, cudaStream_t stream);
 // dy[0, n) = *dloss, or 1 when dloss is null.
 void fill_loss_grad(const float* dloss, float* dy, std::int64_t n, cudaStream_t stream);
 
+// LinearCrossEntropy's row step over one chunk of `rows` float32 logit rows of `classes` (bias, when given, added
+// first): row_loss[r] = lse - logit[label] and row_keep[r] = 1 for a labelled row (0, 0 otherwise); the logits
+// are overwritten by d loss / d logits before the mean's scale (softmax - onehot; zero on ignored rows).
+void linear_ce_rows(float* logits, const float* bias, const std::int64_t* labels, std::int64_t rows, std::int64_t classes,
+                    std::int64_t ignore_index, float* row_loss, float* row_keep, cudaStream_t stream);
+// acc[0] += sum of row_loss, acc[1] += sum of row_keep over `rows` (one block, a fixed order).
+void linear_ce_accumulate(const float* row_loss, const float* row_keep, std::int64_t rows, float* acc, cudaStream_t stream);
+// db[c] += sum over rows of g[r, c] (a thread per column, rows in order).
+void linear_ce_bias_grad(const float* g, std::int64_t rows, std::int64_t classes, float* db, cudaStream_t stream);
+// loss = acc[0] / acc[1]; every element of dx, dw, db (those given) times 1 / acc[1].
+void linear_ce_finish(const float* acc, float* loss, float* dx, std::int64_t nx, float* dw, std::int64_t nw, float* db,
+                      std::int64_t nb, cudaStream_t stream);
+
 }  // namespace memplan::runtime::cuda

@@ -45,6 +45,71 @@ void check_cross_entropy(const std::vector<std::int64_t>& dims, std::int64_t axi
   check_against_cpu(b, {loss, lse, dy, dy2}, 1e-5);
 }
 
+// LinearCrossEntropy on X [n, k] and a head of `v` classes (W [k, v], or [v, k] read transposed), chunks of `chunk`
+// rows (the last one partial), a bias, an ignored label.
+void check_linear_cross_entropy(std::int64_t n, std::int64_t k, std::int64_t v, std::int64_t chunk, bool trans_b, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  OpGraph b;
+  const TensorId x = b.input("x", random_f32({n, k}, rng, -1.0, 1.0));
+  const std::vector<std::int64_t> wd = trans_b ? std::vector<std::int64_t>{v, k} : std::vector<std::int64_t>{k, v};
+  const TensorId w = b.input("w", random_f32(wd, rng, -0.5, 0.5));
+  const TensorId bias = b.input("bias", random_f32({v}, rng, -0.2, 0.2));
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
+  std::uniform_int_distribution<std::int64_t> pick(0, v - 1);
+  for (auto& l : labels) l = pick(rng);
+  labels[1] = -100;
+  const TensorId lab = b.input("labels", ints(DType::i64, {n}, labels));
+  const TensorId loss = b.result("loss", DType::f32, {}), dx = b.result("dx", DType::f32, {n, k});
+  const TensorId dw = b.result("dw", DType::f32, wd), db = b.result("db", DType::f32, {v});
+  b.op("LinearCrossEntropy", "memplan", {x, w, lab, bias}, {loss, dx, dw, db},
+       {{"chunk", int_attr(chunk)}, {"ignore_index", int_attr(-100)}, {"trans_b", int_attr(trans_b ? 1 : 0)}});
+  check_against_cpu(b, {loss, dx, dw, db}, 1e-4);
+}
+
+// One training step of tiny_gpt with cross-entropy (`chunked`: its head and loss as one LinearCrossEntropy) on the GPU
+// against the CPU executor: the loss and every weight's gradient.
+void check_tiny_gpt_step(bool chunked) {
+  analysis::ImportOptions io;
+  io.keep_weight_data = true;
+  analysis::TrainingOptions to;
+  to.optimizer = analysis::Optimizer::none;
+  to.loss = analysis::Loss::ce;
+  to.chunked_loss = chunked;
+  const auto tg = analysis::build_training_graph(
+      analysis::infer_shapes(analysis::import_onnx(models_dir() + "tiny_gpt.onnx", io), {}), to);
+  std::vector<TensorData> in = feeds("tiny_gpt", tg.graph);
+  std::int64_t classes = 0;
+  for (const auto& op : tg.graph.ops) {
+    if (op.type == "CrossEntropyLoss") classes = tg.graph.tensors[op.inputs[0]].shape().back();
+    if (op.type == "LinearCrossEntropy")
+      classes = analysis::memplan_ops::linear_cross_entropy_classes(tg.graph.tensors[op.inputs[1]].shape(), op.attr_int("trans_b", 0));
+  }
+  REQUIRE(classes > 0);
+  const TensorId labels = tg.graph.inputs.back();
+  REQUIRE(tg.graph.tensors[labels].dtype == DType::i64);
+  std::vector<std::int64_t> values(tg.graph.tensors[labels].element_count());
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<std::int64_t>((i * 7919) % static_cast<std::size_t>(classes));
+  in.back() = TensorData::from_int64(DType::i64, tg.graph.tensors[labels].shape(), values);
+  runtime::HostBackend host;
+  runtime::Executor ref(tg.graph, planner::Plan{}, host, runtime::ExecOptions{.unshared = true});
+  const auto want = ref.run(in);
+  const auto r = planner::plan_training(tg, {});
+  REQUIRE(r.report.valid);
+  runtime::cuda::CudaBackend gpu_backend;
+  runtime::Executor gpu(r.graph, r.plan, gpu_backend);
+  std::map<std::string, TensorData> feed;
+  for (std::size_t k = 0; k < in.size(); ++k) feed[tg.graph.tensors[tg.graph.inputs[k]].name] = in[k];
+  const auto got = gpu.run(feed);
+  CHECK(max_rel_diff(floats(got[0].bytes.data(), got[0].bytes.size()), floats(want[0].bytes.data(), want[0].bytes.size())) <= 1e-5);
+  for (const auto& wg : tg.param_grads) {
+    const TensorId gt = wg.second;
+    const std::string name = tg.graph.tensors[wg.first].name;
+    INFO("gradient of " << name);
+    const auto gv = gpu.read(gt);
+    CHECK(max_rel_diff(floats(gv.bytes.data(), gv.bytes.size()), floats(ref.address(gt), tg.graph.tensors[gt].bytes())) <= 1e-4);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("CrossEntropyLoss and its gradient on the GPU equal the CPU kernels: [N, C], [N, C, H, W] axis 1, an LM's [B, S, V]") {
@@ -71,41 +136,15 @@ TEST_CASE("SumLoss and SumLossGrad on the GPU equal the CPU kernels") {
 
 TEST_CASE("a cross-entropy training step of tiny_gpt on the GPU gives the CPU executor's loss and gradients (planned, dlogits over the logits)") {
   if (!runtime::cuda::cuda_available()) std::exit(77);
-  analysis::ImportOptions io;
-  io.keep_weight_data = true;
-  analysis::TrainingOptions to;
-  to.optimizer = analysis::Optimizer::none;
-  to.loss = analysis::Loss::ce;
-  const auto tg = analysis::build_training_graph(
-      analysis::infer_shapes(analysis::import_onnx(models_dir() + "tiny_gpt.onnx", io), {}), to);
-  std::vector<TensorData> in = feeds("tiny_gpt", tg.graph);
-  std::int64_t classes = 0;
-  for (const auto& op : tg.graph.ops)
-    if (op.type == "CrossEntropyLoss") classes = tg.graph.tensors[op.inputs[0]].shape().back();
-  REQUIRE(classes > 0);
-  const TensorId labels = tg.graph.inputs.back();
-  REQUIRE(tg.graph.tensors[labels].dtype == DType::i64);
-  std::vector<std::int64_t> values(tg.graph.tensors[labels].element_count());
-  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<std::int64_t>((i * 7919) % static_cast<std::size_t>(classes));
-  in.back() = TensorData::from_int64(DType::i64, tg.graph.tensors[labels].shape(), values);
-  runtime::HostBackend host;
-  runtime::Executor ref(tg.graph, planner::Plan{}, host, runtime::ExecOptions{.unshared = true});
-  const auto want = ref.run(in);
-  const auto r = planner::plan_training(tg, {});
-  REQUIRE(r.report.valid);
-  runtime::cuda::CudaBackend gpu_backend;
-  runtime::Executor gpu(r.graph, r.plan, gpu_backend);
-  std::map<std::string, TensorData> feed;
-  for (std::size_t k = 0; k < in.size(); ++k) feed[tg.graph.tensors[tg.graph.inputs[k]].name] = in[k];
-  const auto got = gpu.run(feed);
-  CHECK(max_rel_diff(floats(got[0].bytes.data(), got[0].bytes.size()), floats(want[0].bytes.data(), want[0].bytes.size())) <= 1e-5);
-  for (const auto& wg : tg.param_grads) {
-    const TensorId gt = wg.second;
-    const std::string name = tg.graph.tensors[wg.first].name;
-    INFO("gradient of " << name);
-    const auto gv = gpu.read(gt);
-    CHECK(max_rel_diff(floats(gv.bytes.data(), gv.bytes.size()), floats(ref.address(gt), tg.graph.tensors[gt].bytes())) <= 1e-4);
-  }
+  check_tiny_gpt_step(false);
+}
+
+TEST_CASE("LinearCrossEntropy on the GPU equals the CPU kernel (chunks with a partial last one, W either way, a bias, an ignored label); tiny_gpt's --chunked-loss step gives the CPU's loss and gradients") {
+  if (!runtime::cuda::cuda_available()) std::exit(77);
+  check_linear_cross_entropy(37, 24, 1000, 8, false, 6);
+  check_linear_cross_entropy(37, 24, 1000, 37, true, 7);
+  check_linear_cross_entropy(64, 48, 50257, 16, true, 8);  // GPT-2's vocabulary, tied head
+  check_tiny_gpt_step(true);
 }
 
 #endif  // MEMPLAN_HAVE_CUDA
