@@ -94,7 +94,9 @@ nlohmann::json pytorch_json(const planner::PytorchPrediction& p) {
           {"pytorch_workspace_bytes", p.workspace_bytes},  // of pytorch_peak_bytes: the libraries' workspaces
           {"pytorch_attention", p.sdpa ? "sdpa" : "eager"},
           {"pytorch_outputs", p.hold_outputs ? "held" : "freed"},
-          {"pytorch_peak_doubts", std::move(doubts)}};     // where that prediction guessed (empty: nothing)
+          {"pytorch_peak_doubts", std::move(doubts)},      // where that prediction guessed (empty: nothing)
+          // the same step with the head and loss over chunks of tokens (--chunked-loss; null: not a head it chunks)
+          {"pytorch_peak_bytes_chunked_loss", p.chunked_loss_peak_bytes ? nlohmann::json(*p.chunked_loss_peak_bytes) : nlohmann::json()}};
 }
 
 nlohmann::json plan_json(const PlanArgs& a, const planner::StepPlan& step, const PlanFacts& f) {
@@ -159,6 +161,9 @@ void print_pytorch(const PlanArgs& a, const planner::PytorchPrediction& p) {
               p.sdpa ? "SDPA" : "eager", a.train.precision == "fp32" ? "fp32" : ("autocast " + a.train.precision).c_str(),
               a.train.optimizer.c_str(), a.train.optimizer_impl.c_str(), human_bytes(p.peak_bytes).c_str(), human_bytes(p.workspace_bytes).c_str());
   for (const auto& d : p.doubts) std::printf("  unsure: %zu x %s: %s\n", d.count, d.kind.c_str(), d.detail.c_str());
+  if (p.chunked_loss_peak_bytes)
+    std::printf("  with its head and loss over chunks of tokens (--chunked-loss; memplan_torch.lm_head_loss) it would peak at %s\n",
+                human_bytes(*p.chunked_loss_peak_bytes).c_str());
 }
 
 void print_plan(const PlanArgs& a, const planner::StepPlan& step, const PlanFacts& f) {

@@ -76,6 +76,9 @@ struct PytorchPrediction {
   bool sdpa = true;
   bool hold_outputs = true;
   std::vector<EagerDoubt> doubts;     // empty: nothing it could not tell apart
+  // A cross-entropy step not chunked: PyTorch's peak with the head and loss through memplan_torch.lm_head_loss (the
+  // step --chunked-loss plans), where the output is a head it can chunk; else nullopt.
+  std::optional<std::uint64_t> chunked_loss_peak_bytes;
 };
 
 // The CUDA context and library workspaces beside the plan, counted against the budget (measured on an H100): the

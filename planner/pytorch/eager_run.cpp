@@ -35,6 +35,16 @@ PytorchPrediction predict_pytorch(const analysis::Graph& shaped_forward, const S
   p.sdpa = eager.sdpa;
   p.hold_outputs = eager.hold_outputs;
   p.doubts = pytorch_eager_doubts(shaped_forward, eager.sdpa);
+  if (req.training.loss == analysis::Loss::ce && !req.training.chunked_loss) {
+    StepRequest chunked = req;
+    chunked.training.chunked_loss = true;
+    try {
+      p.chunked_loss_peak_bytes = checked_add(run_pytorch_eager(shaped_forward, chunked, eager).peak.peak_bytes, eager.workspace_bytes,
+                                              "PyTorch peak");
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::usage) throw;  // an output no head makes: no what-if
+    }
+  }
   return p;
 }
 

@@ -3,7 +3,8 @@
 bias) and its cross-entropy as one LinearCrossEntropy over chunks of rows. `memplan train` on the CPU gives the
 unchunked step's loss and every weight gradient (float32: within 1e-6 and 2e-5 relative; bf16 autocast: the loss
 within 1%); `memplan plan --train` verifies its plan, whose arena and PyTorch prediction are below the unchunked
-step's by at least a third of the logits; the chunk's buffers are planned as the op's scratch; what it cannot chunk
+step's by at least a third of the logits, and the unchunked plan's what-if (`pytorch_peak_bytes_chunked_loss`) is the
+chunked step's prediction; the chunk's buffers are planned as the op's scratch; what it cannot chunk
 (another loss, an output no MatMul makes) is a usage error (exit 2) naming why. Exit 77 when onnx or numpy is
 missing."""
 import json
@@ -100,6 +101,9 @@ def smaller_plans(model, label):
         check(c["pytorch_peak_bytes"] + logits // 3 <= p["pytorch_peak_bytes"],
               f"{label} {extra}: PyTorch's predicted peak {c['pytorch_peak_bytes']} vs {p['pytorch_peak_bytes']}")
         check(0 < c["scratch_bytes"] <= logits // 2, f"{label} {extra}: the chunk's buffers are the op's scratch ({c['scratch_bytes']})")
+        check(p["pytorch_peak_bytes_chunked_loss"] == c["pytorch_peak_bytes"] and c["pytorch_peak_bytes_chunked_loss"] is None,
+              f"{label} {extra}: the unchunked plan's what-if ({p['pytorch_peak_bytes_chunked_loss']}) is the chunked step's "
+              f"prediction ({c['pytorch_peak_bytes']})")
         print(f"{label} {extra}: arena {p['arena_bytes']} -> {c['arena_bytes']}, PyTorch {p['pytorch_peak_bytes']} -> "
               f"{c['pytorch_peak_bytes']}")
 
@@ -113,6 +117,9 @@ def refusals(d, model):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), relu)
     r = memplan("plan", relu, "--train", "--loss", "ce", "--chunked-loss")
     check(r.returncode == USAGE and "is not made by a MatMul" in r.stderr, f"--chunked-loss on a Relu output: exit {r.returncode} {r.stderr.strip()[:200]}")
+    r = memplan("plan", relu, "--train", "--loss", "ce", "--json")
+    check(r.returncode == 0 and json.loads(r.stdout)["pytorch_peak_bytes_chunked_loss"] is None,
+          f"a Relu output: no chunked what-if ({r.stdout[:100] if r.returncode == 0 else r.stderr.strip()[:200]})")
 
 
 def main():
