@@ -5,7 +5,7 @@ labels, both reductions and a scaled backward; under bf16 autocast they match au
 precision and the gradients keep the parameters' dtype; a head tied to the embedding gets both gradients; a second
 backward through the same loss is refused; bad shapes are refused naming them. estimate_step of a decoder whose loss
 goes through it peaks lower than the same decoder's logits step by at least the logits' bytes (the memory the chunks
-exist to remove). Runs under pytest or as a script (exit 77 without torch)."""
+exist to remove); plan_step plans such a step and the applied plan gives its loss and gradients bit for bit. Runs under pytest or as a script (exit 77 without torch)."""
 import os
 import sys
 
@@ -136,10 +136,39 @@ def test_estimate_removes_the_logits():
         chunked["peak_allocated_bytes"], full["peak_allocated_bytes"])
 
 
+def test_plan_step_with_chunked_loss():
+    torch.manual_seed(4)
+    m = TinyDecoder(vocab=2048, width=64, layers=4)
+    hm = HiddenOf(m)
+    ids, y = torch.randint(0, 2048, (4, 128)), torch.randint(0, 2048, (4, 128))
+
+    def loss_fn(o, t):
+        return lm_head_loss(m.head, o, t, chunk_tokens=64)
+    base = memplan_torch.estimate_step(hm, (ids,), loss_fn=loss_fn, targets=(y,))["peak_allocated_bytes"]
+    plan = memplan_torch.plan_step(hm, (ids,), loss_fn=loss_fn, targets=(y,), budget=int(base * 0.96))
+    assert plan.estimated_peak_bytes <= base * 0.96, (plan.estimated_peak_bytes, base)
+
+    def step(ctx=None):
+        for p in m.parameters():
+            p.grad = None
+        if ctx is None:
+            loss = loss_fn(hm(ids), y)
+        else:
+            with ctx:
+                loss = loss_fn(hm(ids), y)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in m.parameters()]
+    a, b = step(), step(plan.apply(hm))
+    assert torch.equal(a[0], b[0]), (a[0], b[0])
+    for i, (g, h) in enumerate(zip(a[1], b[1])):
+        assert torch.equal(g, h), f"gradient {i} differs by {(g - h).abs().max()}"
+
+
 if __name__ == "__main__":
     R = Results()
     R.run("equal to F.cross_entropy(F.linear(...)) at every chunk size, both reductions, ignored labels", test_equal_to_cross_entropy)
     R.run("bf16 autocast: within bf16's precision, gradients in the parameters' dtype", test_bf16_autocast)
     R.run("a tied head gets the embedding's gradient; a second backward and bad shapes are refused", test_tied_head_and_refusals)
     R.run("estimate_step: the chunked step peaks lower by at least the logits' bytes", test_estimate_removes_the_logits)
+    R.run("plan_step over a chunked-loss step: budget met, the applied step's loss and gradients bit for bit", test_plan_step_with_chunked_loss)
     sys.exit(R.finish())
