@@ -6,6 +6,7 @@
 
 #include "analysis/ops.hpp"
 #include "planner/pytorch/cuda_reduce.hpp"
+#include "planner/pytorch/cudnn_conv.hpp"
 
 namespace memplan::planner {
 
@@ -226,6 +227,15 @@ void reduction_staging(const analysis::Graph& g, const Plan& plan, Steps& add, S
   }
 }
 
+// PyTorch's CUDA convolutions take, inside the op after its output, copies of operands not laid out as the kernel
+// runs (held to the op's end) and the cuDNN workspace of the pass (cudnn_conv.hpp).
+void convolution_allocations(const analysis::Graph& g, const Plan& plan, Steps& add, Steps& remove) {
+  for (std::uint32_t s = 0; s < plan.schedule.size(); ++s) {
+    const ConvOpAllocations a = pytorch_convolution_allocations(g, plan.schedule[s]);
+    hold(add, remove, s, s, checked_add(align_up(a.held, plan.alignment), align_up(a.workspace, plan.alignment), "eager peak"));
+  }
+}
+
 // PyTorch's losses at their steps: F.cross_entropy (cross_entropy_eager) and mse_loss (see the header).
 void losses_eager(const analysis::Graph& g, const Plan& plan, const std::vector<std::uint32_t>& step_of, bool hold_outputs,
                   Steps& add, Steps& remove) {
@@ -321,6 +331,7 @@ EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan, const EagerOpti
   losses_eager(g, plan, step_of, options.hold_outputs, add, remove);
   extend_autocast_cache(g, plan, step_of, add, remove);
   reduction_staging(g, plan, add, remove);
+  convolution_allocations(g, plan, add, remove);
   if (options.hold_outputs) held_outputs(g, plan, step_of, add, remove);
   optimizer_step_eager(g, plan, step_of, options.optimizer_impl, add, remove);
   out.resident_bytes = resident_and_gradients(g, plan, step_of, add, remove);

@@ -90,7 +90,9 @@ def sdpa_backend(rules, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
 # cuDNN convolution workspaces (cuDNN 9.19, PyTorch 2.11, benchmark mode off, TF32 off; measured on an H100, sm_90,
 # bench/gpu_rules_probe.py --only conv and bench/zoo_conv_probe.py; docs/torch.md "Device rules"). With benchmark
 # off PyTorch runs the first engine of cuDNN's heuristic list that executes and allocates that plan's workspace
-# through the caching allocator inside the op, every call. The engines' workspaces fall in a few families:
+# through the caching allocator inside the op, every call. memplan's eager model (plan --train) runs the same rule
+# ported to C++ (planner/pytorch/cudnn_conv.cpp; tests/python/test_estimate_conv_rule.py holds the two equal).
+# The engines' workspaces fall in a few families:
 FP32_SMALL_FFT_BYTES_PER_FILTER = 2484   # fp32 forward, outputs of at most 8x8: a frequency-domain filter bank
 FP32_WGRAD_ACTIVATION_FACTOR = 2.25      # fp32 weight gradient, k x k stride 1: x (input + grad_output) + ...
 FP32_WGRAD_WEIGHT_FACTOR = 3.85          # ... + this x the weight
