@@ -57,7 +57,8 @@ DeviceMemory training_device_memory(const TrainingPlanResult& r, std::optional<s
 
 // What PyTorch's caching allocator holds for the CUDA libraries once a matmul has run: the cuBLAS and cuBLASLt
 // workspaces (65.0 MiB measured on an H100 with PyTorch 2.11 / CUDA 13 before any step, the same for every model of
-// bench/torch_recipes.py); part of max_memory_allocated, so of the PyTorch prediction.
+// bench/torch_recipes.py); part of max_memory_allocated, so of the PyTorch prediction. A step that runs no GEMM (a
+// network of convolutions alone, a 1x1 convolution as its classifier) never allocates it: predict_pytorch counts 0 there.
 inline constexpr std::uint64_t kPytorchWorkspaceBytes = 65ull << 20;
 
 // How PyTorch eager runs the step the prediction is for.

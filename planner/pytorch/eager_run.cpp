@@ -28,8 +28,29 @@ PytorchEagerRun run_pytorch_eager(const analysis::Graph& shaped_forward, const S
   return run;
 }
 
-PytorchPrediction predict_pytorch(const analysis::Graph& shaped_forward, const StepRequest& req, const PytorchEager& eager) {
+namespace {
+
+// Whether the step runs a GEMM through cuBLAS: a thread's first one allocates the library's workspace (convolutions
+// run through cuDNN, which takes its workspace per call: cudnn_conv.hpp).
+bool runs_cublas(const analysis::Graph& g) {
+  for (const analysis::Op& op : g.ops) {
+    const bool onnx = op.domain.empty() || op.domain == "ai.onnx";
+    if (onnx && (op.type == "MatMul" || op.type == "Gemm" || op.type == "Einsum" || op.type == "Attention" ||
+                 op.type == "MatMulInteger" || op.type == "LSTM" || op.type == "GRU" || op.type == "RNN"))
+      return true;
+    if (op.domain == analysis::kMemplanDomain && (op.type == analysis::memplan_ops::kMatMulT || op.type == analysis::memplan_ops::kFusedAttention ||
+                                                  op.type == analysis::memplan_ops::kLinearCrossEntropy))
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+PytorchPrediction predict_pytorch(const analysis::Graph& shaped_forward, const StepRequest& req, const PytorchEager& given) {
   PytorchPrediction p;
+  PytorchEager eager = given;
+  if (!runs_cublas(shaped_forward)) eager.workspace_bytes = 0;
   p.peak_bytes = checked_add(run_pytorch_eager(shaped_forward, req, eager).peak.peak_bytes, eager.workspace_bytes, "PyTorch peak");
   p.workspace_bytes = eager.workspace_bytes;
   p.sdpa = eager.sdpa;
