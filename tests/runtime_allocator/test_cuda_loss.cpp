@@ -139,7 +139,7 @@ TEST_CASE("a cross-entropy training step of tiny_gpt on the GPU gives the CPU ex
   check_tiny_gpt_step(false);
 }
 
-TEST_CASE("LinearCrossEntropy on the GPU equals the CPU kernel (chunks with a partial last one, W either way, a bias, an ignored label); tiny_gpt's --chunked-loss step gives the CPU's loss and gradients") {
+TEST_CASE("LinearCrossEntropy on the GPU equals the CPU kernel (chunks with a partial last one, W either way, a bias, an ignored label), and tiny_gpt's --chunked-loss step gives the CPU's loss and gradients") {
   if (!runtime::cuda::cuda_available()) std::exit(77);
   check_linear_cross_entropy(37, 24, 1000, 8, false, 6);
   check_linear_cross_entropy(37, 24, 1000, 37, true, 7);
