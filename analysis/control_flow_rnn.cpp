@@ -165,6 +165,7 @@ class Unroller {
     return binary("Add", binary("Mul", x, scalar(out + "/alpha", a.alpha), out + "/scaled"), scalar(out + "/beta", a.beta), out);
   }
 
+ private:
   const Reached& r_;
   Rewrite& rw_;
   const Op& op_;

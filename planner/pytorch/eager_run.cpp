@@ -36,7 +36,7 @@ bool runs_cublas(const analysis::Graph& g) {
   for (const analysis::Op& op : g.ops) {
     const bool onnx = op.domain.empty() || op.domain == "ai.onnx";
     if (onnx && (op.type == "MatMul" || op.type == "Gemm" || op.type == "Einsum" || op.type == "Attention" ||
-                 op.type == "MatMulInteger" || op.type == "LSTM" || op.type == "GRU" || op.type == "RNN"))
+                 op.type == "MatMulInteger"))  // recurrent ops are unrolled into MatMuls by shape inference
       return true;
     if (op.domain == analysis::kMemplanDomain && (op.type == analysis::memplan_ops::kMatMulT || op.type == analysis::memplan_ops::kFusedAttention ||
                                                   op.type == analysis::memplan_ops::kLinearCrossEntropy))
