@@ -32,7 +32,8 @@ struct EagerPeak {
 // storage only for views and in-place ops (the plan's aliases); weight gradients are allocated when the
 // backward produces them and held to the end of the step (gradients set to None between steps). So
 // live(s) = bytes of the plan's buffers live at step s + gradients produced up to s + the loss's storage
-// (below). Used to predict PyTorch's measured peak from the same schedule.
+// (below), less the buffers PyTorch never allocates (eager_views.hpp). Used to predict PyTorch's measured peak from
+// the same schedule.
 //
 // PyTorch's mse_loss with reduction mean/sum (a structured op since 2.9) allocates its output at the full
 // elementwise shape in the meta function and shrinks it with resize_({}), which keeps the storage
