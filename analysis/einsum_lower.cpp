@@ -1,4 +1,4 @@
-// Einsum as Transpose / Unsqueeze / MatMul / Squeeze (or Mul and ReduceSum) chains (see einsum_lower.hpp).
+// Einsum as Transpose / Reshape / Unsqueeze / MatMul / Squeeze chains (see einsum_lower.hpp).
 #include "analysis/einsum_lower.hpp"
 
 #include <algorithm>
@@ -26,19 +26,13 @@ class Chain {
                 std::map<std::string, Attribute> attrs = {}) {
     if (type == "Transpose") {
       attrs["perm"] = Attribute{.kind = Attribute::Kind::ints, .ints = axes};
+    } else if (type == "Reshape") {
+      in.push_back(constant(axes, "/einsum_shape"));
     } else if (type == "Unsqueeze" || type == "Squeeze" || type == "ReduceSum") {
-      if (opset_ < 13) {
+      if (opset_ < 13)
         attrs["axes"] = Attribute{.kind = Attribute::Kind::ints, .ints = axes};
-      } else {
-        Tensor c;
-        c.name = unique(op_.name + "/einsum_axes");
-        c.dtype = DType::i64;
-        c.rank_known = true;
-        c.dims.push_back(Dim::of(static_cast<std::int64_t>(axes.size())));
-        c.role = TensorRole::weight;
-        c.data = std::make_shared<TensorData>(TensorData::from_int64(DType::i64, {static_cast<std::int64_t>(axes.size())}, axes));
-        in.push_back(g_.add_tensor(std::move(c)));
-      }
+      else
+        in.push_back(constant(axes, "/einsum_axes"));
     }
     Op o;
     o.name = unique_op(op_.name + "/" + type);
@@ -77,6 +71,17 @@ class Chain {
     return n;
   }
   std::string unique_op(const std::string& base) { return base + "#" + std::to_string(pending_.size()); }
+  // An int64 vector constant (axes, a Reshape's target).
+  TensorId constant(const std::vector<std::int64_t>& values, const std::string& suffix) {
+    Tensor c;
+    c.name = unique(op_.name + suffix);
+    c.dtype = DType::i64;
+    c.rank_known = true;
+    c.dims.push_back(Dim::of(static_cast<std::int64_t>(values.size())));
+    c.role = TensorRole::weight;
+    c.data = std::make_shared<TensorData>(TensorData::from_int64(DType::i64, {static_cast<std::int64_t>(values.size())}, values));
+    return g_.add_tensor(std::move(c));
+  }
 
   Graph& g_;
   const Op& op_;
@@ -118,8 +123,12 @@ TensorId sum_out(Chain& ch, TensorId x, Letters& have, const Letters& keep) {
   return ch.step("ReduceSum", {x}, axes, {{"keepdims", Attribute{.kind = Attribute::Kind::i, .i = 0}}});
 }
 
-// x with letters `have` (a subsequence of `want`, in its order) given size-1 axes for the letters of `want` it lacks.
-TensorId widen(Chain& ch, TensorId x, const Letters& have, const Letters& want) {
+// x with letters `have` (a subsequence of `want`, in its order) given size-1 axes for the letters of `want` it lacks;
+// with `leading` false, none for the batch axes before its first letter (a MatMul operand, rank 2 at least: its
+// batch axes broadcast from the right, as torch.matmul's).
+TensorId widen(Chain& ch, TensorId x, const Letters& have, Letters want, bool leading = true) {
+  if (!leading)
+    while (want.size() > 2 && !has(have, want.front())) want.erase(want.begin());
   std::vector<std::int64_t> axes;
   for (std::size_t k = 0; k < want.size(); ++k)
     if (!has(have, want[k])) axes.push_back(static_cast<std::int64_t>(k));
@@ -196,15 +205,22 @@ Roles roles(const Letters& a, const Letters& b, const Letters& out) {
   return r;
 }
 
-// More than one contracted letter: the product broadcast over every letter, then the contraction summed. Returns
-// the result with its letters in `prod`.
-TensorId broadcast_product(Chain& ch, TensorId x, TensorId y, const Letters& a, const Letters& b, const Roles& r,
-                           const Letters& out, Letters& prod) {
-  const Letters all = r.batch + r.free_a + r.free_b + r.contracted;
-  x = widen(ch, arrange(ch, x, a, only(all, a)), only(all, a), all);
-  y = widen(ch, arrange(ch, y, b, only(all, b)), only(all, b), all);
-  prod = all;
-  return sum_out(ch, ch.step("Mul", {x, y}), prod, out);
+// The placeholder letter of several contracted letters merged into one axis (placeholders are added after the
+// letters are classified, so they cannot clash).
+constexpr char kMergedContraction = '\4';
+
+// x (letters `have`) with the contracted letters moved last and merged into one axis by a Reshape (0 keeps each
+// other axis, -1 takes the rest), as torch.einsum reshapes its operands for one bmm: the product over the contraction
+// is never materialized. `have` becomes the other letters and kMergedContraction.
+TensorId merge_contracted(Chain& ch, TensorId x, Letters& have, const Letters& contracted) {
+  Letters kept;
+  for (char c : have)
+    if (!has(contracted, c)) kept += c;
+  x = arrange(ch, x, have, kept + contracted);
+  std::vector<std::int64_t> shape(kept.size(), 0);
+  shape.push_back(-1);
+  have = kept + kMergedContraction;
+  return ch.step("Reshape", {x}, shape);
 }
 
 // A batched MatMul: [batch, a's other free letters, b's other free letters, m, k] x [..., k, n], absent m, k or n as
@@ -216,8 +232,8 @@ TensorId batched_matmul(Chain& ch, TensorId x, TensorId y, const Letters& a, con
   const Letters rest_a = r.free_a.empty() ? "" : r.free_a.substr(0, r.free_a.size() - 1),
                 rest_b = r.free_b.empty() ? "" : r.free_b.substr(0, r.free_b.size() - 1);
   const Letters lhs_full = r.batch + rest_a + rest_b + m + k, rhs_full = r.batch + rest_a + rest_b + k + n;
-  x = widen(ch, arrange(ch, x, a, only(lhs_full, a)), only(lhs_full, a), lhs_full);
-  y = widen(ch, arrange(ch, y, b, only(rhs_full, b)), only(rhs_full, b), rhs_full);
+  x = widen(ch, arrange(ch, x, a, only(lhs_full, a)), only(lhs_full, a), lhs_full, false);
+  y = widen(ch, arrange(ch, y, b, only(rhs_full, b)), only(rhs_full, b), rhs_full, false);
   TensorId p = ch.step("MatMul", {x, y});
   prod = r.batch + rest_a + rest_b + m + n;
   std::vector<std::int64_t> units;
@@ -244,10 +260,14 @@ bool lower_einsum(Graph& g, const Op& op, std::int64_t opset) {
   Letters a = eq->ins[0], b = eq->ins[1];
   // Letters of one operand only that the output drops are summed first.
   TensorId x = sum_out(ch, op.inputs[0], a, out + b), y = sum_out(ch, op.inputs[1], b, out + a);
-  const Roles r = roles(a, b, out);
+  Roles r = roles(a, b, out);
+  if (r.contracted.size() > 1) {
+    x = merge_contracted(ch, x, a, r.contracted);
+    y = merge_contracted(ch, y, b, r.contracted);
+    r.contracted = Letters(1, kMergedContraction);
+  }
   Letters prod;
-  const TensorId p =
-      r.contracted.size() > 1 ? broadcast_product(ch, x, y, a, b, r, out, prod) : batched_matmul(ch, x, y, a, b, r, prod);
+  const TensorId p = batched_matmul(ch, x, y, a, b, r, prod);
   ch.finish(arrange(ch, p, prod, out));
   return true;
 }

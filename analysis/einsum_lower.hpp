@@ -1,5 +1,6 @@
-// Einsum lowered at import to ops with kernels and backward rules everywhere: Transpose, Unsqueeze, Squeeze,
-// ReduceSum, MatMul (at most one contracted letter) or Mul (more), so that no stage needs an Einsum of its own.
+// Einsum lowered at import to ops with kernels and backward rules everywhere: Transpose, Reshape, Unsqueeze,
+// Squeeze, ReduceSum and one MatMul (several contracted letters merged into one axis by a Reshape, as torch.einsum's
+// bmm reads them), so that no stage needs an Einsum of its own.
 #pragma once
 
 #include <cstdint>

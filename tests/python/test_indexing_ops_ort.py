@@ -178,7 +178,8 @@ def select(m):
 
 
 def einsum(m):
-    """Einsum equations that lower to Transpose/Unsqueeze/MatMul/Squeeze or Mul/ReduceSum."""
+    """Einsum equations that lower to Transpose/Reshape/Unsqueeze/MatMul/Squeeze (several contracted letters merged
+    into one axis) or ReduceSum."""
     rng = m.rng
     r = lambda *d: m.input(f"e{len(m.inputs)}", rng.standard_normal(d).astype(np.float32))
     q, k = r(2, 3, 4, 5), r(2, 3, 6, 5)
@@ -197,6 +198,8 @@ def einsum(m):
     m.add("Einsum", [r(2, 3), r(4, 3)], equation="bi,ci->bc")
     m.add("Einsum", [r(2, 6), r(3, 5)], equation="ai,bj->abij")
     m.add("Einsum", [r(2, 3, 4), r(3)], equation="bhd,h->bd")
+    m.add("Einsum", [r(5, 2, 3, 4), r(6, 3, 4)], equation="ibnd,hnd->ibh")
+    m.add("Einsum", [r(2, 3, 4), r(4, 2, 3)], equation="bkj,jbk->b")
 
 
 GROUPS = {"indexing": indexing, "resize": resize, "upsample": upsample, "resize10": resize10, "select": select, "einsum": einsum}
