@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "analysis/ops.hpp"
+
 namespace memplan::planner {
 
 namespace {
@@ -50,14 +52,65 @@ std::vector<bool> index_grids(const Graph& g, const Plan& plan) {
   return grid;
 }
 
+bool has_kind(const Graph& g, OpId o, analysis::OpKind kind) {
+  const analysis::OpInfo* info = analysis::op_registry().find(g.ops[o]);
+  return info != nullptr && info->kind == kind;
+}
+
+// The same dims once the size-1 ones are left out: a view of any strided tensor (squeeze, unsqueeze), where another
+// reshape of an expanded tensor copies it.
+bool only_unit_dims_differ(const analysis::Tensor& a, const analysis::Tensor& b) {
+  if (!a.shape_known() || !b.shape_known()) return false;
+  auto sizes = [](const analysis::Tensor& t) {
+    std::vector<std::int64_t> s;
+    for (auto d : t.shape())
+      if (d != 1) s.push_back(d);
+    return s;
+  };
+  return sizes(a) == sizes(b);
+}
+
+// Per tensor: an expanded view (eager_views.hpp): an Expand's output, or a view of one adding or dropping size-1
+// dims, that only elementwise ops and such views that are expanded views themselves read.
+std::vector<bool> expanded_views(const Graph& g, const Plan& plan) {
+  std::vector<bool> expanded(g.tensors.size(), false), view(g.tensors.size(), false);
+  for (OpId o : plan.schedule) {
+    const auto& op = g.ops[o];
+    if (op.outputs.empty() || op.outputs[0] == kNoTensor || op.inputs.empty()) continue;
+    const bool of_expanded = has_kind(g, o, analysis::OpKind::view) && op.inputs[0] != kNoTensor && expanded[op.inputs[0]] &&
+                             only_unit_dims_differ(g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]);
+    expanded[op.outputs[0]] = (op.domain.empty() && op.type == "Expand") || of_expanded;
+  }
+  for (auto s = plan.schedule.size(); s-- > 0;) {
+    const auto& op = g.ops[plan.schedule[s]];
+    if (op.outputs.empty() || op.outputs[0] == kNoTensor || !expanded[op.outputs[0]]) continue;
+    const auto& t = g.tensors[op.outputs[0]];
+    if (t.is_graph_output || t.consumers.empty()) continue;
+    view[op.outputs[0]] = std::all_of(t.consumers.begin(), t.consumers.end(), [&](OpId c) {
+      if (has_kind(g, c, analysis::OpKind::elementwise)) return true;
+      return has_kind(g, c, analysis::OpKind::view) && g.ops[c].outputs.size() == 1 && view[g.ops[c].outputs[0]];
+    });
+  }
+  return view;
+}
+
 }  // namespace
 
-std::vector<std::uint32_t> buffers_pytorch_never_allocates(const Graph& g, const Plan& plan) {
-  const std::vector<bool> grid = index_grids(g, plan);
-  std::vector<std::uint32_t> out;
+std::vector<UnallocatedSpan> pytorch_unallocated_spans(const Graph& g, const Plan& plan) {
+  const std::vector<bool> grid = index_grids(g, plan), expanded = expanded_views(g, plan);
+  std::vector<std::uint32_t> step_of(g.ops.size(), 0);
+  for (std::uint32_t s = 0; s < plan.schedule.size(); ++s) step_of[plan.schedule[s]] = s;
+  std::vector<UnallocatedSpan> out;
   for (std::uint32_t b = 0; b < plan.buffers.size(); ++b) {
-    const auto& ts = plan.buffers[b].tensors;
-    if (!ts.empty() && std::all_of(ts.begin(), ts.end(), [&](TensorId t) { return grid[t]; })) out.push_back(b);
+    const Buffer& buf = plan.buffers[b];
+    // Up to the first tensor of PyTorch's own the buffer holds (an in-place result written over a view's bytes).
+    std::uint32_t end = buf.interval.last + 1;
+    for (TensorId t : buf.tensors) {
+      if (grid[t] || expanded[t]) continue;
+      const OpId p = g.tensors[t].producer;
+      end = std::min(end, p == kNoOp ? buf.interval.first : step_of[p]);
+    }
+    if (end > buf.interval.first) out.push_back({b, buf.interval.first, end - 1});
   }
   return out;
 }

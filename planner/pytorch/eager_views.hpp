@@ -9,13 +9,24 @@
 
 namespace memplan::planner {
 
-// The plan's buffers (indices into plan.buffers) that hold only tensors PyTorch eager has no storage for:
+// Steps [first, last] over which plan buffer `buffer` holds only tensors PyTorch eager has no storage for.
+struct UnallocatedSpan {
+  std::uint32_t buffer = 0, first = 0, last = 0;
+};
+
+// The spans of the plan's buffers that hold tensors PyTorch eager has no storage for, from the buffer's first step to
+// the step before a tensor of PyTorch's own takes its bytes (an in-place result the plan writes over them):
 // - index grids of slice assignment: torch.onnx exports `x[:, :, a:, b:] = v` (setitem with slices) as ScatterND over
 //   an int64 tensor of every written position, [..., rank] (Range, Expand, Unsqueeze, Concat over shapes and
 //   constants), and ScatterND's backward reads it again; PyTorch copies v into a strided view of x (CopySlices) and
 //   holds no index tensor. A grid is an integer tensor computed from constants alone that only ScatterND or GatherND
 //   read, as their indices, or that only feeds such grids. An index tensor computed from activations (a data-dependent
 //   gather) is PyTorch's too and stays.
-std::vector<std::uint32_t> buffers_pytorch_never_allocates(const analysis::Graph& g, const Plan& plan);
+// - expanded views: `y.expand_as(x)` exports as Expand, whose output the plan materializes (and saves, when a Mul
+//   reads it); PyTorch's expand is a view of y's storage, and its elementwise ops read it through strides, their
+//   backward included (the gradient's sum over the broadcast dims is a tensor of its own in both). An Expand whose
+//   output, or a view of it, an op other than an elementwise one reads (a Reshape of repeated heads, a MatMul, a
+//   Concat) is PyTorch's copy too and stays.
+std::vector<UnallocatedSpan> pytorch_unallocated_spans(const analysis::Graph& g, const Plan& plan);
 
 }  // namespace memplan::planner

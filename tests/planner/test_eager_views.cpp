@@ -1,4 +1,4 @@
-// Tests of buffers_pytorch_never_allocates: what an ONNX export materializes that PyTorch eager does not, and eager_peak
+// Tests of pytorch_unallocated_spans: what an ONNX export materializes that PyTorch eager does not, and eager_peak
 // without it.
 #include <doctest/doctest.h>
 
@@ -69,13 +69,83 @@ TEST_CASE("a constant index grid of slice assignment is no buffer of PyTorch's, 
   REQUIRE(dep.r.report.valid);
   REQUIRE(c.grid != kNoTensor);
   const planner::Plan& plan = c.r.plan;
-  const auto never = planner::buffers_pytorch_never_allocates(c.r.graph, plan);
-  REQUIRE(never.size() == 1);
-  CHECK(plan.buffers[never[0]].tensors == std::vector<TensorId>{c.grid});
-  CHECK(planner::buffers_pytorch_never_allocates(dep.r.graph, dep.r.plan).empty());
+  const auto spans = planner::pytorch_unallocated_spans(c.r.graph, plan);
+  REQUIRE(spans.size() == 1);
+  const planner::Buffer& buf = plan.buffers[spans[0].buffer];
+  CHECK(buf.tensors == std::vector<TensorId>{c.grid});
+  CHECK((spans[0].first == buf.interval.first && spans[0].last == buf.interval.last));
+  // Left out there: the Add's Expand operand alone, up to the Add (which may write the index over its bytes).
+  std::uint32_t add_step = 0;
+  for (std::uint32_t s = 0; s < dep.r.plan.schedule.size(); ++s)
+    if (dep.r.plan.schedule[s] == dep.r.graph.tensors[dep.grid].producer) add_step = s;
+  for (const auto& u : planner::pytorch_unallocated_spans(dep.r.graph, dep.r.plan)) CHECK(u.last < add_step);
   // The grid is saved for ScatterND's backward: counted, it would be live at the peak with the data's gradient.
   const std::uint64_t grid_bytes = 2 * 8 * 63 * 63 * 4 * 8;
   const planner::EagerPeak ec = planner::eager_peak(c.r.graph, plan), ed = planner::eager_peak(dep.r.graph, dep.r.plan);
   CHECK(ec.resident_bytes + sizeof(std::int64_t) == ed.resident_bytes);  // the offset input
   CHECK(ed.peak_bytes - ed.resident_bytes >= ec.peak_bytes - ec.resident_bytes + grid_bytes);
+}
+
+namespace {
+
+// y = x * Expand(Sigmoid(ReduceMean(x)), shape(x)) over x [8, 64, 32, 32]: an efficient-channel-attention gate
+// (`x * y.expand_as(x)`), or with `reshaped` the gate expanded to [8, 64, 2, 16, 32] and reshaped back first, which
+// PyTorch copies.
+planner::TrainingPlanResult plan_gate(bool reshaped) {
+  runtime::testing::OpGraph b;
+  b.g.name = "gate";
+  const std::vector<std::int64_t> dims{8, 64, 32, 32}, pooled{8, 64, 1, 1};
+  const TensorId x = b.tensor("x", DType::f32, dims, TensorRole::input);
+  b.g.inputs = {x};
+  const TensorId h = b.tensor("h", DType::f32, dims, TensorRole::activation);
+  b.op("Mul", "", {x, b.tensor("w", DType::f32, dims, TensorRole::weight)}, {h});
+  const TensorId m = b.tensor("m", DType::f32, pooled, TensorRole::activation);
+  b.op("ReduceMean", "", {h, b.constant("axes", TensorData::from_int64(DType::i64, {2}, {2, 3}))}, {m});
+  const TensorId s = b.tensor("s", DType::f32, pooled, TensorRole::activation);
+  b.op("Sigmoid", "", {m}, {s});
+  TensorId e = b.tensor("e", DType::f32, dims, TensorRole::activation);
+  if (reshaped) {
+    const std::vector<std::int64_t> split{8, 64, 2, 16, 32};
+    const TensorId s5 = b.tensor("s5", DType::f32, {8, 64, 1, 1, 1}, TensorRole::activation);
+    b.op("Unsqueeze", "", {s, b.constant("ax", TensorData::from_int64(DType::i64, {1}, {4}))}, {s5});
+    const TensorId e5 = b.tensor("e5", DType::f32, split, TensorRole::activation);
+    b.op("Expand", "", {s5, b.constant("split", TensorData::from_int64(DType::i64, {5}, split))}, {e5});
+    b.op("Reshape", "", {e5, b.constant("back", TensorData::from_int64(DType::i64, {4}, dims))}, {e});
+  } else {
+    b.op("Expand", "", {s, b.constant("full", TensorData::from_int64(DType::i64, {4}, dims))}, {e});
+  }
+  b.op("Mul", "", {h, e}, {b.result("y", DType::f32, dims)});
+  TrainingOptions to;
+  to.optimizer = Optimizer::none;
+  planner::TrainingPlanOptions o;
+  o.strategy = "none";
+  return planner::plan_training(build_training_graph(infer_shapes(b.g, {}), to), o);
+}
+
+}  // namespace
+
+TEST_CASE("an expanded view that elementwise ops read is no buffer of PyTorch's until a tensor of its own takes the bytes") {
+  const planner::TrainingPlanResult r = plan_gate(false), copied = plan_gate(true);
+  REQUIRE(r.report.valid);
+  REQUIRE(copied.report.valid);
+  const Graph& g = r.graph;
+  const TensorId e = g.find("e");
+  REQUIRE(e != kNoTensor);
+  const auto spans = planner::pytorch_unallocated_spans(g, r.plan);
+  REQUIRE(spans.size() == 1);
+  const planner::Buffer& buf = r.plan.buffers[spans[0].buffer];
+  CHECK(buf.tensors.front() == e);
+  CHECK(spans[0].first == buf.interval.first);
+  // The Mul saved e for its backward: it lives until the gradient of h is made, in place over it or not.
+  std::uint32_t e_last = 0;
+  for (std::uint32_t s = 0; s < r.plan.schedule.size(); ++s)
+    for (TensorId t : g.ops[r.plan.schedule[s]].inputs)
+      if (t == e) e_last = s;
+  CHECK(spans[0].last >= e_last - 1);
+  CHECK(spans[0].last <= e_last);
+  // Expanded to other dims and reshaped back, PyTorch copies: nothing is left out.
+  CHECK(planner::pytorch_unallocated_spans(copied.graph, copied.plan).empty());
+  // The gate's bytes (x-sized) are below the prediction: PyTorch holds x, h and y-sized gradients, never e.
+  const planner::EagerPeak with_view = planner::eager_peak(g, r.plan), with_copy = planner::eager_peak(copied.graph, copied.plan);
+  CHECK(with_copy.peak_bytes - with_view.peak_bytes >= 8ull * 64 * 32 * 32 * 4);
 }
