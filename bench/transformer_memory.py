@@ -59,7 +59,8 @@ def memplan_plan(memplan, model, dims, extra):
 
 
 def memplan_runs(memplan, model, dims):
-    return {"fused": memplan_plan(memplan, model, dims, []),
+    # the sample exports write eager attention: the SDPA run's prediction takes every attention as SDPA
+    return {"fused": memplan_plan(memplan, model, dims, ["--pytorch-attention", "sdpa"]),
             "no_fuse": memplan_plan(memplan, model, dims, ["--no-fuse"]),
             "pytorch_eager_attention": memplan_plan(memplan, model, dims, ["--pytorch-attention", "eager"])}
 

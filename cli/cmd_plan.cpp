@@ -49,7 +49,7 @@ struct PlanArgs {
   TrainingArgs train;
   bool json = false;
   std::string plan_file;
-  std::string pytorch_attention = "sdpa";
+  std::string pytorch_attention = "auto";
   std::string pytorch_workspace = "65MiB";  // planner::kPytorchWorkspaceBytes
   std::string pytorch_outputs = "held";
   ParallelArgs parallel;  // --gpus, --zero, --tp, --pp: per-rank plans (cli/cmd_plan_parallel.cpp)
@@ -92,7 +92,7 @@ nlohmann::json pytorch_json(const planner::PytorchPrediction& p) {
   for (const auto& d : p.doubts) doubts.push_back({{"kind", d.kind}, {"count", d.count}, {"detail", d.detail}});
   return {{"pytorch_peak_bytes", p.peak_bytes},            // PyTorch eager's own peak (planner::predict_pytorch)
           {"pytorch_workspace_bytes", p.workspace_bytes},  // of pytorch_peak_bytes: the libraries' workspaces
-          {"pytorch_attention", p.sdpa ? "sdpa" : "eager"},
+          {"pytorch_attention", !p.sdpa ? "eager" : p.sdpa_form_only ? "auto" : "sdpa"},
           {"pytorch_outputs", p.hold_outputs ? "held" : "freed"},
           {"pytorch_peak_doubts", std::move(doubts)},      // where that prediction guessed (empty: nothing)
           // the same step with the head and loss over chunks of tokens (--chunked-loss; null: not a head it chunks)
@@ -158,7 +158,8 @@ std::string swapped_text(const planner::TrainingPlanResult& r) {
 
 void print_pytorch(const PlanArgs& a, const planner::PytorchPrediction& p) {
   std::printf("PyTorch eager (%s attention, %s, optimizer %s %s) would peak at %s (max_memory_allocated, %s of library workspaces included)\n",
-              p.sdpa ? "SDPA" : "eager", a.train.precision == "fp32" ? "fp32" : ("autocast " + a.train.precision).c_str(),
+              !p.sdpa ? "eager" : p.sdpa_form_only ? "SDPA or eager as exported" : "SDPA",
+              a.train.precision == "fp32" ? "fp32" : ("autocast " + a.train.precision).c_str(),
               a.train.optimizer.c_str(), a.train.optimizer_impl.c_str(), human_bytes(p.peak_bytes).c_str(), human_bytes(p.workspace_bytes).c_str());
   for (const auto& d : p.doubts) std::printf("  unsure: %zu x %s: %s\n", d.count, d.kind.c_str(), d.detail.c_str());
   if (p.chunked_loss_peak_bytes)
@@ -201,13 +202,13 @@ void print_plan(const PlanArgs& a, const planner::StepPlan& step, const PlanFact
 }
 
 int run_plan(const PlanArgs& a) {
-  if (a.pytorch_attention != "sdpa" && a.pytorch_attention != "eager")
-    fail(ErrorKind::usage, "--pytorch-attention '" + a.pytorch_attention + "' is not one of sdpa, eager");
+  if (a.pytorch_attention != "auto" && a.pytorch_attention != "sdpa" && a.pytorch_attention != "eager")
+    fail(ErrorKind::usage, "--pytorch-attention '" + a.pytorch_attention + "' is not one of auto, sdpa, eager");
   if (!a.train.train) fail(ErrorKind::usage, "plan and fit need --train (use `memplan analyze` for inference)");
   if (a.pytorch_outputs != "held" && a.pytorch_outputs != "freed")
     fail(ErrorKind::usage, "--pytorch-outputs '" + a.pytorch_outputs + "' is not one of held, freed");
-  const planner::PytorchEager pytorch{a.pytorch_attention == "sdpa", planner::parse_size(a.pytorch_workspace),
-                                      a.pytorch_outputs == "held"};
+  const planner::PytorchEager pytorch{a.pytorch_attention != "eager", planner::parse_size(a.pytorch_workspace),
+                                      a.pytorch_outputs == "held", a.pytorch_attention == "auto"};
   if (parallel_requested(a.parallel)) return run_parallel_plan(a.train, a.parallel, a.json, a.plan_file, pytorch);
   const analysis::Graph shaped = load_shaped_model(a.train.model);
   warn_if_eval_export(shaped, a.train.model.model);
@@ -236,7 +237,9 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--save-plan", args->plan_file, "write the plan (JSON, graph embedded) to this file");
   add_deprecated_alias(cmd, "--plan", "--save-plan", "analyze/plan", args->plan_file);
   cmd->add_option("--pytorch-attention", args->pytorch_attention,
-                  "attention PyTorch runs in the pytorch_peak_bytes prediction: sdpa (default; one fused kernel) or eager (matmul, softmax, matmul)");
+                  "attention PyTorch runs in the pytorch_peak_bytes prediction: auto (default: one SDPA kernel where the "
+                  "export has an SDPA call's form, Q and K^T each scaled; the model's own attention as matmul, softmax, "
+                  "matmul), sdpa (every attention one fused kernel) or eager (matmul, softmax, matmul)");
   cmd->add_option("--pytorch-workspace", args->pytorch_workspace,
                   "what PyTorch's allocator holds for cuBLAS/cuBLASLt workspaces, part of pytorch_peak_bytes (default 65MiB: PyTorch 2.11, CUDA 13, H100)");
   cmd->add_option("--pytorch-outputs", args->pytorch_outputs,

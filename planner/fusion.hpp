@@ -82,18 +82,23 @@ struct FuseOptions {
   // With `layouts` and `attention`: a FusedAttention reads Q, K and V packed in the one tensor a Linear made
   // (fusion_packed_qkv.cpp).
   bool packed_attention = true;
+  // With `attention`: only those in the form an exported scaled_dot_product_attention takes
+  // (AttentionMatch::sdpa_form); attention the model writes in Python keeps its ops, as PyTorch eager runs them.
+  bool sdpa_form_only = false;
   // Nothing fused (`--no-fuse`).
   static FuseOptions none() {
     FuseOptions o{false, false, false, false, false};
     o.rolls = false;
     return o;
   }
-  // What PyTorch eager runs as single kernels: its library ops (LayerNorm, F.gelu, SDPA when `sdpa`), no
+  // What PyTorch eager runs as single kernels: its library ops (LayerNorm, F.gelu, SDPA when `sdpa`: with
+  // `sdpa_form_only` only attention in SDPA's exported form), no
   // general elementwise fusion (used to predict PyTorch's peak). A Transpose swapping a matmul operand's last two
   // axes is a view there (W.t() in F.linear, k.transpose(-2, -1)): layouts on; packed attention off (PyTorch's
   // unbind is a view but its backward stacks the three gradients into a new tensor).
-  static FuseOptions pytorch_eager(bool sdpa) {
+  static FuseOptions pytorch_eager(bool sdpa, bool sdpa_form_only = true) {
     FuseOptions o{sdpa, true, true, false, true};
+    o.sdpa_form_only = sdpa_form_only;
     o.packed_attention = false;
     o.composite = false;
     o.math_attention = true;
@@ -107,7 +112,8 @@ struct FuseOptions {
 FusionResult fuse_graph(const analysis::Graph& g, const FuseOptions& opts = {});
 
 // The passes (each one a whole rewrite; fuse_graph chains them).
-FusionResult fuse_attention(const analysis::Graph& g);  // fusion_attention.cpp
+// fusion_attention.cpp; `sdpa_form_only`: FuseOptions::sdpa_form_only
+FusionResult fuse_attention(const analysis::Graph& g, bool sdpa_form_only = false);
 FusionResult fuse_gated_activations(const analysis::Graph& g);  // fusion_activations.cpp
 // fusion_norms.cpp: LayerNorm and (with `rms`) RMSNorm
 FusionResult fuse_norms(const analysis::Graph& g, bool rms = true);

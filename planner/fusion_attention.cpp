@@ -148,7 +148,7 @@ class Rewriter {
 
 }  // namespace
 
-FusionResult fuse_attention(const Graph& g) {
+FusionResult fuse_attention(const Graph& g, bool sdpa_form_only) {
   Rewriter rw(g);
   std::vector<FusedGroup> groups;
   std::set<OpId> claimed;
@@ -156,7 +156,7 @@ FusionResult fuse_attention(const Graph& g) {
     const Op& op = g.ops[o];
     if (!op.domain.empty() || (op.type != "Softmax" && op.type != "Attention")) continue;
     auto r = op.type == "Softmax" ? match_attention(g, o) : match_onnx_attention(g, o);
-    if (!r.match) continue;
+    if (!r.match || (sdpa_form_only && !r.match->sdpa_form)) continue;
     const auto& m = *r.match;
     if (std::any_of(m.members.begin(), m.members.end(), [&](OpId x) { return claimed.count(x) > 0; })) continue;
     claimed.insert(m.members.begin(), m.members.end());

@@ -38,6 +38,11 @@ struct AttentionMatch {
   analysis::OpId reshaped_bias_add = analysis::kNoOp;
   analysis::TensorId reshaped_bias_source = analysis::kNoTensor;
   double scale = 1.0;
+  // Q and K^T are each scaled by a constant and the scores are not: the form scaled_dot_product_attention takes
+  // when exported (the TorchScript and dynamo exporters write aten's math backend, q * sqrt(scale) and
+  // k^T * sqrt(scale)); attention a model writes in Python scales the scores or Q alone (or nothing), and PyTorch
+  // eager runs it op by op. An ONNX Attention op is SDPA.
+  bool sdpa_form = false;
   bool causal = false;
   double dropout_ratio = 0.0;
   std::int64_t seed = 0;

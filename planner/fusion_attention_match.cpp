@@ -143,8 +143,9 @@ class Matcher {
     return std::nullopt;
   }
 
-  // Walks back from `x` (read by `reader`) through f32 Casts and scalings; `reader` ends as x's reader.
-  TensorId walk_scale(TensorId x, OpId& reader) {
+  // Walks back from `x` (read by `reader`) through f32 Casts and scalings; `reader` ends as x's reader; `scaled`
+  // is set when a scaling was walked.
+  TensorId walk_scale(TensorId x, OpId& reader, bool* scaled = nullptr) {
     while (only_read_by(x, reader)) {
       const OpId p = producer(x);
       if (p == kNoOp) break;
@@ -154,6 +155,7 @@ class Matcher {
       else if (is(p, "Mul") || is(p, "Div"))
         next = scaled_operand(p);
       if (!next) break;
+      if (scaled != nullptr && !f32_cast(p)) *scaled = true;
       members_.insert(p);
       reader = p;
       x = *next;
@@ -232,6 +234,7 @@ class Matcher {
   AttentionMatch m_;
   std::set<OpId> members_, helpers_;
   double scale_ = 1.0;
+  bool scores_scaled_ = false;
   std::string why_;
 };
 
@@ -259,7 +262,8 @@ bool Matcher::match() {
 bool Matcher::match_scores_chain(TensorId x) {
   OpId reader = m_.softmax;
   TensorId cur = x;
-  bool scaled = false, reshaped = false;
+  bool& scaled = scores_scaled_;  // match_qk reads it
+  bool reshaped = false;
   std::vector<OpId> chain;  // the ops walked, latest first
   while (true) {
     if (!only_read_by(cur, reader)) return miss("score tensor '" + name(cur) + "' is read outside the attention");
@@ -342,15 +346,18 @@ bool Matcher::check_scores_chain(TensorId x, const std::vector<OpId>& chain, boo
   return true;
 }
 
-// MatMul(Q, K^T): scalings on either side, then K^T as a Transpose of K (bhsd or bshd) or as it is.
+// MatMul(Q, K^T): scalings on either side, then K^T as a Transpose of K (bhsd or bshd) or as it is; SDPA's
+// exported form when Q and K^T (after its transpose) are scaled and the scores are not.
 bool Matcher::match_qk() {
   const Op& mm = op(m_.scores);
   if (rank(mm.input(0)) != 4 || rank(mm.input(1)) != 4) return miss("the scores MatMul's operands are not 4-D");
   OpId reader = m_.scores;
-  const TensorId q = walk_scale(mm.input(0), reader);
+  bool q_scaled = false, k_scaled = false;
+  const TensorId q = walk_scale(mm.input(0), reader, &q_scaled);
   m_.q = resolve(q, reader, members_.count(reader) > 0, false);
   reader = m_.scores;
-  const TensorId kt = walk_scale(mm.input(1), reader);
+  const TensorId kt = walk_scale(mm.input(1), reader, &k_scaled);
+  m_.sdpa_form = q_scaled && k_scaled && !scores_scaled_;
   const OpId t = producer(kt);
   const bool removable = only_read_by(kt, reader);
   if (is(t, "Transpose") && rank(op(t).input(0)) == 4) {

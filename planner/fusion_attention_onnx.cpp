@@ -32,6 +32,7 @@ AttentionMatchResult match_onnx_attention(const Graph& g, OpId attention) {
   AttentionMatch m;
   m.softmax = m.scores = m.output_op = attention;
   m.members = {attention};
+  m.sdpa_form = true;
   m.q = {op.input(0), HeadLayout::bhsd};
   m.k = {op.input(1), HeadLayout::bhsd};
   m.v = {op.input(2), HeadLayout::bhsd};

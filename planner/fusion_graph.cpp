@@ -25,7 +25,7 @@ FusionResult fuse_graph(const analysis::Graph& g, const FuseOptions& opts) {
       res.groups.push_back(std::move(grp));
     }
   };
-  run(opts.attention, &fuse_attention);
+  run(opts.attention, [&](const analysis::Graph& x) { return fuse_attention(x, opts.sdpa_form_only); });
   run(opts.math_attention, [&](const analysis::Graph& x) { return decompose_math_attention(x, !opts.attention); });
   run(opts.norms, [&](const analysis::Graph& x) { return fuse_norms(x, opts.composite); });
   run(opts.gelu, [&](const analysis::Graph& x) { return fuse_gelu(x, opts.composite); });

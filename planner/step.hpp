@@ -66,6 +66,9 @@ struct PytorchEager {
   bool sdpa = true;  // attention through scaled_dot_product_attention (one fused kernel); false: matmul, softmax, matmul
   std::uint64_t workspace_bytes = kPytorchWorkspaceBytes;
   bool hold_outputs = true;  // the loop holds the model's output to the end of the step (EagerOptions::hold_outputs)
+  // With `sdpa`: only attention in the form an exported SDPA call has (FuseOptions::sdpa_form_only) is SDPA, the
+  // model's own attention runs op by op; false: every attention the matcher takes is SDPA.
+  bool sdpa_form_only = true;
 };
 
 // What PyTorch eager would hold at its peak running the step (torch.cuda.max_memory_allocated): the forward graph fused
@@ -75,6 +78,7 @@ struct PytorchPrediction {
   std::uint64_t peak_bytes = 0;       // workspace_bytes included
   std::uint64_t workspace_bytes = 0;
   bool sdpa = true;
+  bool sdpa_form_only = true;
   bool hold_outputs = true;
   std::vector<EagerDoubt> doubts;     // empty: nothing it could not tell apart
   // A cross-entropy step not chunked: PyTorch's peak with the head and loss through memplan_torch.lm_head_loss (the

@@ -1,7 +1,11 @@
 // pytorch_eager_doubts: local patterns in the graph as fused for PyTorch eager, and RMSNorm groups the full fusion finds.
 #include "planner/pytorch/eager_doubts.hpp"
 
+#include <set>
+#include <string>
+
 #include "planner/fusion.hpp"
+#include "planner/fusion_attention.hpp"
 
 namespace memplan::planner {
 namespace {
@@ -72,16 +76,26 @@ std::size_t count_gated(const Graph& g, const char* inner, const char* between =
 
 }  // namespace
 
-std::vector<EagerDoubt> pytorch_eager_doubts(const Graph& shaped_forward, bool sdpa) {
+std::vector<EagerDoubt> pytorch_eager_doubts(const Graph& shaped_forward, bool sdpa, bool sdpa_form_only) {
   std::vector<EagerDoubt> out;
-  const FusionResult eager = fuse_graph(shaped_forward, FuseOptions::pytorch_eager(sdpa));
+  const FusionResult eager = fuse_graph(shaped_forward, FuseOptions::pytorch_eager(sdpa, sdpa_form_only));
   const Graph& g = eager.graph;
   if (sdpa) {
+    std::set<std::string> python;  // the softmaxes of attention matched but not in SDPA's exported form
+    for (OpId op = 0; op < shaped_forward.ops.size() && sdpa_form_only; ++op)
+      if (is(shaped_forward, op, "Softmax"))
+        if (const auto m = match_attention(shaped_forward, op).match; m && !m->sdpa_form)
+          python.insert(shaped_forward.ops[op].name);
     std::size_t n = 0;
     for (OpId op = 0; op < g.ops.size(); ++op)
-      if (is(g, op, "Softmax") && reaches_matmul_above(g, g.ops[op].inputs[0], 4) &&
+      if (is(g, op, "Softmax") && !python.count(g.ops[op].name) && reaches_matmul_above(g, g.ops[op].inputs[0], 4) &&
           reaches_matmul_below(g, g.ops[op].outputs[0], 3))
         ++n;
+    if (!python.empty())
+      out.push_back({"python_attention", python.size(),
+                     "attention not in the exported form of scaled_dot_product_attention (the scores or Q scaled, "
+                     "not Q and K^T each) is the model's own: counted as matmul, softmax, matmul (too high if "
+                     "PyTorch ran it as SDPA)"});
     if (n > 0)
       out.push_back({"attention", n,
                      "softmax attention the SDPA matcher did not recognise is counted as matmul, softmax, matmul "

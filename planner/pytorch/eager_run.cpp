@@ -12,7 +12,7 @@ PytorchEagerRun run_pytorch_eager(const analysis::Graph& shaped_forward, const S
   r.plan.strategy = "none";  // PyTorch keeps every saved tensor
   r.plan.budget_bytes.reset();
   r.plan.schedule.kind = ScheduleKind::file;  // PyTorch eager runs the program's order
-  r.fuse = FuseOptions::pytorch_eager(eager.sdpa);
+  r.fuse = FuseOptions::pytorch_eager(eager.sdpa, eager.sdpa_form_only);
   // Under autocast SDPA reads 16-bit operands (flash takes grouped-query heads); pytorch_sdpa_backend sees the
   // graph's fp32 ones: only fp32 steps get the math backend written out.
   if (eager.sdpa && r.training.precision != analysis::Precision::fp32) r.fuse.math_attention = false;
@@ -54,8 +54,9 @@ PytorchPrediction predict_pytorch(const analysis::Graph& shaped_forward, const S
   p.peak_bytes = checked_add(run_pytorch_eager(shaped_forward, req, eager).peak.peak_bytes, eager.workspace_bytes, "PyTorch peak");
   p.workspace_bytes = eager.workspace_bytes;
   p.sdpa = eager.sdpa;
+  p.sdpa_form_only = eager.sdpa_form_only;
   p.hold_outputs = eager.hold_outputs;
-  p.doubts = pytorch_eager_doubts(shaped_forward, eager.sdpa);
+  p.doubts = pytorch_eager_doubts(shaped_forward, eager.sdpa, eager.sdpa_form_only);
   if (req.training.loss == analysis::Loss::ce && !req.training.chunked_loss) {
     StepRequest chunked = req;
     chunked.training.chunked_loss = true;

@@ -356,7 +356,9 @@ def _sdpa4(c, q, k, v, mask, p, causal, scale, gqa):
 
 def _sdpa_decomposed(c, q, k, v, mask, p, causal, scale):
     """softmax(scale Q K^T + mask) V in ONNX ops (the form memplan's attention fusion matches), with K and V
-    repeated per group for grouped-query attention."""
+    repeated per group for grouped-query attention. Q and K^T are each scaled by sqrt(scale), as the ONNX exporters
+    write SDPA (aten's math backend): the form pytorch_peak_bytes takes for an SDPA call, where attention scaled
+    on the scores is a model's own matmul, softmax, matmul."""
     dt = q.dtype
     qs, ks = q.shape, k.shape
     kk, vv = k.name, v.name
@@ -364,7 +366,11 @@ def _sdpa_decomposed(c, q, k, v, mask, p, causal, scale):
         n = qs[1] // ks[1]
         kk, vv = (_repeat_heads(c, t, ks, n) for t in (kk, vv))
     kt = c.op1("Transpose", [kk], {"perm": [0, 1, 3, 2]})
-    s = c.op1("Mul", [c.op1("MatMul", [q.name, kt]), c.scalar(float(scale), dt)])
+    if scale > 0:
+        root = math.sqrt(float(scale))
+        s = c.op1("MatMul", [c.op1("Mul", [q.name, c.scalar(root, dt)]), c.op1("Mul", [kt, c.scalar(root, dt)])])
+    else:  # no square root: the scores scaled
+        s = c.op1("Mul", [c.op1("MatMul", [q.name, kt]), c.scalar(float(scale), dt)])
     if causal:
         sq, sk = qs[2], ks[2]
         if isinstance(sq, int) and isinstance(sk, int):

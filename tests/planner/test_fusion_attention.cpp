@@ -1,6 +1,7 @@
 // Tests of attention fusion: every sample transformer export fuses one FusedAttention per layer, near misses stay.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -201,6 +202,22 @@ TEST_CASE("scale on the scores, divided, on Q, on K or on both gives the same sc
     CHECK(fused(r.graph).front()->attr_float("scale", 0.0) == doctest::Approx(0.25));
     CHECK(r.graph.ops.size() == 1);
     CHECK(r.groups.front().members.size() >= 4);
+  }
+}
+
+TEST_CASE("only Q and K^T each scaled is SDPA's exported form, attention scaled on the scores or Q alone keeps its ops there") {
+  using S = Variant::Scale;
+  const std::map<S, bool> sdpa_form{{S::scores, false}, {S::div_scores, false}, {S::q, false}, {S::k, false}, {S::q_and_k, true}};
+  for (const auto& [scale, expected] : sdpa_form) {
+    CAPTURE(static_cast<int>(scale));
+    const Graph g = attention_graph(Variant{scale});
+    const auto softmax = static_cast<OpId>(
+        std::find_if(g.ops.begin(), g.ops.end(), [](const Op& o) { return o.type == "Softmax"; }) - g.ops.begin());
+    const auto m = match_attention(g, softmax).match;
+    REQUIRE(m.has_value());
+    CHECK(m->sdpa_form == expected);
+    CHECK(fused(fuse_attention(g, true).graph).size() == (expected ? 1u : 0u));
+    CHECK(fused(fuse_attention(g, false).graph).size() == 1);
   }
 }
 

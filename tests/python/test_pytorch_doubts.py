@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`memplan plan --train` says where its model of PyTorch eager guesses (JSON pytorch_peak_doubts, text "unsure"):
-SiLU/HardSwish/Mish written as x * f(x), softmax attention the SDPA matcher does not take, and nothing for a
-plain MLP. Small ONNX graphs built with onnx.helper; exit 77 without onnx."""
+SiLU/HardSwish/Mish written as x * f(x), softmax attention the SDPA matcher does not take, attention not in SDPA's
+exported form (counted op by op), and nothing for a plain MLP. Small ONNX graphs built with onnx.helper; exit 77 without onnx."""
 import json
 import os
 import subprocess
@@ -106,10 +106,49 @@ def softmax_attention_over_the_wrong_axis():
     assert k.get("attention") == 1, k
 
 
+def attention(scale_on):
+    """softmax(Q K^T / sqrt(8)) V over x [2, 128, 32] (4 heads of 8), the scale on the scores (a model's Python) or
+    on Q and K^T each (scaled_dot_product_attention as exported)."""
+    import numpy as np
+
+    c = lambda name, v, dt="float32": onnx.numpy_helper.from_array(np.array(v, dtype=dt), name)  # noqa: E731
+    nodes, inits = [], [c("heads", [2, 128, 4, 8], "int64"), c("merged", [2, 128, 32], "int64"),
+                        c("sqrt_d", 8 ** 0.5), c("root_s", 8 ** -0.25)]
+    for t in "qkv":
+        inits.append(weight("w" + t, [32, 32]))
+        nodes += [helper.make_node("MatMul", ["x", "w" + t], [t + "0"]),
+                  helper.make_node("Reshape", [t + "0", "heads"], [t + "1"]),
+                  helper.make_node("Transpose", [t + "1"], [t], perm=[0, 2, 1, 3])]
+    nodes.append(helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]))
+    if scale_on == "scores":
+        nodes += [helper.make_node("MatMul", ["q", "kt"], ["s0"]), helper.make_node("Div", ["s0", "sqrt_d"], ["scores"])]
+    else:
+        nodes += [helper.make_node("Mul", ["q", "root_s"], ["qs"]), helper.make_node("Mul", ["kt", "root_s"], ["kts"]),
+                  helper.make_node("MatMul", ["qs", "kts"], ["scores"])]
+    nodes += [helper.make_node("Softmax", ["scores"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["o"]),
+              helper.make_node("Transpose", ["o"], ["o1"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["o1", "merged"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 128, 32])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 128, 32])
+    return helper.make_model(helper.make_graph(nodes, "g", [x], [y], initializer=inits),
+                             opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def attention_written_in_python():
+    # Hugging Face models without an SDPA path scale the scores; PyTorch eager runs their matmul, softmax, matmul
+    # and keeps the probabilities for the backward, which SDPA's kernels never store.
+    assert doubts(attention("scores")) == {"python_attention": 1}
+    assert doubts(attention("q_and_k")) == {}
+    probabilities = 2 * 4 * 128 * 128 * 4
+    python, sdpa = peak(attention("scores")), peak(attention("q_and_k"))
+    assert python >= sdpa + probabilities, (python, sdpa)
+
+
 R = Results()
 R.run("x * sigmoid(x) is reported as a guessed activation", silu_gate)
 R.run("x * sigmoid(x) and x * tanh(softplus(x)) are predicted as one kernel saving x (as an Elu)", gated_as_one_kernel)
 R.run("x * tanh(softplus(x)) is reported as a guessed activation", mish)
 R.run("a plain MLP has no doubts", plain_mlp)
 R.run("softmax attention SDPA does not take is reported", softmax_attention_over_the_wrong_axis)
+R.run("attention scaled on the scores is the model's own: reported, and its probabilities kept", attention_written_in_python)
 sys.exit(R.finish())
