@@ -67,8 +67,9 @@ struct FuseOptions {
   bool training = false;    // the graph will be trained (FusionOptions::training)
   // GELU and RMSNorm written out as arithmetic in the model's Python (Hugging Face's NewGELUActivation, T5's and
   // Llama's RMSNorm) fuse too. Off: only what PyTorch runs as one library kernel: GELU in the association the
-  // exporters give F.gelu (fusion_gelu.cpp), LayerNorm in any form, no decomposed RMSNorm (F.rms_norm has no
-  // decomposition in the TorchScript exporter: a decomposed RMSNorm is Python arithmetic, run op by op).
+  // exporters give F.gelu (fusion_gelu.cpp), a decomposed LayerNorm only in a graph below opset 17 (from 17 the
+  // exporters write F.layer_norm as LayerNormalization), no decomposed RMSNorm (F.rms_norm has no decomposition in
+  // the TorchScript exporter: a decomposed RMSNorm is Python arithmetic, run op by op).
   bool composite = true;
   // torch.roll as exported (two Slices and a Concat per axis) -> memplan Roll: one library kernel in PyTorch too.
   bool rolls = true;

@@ -27,7 +27,12 @@ FusionResult fuse_graph(const analysis::Graph& g, const FuseOptions& opts) {
   };
   run(opts.attention, [&](const analysis::Graph& x) { return fuse_attention(x, opts.sdpa_form_only); });
   run(opts.math_attention, [&](const analysis::Graph& x) { return decompose_math_attention(x, !opts.attention); });
-  run(opts.norms, [&](const analysis::Graph& x) { return fuse_norms(x, opts.composite); });
+  // From opset 17 the exporters write F.layer_norm as one LayerNormalization: a LayerNorm decomposed there is
+  // arithmetic in the model's Python (I-BERT's), which PyTorch runs op by op.
+  const std::int64_t exported_at = g.converted_from_opset != 0 ? g.converted_from_opset : g.opset;
+  const bool decomposed_by_exporter = exported_at < 17;
+  run(opts.norms && (opts.composite || decomposed_by_exporter),
+      [&](const analysis::Graph& x) { return fuse_norms(x, opts.composite); });
   run(opts.gelu, [&](const analysis::Graph& x) { return fuse_gelu(x, opts.composite); });
   run(opts.activations, &fuse_gated_activations);
   run(opts.rolls, &fuse_rolls);
