@@ -1,9 +1,56 @@
 // The step PyTorch eager runs and the PyTorch prediction made from it (eager_run.hpp, planner/step.hpp).
 #include "planner/pytorch/eager_run.hpp"
 
+#include <algorithm>
+#include <vector>
+
 #include "analysis/error.hpp"
+#include "analysis/ops.hpp"
 
 namespace memplan::planner {
+
+namespace {
+
+// F.linear with a bias over an input of rank 3 and more runs as one addmm on the flattened input
+// (_flatten_nd_linear), and autograd's engine sums the bias's gradient (validate_outputs) after AddmmBackward has
+// returned its matmul gradients; exported, it is a MatMul and an Add, whose backward reduces the bias first. A bias
+// reduction (ReduceSumTo) whose gradient matmul gradients read too moves after the last of them.
+void bias_sums_after_matmul_grads(analysis::Graph& g) {
+  const auto& reg = analysis::op_registry();
+  std::vector<analysis::OpId> order;
+  std::vector<std::vector<analysis::OpId>> after(g.ops.size());  // ops moved to just after each op
+  std::vector<bool> moved(g.ops.size(), false);
+  for (analysis::OpId o = 0; o < g.ops.size(); ++o) {
+    const analysis::Op& op = g.ops[o];
+    if (op.phase != analysis::Phase::backward || op.type != analysis::memplan_ops::kReduceSumTo || op.inputs.empty()) continue;
+    analysis::OpId last = analysis::kNoOp;
+    for (analysis::OpId c : g.tensors[op.inputs[0]].consumers) {
+      const analysis::OpInfo* info = reg.find(g.ops[c]);
+      if (c > o && g.ops[c].phase == analysis::Phase::backward && info != nullptr && info->kind == analysis::OpKind::matmul)
+        last = last == analysis::kNoOp ? c : std::max(last, c);
+    }
+    if (last == analysis::kNoOp) continue;
+    bool read_before = false;  // the sum's result read before `last`: it stays
+    for (analysis::TensorId t : op.outputs)
+      if (t != analysis::kNoTensor)
+        for (analysis::OpId c : g.tensors[t].consumers) read_before = read_before || c <= last;
+    if (read_before) continue;
+    after[last].push_back(o);
+    moved[o] = true;
+  }
+  for (analysis::OpId o = 0; o < g.ops.size(); ++o) {
+    if (!moved[o]) order.push_back(o);
+    order.insert(order.end(), after[o].begin(), after[o].end());
+  }
+  if (std::is_sorted(order.begin(), order.end())) return;
+  std::vector<analysis::Op> ops;
+  ops.reserve(order.size());
+  for (analysis::OpId o : order) ops.push_back(std::move(g.ops[o]));
+  g.ops = std::move(ops);
+  g.relink();
+}
+
+}  // namespace
 
 PytorchEagerRun run_pytorch_eager(const analysis::Graph& shaped_forward, const StepRequest& req, const PytorchEager& eager,
                                   bool timeline) {
@@ -19,6 +66,7 @@ PytorchEagerRun run_pytorch_eager(const analysis::Graph& shaped_forward, const S
   // Gated activations (x * Sigmoid(x) and its kin) are counted as F.silu / F.hardswish / F.mish under autocast too:
   // their backward from the expression runs over 16-bit operands (computed in float32, stored in 16 bits).
   PytorchEagerRun run{build_training_step(shaped_forward, r), {}, {}};
+  bias_sums_after_matmul_grads(run.step.training.graph);
   run.planned = plan_training(run.step.training, run.step.options);
   EagerOptions eo;
   eo.optimizer_impl = r.training.optimizer_impl;
