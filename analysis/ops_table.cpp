@@ -272,6 +272,7 @@ std::vector<OpSpec> build() {
       onnx("Constant", K::shape, e1, "a constant tensor from an attribute"),
       nondiff(onnx("ConstantOfShape", K::shape, no_flops, "a tensor of a given shape filled with one value")),
       nondiff(onnx("Range", K::shape, e1, "start, start + delta, ... below limit")),
+      nondiff(onnx("OneHot", K::layout, e1, "indices as one-hot vectors of `depth` along `axis`: values[1] there, values[0] elsewhere")),
       nondiff(onnx("NonZero", K::layout, e1,
                    "the indices of x's nonzero elements, int64 [rank, count]; a count that depends on the data is planned at x's element count")),
   };

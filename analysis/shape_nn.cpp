@@ -76,6 +76,12 @@ Shape window_output(const OpContext& c, const Shape& in, const Window& w) {
     const std::int64_t pb = w.auto_pad == "VALID" ? 0 : w.pads[k];
     const std::int64_t pe = w.auto_pad == "VALID" ? 0 : w.pads[k + in.size()];
     const std::int64_t room = c.add(c.add(in[k], pb), pe) - extent;
+    // ceil_mode takes a window wider than the padded input when one window still starts there (PyTorch's
+    // AvgPool2d(k, ceil_mode=True) on a smaller map: one output over the whole map).
+    if (w.ceil_mode && room < 0 && room > -s) {
+      out[k] = 1;
+      continue;
+    }
     if (room < 0)
       c.fail_shape("window of extent " + std::to_string(extent) + " does not fit spatial dim " + std::to_string(in[k]) +
                    " with pads " + std::to_string(pb) + "+" + std::to_string(pe));

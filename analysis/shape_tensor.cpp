@@ -170,6 +170,18 @@ void range_op(OpContext& c) {
   c.set_output(0, c.in_dtype(0), {n > 0 ? static_cast<std::int64_t>(n) : 0});
 }
 
+// OneHot: the indices' shape with `depth` (a known scalar) inserted at `axis` (in [-rank - 1, rank]), values' dtype.
+void one_hot_op(OpContext& c) {
+  const Shape idx = c.in_shape(0);
+  const std::vector<std::int64_t> depth = c.in_ints(1, "depth");
+  if (depth.size() != 1 || depth[0] < 1) c.fail_shape("depth must be one positive number");
+  if (c.input(2).element_count() != 2) c.fail_shape("values must hold two elements: off, on");
+  const std::size_t axis = c.axis(c.op().attr_int("axis", -1), idx.size() + 1, "axis");
+  Shape out = idx;
+  out.insert(out.begin() + static_cast<std::ptrdiff_t>(axis), depth[0]);
+  c.set_output(0, c.in_dtype(2), out);
+}
+
 // NonZero: int64 [rank, count], the count of x's nonzero elements when x's value is known here, else an upper
 // bound, x's element count (a run whose data gives another count stops with an error), said in a note.
 void non_zero_op(OpContext& c) {
@@ -314,6 +326,7 @@ void add_tensor_rules(RuleTable& t) {
   t["Expand"].shape = &expand_op;
   t["Range"].shape = &range_op;
   t["NonZero"].shape = &non_zero_op;
+  t["OneHot"].shape = &one_hot_op;
   t["Transpose"].shape = &transpose_op;
   t["Split"].shape = &split_op;
   t["Tile"].shape = &tile_op;

@@ -328,7 +328,7 @@ def main(script, run_one, doc):
     import os
     import subprocess
     import time
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor, as_completed
 
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="-")
@@ -369,9 +369,9 @@ def main(script, run_one, doc):
 
     t0 = time.time()
     out = sys.stdout if a.out == "-" else open(a.out, "a" if a.resume else "w")
-    with ThreadPoolExecutor(a.jobs) as ex:
-        for rows in ex.map(work, entries):
-            for r in rows:
+    with ThreadPoolExecutor(a.jobs) as ex:  # rows written as entries finish: a run cut off keeps what finished
+        for fut in as_completed([ex.submit(work, e) for e in entries]):
+            for r in fut.result():
                 out.write(json.dumps(r) + "\n")
             out.flush()
     print(f"{len(entries)} entries in {time.time() - t0:.0f} s ({len(done)} already in {a.out})", file=sys.stderr)

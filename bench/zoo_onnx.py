@@ -271,23 +271,31 @@ def memplan_build():
         return MEMPLAN
 
 
-def run_one(entry, cases):
+def export_entry(entry, path, adapt=lambda inputs: inputs):
+    """The entry built (seed 0) and exported to path with adapt(inputs): (the error's class and first line, or
+    None; the seconds it took)."""
     import torch
 
     import zoo
 
+    t0 = time.time()
+    try:
+        torch.manual_seed(0)
+        model, inputs, _, _ = zoo.build(entry)
+        export(model, adapt(inputs), path)
+        error = None
+    except Exception as e:  # noqa: BLE001 - recorded per entry
+        error = f"{type(e).__name__}: {first_line(e)}"
+    return error, round(time.time() - t0, 2)
+
+
+def run_one(entry, cases):
+    import torch
+
     rows = []
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "model.onnx")
-        t0 = time.time()
-        try:
-            torch.manual_seed(0)
-            model, inputs, _, _ = zoo.build(entry)
-            export(model, inputs, path)
-            export_error = None
-        except Exception as e:  # noqa: BLE001 - recorded per entry
-            export_error = f"{type(e).__name__}: {first_line(e)}"
-        export_seconds = round(time.time() - t0, 2)
+        export_error, export_seconds = export_entry(entry, path)
         onnx_bytes = os.path.getsize(path) if export_error is None and os.path.exists(path) else None
         for case in cases:
             r = {"id": entry["id"], "case": case, "route": "onnx", "torch": torch.__version__,

@@ -42,7 +42,9 @@ std::unique_ptr<runtime::Backend> make_backend(const std::string& name) {
   if (name != "cuda") fail(ErrorKind::usage, "--backend '" + name + "': expected cpu or cuda");
 #ifdef MEMPLAN_HAVE_CUDA
   if (!runtime::cuda::cuda_available()) fail(ErrorKind::unsupported, "--backend cuda: no CUDA device is present");
-  return std::make_unique<runtime::cuda::CudaBackend>();
+  runtime::cuda::CudaOptions o;
+  o.host_fallback = true;  // an op no CUDA kernel takes runs on the host, reported (host_fallbacks)
+  return std::make_unique<runtime::cuda::CudaBackend>(o);
 #else
   fail(ErrorKind::unsupported, "--backend cuda: this memplan was built without the CUDA backend");
 #endif
@@ -100,6 +102,7 @@ int run_model(const RunArgs& a) {
   }
 
   const auto& s = ex.stats();
+  const nlohmann::json host_ops = host_fallback_report(*backend, true);
   if (a.json) {
     nlohmann::json j{{"model", a.model.model},         {"backend", backend->name()},
                      {"mode", a.unshared ? "unshared" : "planned"},
@@ -117,6 +120,7 @@ int run_model(const RunArgs& a) {
     }
     j["outputs"] = outs;
     j["fusion"] = fusion_json(fusion);
+    if (backend->name() == "cuda") j["host_fallbacks"] = host_ops;
     std::printf("%s\n", json_text(j, 2).c_str());
     return 0;
   }

@@ -107,6 +107,7 @@ std::unique_ptr<runtime::Backend> make_backend(const TrainArgs& a, Rank& r) {
   if (!r.device_given) r.device = r.rank % n;
   runtime::cuda::CudaOptions o;
   o.device = r.device;
+  o.host_fallback = true;  // an op no CUDA kernel takes runs on the host, reported (host_fallbacks)
   return std::make_unique<runtime::cuda::CudaBackend>(o);
 #else
   (void)r;
@@ -246,6 +247,7 @@ nlohmann::json train_json(const TrainArgs& a, const runtime::Backend& backend, c
   if (auto* cuda = dynamic_cast<const runtime::cuda::CudaBackend*>(&backend)) {
     j["device"] = rank.device;
     j["peak_device_bytes"] = cuda->stats().peak_device_bytes;
+    j["host_fallbacks"] = host_fallback_report(backend, false);
   }
 #endif
 #ifdef MEMPLAN_HAVE_NCCL
@@ -338,6 +340,7 @@ int train_model(TrainArgs a) {
   // The optimizer state this rank holds: its shards under ZeRO.
   for (analysis::TensorId t : s.training.optimizer_state) run.state_bytes += r.graph.tensors[t].bytes();
   run.state_bytes = run.state_bytes - st.zero.state_unsharded_bytes + st.zero.state_bytes;
+  (void)host_fallback_report(*backend, rank.rank == 0);  // the warnings: on stderr, whatever the output's form
   if (a.json) std::printf("%s\n", json_text(train_json(a, *backend, rank, coll.get(), r, st, run), 2).c_str());
   else print_train(a, *backend, rank, coll.get(), r, st, run);
   save_gradients(a.save_grads, grad_npy);

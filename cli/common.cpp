@@ -17,6 +17,9 @@
 #include "analysis/output_files.hpp"
 #include "planner/remat.hpp"
 #include "runtime_allocator/weights.hpp"
+#ifdef MEMPLAN_HAVE_CUDA
+#include "runtime_allocator/cuda/cuda_backend.hpp"
+#endif
 
 namespace memplan::cli {
 
@@ -25,6 +28,25 @@ void add_model_args(CLI::App* cmd, ModelArgs& args) {
   cmd->add_option("--dim", args.dims, "bind a symbolic dim, e.g. --dim batch=32 (repeatable)");
   cmd->add_flag("--no-fuse", args.no_fuse,
                 "plan the graph as imported: no fusion of attention, norms, GELU, layouts or elementwise chains");
+}
+
+nlohmann::json host_fallback_report(const runtime::Backend& backend, bool warn) {
+  nlohmann::json rows = nlohmann::json::array();
+#ifdef MEMPLAN_HAVE_CUDA
+  const auto* cuda = dynamic_cast<const runtime::cuda::CudaBackend*>(&backend);
+  if (!cuda) return rows;
+  std::set<std::string> warned;
+  for (const auto& f : cuda->host_fallbacks()) {
+    rows.push_back({{"op", f.op}, {"type", f.type}, {"why", f.why}});
+    if (warn && warned.insert(f.type).second)
+      std::fprintf(stderr, "memplan: warning: %s ops ran on the host (no CUDA kernel takes them: %s), e.g. '%s'\n",
+                   analysis::terminal_safe(f.type).c_str(), analysis::terminal_safe(f.why).c_str(), analysis::terminal_safe(f.op).c_str());
+  }
+#else
+  (void)backend;
+  (void)warn;
+#endif
+  return rows;
 }
 
 planner::FuseOptions fuse_options(const ModelArgs& args) { return args.no_fuse ? planner::FuseOptions::none() : planner::FuseOptions{}; }

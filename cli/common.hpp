@@ -14,6 +14,10 @@
 #include "planner/fusion.hpp"
 #include "planner/schedule.hpp"
 
+namespace memplan::runtime {
+class Backend;
+}
+
 namespace memplan::cli {
 
 struct ModelArgs {
@@ -39,6 +43,9 @@ void warn_converted_opset(const analysis::Graph& g, const std::string& model_pat
 // Imports (ONNX or JSON), warns about external data outside the model's folder, checks that every --dim
 // names a symbolic dim (require_symbolic_dim), infers shapes.
 analysis::Graph load_shaped_model(const ModelArgs& args, bool keep_weight_data = false);
+// The ops a CUDA backend ran on the host (CudaOptions::host_fallback): one JSON object each (op, type, why), and
+// with `warn` one warning line on stderr per op type naming its first op. An empty array for other backends.
+nlohmann::json host_fallback_report(const runtime::Backend& backend, bool warn);
 // The passes fuse_graph runs on the shaped forward graph: all of them, or none with --no-fuse.
 planner::FuseOptions fuse_options(const ModelArgs& args);
 

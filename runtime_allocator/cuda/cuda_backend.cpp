@@ -35,7 +35,7 @@ struct CudaBackend::Impl {
     check(cudaMemGetInfo(&free_before, &total), "cudaMemGetInfo");
     check(cudaEventCreate(&start), "cudaEventCreate");
     check(cudaEventCreate(&stop), "cudaEventCreate");
-    kernels = std::make_unique<CudaKernels>(ctx, o.side_workspace);
+    kernels = std::make_unique<CudaKernels>(ctx, o.side_workspace, o.host_fallback);
   }
   ~Impl() {
     kernels.reset();  // its workspace before the context
@@ -122,6 +122,7 @@ void CudaBackend::copy_on_device(std::byte* dst, const std::byte* src, std::uint
 void CudaBackend::synchronize() { impl_->ctx.synchronize(); }
 
 KernelSet& CudaBackend::kernels() { return *impl_->kernels; }
+const std::vector<HostFallback>& CudaBackend::host_fallbacks() const { return impl_->kernels->host_fallbacks(); }
 
 Backend::Event CudaBackend::create_event() {
   cudaEvent_t e = nullptr;

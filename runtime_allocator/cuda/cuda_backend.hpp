@@ -6,8 +6,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime_allocator/backend.hpp"
+#include "runtime_allocator/cuda/host_fallback.hpp"
 
 namespace memplan::runtime::cuda {
 
@@ -17,6 +19,9 @@ struct CudaOptions {
   // Ignore the plan's scratch regions: one cuDNN workspace beside the arena, sized for the algorithm
   // cuDNN ranks first for every convolution (what a runtime without planned workspaces does).
   bool side_workspace = false;
+  // Ops the CUDA kernels refuse run on the host where the CPU kernels take them (CudaKernels' HostFallback),
+  // reported by host_fallbacks(); off: the executor refuses the step naming the first such op.
+  bool host_fallback = false;
 };
 
 struct CudaStats {
@@ -57,6 +62,8 @@ class CudaBackend final : public Backend {
   double end_run() override;
 
   const CudaStats& stats() const;
+  // The ops run on the host (with CudaOptions::host_fallback): name, type and why CUDA refused each.
+  const std::vector<HostFallback>& host_fallbacks() const;
   // What this device's libraries ask as workspace for op `id` of g to run their first-ranked algorithm (cuDNN's
   // heuristics for a convolution, up to 256 MiB); nullopt for an op without a workspace. A planner asks it before
   // planning (planner::AssignOptions::workspace_query) so each convolution's scratch is what this device wants.

@@ -3,7 +3,12 @@
 #include "runtime_allocator/cuda/cuda_kernels.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <new>
 
+#include <cuda_runtime.h>
+
+#include "analysis/error.hpp"
 #include "analysis/fused_expr.hpp"
 
 namespace memplan::runtime::cuda {
@@ -16,9 +21,55 @@ namespace {
 
 OpId id_in(const analysis::Graph& g, const Op& op) { return static_cast<OpId>(&op - g.ops.data()); }
 
+// Host bytes of one tensor of a host-run op, 64-byte aligned (the CPU kernels' own buffers are).
+struct HostCopy {
+  std::byte* p = nullptr;
+  explicit HostCopy(std::uint64_t bytes) {
+    if (bytes) p = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{64}));
+  }
+  HostCopy(HostCopy&& o) noexcept : p(o.p) { o.p = nullptr; }
+  HostCopy(const HostCopy&) = delete;
+  HostCopy& operator=(const HostCopy&) = delete;
+  HostCopy& operator=(HostCopy&&) = delete;
+  ~HostCopy() {
+    if (p) ::operator delete(p, std::align_val_t{64});
+  }
+};
+
+// refs with their bytes copied from the device into `copies` (null stays null).
+std::vector<TensorRef> download(const std::vector<TensorRef>& refs, std::vector<HostCopy>& copies, cudaStream_t stream) {
+  std::vector<TensorRef> host = refs;
+  for (auto& r : host) {
+    if (!r.data) continue;
+    copies.emplace_back(std::max<std::uint64_t>(r.bytes, 1));
+    if (r.bytes) check(cudaMemcpyAsync(copies.back().p, r.data, r.bytes, cudaMemcpyDefault, stream), "host fallback: download");
+    r.data = copies.back().p;
+  }
+  check(cudaStreamSynchronize(stream), "host fallback: download");
+  return host;
+}
+
 }  // namespace
 
-std::string CudaKernels::unsupported_reason(const analysis::Graph& g, const Op& op) const { return cuda_unsupported_reason(g, op); }
+CudaKernels::CudaKernels(Context& ctx, bool side_workspace, bool host_fallback)
+    : ctx_(ctx), side_workspace_(side_workspace), host_(host_fallback ? make_cpu_kernels() : nullptr) {}
+CudaKernels::~CudaKernels() = default;
+
+bool CudaKernels::falls_back(const analysis::Graph& g, const Op& op, std::string* why) const {
+  std::string cuda = cuda_unsupported_reason(g, op);
+  const bool host = !cuda.empty() && host_ && host_->unsupported_reason(g, op).empty();
+  if (why) *why = std::move(cuda);
+  return host;
+}
+
+void CudaKernels::fall_back(const Op& op, const std::string& why) {
+  if (on_host_.insert(&op).second) fallbacks_.push_back({op.name, (op.domain.empty() ? "" : op.domain + "::") + op.type, why});
+}
+
+std::string CudaKernels::unsupported_reason(const analysis::Graph& g, const Op& op) const {
+  std::string why;
+  return falls_back(g, op, &why) ? std::string{} : why;
+}
 
 std::string cuda_unsupported_reason(const analysis::Graph& g, const Op& op) {
   if (half_elementwise_expr(g, op)) return {};  // bf16/f16 elementwise ops and casts between float dtypes
@@ -39,6 +90,7 @@ ExecState* CudaKernels::state_of(const Op& op) const {
 }
 
 bool CudaKernels::alias_safe(const Op& op) const {
+  if (on_host_.count(&op)) return true;  // every input is copied down before any output is written
   const ExecState* s = state_of(op);
   // Generated kernels read element i first; a 16-bit one may share bytes only with an operand of its element size.
   if (s && half_elementwise_expr(s->g, op)) {
@@ -63,6 +115,11 @@ void CudaKernels::prepare(const analysis::Graph& g) {
   s->scratch.assign(g.ops.size(), nullptr);
   s->scratch_bytes.assign(g.ops.size(), 0);
   s->prepared.assign(g.ops.size(), nullptr);
+  for (const Op& op : g.ops) {
+    std::string why;
+    if (falls_back(g, op, &why)) fall_back(op, why);
+  }
+  if (host_) host_->prepare(g);
   if (!side_workspace_) return;
   std::uint64_t ws = 0;
   for (OpId o = 0; o < g.ops.size(); ++o) ws = std::max(ws, op_workspace_bytes(*s, o));
@@ -85,7 +142,31 @@ void CudaKernels::run(const OpCall& call) {
   const OpId id = call.id;
   s->scratch[id] = side_workspace_ ? workspace_.data() : call.scratch;
   s->scratch_bytes[id] = side_workspace_ ? workspace_.size() : call.scratch_bytes;
-  run_op(*s, id);
+  if (on_host_.count(&op)) return run_on_host(call);
+  try {
+    run_op(*s, id);
+  } catch (const Error& e) {
+    // A kernel that refuses the op only once it sees it (an attribute value, a constant's dtype) refuses before it
+    // queues work: the op runs on the host from now on, where the CPU kernels take it.
+    if (e.kind() != ErrorKind::unsupported || !host_ || !host_->unsupported_reason(s->g, op).empty()) throw;
+    fall_back(op, e.what());
+    run_on_host(call);
+  }
+}
+
+// Inputs and outputs downloaded (an output's bytes too: a kernel may read what it accumulates into), the CPU kernel
+// run on the copies, the outputs uploaded; the compute stream drains first, so every producer has finished.
+void CudaKernels::run_on_host(const OpCall& call) {
+  const cudaStream_t stream = ctx_.stream();
+  check(cudaStreamSynchronize(stream), "host fallback: drain the compute stream");
+  std::vector<HostCopy> copies;
+  const std::vector<TensorRef> in = download(call.in, copies, stream), out = download(call.out, copies, stream);
+  HostCopy scratch(call.scratch_bytes);
+  host_->run(OpCall{call.op, call.id, in, out, scratch.p, call.scratch_bytes});
+  for (std::size_t k = 0; k < out.size(); ++k)
+    if (out[k].data && out[k].bytes)
+      check(cudaMemcpyAsync(call.out[k].data, out[k].data, out[k].bytes, cudaMemcpyDefault, stream), "host fallback: upload");
+  check(cudaStreamSynchronize(stream), "host fallback: upload");  // the host copies go with this scope
 }
 
 }  // namespace memplan::runtime::cuda

@@ -81,7 +81,23 @@ void k_is_nan(const Op& op, const Refs& in, const Refs& out) {
   for (std::int64_t i = 0; i < x.elements(); ++i) out[0].as<bool>()[i] = std::isnan(x.as<float>()[i]);
 }
 
+// Clip of int64 or int32 values (ONNX 12+): bounds of the input's dtype, absent ones the dtype's range.
+template <class T>
+void clip_integer(const Op& op, const Refs& in, const Refs& out) {
+  auto bound = [&](std::size_t i, T fallback) {
+    if (i >= in.size() || !in[i].data) return fallback;
+    if (in[i].dtype != in[0].dtype || in[i].elements() != 1) unsupported(op, "input " + std::to_string(i) + " must be a scalar of the input's dtype");
+    return *in[i].as<T>();
+  };
+  const T lo = bound(1, std::numeric_limits<T>::lowest()), hi = bound(2, std::numeric_limits<T>::max());
+  const T* x = in[0].as<T>();
+  T* y = out[0].as<T>();
+  for (std::int64_t i = 0; i < in[0].elements(); ++i) y[i] = x[i] < lo ? lo : (x[i] > hi ? hi : x[i]);
+}
+
 void k_clip(const Op& op, const Refs& in, const Refs& out) {
+  if (required(op, in, 0).dtype == DType::i64) return clip_integer<std::int64_t>(op, in, out);
+  if (in[0].dtype == DType::i32) return clip_integer<std::int32_t>(op, in, out);
   // Bounds not given are the float range's ends (ONNX: numeric_limits lowest() and max()), so +-inf clip to them.
   const float lo = scalar_value(op, in, 1, static_cast<float>(op.attr_float("min", std::numeric_limits<float>::lowest())));
   const float hi = scalar_value(op, in, 2, static_cast<float>(op.attr_float("max", std::numeric_limits<float>::max())));
@@ -224,6 +240,7 @@ void add_elementwise_kernels(KernelTable& t) {
            {"And", k_and}, {"Or", k_or}, {"PRelu", k_prelu}})
     t[name] = {fn, true, {kVisitedDTypes}};
   // One input is copied whatever its dtype; two are compared over visit_dtype's dtypes.
+  t["Clip"] = {k_clip, true, {kF32 | dtype_bit(DType::i64) | dtype_bit(DType::i32)}};  // integer bounds too
   t["Max"] = {variadic<k_max2>, true, {kAnyDType}};
   t["Min"] = {variadic<k_min2>, true, {kAnyDType}};
   t["Neg"] = {k_neg, true, {kF32 | dtype_bit(DType::f64) | dtype_bit(DType::i64) | dtype_bit(DType::i32)}};

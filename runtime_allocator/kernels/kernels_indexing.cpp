@@ -2,6 +2,7 @@
 // GatherElements, Range, CumSum, NonZero, and RandomUniformLike (its values a function of seed and element index).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "runtime_allocator/kernels/cpu_kernels.hpp"
 #include "runtime_allocator/kernels/pad_index.hpp"
@@ -198,9 +199,35 @@ void k_non_zero(const Op& op, const Refs& in, const Refs& out) {
   }
 }
 
+// OneHot: values[1] where the index (negative ones counted from depth) names the position along `axis`, values[0]
+// elsewhere; an index outside [-depth, depth) gives an all-off vector, as ONNX Runtime does.
+void k_one_hot(const Op& op, const Refs& in, const Refs& out) {
+  const TensorRef& idx = required(op, in, 0);
+  const TensorRef& values = required(op, in, 2);
+  const TensorRef& y = out[0];
+  const std::int64_t es = static_cast<std::int64_t>(y.bytes / static_cast<std::uint64_t>(std::max<std::int64_t>(y.elements(), 1)));
+  if (values.elements() != 2 || values.dtype != y.dtype) unsupported(op, "values must be two elements of the output's dtype");
+  const auto axis = static_cast<std::size_t>(normalize_axis(op, op.attr_int("axis", -1), y.shape.size()));
+  const std::int64_t depth = y.shape[axis], outer = dims_product(y.shape, 0, axis), inner = dims_product(y.shape, axis + 1);
+  std::vector<double> where(static_cast<std::size_t>(idx.elements()));
+  visit_dtype(op, idx.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    for (std::size_t i = 0; i < where.size(); ++i) where[i] = static_cast<double>(idx.as<T>()[i]);
+  });
+  for (std::int64_t o = 0; o < outer; ++o)
+    for (std::int64_t d = 0; d < depth; ++d)
+      for (std::int64_t i = 0; i < inner; ++i) {
+        double at = where[static_cast<std::size_t>(o * inner + i)];
+        at = at < 0 ? at + static_cast<double>(depth) : at;
+        const bool on = std::floor(at) == static_cast<double>(d);
+        std::memcpy(y.data + ((o * depth + d) * inner + i) * es, values.data + (on ? es : 0), static_cast<std::size_t>(es));
+      }
+}
+
 }  // namespace
 
 void add_indexing_kernels(KernelTable& t) {
+  t["OneHot"] = {k_one_hot, false, {kVisitedDTypes}};
   t["CumSum"] = {k_cum_sum, false, {kF32 | dtype_bit(DType::f64) | dtype_bit(DType::i64) | dtype_bit(DType::i32)}};
   t["Pad"] = {k_pad, false, {kAnyDType}};
   t["GatherElements"] = {k_gather_elements, false, {kAnyDType}};

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "runtime_allocator/kernels/cpu_kernels.hpp"
 
@@ -74,9 +75,41 @@ std::vector<float> row_maxima(const TensorRef& x, const std::vector<std::int64_t
   return shift;
 }
 
+constexpr bool integer_reduce(Reduce k) { return k == Reduce::sum || k == Reduce::max || k == Reduce::min || k == Reduce::prod; }
+
+// Sum, Max, Min and Prod over int64 or int32 (token counts, routing indices): exact integer arithmetic, wrapping
+// on overflow as PyTorch's and ONNX Runtime's integer reductions do.
+template <Reduce kKind, class T>
+void reduce_integer(const TensorRef& x, const std::vector<std::int64_t>& ostride, const TensorRef& y) {
+  using U = std::make_unsigned_t<T>;
+  const std::int64_t n_out = y.elements();
+  T init = 0;
+  if constexpr (kKind == Reduce::max) init = std::numeric_limits<T>::lowest();
+  if constexpr (kKind == Reduce::min) init = std::numeric_limits<T>::max();
+  if constexpr (kKind == Reduce::prod) init = 1;
+  std::vector<T> acc(static_cast<std::size_t>(n_out), init);
+  const T* px = x.as<T>();
+  strided_loop(x.shape, {ostride}, [&](std::int64_t i, const Offsets& o) {
+    T& a = acc[static_cast<std::size_t>(o[0])];
+    if constexpr (kKind == Reduce::sum) a = static_cast<T>(static_cast<U>(a) + static_cast<U>(px[i]));
+    if constexpr (kKind == Reduce::prod) a = static_cast<T>(static_cast<U>(a) * static_cast<U>(px[i]));
+    if constexpr (kKind == Reduce::max) a = std::max(a, px[i]);
+    if constexpr (kKind == Reduce::min) a = std::min(a, px[i]);
+  });
+  std::copy(acc.begin(), acc.end(), y.as<T>());
+}
+
 template <Reduce kKind>
 void k_reduce(const Op& op, const Refs& in, const Refs& out) {
   const TensorRef& x = required(op, in, 0);
+  if constexpr (integer_reduce(kKind)) {
+    if (x.dtype == DType::i64 || x.dtype == DType::i32) {
+      if (out[0].dtype != x.dtype) unsupported(op, "an integer reduction's output has its input's dtype");
+      const auto ostride = reduce_output_strides(x.shape, reduced_axes(op, in, x.shape.size()));
+      if (x.dtype == DType::i64) return reduce_integer<kKind, std::int64_t>(x, ostride, out[0]);
+      return reduce_integer<kKind, std::int32_t>(x, ostride, out[0]);
+    }
+  }
   if (x.dtype != DType::f32) unsupported(op, "float32 only");
   const std::vector<std::int64_t> ostride = reduce_output_strides(x.shape, reduced_axes(op, in, x.shape.size()));
   const std::int64_t n_out = out[0].elements(), n_red = n_out ? x.elements() / std::max<std::int64_t>(n_out, 1) : 0;
@@ -150,10 +183,11 @@ void k_layer_norm(const Op& op, const Refs& in, const Refs& out) {
 
 void add_reduce_kernels(KernelTable& t) {
   t["ReduceMean"] = {k_reduce<Reduce::mean>, false};
-  t["ReduceSum"] = {k_reduce<Reduce::sum>, false};
-  t["ReduceMax"] = {k_reduce<Reduce::max>, false};
-  t["ReduceMin"] = {k_reduce<Reduce::min>, false};
-  t["ReduceProd"] = {k_reduce<Reduce::prod>, false};
+  constexpr DTypeMask kWithIntegers = kF32 | dtype_bit(DType::i64) | dtype_bit(DType::i32);
+  t["ReduceSum"] = {k_reduce<Reduce::sum>, false, {kWithIntegers}};
+  t["ReduceMax"] = {k_reduce<Reduce::max>, false, {kWithIntegers}};
+  t["ReduceMin"] = {k_reduce<Reduce::min>, false, {kWithIntegers}};
+  t["ReduceProd"] = {k_reduce<Reduce::prod>, false, {kWithIntegers}};
   t["ReduceSumSquare"] = {k_reduce<Reduce::sum_square>, false};
   t["ReduceL1"] = {k_reduce<Reduce::l1>, false};
   t["ReduceL2"] = {k_reduce<Reduce::l2>, false};

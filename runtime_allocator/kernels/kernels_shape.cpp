@@ -204,8 +204,10 @@ void k_constant_of_shape(const Op& op, const Refs&, const Refs& out) {
   const std::int64_t es = esize(out[0]), n = out[0].elements();
   std::vector<std::byte> one(static_cast<std::size_t>(es), std::byte{0});
   if (v && v->t) {
-    if (v->t->bytes.size() != one.size()) unsupported(op, "value must be one element of the output dtype");
-    one = v->t->bytes;
+    if (v->t->element_count() != 1) unsupported(op, "value must be one element");
+    // A value of another dtype than the output's (a graph retyped after the op was written) is converted.
+    one = v->t->dtype == out[0].dtype ? v->t->bytes : analysis::TensorData::from_double(out[0].dtype, {1}, v->t->as_double()).bytes;
+    if (one.size() != static_cast<std::size_t>(es)) unsupported(op, "value must be one element of the output dtype");
   }
   for (std::int64_t i = 0; i < n; ++i) std::memcpy(out[0].data + i * es, one.data(), one.size());
 }

@@ -137,6 +137,9 @@ inline const std::vector<Example>& examples() {
     v.push_back({"", "AveragePool", {t({1, 2, 3, 4, 4})}, {{}},
                  A{{"kernel_shape", is({2, 2, 2})}, {"strides", is({1, 2, 2})}, {"pads", is({1, 1, 0, 0, 1, 1})}, {"count_include_pad", i(1)}}});
     v.push_back({"", "AveragePool", {t({1, 2, 5})}, {{}}, A{{"kernel_shape", is({2})}, {"strides", is({2})}, {"ceil_mode", i(1)}}});
+    // A window wider than the map under ceil_mode (PyTorch's AvgPool2d(k, ceil_mode=True) on a smaller map): one output.
+    v.push_back({"", "AveragePool", {t({2, 2, 3, 3})}, {{}},
+                 A{{"kernel_shape", is({7, 5})}, {"strides", is({7, 5})}, {"ceil_mode", i(1)}, {"count_include_pad", i(1)}}});
     v.push_back({"", "LpPool", {x({1, 2, 3, 4})}, {{}}, A{{"kernel_shape", is({2, 2})}, {"p", i(3)}, {"pads", is({0, 1, 0, 1})}}});
     v.push_back({"", "GlobalLpPool", {x({1, 2, 2, 3, 2})}});
     v.push_back({"", "GlobalMaxPool", {x({1, 2, 3, 3})}});
@@ -204,6 +207,7 @@ inline const std::vector<Example>& examples() {
                  A{{"coordinate_transformation_mode", s("tf_half_pixel_for_nn")}, {"nearest_mode", s("round_prefer_ceil")}}});
     // NonZero of data unknown at planning time: planned at x's element count, which these nonzero values fill.
     v.push_back({"", "NonZero", {x({2, 3})}, {{{}, DType::i64}}});
+    v.push_back({"", "OneHot", {i64({2, 2}, {0, 2, -1, 5}), i64({}, {3}), f32s({-1, 7})}, {{}}, A{{"axis", i(1)}}});
     // Selections, integer and trigonometric ops (kernels_select.cpp, kernels_integer.cpp, fused_expr_activations.cpp).
     v.push_back({"", "ArgMax", {x({3, 4, 2})}, {{}}, A{{"axis", i(1)}, {"keepdims", i(0)}}});
     v.push_back({"", "ArgMin", {i64({2, 4}, {3, 1, 1, 2, 5, 5, 7, 5})}, {{}}, A{{"axis", i(-1)}, {"select_last_index", i(1)}}});

@@ -123,3 +123,58 @@ TEST_CASE("RandomUniformLike on the CPU draws reproducible values in low to high
   CHECK(w[5] == uniform_f64(dropout_key(kDefaultRandomSeed), 5, 0.0, 1.0));
   for (double e : w) CHECK((e >= 0.0 && e < 1.0));
 }
+
+TEST_CASE("integer ReduceSum, ReduceMax, ReduceMin and ReduceProd on the CPU are exact, per axis and over everything") {
+  for (DType dt : {DType::i64, DType::i32}) {
+    INFO(analysis::dtype_name(dt));
+    OpGraph b;
+    const TensorId x = b.input("x", ints(dt, {2, 3}, {4, -1, 7, 2, 5, -3}));
+    const TensorId sum = b.result("sum", dt, {2, 1}), mx = b.result("max", dt, {1, 3}), mn = b.result("min", dt, {}),
+                   prod = b.result("prod", dt, {2});
+    b.op("ReduceSum", "", {x, b.input("axes", ints(DType::i64, {1}, {1}))}, {sum});
+    b.op("ReduceMax", "", {x}, {mx}, {{"axes", ints_attr({0})}});
+    b.op("ReduceMin", "", {x}, {mn}, {{"keepdims", int_attr(0)}});
+    b.op("ReduceProd", "", {x}, {prod}, {{"axes", ints_attr({1})}, {"keepdims", int_attr(0)}});
+    CHECK(run_values(b, sum) == std::vector<double>{10, 4});
+    CHECK(run_values(b, mx) == std::vector<double>{4, 5, 7});
+    CHECK(run_values(b, mn) == std::vector<double>{-3});
+    CHECK(run_values(b, prod) == std::vector<double>{-28, -30});
+  }
+}
+
+TEST_CASE("integer Clip on the CPU takes bounds of the input's dtype, an absent one the dtype's range") {
+  OpGraph b;
+  const TensorId x = b.input("x", ints(DType::i64, {5}, {-9, -1, 0, 3, 12}));
+  const TensorId lo = b.input("lo", ints(DType::i64, {}, {-2}));
+  const TensorId both = b.result("both", DType::i64, {5}), low_only = b.result("low_only", DType::i64, {5});
+  b.op("Clip", "", {x, lo, b.input("hi", ints(DType::i64, {}, {4}))}, {both});
+  b.op("Clip", "", {x, lo}, {low_only});
+  CHECK(run_values(b, both) == std::vector<double>{-2, -1, 0, 3, 4});
+  CHECK(run_values(b, low_only) == std::vector<double>{-2, -1, 0, 3, 12});
+}
+
+TEST_CASE("ConstantOfShape on the CPU converts a value of another dtype than its output's (a graph retyped after it)") {
+  OpGraph b;
+  const TensorId dims = b.input("dims", ints(DType::i64, {1}, {3}));
+  const TensorId y = b.result("y", DType::bf16, {3});
+  analysis::Attribute v;
+  v.kind = analysis::Attribute::Kind::tensor;
+  v.t = std::make_shared<TensorData>(TensorData::from_double(DType::f32, {1}, {1.5}));
+  b.op("ConstantOfShape", "", {dims}, {y}, {{"value", v}});
+  CHECK(run_values(b, y) == std::vector<double>{1.5, 1.5, 1.5});
+}
+
+TEST_CASE("OneHot on the CPU: depth inserted at the axis, negative indices from the end, out-of-range ones all off") {
+  OpGraph b;
+  const TensorId idx = b.input("idx", ints(DType::i64, {2, 2}, {0, 2, -1, 5}));
+  const TensorId depth = b.constant("depth", ints(DType::i64, {}, {3}));  // a known depth: the output's shape
+  const TensorId values = b.input("values", TensorData::from_double(DType::f32, {2}, {-1.0, 7.0}));
+  const TensorId last = b.result("last", DType::f32, {2, 2, 3}), first = b.result("first", DType::f32, {3, 2, 2});
+  b.op("OneHot", "", {idx, depth, values}, {last});
+  b.op("OneHot", "", {idx, depth, values}, {first}, {{"axis", int_attr(0)}});
+  const OpGraph s = shaped(b);
+  CHECK(s.g.tensors[last].shape() == std::vector<std::int64_t>{2, 2, 3});
+  CHECK(s.g.tensors[first].shape() == std::vector<std::int64_t>{3, 2, 2});
+  CHECK(run_values(s, last) == std::vector<double>{7, -1, -1, -1, -1, 7, -1, -1, 7, -1, -1, -1});
+  CHECK(run_values(s, first) == std::vector<double>{7, -1, -1, -1, -1, -1, -1, -1, -1, 7, 7, -1});
+}
