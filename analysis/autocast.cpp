@@ -180,6 +180,7 @@ class Autocaster {
     Op op;
     op.name = cname + "/Cast";
     op.type = "Cast";
+    op.lowered_from = std::string(kAutocastCast);
     op.inputs = {t};
     op.outputs = {id};
     Attribute a;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string_view>
 #include <vector>
 
 #include "analysis/graph.hpp"
@@ -18,6 +19,10 @@ namespace memplan::analysis {
 //   promote: the op runs in its inputs' dtype, the widest float among them (PyTorch's type promotion: a
 //            0-dim tensor or a 1-element constant does not widen); every other op.
 //   keep:    dtypes are the op's own business (Cast, shape computations, ops without float inputs).
+// Op::lowered_from of the Casts apply_autocast inserts (torch.autocast's own casts, or none where PyTorch's type
+// promotion reads the narrower operand as it is), telling them from the model's own Casts.
+inline constexpr std::string_view kAutocastCast = "autocast";
+
 const char* autocast_policy_name(AutocastPolicy p) noexcept;
 AutocastPolicy autocast_policy(const Op& op);
 

@@ -121,7 +121,8 @@ struct Op {
   std::map<std::string, Attribute> attrs;
   Phase phase = Phase::forward;
   // The op of the imported graph this one was lowered from where shape inference expanded one (the recurrent
-  // "LSTM", "GRU", "RNN"), for the rules that follow what PyTorch runs for it (autocast); else empty.
+  // "LSTM", "GRU", "RNN"), for the rules that follow what PyTorch runs for it (autocast); "autocast" for a Cast the
+  // autocast pass inserted (autocast.hpp); else empty.
   std::string lowered_from;
 
   const Attribute* attr(std::string_view key) const;

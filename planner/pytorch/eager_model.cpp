@@ -329,7 +329,10 @@ EagerPeak eager_peak(const analysis::Graph& g, const Plan& plan, const EagerOpti
   for (std::uint32_t s = 0; s < steps; ++s) step_of[plan.schedule[s]] = s;
   Steps add(steps + 1, 0), remove(steps + 1, 0);
   for (const auto& b : plan.buffers) hold(add, remove, b.interval.first, b.interval.last, b.size);
-  for (const UnallocatedSpan& u : pytorch_unallocated_spans(g, plan)) release(add, remove, u.first, u.last, plan.buffers[u.buffer].size);
+  for (const UnallocatedSpan& u : pytorch_unallocated_spans(g, plan))
+    release(add, remove, u.first, u.last, plan.buffers[u.buffer].size);
+  for (const HeldSource& h : pytorch_promoted_sources(g, plan))
+    hold_until(g, plan, step_of, h.tensor, h.until, analysis::kNoOp, add, remove);
   losses_eager(g, plan, step_of, options.hold_outputs, add, remove);
   extend_autocast_cache(g, plan, step_of, add, remove);
   reduction_staging(g, plan, add, remove);

@@ -2,7 +2,9 @@
 #include "planner/pytorch/eager_views.hpp"
 
 #include <algorithm>
+#include <map>
 
+#include "analysis/autocast.hpp"
 #include "analysis/ops.hpp"
 
 namespace memplan::planner {
@@ -94,10 +96,45 @@ std::vector<bool> expanded_views(const Graph& g, const Plan& plan) {
   return view;
 }
 
+// Per tensor: an autocast Cast's fp32 output that only elementwise ops of the promote policy read (eager_views.hpp).
+std::vector<bool> promoted_reads(const Graph& g) {
+  std::vector<bool> read(g.tensors.size(), false);
+  for (const analysis::Op& op : g.ops) {
+    if (op.type != "Cast" || op.lowered_from != analysis::kAutocastCast || op.phase != analysis::Phase::forward ||
+        op.inputs.size() != 1 || op.outputs.size() != 1 || op.outputs[0] == kNoTensor)
+      continue;
+    const auto& x = g.tensors[op.inputs[0]];
+    const auto& y = g.tensors[op.outputs[0]];
+    if (x.producer == kNoOp || !analysis::dtype_is_float(x.dtype) || analysis::dtype_bits(x.dtype) != 16 ||
+        y.dtype != analysis::DType::f32 || y.is_graph_output || y.consumers.empty())
+      continue;
+    read[op.outputs[0]] = std::all_of(y.consumers.begin(), y.consumers.end(), [&](OpId c) {
+      return has_kind(g, c, analysis::OpKind::elementwise) &&
+             analysis::autocast_policy(g.ops[c]) == analysis::AutocastPolicy::promote;
+    });
+  }
+  return read;
+}
+
 }  // namespace
 
+std::vector<HeldSource> pytorch_promoted_sources(const Graph& g, const Plan& plan) {
+  const std::vector<bool> read = promoted_reads(g);
+  std::vector<std::uint32_t> step_of(g.ops.size(), 0);
+  for (std::uint32_t s = 0; s < plan.schedule.size(); ++s) step_of[plan.schedule[s]] = s;
+  std::map<TensorId, std::uint32_t> until;  // per source, the last step a cast of it is read
+  for (TensorId y = 0; y < g.tensors.size(); ++y) {
+    if (!read[y]) continue;
+    const TensorId x = g.ops[g.tensors[y].producer].inputs[0];
+    for (OpId c : g.tensors[y].consumers) until[x] = std::max(until[x], step_of[c]);
+  }
+  std::vector<HeldSource> out;
+  for (const auto& [x, step] : until) out.push_back({x, step});
+  return out;
+}
+
 std::vector<UnallocatedSpan> pytorch_unallocated_spans(const Graph& g, const Plan& plan) {
-  const std::vector<bool> grid = index_grids(g, plan), expanded = expanded_views(g, plan);
+  const std::vector<bool> grid = index_grids(g, plan), expanded = expanded_views(g, plan), promoted = promoted_reads(g);
   std::vector<std::uint32_t> step_of(g.ops.size(), 0);
   for (std::uint32_t s = 0; s < plan.schedule.size(); ++s) step_of[plan.schedule[s]] = s;
   std::vector<UnallocatedSpan> out;
@@ -106,7 +143,7 @@ std::vector<UnallocatedSpan> pytorch_unallocated_spans(const Graph& g, const Pla
     // Up to the first tensor of PyTorch's own the buffer holds (an in-place result written over a view's bytes).
     std::uint32_t end = buf.interval.last + 1;
     for (TensorId t : buf.tensors) {
-      if (grid[t] || expanded[t]) continue;
+      if (grid[t] || expanded[t] || promoted[t]) continue;
       const OpId p = g.tensors[t].producer;
       end = std::min(end, p == kNoOp ? buf.interval.first : step_of[p]);
     }

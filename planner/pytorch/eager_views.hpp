@@ -27,6 +27,19 @@ struct UnallocatedSpan {
 //   backward included (the gradient's sum over the broadcast dims is a tensor of its own in both). An Expand whose
 //   output, or a view of it, an op other than an elementwise one reads (a Reshape of repeated heads, a MatMul, a
 //   Concat) is PyTorch's copy too and stays.
+// - promoted reads: under torch.autocast an op on no autocast list (add, mul, div, where: the promote policy) reads a
+//   bf16/fp16 operand beside a float32 one through TensorIterator's type promotion, with no copy, and its backward
+//   saves that operand as it is; the plan gives the op an autocast Cast to float32 (Op::lowered_from "autocast"),
+//   saved in its place. The Cast's output is left out where only such elementwise ops read it, and its 16-bit source
+//   held instead (pytorch_promoted_sources). The fp32 list's casts (norms, softmax, exp) are autocast's copies, kept.
 std::vector<UnallocatedSpan> pytorch_unallocated_spans(const analysis::Graph& g, const Plan& plan);
+
+// A 16-bit tensor PyTorch eager holds to step `until`, where the plan reads a float32 autocast Cast of it instead
+// (the promoted reads above): to the last step a reader of such a Cast runs.
+struct HeldSource {
+  analysis::TensorId tensor = analysis::kNoTensor;
+  std::uint32_t until = 0;
+};
+std::vector<HeldSource> pytorch_promoted_sources(const analysis::Graph& g, const Plan& plan);
 
 }  // namespace memplan::planner

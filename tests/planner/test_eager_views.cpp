@@ -17,8 +17,17 @@ using namespace memplan::analysis;
 
 namespace {
 
+// The training step of `g` (MSE loss, no optimizer) in `precision`, planned keep-all as PyTorch eager runs it.
+planner::TrainingPlanResult plan_keep_all(const Graph& g, Precision precision = Precision::fp32) {
+  TrainingOptions to;
+  to.optimizer = Optimizer::none;
+  to.precision = precision;
+  planner::TrainingPlanOptions o;
+  o.strategy = "none";
+  return planner::plan_training(build_training_graph(infer_shapes(g, {}), to), o);
+}
+
 struct Scatter {
-  TrainingGraph tg;
   planner::TrainingPlanResult r;
   TensorId grid = kNoTensor;  // the ScatterND's indices in the training graph
 };
@@ -50,12 +59,7 @@ Scatter plan_scatter(bool data_dependent) {
   }
   b.op("ScatterND", "", {d, idx, v}, {b.result("y", DType::f32, data)});
   Scatter s;
-  TrainingOptions to;
-  to.optimizer = Optimizer::none;
-  s.tg = build_training_graph(infer_shapes(b.g, {}), to);
-  planner::TrainingPlanOptions o;
-  o.strategy = "none";
-  s.r = planner::plan_training(s.tg, o);
+  s.r = plan_keep_all(b.g);
   for (const Op& op : s.r.graph.ops)
     if (op.type == "ScatterND" && op.phase == Phase::forward) s.grid = op.inputs[1];
   return s;
@@ -115,11 +119,7 @@ planner::TrainingPlanResult plan_gate(bool reshaped) {
     b.op("Expand", "", {s, b.constant("full", TensorData::from_int64(DType::i64, {4}, dims))}, {e});
   }
   b.op("Mul", "", {h, e}, {b.result("y", DType::f32, dims)});
-  TrainingOptions to;
-  to.optimizer = Optimizer::none;
-  planner::TrainingPlanOptions o;
-  o.strategy = "none";
-  return planner::plan_training(build_training_graph(infer_shapes(b.g, {}), to), o);
+  return plan_keep_all(b.g);
 }
 
 }  // namespace
@@ -148,4 +148,52 @@ TEST_CASE("an expanded view that elementwise ops read is no buffer of PyTorch's 
   // The gate's bytes (x-sized) are below the prediction: PyTorch holds x, h and y-sized gradients, never e.
   const planner::EagerPeak with_view = planner::eager_peak(g, r.plan), with_copy = planner::eager_peak(copied.graph, copied.plan);
   CHECK(with_copy.peak_bytes - with_view.peak_bytes >= 8ull * 64 * 32 * 32 * 4);
+}
+
+namespace {
+
+// z = MatMul(x, w) * g under bf16 autocast, g a float32 scale: the Mul reads the bf16 product beside a float32
+// weight (type promotion). With `model_cast` the model casts the product to float32 itself first (`y.float() * g`).
+planner::TrainingPlanResult plan_scaled(bool model_cast) {
+  runtime::testing::OpGraph b;
+  b.g.name = "scaled";
+  const TensorId x = b.tensor("x", DType::f32, {512, 256}, TensorRole::input);
+  b.g.inputs = {x};
+  TensorId y = b.tensor("y", DType::f32, {512, 1024}, TensorRole::activation);
+  b.op("MatMul", "", {x, b.tensor("w", DType::f32, {256, 1024}, TensorRole::weight)}, {y});
+  if (model_cast) {
+    const TensorId y32 = b.tensor("y32", DType::f32, {512, 1024}, TensorRole::activation);
+    b.op("Cast", "", {y}, {y32}, {{"to", runtime::testing::int_attr(static_cast<std::int64_t>(DType::f32))}});
+    y = y32;
+  }
+  b.op("Mul", "", {y, b.tensor("g", DType::f32, {1024}, TensorRole::weight)}, {b.result("z", DType::f32, {512, 1024})});
+  return plan_keep_all(b.g, Precision::bf16);
+}
+
+}  // namespace
+
+TEST_CASE("under autocast a promoting elementwise op holds its 16-bit operand, not the plan's float32 cast of it") {
+  const planner::TrainingPlanResult r = plan_scaled(false), own = plan_scaled(true);
+  REQUIRE(r.report.valid);
+  REQUIRE(own.report.valid);
+  const Graph& g = r.graph;
+  const TensorId y = g.find("y");
+  REQUIRE(g.tensors[y].dtype == DType::bf16);
+  const auto held = planner::pytorch_promoted_sources(g, r.plan);
+  REQUIRE(held.size() == 1);
+  CHECK(held[0].tensor == y);
+  std::uint32_t spans_of_casts = 0;
+  for (const auto& u : planner::pytorch_unallocated_spans(g, r.plan)) {
+    const Tensor& t = g.tensors[r.plan.buffers[u.buffer].tensors.front()];
+    CHECK(t.dtype == DType::f32);
+    CHECK(g.ops[t.producer].type == "Cast");
+    CHECK(g.ops[t.producer].inputs[0] == y);
+    ++spans_of_casts;
+  }
+  CHECK(spans_of_casts == 1);
+  // The model's own .float() is PyTorch's copy: saved for the Mul's backward as the float32 tensor it is.
+  CHECK(planner::pytorch_promoted_sources(own.graph, own.plan).empty());
+  const std::uint64_t y_bf16 = 512 * 1024 * 2;
+  const planner::EagerPeak promoted = planner::eager_peak(g, r.plan), copied = planner::eager_peak(own.graph, own.plan);
+  CHECK(copied.peak_bytes >= promoted.peak_bytes + y_bf16);
 }
