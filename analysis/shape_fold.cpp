@@ -182,6 +182,25 @@ std::vector<TensorData> range_eval(const OpContext& c) {
   return {make_ints(c, c.out_dtype(0), c.out_shape(0), v)};
 }
 
+// OneHot of known indices: values[1] where an index (negative ones from depth) names the position along axis.
+std::vector<TensorData> one_hot_eval(const OpContext& c) {
+  const Shape out = c.out_shape(0);
+  const auto idx = c.in_value(0)->as_double();
+  const auto values = c.in_value(2)->as_double();
+  const std::size_t axis = c.axis(c.op().attr_int("axis", -1), out.size(), "axis");
+  const std::int64_t depth = out[axis];
+  std::int64_t inner = 1;
+  for (std::size_t k = axis + 1; k < out.size(); ++k) inner *= out[k];
+  std::vector<double> v(idx.size() * static_cast<std::size_t>(depth), values.at(0));
+  for (std::size_t i = 0; i < idx.size(); ++i) {
+    const double at = idx[i] < 0 ? idx[i] + static_cast<double>(depth) : idx[i];
+    if (at < 0 || at >= static_cast<double>(depth)) continue;
+    const auto o = static_cast<std::int64_t>(i) / inner, r = static_cast<std::int64_t>(i) % inner;
+    v[static_cast<std::size_t>((o * depth + static_cast<std::int64_t>(at)) * inner + r)] = values.at(1);
+  }
+  return {make_doubles(c, c.out_dtype(0), out, v)};
+}
+
 // NonZero of a known x: the indices of its nonzero elements in row-major order, one row per axis.
 std::vector<TensorData> non_zero_eval(const OpContext& c) {
   const Shape x = c.in_shape(0);
@@ -241,6 +260,7 @@ void add_fold_rules(RuleTable& t) {
   t.at("Cast").eval = &cast_eval;
   t.at("Range").eval = &range_eval;
   t.at("NonZero").eval = &non_zero_eval;
+  t.at("OneHot").eval = &one_hot_eval;
   for (const char* name : {"ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean"}) t.at(name).eval = &reduce_eval;
   add_fold_move_rules(t);
 }

@@ -94,6 +94,19 @@ TEST_CASE("Range folds with integer and float steps") {
   CHECK(down.run("Range", {"s", "l", "d"}) == Ints{5, 3, 1});
 }
 
+TEST_CASE("OneHot folds: depth inserted at the axis, negative indices from the end, out-of-range ones all off") {
+  Fold f;
+  f.b.ints("i", {1, -1, 7}, {3});
+  f.b.ints("d", {3}, {});
+  f.b.ints("v", {0, 5}, {2});
+  CHECK(f.run("OneHot", {"i", "d", "v"}) == Ints{0, 5, 0, 0, 0, 5, 0, 0, 0});
+  Fold first;
+  first.b.ints("i", {1, -1, 7}, {3});
+  first.b.ints("d", {3}, {});
+  first.b.ints("v", {0, 5}, {2});
+  CHECK(first.run("OneHot", {"i", "d", "v"}, {{"axis", ai(0)}}) == Ints{0, 0, 0, 5, 0, 0, 0, 5, 0});
+}
+
 TEST_CASE("Slice, Gather and Concat move the right elements") {
   constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
   Fold s;
