@@ -68,7 +68,11 @@ int run_model(const RunArgs& a) {
   analysis::Graph g = load_shaped_model(a.model, true);
   runtime::load_external_weights(g, a.model.model);
   // Fused after the weights are read: the fused graph keeps the weight tensors (and their data) by name.
-  const FusionSummary fusion = fuse_in_place(g, fuse_options(a.model));
+  planner::FuseOptions fuse = fuse_options(a.model);
+#ifdef MEMPLAN_HAVE_CUDA
+  if (backend->name() == "cuda") fuse.attention_max_head_dim = runtime::cuda::attention_max_head_dim();
+#endif
+  const FusionSummary fusion = fuse_in_place(g, fuse);
   if (a.inputs.size() != g.inputs.size())
     fail(ErrorKind::usage, "model '" + a.model.model + "' takes " + std::to_string(g.inputs.size()) + " input(s), " +
                                std::to_string(a.inputs.size()) + " --input given");

@@ -281,6 +281,9 @@ int train_model(TrainArgs a) {
   require_int_in(a.steps, 1, kMaxSteps, "--steps");
   Rank rank = resolve_rank(a);
   const std::unique_ptr<runtime::Backend> backend = make_backend(a, rank);
+#ifdef MEMPLAN_HAVE_CUDA
+  if (a.backend == "cuda") a.train.model.attention_max_head_dim = runtime::cuda::attention_max_head_dim();
+#endif
   analysis::Graph shaped = load_shaped_model(a.train.model, true);
   const bool weights_present = load_weights(shaped, a.train.model.model);
   const std::size_t dropouts_off = a.no_dropout ? disable_dropout(shaped) : 0;

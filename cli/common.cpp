@@ -49,7 +49,12 @@ nlohmann::json host_fallback_report(const runtime::Backend& backend, bool warn) 
   return rows;
 }
 
-planner::FuseOptions fuse_options(const ModelArgs& args) { return args.no_fuse ? planner::FuseOptions::none() : planner::FuseOptions{}; }
+planner::FuseOptions fuse_options(const ModelArgs& args) {
+  if (args.no_fuse) return planner::FuseOptions::none();
+  planner::FuseOptions o;
+  o.attention_max_head_dim = args.attention_max_head_dim;
+  return o;
+}
 
 void add_arena_args(CLI::App* cmd, ArenaArgs& args) {
   cmd->add_option("--alignment", args.alignment, "buffer alignment in bytes")->check(CLI::Range(1, 1 << 20));

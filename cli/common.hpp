@@ -24,6 +24,8 @@ struct ModelArgs {
   std::string model;
   std::vector<std::string> dims;  // "batch=32"
   bool no_fuse = false;           // --no-fuse: plan the graph as imported
+  // Not a flag: the backend's attention kernels' head-dim limit (FuseOptions::attention_max_head_dim; 0: none).
+  std::int64_t attention_max_head_dim = 0;
 };
 
 // Adds the positional MODEL, the repeatable --dim k=v option and --no-fuse to `cmd`.

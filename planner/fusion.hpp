@@ -86,6 +86,10 @@ struct FuseOptions {
   // With `attention`: only those in the form an exported scaled_dot_product_attention takes
   // (AttentionMatch::sdpa_form); attention the model writes in Python keeps its ops, as PyTorch eager runs them.
   bool sdpa_form_only = false;
+  // With `attention`: a FusedAttention whose head dim (of Q/K or of V) is above this is written out as the math
+  // backend's ops (decompose_attention_above) for a runtime whose attention kernels stop there (the CUDA ones:
+  // runtime::cuda::attention_max_head_dim()); matmuls and a softmax take any. 0: no limit.
+  std::int64_t attention_max_head_dim = 0;
   // Nothing fused (`--no-fuse`).
   static FuseOptions none() {
     FuseOptions o{false, false, false, false, false};
@@ -143,6 +147,9 @@ SdpaBackend pytorch_sdpa_backend(const analysis::Graph& g, const analysis::Op& f
 // Dropout; MatMul with v (bshd operands transposed). A FusedAttention whose LSE output is read, or with packed
 // operands, stays. No groups are reported.
 FusionResult decompose_math_attention(const analysis::Graph& g, bool every);
+// Each FusedAttention of head dim (Q/K or V) above max_head_dim written out the same way (one whose LSE is read,
+// or with packed operands, stays).
+FusionResult decompose_attention_above(const analysis::Graph& g, std::int64_t max_head_dim);
 
 // Groups maximal sets of fusible ops whose internal tensors are read only inside the group and are not
 // graph outputs; each group has one result. The graph must have concrete shapes (after infer_shapes).

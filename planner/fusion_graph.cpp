@@ -27,6 +27,8 @@ FusionResult fuse_graph(const analysis::Graph& g, const FuseOptions& opts) {
   };
   run(opts.attention, [&](const analysis::Graph& x) { return fuse_attention(x, opts.sdpa_form_only); });
   run(opts.math_attention, [&](const analysis::Graph& x) { return decompose_math_attention(x, !opts.attention); });
+  run(opts.attention && opts.attention_max_head_dim > 0,
+      [&](const analysis::Graph& x) { return decompose_attention_above(x, opts.attention_max_head_dim); });
   // From opset 17 the exporters write F.layer_norm as one LayerNormalization: a LayerNorm decomposed there is
   // arithmetic in the model's Python (I-BERT's), which PyTorch runs op by op.
   const std::int64_t exported_at = g.converted_from_opset != 0 ? g.converted_from_opset : g.opset;

@@ -1,4 +1,5 @@
 // PyTorch's SDPA math backend written out: FusedAttention ops that PyTorch eager runs op by op, as those ops.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -156,7 +157,12 @@ SdpaBackend pytorch_sdpa_backend(const Graph& g, const Op& op) {
   return SdpaBackend::math;
 }
 
-FusionResult decompose_math_attention(const Graph& g, bool every) {
+namespace {
+
+// Every FusedAttention `pick` chooses written out as the math backend's ops, except one whose LSE is read or
+// whose operands are packed.
+template <class Pick>
+FusionResult decompose_attention(const Graph& g, Pick pick) {
   GraphRewrite rw(g);
   bool any = false;
   for (OpId o = 0; o < g.ops.size(); ++o) {
@@ -164,8 +170,7 @@ FusionResult decompose_math_attention(const Graph& g, bool every) {
     if (!is_fused_attention(op) || op.inputs.size() < 3) continue;
     if (op.outputs.size() > 1 && op.outputs[1] != kNoTensor) continue;  // its LSE is read: it stays one kernel
     const auto a = geometry_of(g, op);
-    if (a.packed) continue;
-    if (!every && pytorch_sdpa_backend(g, op) != SdpaBackend::math) continue;
+    if (a.packed || !pick(op, a)) continue;
     rw.remove(o);
     MathAttention(g, rw, o).write();
     any = true;
@@ -173,6 +178,20 @@ FusionResult decompose_math_attention(const Graph& g, bool every) {
   FusionResult r;
   r.graph = any ? rw.apply() : g;
   return r;
+}
+
+}  // namespace
+
+FusionResult decompose_math_attention(const Graph& g, bool every) {
+  return decompose_attention(g, [&](const Op& op, const analysis::AttentionGeometry&) {
+    return every || pytorch_sdpa_backend(g, op) == SdpaBackend::math;
+  });
+}
+
+FusionResult decompose_attention_above(const Graph& g, std::int64_t max_head_dim) {
+  return decompose_attention(g, [&](const Op&, const analysis::AttentionGeometry& a) {
+    return std::max(a.head_dim, a.v_head_dim) > max_head_dim;
+  });
 }
 
 }  // namespace memplan::planner

@@ -9,11 +9,13 @@
 #include <vector>
 
 #include "analysis/ops.hpp"
+#include "runtime_allocator/cuda/attention_params.hpp"
 #include "runtime_allocator/cuda/cuda_kernels.hpp"
 
 namespace memplan::runtime::cuda {
 
 bool cuda_available() noexcept { return device_count() > 0; }
+int attention_max_head_dim() noexcept { return kAttentionMaxHeadDim; }
 int cuda_device_count() noexcept { return device_count(); }
 
 struct CudaBackend::Impl {

@@ -80,6 +80,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Impl> impl_;
 };
 
+// The highest head dim (of Q/K and of V) the CUDA attention kernels take: a plan for this backend writes larger
+// attention out as matmuls and a softmax (planner::FuseOptions::attention_max_head_dim). Needs no device.
+int attention_max_head_dim() noexcept;
 // True when a CUDA device is present and usable (false without a driver or without the CUDA build;
 // never throws).
 bool cuda_available() noexcept;

@@ -165,6 +165,23 @@ TEST_CASE("decompose_math_attention leaves what PyTorch runs as one kernel, ever
   CHECK(count(fuse_graph(attention(gqa)).graph, memplan_ops::kFusedAttention) == 1);  // memplan's own plan keeps it
 }
 
+TEST_CASE("decompose_attention_above writes out attention whose head dim a runtime's kernels do not take, keeps the rest") {
+  Case c;  // head dim 8
+  const Graph g = attention(c);
+  CHECK(count(decompose_attention_above(g, 8).graph, memplan_ops::kFusedAttention) == 1);
+  const Graph d = decompose_attention_above(g, 7).graph;
+  CHECK_NOTHROW(d.validate());
+  CHECK(count(d, memplan_ops::kFusedAttention) == 0);
+  CHECK(count(d, "Softmax") == 1);
+  // through fuse_graph: the limit applies to the attention the fusion finds; 0 is none
+  FuseOptions limited;
+  limited.attention_max_head_dim = 4;
+  CHECK(count(fuse_graph(g, limited).graph, memplan_ops::kFusedAttention) == 0);
+  CHECK(count(fuse_graph(g).graph, memplan_ops::kFusedAttention) == 1);
+  limited.attention_max_head_dim = 128;
+  CHECK(count(fuse_graph(g, limited).graph, memplan_ops::kFusedAttention) == 1);
+}
+
 TEST_CASE("the eager peak of the math backend holds its probabilities, dropout output and mask for the backward") {
   Case c;
   c.batch = 4;
