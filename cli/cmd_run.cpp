@@ -63,16 +63,23 @@ nlohmann::json summary(const analysis::TensorData& t) {
   return j;
 }
 
+// The model's fusion for `backend`: on CUDA attention of a head dim its kernels do not take is left as matmuls.
+planner::FuseOptions fuse_for(const ModelArgs& model, const runtime::Backend& backend) {
+  planner::FuseOptions fuse = fuse_options(model);
+#ifdef MEMPLAN_HAVE_CUDA
+  if (backend.name() == "cuda") fuse.attention_max_head_dim = runtime::cuda::attention_max_head_dim();
+#else
+  (void)backend;
+#endif
+  return fuse;
+}
+
 int run_model(const RunArgs& a) {
   const std::unique_ptr<runtime::Backend> backend = make_backend(a.backend);
   analysis::Graph g = load_shaped_model(a.model, true);
   runtime::load_external_weights(g, a.model.model);
   // Fused after the weights are read: the fused graph keeps the weight tensors (and their data) by name.
-  planner::FuseOptions fuse = fuse_options(a.model);
-#ifdef MEMPLAN_HAVE_CUDA
-  if (backend->name() == "cuda") fuse.attention_max_head_dim = runtime::cuda::attention_max_head_dim();
-#endif
-  const FusionSummary fusion = fuse_in_place(g, fuse);
+  const FusionSummary fusion = fuse_in_place(g, fuse_for(a.model, *backend));
   if (a.inputs.size() != g.inputs.size())
     fail(ErrorKind::usage, "model '" + a.model.model + "' takes " + std::to_string(g.inputs.size()) + " input(s), " +
                                std::to_string(a.inputs.size()) + " --input given");
