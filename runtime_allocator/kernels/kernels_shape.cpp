@@ -205,7 +205,7 @@ void k_constant_of_shape(const Op& op, const Refs&, const Refs& out) {
   std::vector<std::byte> one(static_cast<std::size_t>(es), std::byte{0});
   if (v && v->t) {
     if (v->t->element_count() != 1) unsupported(op, "value must be one element");
-    // A value of another dtype than the output's (a graph retyped after the op was written) is converted.
+    // A value of another dtype than the output's is converted.
     one = v->t->dtype == out[0].dtype ? v->t->bytes : analysis::TensorData::from_double(out[0].dtype, {1}, v->t->as_double()).bytes;
     if (one.size() != static_cast<std::size_t>(es)) unsupported(op, "value must be one element of the output dtype");
   }
@@ -227,7 +227,9 @@ void add_shape_kernels(KernelTable& t) {
   t["Expand"] = {k_expand, false, {kAnyDType}};
   t["Tile"] = {k_tile, false, {kAnyDType}};
   t["Shape"] = {k_shape, false, {kAnyDType}};
-  t["ConstantOfShape"] = {k_constant_of_shape, false, {kAnyDType}};
+  // Native in 16-bit floats: its value is one element of the output's dtype, written as bytes (widened, the f32
+  // stand-in of a bf16 output would not match a bf16 value's size).
+  t["ConstantOfShape"] = {k_constant_of_shape, false, {kAnyDType}, true};
 }
 
 }  // namespace memplan::runtime::cpu
